@@ -1,0 +1,71 @@
+# Third-party dependencies, all from Debian 12 packages (see README "Setup").
+find_package(Threads REQUIRED)
+
+# CAF 0.17 ships neither a CMake config nor a pkg-config file on Debian.
+find_package(CAF CONFIG QUIET)
+if(NOT CAF_FOUND)
+  find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
+  find_library(CAF_CORE_LIBRARY caf_core REQUIRED)
+  find_library(CAF_IO_LIBRARY caf_io REQUIRED)
+  add_library(CAF::core UNKNOWN IMPORTED)
+  set_target_properties(CAF::core PROPERTIES IMPORTED_LOCATION "${CAF_CORE_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}" INTERFACE_LINK_LIBRARIES Threads::Threads)
+  add_library(CAF::io UNKNOWN IMPORTED)
+  set_target_properties(CAF::io PROPERTIES IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
+    INTERFACE_LINK_LIBRARIES CAF::core)
+endif()
+
+# UCX's own CMake config lacks inter-target dependencies; link all three.
+find_package(ucx 1.13 CONFIG QUIET)
+if(ucx_FOUND)
+  set(ACCORD_UCX_LIBS ucx::ucp ucx::uct ucx::ucs)
+else()
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx>=1.13)
+  set(ACCORD_UCX_LIBS PkgConfig::UCX)
+endif()
+
+find_package(Boost 1.74 REQUIRED COMPONENTS program_options)
+find_package(OpenBLAS CONFIG REQUIRED)
+add_library(accord_blas INTERFACE)
+target_include_directories(accord_blas SYSTEM INTERFACE ${OpenBLAS_INCLUDE_DIRS})
+target_link_libraries(accord_blas INTERFACE ${OpenBLAS_LIBRARIES})
+find_package(nlohmann_json 3 REQUIRED)
+find_package(ZLIB REQUIRED)
+
+# CUDA / NCCL: compiled whenever nvcc exists; binaries use only the runtime API so they
+# start on machines without a driver (never link CUDA::cuda_driver, it needs libcuda.so.1).
+set(ACCORD_HAVE_CUDA OFF)
+if(ACCORD_WITH_CUDA)
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    find_package(CUDAToolkit REQUIRED)
+    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
+    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
+    add_library(NCCL::nccl SHARED IMPORTED)
+    set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
+      INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+    set(ACCORD_HAVE_CUDA ON)
+  endif()
+endif()
+message(STATUS "accord: CUDA/NCCL parts ${ACCORD_HAVE_CUDA}")
+
+# Internal headers are included as "folder/file.hpp" from the source root; the public
+# embedder API lives in include/accord/.
+function(accord_library name)
+  add_library(${name} ${ARGN})
+  target_include_directories(${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:include>)
+endfunction()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what accord needs on Debian 12 (only what is missing), then configures and builds.
+# Sourced by scripts/train and scripts/test; BUILD_DIR and CMAKE_ARGS may be set by the caller.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+
+PACKAGES=(build-essential cmake pkg-config libcaf-dev doctest-dev libucx-dev ucx-utils
+  libboost-dev libboost-program-options-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
+  dataset-fashion-mnist fortunes)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "accord setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+fi
+cmake --build "$BUILD_DIR" --parallel "$(nproc)"

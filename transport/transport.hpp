@@ -1,0 +1,77 @@
+#pragma once
+// The transport interface every backend implements (in-process, UCX, NCCL). Point-to-point
+// messages carry raw bytes; collectives default to ring algorithms written once over
+// send/recv (transport/collectives.cpp) and a backend with native collectives overrides them.
+// All calls block the calling thread: the communicator actor runs detached on its own thread.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace accord {
+
+// A failure of the link or of a peer (dead peer, timeout, malformed or unexpected frame).
+// The message names the peer and the problem in one line.
+class transport_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct transfer_stats {
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_received = 0;
+  std::uint64_t messages_sent = 0;
+};
+
+// Packed sign vectors: element i lives in word i/64, bit i%64 (LSB first); a set bit is +1.
+inline std::size_t packed_words(std::size_t count) { return (count + 63) / 64; }
+
+class transport {
+public:
+  virtual ~transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Blocking point-to-point. `recv` expects exactly data.size() bytes with this tag from that
+  // peer; any other size is a transport_error naming the peer.
+  virtual void send(int peer, std::uint64_t tag, std::span<const std::byte> data) = 0;
+  virtual void recv(int peer, std::uint64_t tag, std::span<std::byte> data) = 0;
+  // Send to one peer while receiving from another (the step of every ring algorithm). The
+  // default sends first, which is correct for backends whose sends are buffered; backends
+  // whose sends can wait for the receiver post both at once.
+  virtual void send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
+                         std::uint64_t tag);
+
+  virtual transfer_stats stats() const = 0;
+
+  // Sums over all ranks, in place.
+  virtual void all_reduce(std::span<float> data);
+  virtual void all_reduce(std::span<double> data);
+  // Afterwards this rank's shard_of(data.size(), size(), rank()) holds the sum over ranks;
+  // the rest of `data` is scratch.
+  virtual void reduce_scatter(std::span<float> data);
+  // Every rank contributes its shard_of(...) of `data`; afterwards all of `data` is filled.
+  virtual void all_gather(std::span<float> data);
+
+  // Majority vote over ranks of `count` packed signs. Ties (even size()) and nothing else are
+  // broken by the parity of (element index + round): deterministic on every replica and
+  // without drift over consecutive rounds. Sends ~2 bits per element per rank.
+  virtual void sign_majority(std::span<const std::uint64_t> signs, std::size_t count,
+                             std::uint64_t round, std::span<std::uint64_t> result);
+  // Number of ranks voting +1 for each element (0..size()), for Distributed Lion's averaging.
+  // Counts travel packed in ceil(log2(size()+1)) bits per element.
+  virtual void sign_counts(std::span<const std::uint64_t> signs, std::size_t count,
+                           std::span<std::uint16_t> plus_votes);
+
+protected:
+  // Tag for the next collective: every rank calls collectives in the same order, so the
+  // sequence numbers agree and messages of different collectives never mix.
+  std::uint64_t next_collective_tag() { return (1ull << 63) | collective_sequence_++; }
+
+private:
+  std::uint64_t collective_sequence_ = 0;
+};
+
+}  // namespace accord
