@@ -1,0 +1,181 @@
+#include "actors/accumulator_actor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+namespace accord {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct accumulator_state {
+  accumulator_setup setup;
+  tensor accumulated;                  // gradient sum still being filled
+  round_totals totals;                 // what `accumulated` holds
+  std::size_t since_launch = 0;        // micro-batches since the last round was launched
+  std::uint64_t round = 0;             // the round in flight, or the next to launch
+  bool in_flight = false;
+  bool computing = false;
+  bool finished = false;
+  std::optional<round_result> arrived;  // the in-flight round's result, not yet applied
+  std::vector<tensor> spares;
+  double compute_seconds = 0;
+  double communication_seconds = 0;
+  double wait_seconds = 0;
+  std::optional<clock_type::time_point> idle_since;  // compute idle waiting for a round
+};
+
+using self_pointer = accumulator_actor::stateful_pointer<accumulator_state>;
+
+tensor take_zeroed(accumulator_state& s) {
+  if (s.spares.empty()) return make_tensor(s.setup.parameter_count);
+  tensor t = std::move(s.spares.back());
+  s.spares.pop_back();
+  std::fill(t->begin(), t->end(), 0.f);
+  return t;
+}
+
+void fail(self_pointer self, const std::string& what) {
+  self->state.finished = true;
+  self->send(self->state.setup.coordinator, worker_failure{self->state.setup.rank, what});
+}
+
+void stop_idling(accumulator_state& s) {
+  if (!s.idle_since) return;
+  s.wait_seconds += std::chrono::duration<double>(clock_type::now() - *s.idle_since).count();
+  s.idle_since.reset();
+}
+
+void advance(self_pointer self);
+
+void on_gradient(self_pointer self, gradient_result& g) {
+  auto& s = self->state;
+  s.computing = false;
+  s.compute_seconds += g.seconds;
+  if (!s.finished) {
+    if (!s.accumulated) s.accumulated = take_zeroed(s);
+    auto& acc = *s.accumulated;
+    const auto& grad = *g.gradient;
+    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += grad[i];
+    s.totals.micro_batches += 1;
+    s.totals.loss_sum += g.loss;
+    s.totals.items += g.items;
+    ++s.since_launch;
+  }
+  self->send(s.setup.compute, recycle_atom::value, std::move(g.gradient));
+  advance(self);
+}
+
+void request_micro_batch(self_pointer self) {
+  auto& s = self->state;
+  stop_idling(s);
+  s.computing = true;
+  self->request(s.setup.compute, caf::infinite, compute_atom::value)
+      .then([self](gradient_result& g) { on_gradient(self, g); },
+            [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });
+}
+
+void on_round_result(self_pointer self, round_result& r) {
+  auto& s = self->state;
+  s.communication_seconds += r.seconds;
+  s.arrived = std::move(r);
+  advance(self);
+}
+
+void launch_round(self_pointer self) {
+  auto& s = self->state;
+  const auto& setup = s.setup;
+  round_request request;
+  request.round = s.round;
+  request.estimate = is_estimate_round(setup.pipe, s.round);
+  request.learning_rate = setup.learning_rate(step_of_round(setup.pipe, s.round));
+  request.local = s.totals;
+  if (keeps_accumulation(setup.pipe, s.round)) {
+    // ACCO's estimate round: g̃ goes on the wire and also stays for the real round.
+    request.buffer = take_zeroed(s);
+    std::copy(s.accumulated->begin(), s.accumulated->end(), request.buffer->begin());
+  } else {
+    request.buffer = std::move(s.accumulated);
+    s.totals = {};
+  }
+  s.since_launch = 0;
+  s.in_flight = true;
+  self->request(setup.communicator, caf::infinite, std::move(request))
+      .then([self](round_result& r) { on_round_result(self, r); },
+            [self](caf::error& e) { fail(self, describe(self->system(), e)); });
+}
+
+void finish_round(self_pointer self) {
+  auto& s = self->state;
+  round_result r = std::move(*s.arrived);
+  s.arrived.reset();
+  s.in_flight = false;
+  stop_idling(s);
+
+  round_report report;
+  report.rank = s.setup.rank;
+  report.round = r.round;
+  report.estimate = is_estimate_round(s.setup.pipe, r.round);
+  report.global = r.global;
+  report.compute_seconds = s.compute_seconds;
+  report.communication_seconds = s.communication_seconds;
+  report.wait_seconds = s.wait_seconds;
+  report.parameter_hash = r.parameter_hash;
+  report.traffic = r.traffic;
+  if (s.setup.wants_parameters(r.round)) report.parameters = std::make_shared<std::vector<float>>(*r.parameters);
+  self->send(s.setup.coordinator, std::move(report));
+
+  // Between two micro-batches (compute is idle now): the new parameters take effect.
+  self->request(s.setup.compute, caf::infinite, params_atom::value, std::move(r.parameters))
+      .then([self](tensor& old) { self->state.spares.push_back(std::move(old)); },
+            [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });
+  if (++s.round == s.setup.rounds) {
+    s.finished = true;
+    self->quit();
+    return;
+  }
+  advance(self);
+}
+
+// The one place that decides what the worker does next.
+void advance(self_pointer self) {
+  auto& s = self->state;
+  if (s.finished) return;
+  const auto& setup = s.setup;
+  const bool overlap = overlaps_round(setup.pipe, s.round, setup.dpu_warmup);
+  if (!s.in_flight) {
+    // Overlapped rounds launch as soon as there is anything to send and fill up while in
+    // flight; synchronous rounds launch once the accumulation is complete.
+    const std::size_t needed = overlap ? 1 : setup.accumulation;
+    if (s.since_launch >= needed && !s.computing)
+      launch_round(self);
+    if (!s.computing && (s.in_flight ? overlap : true)) request_micro_batch(self);
+    return;
+  }
+  if (s.computing) return;  // the micro-batch in flight belongs to this round: wait for it
+  if (s.arrived && (!overlap || s.since_launch >= setup.accumulation)) {
+    finish_round(self);
+    return;
+  }
+  const bool capped = setup.max_accumulation && s.since_launch >= setup.max_accumulation;
+  if (overlap && !capped)
+    request_micro_batch(self);
+  else if (!s.idle_since)
+    s.idle_since = clock_type::now();
+}
+
+accumulator_actor::behavior_type accumulator_behavior(self_pointer self, accumulator_setup setup) {
+  self->state.setup = std::move(setup);
+  return {
+      [self](start_atom) { advance(self); },
+  };
+}
+
+}  // namespace
+
+accumulator_actor spawn_accumulator_actor(caf::actor_system& system, accumulator_setup setup) {
+  return system.spawn(accumulator_behavior, std::move(setup));
+}
+
+}  // namespace accord

@@ -1,0 +1,35 @@
+#pragma once
+// Accumulator actors own a worker's gradient buffers and drive its pipeline: they ask the
+// compute actor for micro-batches, sum the gradients (counting micro-batches, so a fast worker
+// weighs more), hand a full buffer to the communicator and keep filling the other one while
+// the round is in flight — or wait, for synchronous algorithms. When a round's parameters come
+// back they are swapped into the compute actor between two micro-batches.
+#include "actors/algorithm.hpp"
+#include "actors/communicator_actor.hpp"
+#include "actors/compute_actor.hpp"
+#include "actors/coordinator_actor.hpp"
+
+#include <functional>
+
+namespace accord {
+
+using accumulator_actor = caf::typed_actor<caf::reacts_to<start_atom>>;
+
+struct accumulator_setup {
+  int rank = 0;
+  pipeline pipe = pipeline::synchronous;
+  std::uint64_t rounds = 0;           // rounds to run in total
+  std::uint64_t dpu_warmup = 0;
+  std::size_t accumulation = 1;       // micro-batches per round at least
+  std::size_t max_accumulation = 0;   // overlapped rounds: at most (0: no cap)
+  std::size_t parameter_count = 0;
+  std::function<float(std::uint64_t)> learning_rate;  // per optimizer step
+  std::function<bool(std::uint64_t)> wants_parameters;  // round → attach a copy to the report
+  compute_actor compute;
+  communicator_actor communicator;
+  coordinator_actor coordinator;
+};
+
+accumulator_actor spawn_accumulator_actor(caf::actor_system& system, accumulator_setup setup);
+
+}  // namespace accord

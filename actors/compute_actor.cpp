@@ -1,0 +1,84 @@
+#include "actors/compute_actor.hpp"
+
+#include <chrono>
+#include <thread>
+
+namespace accord {
+namespace {
+
+struct compute_state {
+  std::shared_ptr<compute_setup> setup;
+  std::vector<tensor> spare_gradients;
+};
+
+compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<compute_state> self,
+                                              std::shared_ptr<compute_setup> setup) {
+  self->state.setup = std::move(setup);
+  return {
+      [self](compute_atom) -> gradient_result {
+        auto& s = *self->state.setup;
+        auto& spares = self->state.spare_gradients;
+        tensor gradient;
+        if (spares.empty()) {
+          gradient = make_tensor(s.parameters->size());
+        } else {
+          gradient = std::move(spares.back());
+          spares.pop_back();
+        }
+        const auto start = std::chrono::steady_clock::now();
+        const batch input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
+        const double loss = s.net->forward_backward(*s.parameters, input, *gradient);
+        ++s.position;
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        if (s.speed_factor > 1.0)  // a slower device: take speed_factor times as long
+          std::this_thread::sleep_for(took * (s.speed_factor - 1.0));
+        const std::chrono::duration<double> total = std::chrono::steady_clock::now() - start;
+        return {std::move(gradient), loss, static_cast<double>(input.items()), total.count(),
+                s.position};
+      },
+      [self](params_atom, tensor& parameters) -> tensor {
+        std::swap(self->state.setup->parameters, parameters);
+        return std::move(parameters);
+      },
+      [self](recycle_atom, tensor& gradient) {
+        self->state.spare_gradients.push_back(std::move(gradient));
+      },
+  };
+}
+
+struct evaluator_state {
+  std::shared_ptr<model> net;
+  std::shared_ptr<const dataset> data;
+  std::size_t micro_batch = 0;
+  std::size_t batches = 0;
+};
+
+evaluator_actor::behavior_type evaluator_behavior(
+    evaluator_actor::stateful_pointer<evaluator_state> self, evaluator_state setup) {
+  self->state = setup;
+  return {
+      [self](evaluate_atom, const tensor& parameters) -> double {
+        auto& s = self->state;
+        double sum = 0;
+        for (std::size_t b = 0; b < s.batches; ++b)
+          sum += s.net->evaluate(*parameters, s.data->examples(b * s.micro_batch, s.micro_batch));
+        return s.batches ? sum / static_cast<double>(s.batches) : 0.0;
+      },
+  };
+}
+
+}  // namespace
+
+compute_actor spawn_compute_actor(caf::actor_system& system,
+                                  std::shared_ptr<compute_setup> setup) {
+  return system.spawn<caf::detached>(compute_behavior, std::move(setup));
+}
+
+evaluator_actor spawn_evaluator_actor(caf::actor_system& system, std::unique_ptr<model> net,
+                                      std::shared_ptr<const dataset> data,
+                                      std::size_t micro_batch, std::size_t batches) {
+  return system.spawn<caf::detached>(
+      evaluator_behavior, evaluator_state{std::shared_ptr<model>(std::move(net)), std::move(data), micro_batch, batches});
+}
+
+}  // namespace accord

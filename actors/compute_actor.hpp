@@ -1,0 +1,39 @@
+#pragma once
+// Compute actors run forward/backward for one micro-batch at a time on their worker's current
+// parameters; they never block on communication. Spawned detached: a compute actor is the
+// stand-in for a device and keeps its own thread. The evaluator is the same kind of worker
+// computing held-out loss for the coordinator.
+#include "actors/messages.hpp"
+
+#include <accord/model.hpp>
+
+namespace accord {
+
+using compute_actor = caf::typed_actor<
+    // Next micro-batch of this worker's stream, at the current parameters.
+    caf::replies_to<compute_atom>::with<gradient_result>,
+    // Swap in new parameters; the old buffer comes back for reuse.
+    caf::replies_to<params_atom, tensor>::with<tensor>,
+    // A gradient buffer the accumulator has finished with.
+    caf::reacts_to<recycle_atom, tensor>>;
+
+struct compute_setup {
+  std::unique_ptr<model> net;
+  std::shared_ptr<const dataset> data;
+  micro_batch_stream stream;
+  std::uint64_t position = 0;  // micro-batches of the stream already consumed
+  tensor parameters;
+  double speed_factor = 1.0;   // > 1 emulates slower hardware
+};
+
+compute_actor spawn_compute_actor(caf::actor_system& system, std::shared_ptr<compute_setup> setup);
+
+using evaluator_actor =
+    caf::typed_actor<caf::replies_to<evaluate_atom, tensor>::with<double>>;
+
+// Mean loss over `batches` fixed micro-batches of `data` (the same ones at every evaluation).
+evaluator_actor spawn_evaluator_actor(caf::actor_system& system, std::unique_ptr<model> net,
+                                      std::shared_ptr<const dataset> data,
+                                      std::size_t micro_batch, std::size_t batches);
+
+}  // namespace accord

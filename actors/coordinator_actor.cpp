@@ -1,0 +1,235 @@
+#include "actors/coordinator_actor.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <optional>
+
+namespace accord {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// What the coordinator remembers of a worker's cumulative counters at its previous report.
+struct worker_marks {
+  std::uint64_t bytes_sent = 0;
+  double communication_seconds = 0;
+  double wait_seconds = 0;
+  double compute_seconds = 0;
+};
+
+struct round_progress {
+  int reports = 0;
+  std::uint64_t hash = 0;
+  int hash_rank = -1;
+  round_totals global;
+  tensor parameters;
+};
+
+struct coordinator_state {
+  coordinator_setup setup;
+  clock_type::time_point started = clock_type::now();
+  clock_type::time_point last_step = started;
+  std::map<std::uint64_t, round_progress> rounds;
+  std::vector<worker_marks> marks;
+  // Sums over workers since the last completed step (ACCO: its estimate round included).
+  double step_bytes = 0, step_communication = 0, step_wait = 0;
+  std::deque<step_metrics> pending;  // completed steps waiting for their evaluation
+  std::map<std::uint64_t, double> evaluations;
+  int evaluations_running = 0;
+  std::uint64_t completed_rounds = 0;
+  std::ofstream metrics;
+  std::optional<caf::typed_response_promise<bool>> waiter;
+  std::optional<std::string> failure;
+  bool done = false;
+};
+
+using self_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
+
+void finish_if_done(self_pointer self) {
+  auto& s = self->state;
+  if (!s.waiter || s.done) return;
+  if (s.failure) {
+    s.done = true;
+    s.waiter->deliver(caf::make_error(caf::sec::runtime_error, *s.failure));
+    return;
+  }
+  if (s.completed_rounds == s.setup.rounds && s.pending.empty() && s.evaluations_running == 0) {
+    s.done = true;
+    auto& r = *s.setup.result;
+    r.seconds = std::chrono::duration<double>(clock_type::now() - s.started).count();
+    const double n = s.setup.workers;
+    double compute = 0, communication = 0, wait = 0;
+    for (const auto& m : s.marks) {
+      compute += m.compute_seconds;
+      communication += m.communication_seconds;
+      wait += m.wait_seconds;
+      r.bytes_sent += m.bytes_sent;
+    }
+    r.compute_seconds = compute / n;
+    r.communication_seconds = communication / n;
+    r.wait_seconds = wait / n;
+    r.hidden_fraction = communication > 0 ? std::clamp(1.0 - wait / communication, 0.0, 1.0) : 1.0;
+    const double steps = static_cast<double>(std::max<std::size_t>(1, r.steps.size()));
+    r.bits_per_parameter_per_step =
+        8.0 * static_cast<double>(r.bytes_sent) / n / static_cast<double>(s.setup.parameter_count) / steps;
+    r.rounds = s.completed_rounds;
+    s.waiter->deliver(true);
+  }
+}
+
+void fail_job(self_pointer self, std::string what) {
+  auto& s = self->state;
+  if (s.failure) return;
+  s.failure = std::move(what);
+  if (s.setup.abort) s.setup.abort();
+  finish_if_done(self);
+}
+
+void flush_steps(self_pointer self) {
+  auto& s = self->state;
+  while (!s.pending.empty()) {
+    step_metrics& m = s.pending.front();
+    auto evaluated = s.evaluations.find(m.step);
+    if (m.eval_loss == -2) {  // evaluation requested, not back yet
+      if (evaluated == s.evaluations.end()) break;
+      m.eval_loss = evaluated->second;
+    }
+    if (s.metrics.is_open()) {
+      nlohmann::json line = {{"step", m.step},
+                             {"train_loss", m.train_loss},
+                             {"seconds", m.seconds},
+                             {"items_per_second", m.items_per_second},
+                             {"bits_per_parameter", m.bits_per_parameter},
+                             {"hidden_fraction", m.hidden_fraction},
+                             {"micro_batches", m.micro_batches},
+                             {"workers", m.workers}};
+      if (m.eval_loss >= 0) line["eval_loss"] = m.eval_loss;
+      s.metrics << line.dump() << '\n' << std::flush;
+    }
+    if (s.setup.on_step) s.setup.on_step(m);
+    s.setup.result->steps.push_back(m);
+    if (m.eval_loss >= 0) s.setup.result->final_eval_loss = m.eval_loss;
+    s.pending.pop_front();
+  }
+  finish_if_done(self);
+}
+
+void evaluate(self_pointer self, std::uint64_t step, tensor parameters) {
+  auto& s = self->state;
+  ++s.evaluations_running;
+  self->request(s.setup.evaluator, caf::infinite, evaluate_atom::value, std::move(parameters))
+      .then(
+          [self, step](double loss) {
+            --self->state.evaluations_running;
+            self->state.evaluations[step] = loss;
+            flush_steps(self);
+          },
+          [self](caf::error& e) {
+            --self->state.evaluations_running;
+            fail_job(self, "evaluator: " + describe(self->system(), e));
+          });
+}
+
+void complete_round(self_pointer self, std::uint64_t round, round_progress& progress) {
+  auto& s = self->state;
+  ++s.completed_rounds;
+  auto& result = *s.setup.result;
+  if (round + 1 == s.setup.rounds && progress.parameters)
+    result.parameters = *progress.parameters;
+  if (is_estimate_round(s.setup.pipe, round)) return;  // its traffic counts towards the step
+
+  const auto now = clock_type::now();
+  step_metrics m;
+  m.step = step_of_round(s.setup.pipe, round) + 1;
+  m.workers = s.setup.workers;
+  m.train_loss = progress.global.micro_batches > 0 ? progress.global.loss_sum / progress.global.micro_batches : 0;
+  m.micro_batches = static_cast<std::uint64_t>(progress.global.micro_batches);
+  m.seconds = std::chrono::duration<double>(now - s.started).count();
+  const double step_seconds = std::chrono::duration<double>(now - s.last_step).count();
+  m.items_per_second = step_seconds > 0 ? progress.global.items / step_seconds : 0;
+  m.bits_per_parameter = 8.0 * s.step_bytes / s.setup.workers / static_cast<double>(s.setup.parameter_count);
+  m.hidden_fraction = s.step_communication > 0
+                          ? std::clamp(1.0 - s.step_wait / s.step_communication, 0.0, 1.0)
+                          : 1.0;
+  s.last_step = now;
+  s.step_bytes = s.step_communication = s.step_wait = 0;
+  if (progress.parameters) {
+    m.eval_loss = -2;
+    evaluate(self, m.step, progress.parameters);
+  }
+  s.pending.push_back(m);
+  flush_steps(self);
+}
+
+coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordinator_setup setup) {
+  auto& s = self->state;
+  s.setup = std::move(setup);
+  s.marks.resize(static_cast<std::size_t>(s.setup.workers));
+  if (!s.setup.metrics_path.empty()) {
+    s.metrics.open(s.setup.metrics_path);
+    if (!s.metrics) s.failure = "cannot write metrics file " + s.setup.metrics_path;
+  }
+  return {
+      [self](round_report& report) {
+        auto& s = self->state;
+        if (s.failure) return;
+        auto& mark = s.marks.at(static_cast<std::size_t>(report.rank));
+        s.step_bytes += static_cast<double>(report.traffic.bytes_sent - mark.bytes_sent);
+        s.step_communication += report.communication_seconds - mark.communication_seconds;
+        s.step_wait += report.wait_seconds - mark.wait_seconds;
+        mark = {report.traffic.bytes_sent, report.communication_seconds, report.wait_seconds,
+                report.compute_seconds};
+
+        auto& progress = s.rounds[report.round];
+        progress.global = report.global;
+        if (report.parameters) progress.parameters = std::move(report.parameters);
+        if (report.parameter_hash) {
+          if (progress.hash_rank < 0) {
+            progress.hash = report.parameter_hash;
+            progress.hash_rank = report.rank;
+          } else if (progress.hash != report.parameter_hash) {
+            s.setup.result->replicas_identical = false;
+            fail_job(self, "replicas diverged after round " + std::to_string(report.round) +
+                               ": rank " + std::to_string(progress.hash_rank) + " and rank " +
+                               std::to_string(report.rank) + " hold different parameters");
+            return;
+          }
+        }
+        if (++progress.reports == s.setup.workers) {
+          complete_round(self, report.round, progress);
+          s.rounds.erase(report.round);
+        }
+      },
+      [self](const worker_failure& failure) {
+        fail_job(self, "worker " + std::to_string(failure.rank) + " failed: " + failure.what);
+      },
+      [self](wait_atom) -> caf::result<bool> {
+        auto& s = self->state;
+        s.waiter = self->make_response_promise<bool>();
+        auto promise = *s.waiter;
+        finish_if_done(self);
+        return promise;
+      },
+  };
+}
+
+}  // namespace
+
+bool evaluation_due(pipeline pipe, std::uint64_t round, std::uint64_t rounds,
+                    std::uint64_t eval_interval) {
+  if (is_estimate_round(pipe, round)) return false;
+  if (round + 1 == rounds) return true;
+  const std::uint64_t step = step_of_round(pipe, round) + 1;
+  return eval_interval && step % eval_interval == 0;
+}
+
+coordinator_actor spawn_coordinator_actor(caf::actor_system& system, coordinator_setup setup) {
+  return system.spawn(coordinator_behavior, std::move(setup));
+}
+
+}  // namespace accord

@@ -1,0 +1,40 @@
+#pragma once
+// The coordinator owns the round bookkeeping of a job: it collects every worker's round
+// report, compares replica hashes, turns rounds into step metrics (loss, throughput, bits per
+// parameter, hidden communication), asks the evaluator for held-out loss, writes the metrics
+// file and tells the waiting caller when the last round is done or a worker failed.
+#include "actors/algorithm.hpp"
+#include "actors/compute_actor.hpp"
+#include "actors/messages.hpp"
+
+#include <accord/job.hpp>
+
+#include <functional>
+
+namespace accord {
+
+using coordinator_actor = caf::typed_actor<caf::reacts_to<round_report>,
+                                           caf::reacts_to<worker_failure>,
+                                           // Replies once the job is over (an error if it failed).
+                                           caf::replies_to<wait_atom>::with<bool>>;
+
+struct coordinator_setup {
+  int workers = 0;
+  pipeline pipe = pipeline::synchronous;
+  std::uint64_t rounds = 0;
+  std::size_t parameter_count = 0;
+  std::uint64_t eval_interval = 0;
+  evaluator_actor evaluator;
+  std::string metrics_path;
+  std::function<void(const step_metrics&)> on_step;
+  std::function<void()> abort;           // unblocks every transport after a failure
+  std::shared_ptr<job_result> result;    // filled in as the job runs
+};
+
+// Whether rank 0 must attach its parameters to the report of `round` (evaluation or the end).
+bool evaluation_due(pipeline pipe, std::uint64_t round, std::uint64_t rounds,
+                    std::uint64_t eval_interval);
+
+coordinator_actor spawn_coordinator_actor(caf::actor_system& system, coordinator_setup setup);
+
+}  // namespace accord

@@ -1,0 +1,99 @@
+#pragma once
+// Messages between the actors of one process. Tensors travel as shared buffers whose ownership
+// moves with the message (the sender drops its reference): inside a process a gradient or a
+// parameter vector is never copied or serialised by CAF.
+#include "transport/transport.hpp"
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace accord {
+
+using tensor = std::shared_ptr<std::vector<float>>;
+
+inline tensor make_tensor(std::size_t size) { return std::make_shared<std::vector<float>>(size); }
+
+// One micro-batch's gradient from a compute actor.
+struct gradient_result {
+  tensor gradient;
+  double loss = 0;
+  double items = 0;
+  double seconds = 0;            // compute time including any emulated slowdown
+  std::uint64_t position = 0;    // data stream counter after this micro-batch
+};
+
+// Contributions summed over workers by the communicator before the update.
+struct round_totals {
+  double micro_batches = 0;
+  double loss_sum = 0;
+  double items = 0;
+};
+
+// A worker's accumulated gradient handed to its communicator for round `round`.
+struct round_request {
+  std::uint64_t round = 0;
+  bool estimate = false;        // ACCO's estimate round: compute θ̃, commit no state
+  tensor buffer;                // gradient sum in, parameters out
+  round_totals local;
+  float learning_rate = 0;
+};
+
+struct round_result {
+  std::uint64_t round = 0;
+  tensor parameters;
+  round_totals global;
+  double seconds = 0;           // wall time the communicator spent on the round
+  std::uint64_t parameter_hash = 0;
+  transfer_stats traffic;       // cumulative bytes of this worker's transport
+};
+
+// What the accumulator tells the coordinator after each round.
+struct round_report {
+  int rank = 0;
+  std::uint64_t round = 0;
+  bool estimate = false;
+  round_totals global;
+  double local_micro_batches = 0;
+  double compute_seconds = 0;   // cumulative
+  double communication_seconds = 0;  // cumulative
+  double wait_seconds = 0;      // cumulative: compute idle while waiting for a round
+  std::uint64_t parameter_hash = 0;
+  transfer_stats traffic;
+  tensor parameters;            // set on the final round and when an evaluation is due
+};
+
+struct worker_failure {
+  int rank = 0;
+  std::string what;
+};
+
+using compute_atom = caf::atom_constant<caf::atom("compute")>;
+using params_atom = caf::atom_constant<caf::atom("params")>;
+using recycle_atom = caf::atom_constant<caf::atom("recycle")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
+using finished_atom = caf::atom_constant<caf::atom("finished")>;
+using wait_atom = caf::atom_constant<caf::atom("wait")>;
+
+// 64-bit hash of a parameter vector, to compare replicas cheaply.
+std::uint64_t hash_parameters(const std::vector<float>& parameters);
+
+}  // namespace accord
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::tensor)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::gradient_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::round_request)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::round_result)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::round_report)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::worker_failure)
+
+namespace accord {
+// The message of an error raised with caf::make_error(sec, std::string), else CAF's rendering.
+inline std::string describe(caf::actor_system& system, const caf::error& e) {
+  if (e.context().match_elements<std::string>()) return e.context().get_as<std::string>(0);
+  return system.render(e);
+}
+}  // namespace accord

@@ -1,0 +1,44 @@
+#pragma once
+// What one round does to a worker's communication buffer: gradient sum in, new parameters out.
+// Runs on the communicator's thread and owns the state this worker keeps across rounds (its
+// optimizer shard and master weights, or its Lion momentum). Plain C++, no actors: the
+// algorithms are testable on their own.
+#include "actors/algorithm.hpp"
+#include "actors/messages.hpp"
+#include "optim/optimizer.hpp"
+#include "transport/shard.hpp"
+#include "transport/transport.hpp"
+
+#include <memory>
+#include <span>
+
+namespace accord {
+
+class update_rule {
+public:
+  virtual ~update_rule() = default;
+  // `buffer`: this worker's gradient sum over local.micro_batches micro-batches on entry, the new
+  // parameters on exit (identical on every worker). `global` is summed over all workers.
+  // An estimate computes parameters from the committed state without changing that state.
+  virtual void apply(transport& link, std::span<float> buffer, const round_totals& local,
+                     const round_totals& global, float learning_rate, std::uint64_t round,
+                     bool estimate) = 0;
+  // Bytes of state this worker keeps (master weights, optimizer state), for the memory report.
+  virtual std::size_t state_bytes() const = 0;
+};
+
+// ZeRO-1: reduce-scatter the gradient sums, divide by the global micro-batch count, step the
+// own shard's fp32 master weights with the optimizer, all-gather the parameters.
+std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,
+                                                         std::span<const float> initial,
+                                                         int world, int rank);
+
+// Distributed Lion: local mean gradient → local Lion direction with this worker's own momentum
+// → packed sign vote (majority or average) → the same update x -= lr (Δ + wd x) everywhere.
+std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimizer_config& lion,
+                                                 std::span<const float> initial);
+
+std::unique_ptr<update_rule> make_update_rule(aggregation aggregate, const optimizer_config& config,
+                                              std::span<const float> initial, int world, int rank);
+
+}  // namespace accord

@@ -1,0 +1,190 @@
+#include "apps/training_options.hpp"
+
+#include "data/fashion_mnist.hpp"
+#include "data/text.hpp"
+#include "models/gpt.hpp"
+#include "models/mlp.hpp"
+
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+namespace po = boost::program_options;
+
+namespace accord {
+namespace {
+
+std::vector<double> parse_speed_factors(const std::string& list) {
+  std::vector<double> factors;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      std::size_t used = 0;
+      factors.push_back(std::stod(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("--speed: '" + item + "' is not a number (expected e.g. 1,1,1,4)");
+    }
+  }
+  return factors;
+}
+
+std::vector<int> parse_sizes(const std::string& flag, const std::string& list) {
+  std::vector<int> sizes;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      std::size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size() || v <= 0) throw std::invalid_argument(item);
+      sizes.push_back(v);
+    } catch (const std::exception&) {
+      throw std::invalid_argument(flag + ": '" + item + "' is not a positive integer");
+    }
+  }
+  return sizes;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+void add_training_options(po::options_description& options, const job_config& d) {
+  static const std::string data_help =
+      "gpt: a text file, or an llm.c .bin token shard (default: the fortunes corpus); "
+      "mlp: a Fashion-MNIST directory (default: " + std::string(default_fashion_mnist_directory) + ")";
+  options.add_options()
+      ("algo", po::value<std::string>()->default_value(d.algorithm),
+       "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion")
+      ("workers", po::value<int>()->default_value(d.workers), "data-parallel workers")
+      ("speed", po::value<std::string>(),
+       "per-worker slowdown factors, e.g. 1,1,1,4 (emulates heterogeneous hardware)")
+      ("steps", po::value<std::uint64_t>()->default_value(d.steps), "optimizer steps")
+      ("micro-batch", po::value<std::size_t>()->default_value(d.micro_batch), "examples per micro-batch")
+      ("accumulation", po::value<std::size_t>()->default_value(d.accumulation),
+       "micro-batches per round at least (ACCO: per stage)")
+      ("max-accumulation", po::value<std::size_t>()->default_value(d.max_accumulation),
+       "overlapped algorithms: at most this many micro-batches per round (0: no cap)")
+      ("dpu-warmup", po::value<std::uint64_t>()->default_value(d.dpu_warmup),
+       "DPU: synchronous rounds before overlapping")
+      ("seed", po::value<std::uint64_t>()->default_value(d.seed), "initialisation and data order")
+      ("model", po::value<std::string>()->default_value("gpt"), "gpt (byte-level transformer) | mlp (classifier)")
+      ("data", po::value<std::string>(), data_help.c_str())
+      ("context", po::value<int>()->default_value(64), "gpt: context length")
+      ("layers", po::value<int>()->default_value(2), "gpt: transformer blocks")
+      ("heads", po::value<int>()->default_value(4), "gpt: attention heads")
+      ("width", po::value<int>()->default_value(128), "gpt: embedding width")
+      ("untied-head", po::bool_switch(), "gpt: separate output head instead of the token embedding")
+      ("hidden", po::value<std::string>()->default_value("256,128"), "mlp: hidden layer widths")
+      ("optimizer", po::value<std::string>(), "adamw | lion | sgd (default: the algorithm's)")
+      ("lr", po::value<float>(), "peak learning rate (default: adamw 3e-3, lion 3e-4, sgd 0.05)")
+      ("beta1", po::value<float>(), "first moment / momentum coefficient")
+      ("beta2", po::value<float>(), "second moment coefficient (Lion: momentum update)")
+      ("weight-decay", po::value<float>()->default_value(d.weight_decay), "decoupled weight decay")
+      ("warmup", po::value<std::uint64_t>()->default_value(d.warmup_steps), "linear warm-up steps")
+      ("schedule", po::value<std::string>()->default_value(d.cosine ? "cosine" : "constant"),
+       "cosine (to --min-lr-ratio x lr) | constant")
+      ("min-lr-ratio", po::value<float>()->default_value(d.min_lr_ratio), "cosine floor as a fraction of lr")
+      ("link", po::value<std::string>()->default_value(d.link),
+       "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited")
+      ("eval-interval", po::value<std::uint64_t>()->default_value(d.eval_interval),
+       "held-out loss every this many steps (0: only at the end)")
+      ("eval-batches", po::value<std::size_t>()->default_value(d.eval_batches), "micro-batches per evaluation")
+      ("replica-check", po::value<std::uint64_t>()->default_value(d.replica_check_interval),
+       "compare parameter hashes of all replicas every this many rounds (0: never)")
+      ("metrics", po::value<std::string>(), "write one JSON line per step to this file")
+      ("blas-threads", po::value<int>()->default_value(d.blas_threads), "BLAS threads per worker (0: cores/workers)");
+}
+
+training_setup make_training_setup(const po::variables_map& flags) {
+  training_setup setup;
+  job_config& job = setup.job;
+  job.algorithm = flags["algo"].as<std::string>();
+  job.workers = flags["workers"].as<int>();
+  if (flags.count("speed")) job.speed_factors = parse_speed_factors(flags["speed"].as<std::string>());
+  job.steps = flags["steps"].as<std::uint64_t>();
+  job.micro_batch = flags["micro-batch"].as<std::size_t>();
+  job.accumulation = flags["accumulation"].as<std::size_t>();
+  job.max_accumulation = flags["max-accumulation"].as<std::size_t>();
+  job.dpu_warmup = flags["dpu-warmup"].as<std::uint64_t>();
+  job.seed = flags["seed"].as<std::uint64_t>();
+  if (flags.count("optimizer")) job.optimizer = flags["optimizer"].as<std::string>();
+  if (flags.count("lr")) {
+    job.learning_rate = flags["lr"].as<float>();
+    if (job.learning_rate <= 0) throw std::invalid_argument("--lr must be positive");
+  }
+  if (flags.count("beta1")) job.beta1 = flags["beta1"].as<float>();
+  if (flags.count("beta2")) job.beta2 = flags["beta2"].as<float>();
+  job.weight_decay = flags["weight-decay"].as<float>();
+  job.warmup_steps = flags["warmup"].as<std::uint64_t>();
+  const std::string schedule = flags["schedule"].as<std::string>();
+  if (schedule != "cosine" && schedule != "constant")
+    throw std::invalid_argument("--schedule: '" + schedule + "' (expected cosine|constant)");
+  job.cosine = schedule == "cosine";
+  job.min_lr_ratio = flags["min-lr-ratio"].as<float>();
+  job.link = flags["link"].as<std::string>();
+  job.eval_interval = flags["eval-interval"].as<std::uint64_t>();
+  job.eval_batches = flags["eval-batches"].as<std::size_t>();
+  job.replica_check_interval = flags["replica-check"].as<std::uint64_t>();
+  if (flags.count("metrics")) job.metrics_path = flags["metrics"].as<std::string>();
+  job.blas_threads = flags["blas-threads"].as<int>();
+
+  const std::string kind = flags["model"].as<std::string>();
+  const std::string data = flags.count("data") ? flags["data"].as<std::string>() : "";
+  if (kind == "gpt") {
+    gpt_config config;
+    config.context = flags["context"].as<int>();
+    config.layers = flags["layers"].as<int>();
+    config.heads = flags["heads"].as<int>();
+    config.width = flags["width"].as<int>();
+    config.tied_head = !flags["untied-head"].as<bool>();
+    std::shared_ptr<const token_dataset> train, eval;
+    if (data.empty()) {
+      train = load_default_corpus(config.context, true, job.seed);
+      eval = load_default_corpus(config.context, false, job.seed);
+    } else if (ends_with(data, ".bin")) {
+      train = load_token_shard(data, config.context, config.vocab, true, job.seed);
+      eval = load_token_shard(data, config.context, config.vocab, false, job.seed);
+    } else {
+      train = load_text_file(data, config.context, true, job.seed);
+      eval = load_text_file(data, config.context, false, job.seed);
+    }
+    config.vocab = train->vocab_size();
+    setup.net = std::make_unique<gpt>(config);
+    setup.train = train;
+    setup.eval = eval;
+  } else if (kind == "mlp") {
+    mlp_config config;
+    config.hidden = parse_sizes("--hidden", flags["hidden"].as<std::string>());
+    const std::string directory = data.empty() ? default_fashion_mnist_directory : data;
+    setup.net = std::make_unique<mlp>(config);
+    setup.train = load_fashion_mnist(directory, true, job.seed);
+    setup.eval = load_fashion_mnist(directory, false, job.seed);
+  } else {
+    throw std::invalid_argument("--model: '" + kind + "' (expected gpt|mlp)");
+  }
+  setup.data_description = setup.train->describe();
+  return setup;
+}
+
+po::variables_map parse_flags(int argc, char** argv, const po::options_description& options,
+                              const std::string& usage) {
+  po::variables_map flags;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(options).run(), flags);
+    po::notify(flags);
+  } catch (const po::error& e) {
+    throw std::invalid_argument(e.what());
+  }
+  if (flags.count("help")) {
+    std::cout << usage << "\n\n" << options << std::endl;
+    std::exit(0);
+  }
+  return flags;
+}
+
+}  // namespace accord

@@ -1,0 +1,86 @@
+#pragma once
+// Public embedder API: run a data-parallel training job made of actors (compute, accumulator,
+// communicator per worker; one coordinator). No CAF type appears here: an embedding app
+// supplies a model and data sets, picks an algorithm and a link, and gets metrics back.
+#include <accord/model.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+struct job_config {
+  // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion (see algorithm_names()).
+  std::string algorithm = "acco";
+  int workers = 4;
+  // Per worker slowdown: a factor f makes a worker take f times its measured compute time
+  // (emulates heterogeneous hardware). Empty: all 1.
+  std::vector<double> speed_factors;
+
+  std::uint64_t steps = 100;         // optimizer steps (ACCO: each takes two rounds)
+  std::size_t micro_batch = 8;       // examples per micro-batch
+  std::size_t accumulation = 1;      // micro-batches per round at least (ACCO: per stage)
+  std::size_t max_accumulation = 0;  // overlapped schedules: at most this many (0: no cap)
+  std::uint64_t dpu_warmup = 0;      // DPU: synchronous rounds before overlapping
+  std::uint64_t seed = 1;
+
+  // Optimizer (kind: adamw | lion | sgd; the algorithm may impose one, e.g. dlion → lion).
+  std::string optimizer = "";        // empty: the algorithm's default
+  float learning_rate = 0;           // 0: the optimizer's default for this algorithm
+  float beta1 = -1, beta2 = -1;      // negative: the optimizer's default
+  float epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+  std::uint64_t warmup_steps = 0;    // linear warm-up, then cosine to min_lr_ratio * lr
+  float min_lr_ratio = 0.1f;
+  bool cosine = true;
+
+  std::string link = "unlimited";    // in-process link model, e.g. "1gbit,50us"
+
+  std::uint64_t eval_interval = 50;  // eval loss every this many steps (0: only at the end)
+  std::size_t eval_batches = 4;      // micro-batches of the eval set per evaluation
+  std::uint64_t replica_check_interval = 1;  // rounds between parameter-hash comparisons
+  std::string metrics_path;          // JSON lines, one record per step (empty: none)
+  int blas_threads = 0;              // per compute actor; 0: cores / workers
+};
+
+// One optimizer step as the coordinator saw it (also one line of the metrics file).
+struct step_metrics {
+  std::uint64_t step = 0;
+  double train_loss = 0;           // mean micro-batch loss of the step, over all workers
+  double eval_loss = -1;           // at this step's parameters, when evaluated (else -1)
+  double seconds = 0;              // wall time since the job started
+  double items_per_second = 0;     // tokens (language model) or examples, all workers
+  double bits_per_parameter = 0;   // sent per worker for this step, averaged over workers
+  double hidden_fraction = 0;      // of communication time that compute kept busy
+  std::uint64_t micro_batches = 0; // summed over workers for this step
+  int workers = 0;
+};
+
+struct job_result {
+  std::vector<float> parameters;   // final parameters (identical on every worker)
+  std::vector<step_metrics> steps;
+  double final_eval_loss = -1;
+  double seconds = 0;
+  double compute_seconds = 0;      // per worker, averaged
+  double communication_seconds = 0;// per worker, averaged: time its communicator was busy
+  double wait_seconds = 0;         // per worker, averaged: compute idle waiting for a round
+  double bits_per_parameter_per_step = 0;
+  double hidden_fraction = 0;
+  std::uint64_t bytes_sent = 0;    // all workers
+  std::uint64_t rounds = 0;
+  bool replicas_identical = true;  // every replica check agreed
+};
+
+std::vector<std::string> algorithm_names();
+
+// Runs the job to completion on this process's threads. Throws std::invalid_argument for a bad
+// configuration and std::runtime_error when a worker fails. `on_step` is called from the
+// coordinator for every step (do not block in it).
+job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
+                   std::shared_ptr<const dataset> eval, const job_config& config,
+                   std::function<void(const step_metrics&)> on_step = {});
+
+}  // namespace accord
