@@ -1,0 +1,297 @@
+// The actor pipeline end to end (run_job): algorithms against their equations, DDP against a
+// single big-batch worker, Distributed Lion with one worker against Lion, replica agreement.
+#include <doctest/doctest.h>
+
+#include <accord/job.hpp>
+
+#include "data/text.hpp"
+#include "models/gpt.hpp"
+
+#include <cmath>
+#include <numeric>
+
+using namespace accord;
+
+namespace {
+
+// f_x(θ) = ½‖θ − x‖² averaged over the batch: the gradient θ − mean(x) makes every update
+// of an algorithm checkable by hand.
+class quadratic final : public model {
+public:
+  explicit quadratic(std::size_t dim) : dim_(dim) {}
+  std::string signature() const override { return "quadratic(" + std::to_string(dim_) + ")"; }
+  std::size_t parameter_count() const override { return dim_; }
+  void initialize(std::span<float> p, std::uint64_t) const override {
+    for (std::size_t i = 0; i < dim_; ++i) p[i] = 1.0f + 0.1f * static_cast<float>(i);
+  }
+  double forward_backward(std::span<const float> p, const batch& b, std::span<float> g) override {
+    std::fill(g.begin(), g.end(), 0.f);
+    double loss = 0;
+    for (std::size_t e = 0; e < b.examples; ++e)
+      for (std::size_t i = 0; i < dim_; ++i) {
+        const float d = p[i] - b.features[e * dim_ + i];
+        loss += 0.5 * d * d;
+        g[i] += d / static_cast<float>(b.examples);
+      }
+    return loss / static_cast<double>(b.examples);
+  }
+  double evaluate(std::span<const float> p, const batch& b) override {
+    std::vector<float> g(dim_);
+    return forward_backward(p, b, g);
+  }
+  std::unique_ptr<model> clone() const override { return std::make_unique<quadratic>(dim_); }
+
+private:
+  std::size_t dim_;
+};
+
+// Example p is a fixed vector, different for every position.
+class waves final : public dataset {
+public:
+  explicit waves(std::size_t dim) : dim_(dim) {}
+  std::string describe() const override { return "waves"; }
+  std::uint64_t size() const override { return 1u << 20; }
+  static float value(std::uint64_t p, std::size_t i) {
+    return static_cast<float>(std::sin(0.7 * static_cast<double>(p) + static_cast<double>(i)));
+  }
+  batch examples(std::uint64_t first, std::size_t count) const override {
+    batch b;
+    b.examples = count;
+    for (std::size_t e = 0; e < count; ++e) {
+      for (std::size_t i = 0; i < dim_; ++i) b.features.push_back(value(first + e, i));
+      b.targets.push_back(0);
+    }
+    return b;
+  }
+
+private:
+  std::size_t dim_;
+};
+
+constexpr std::size_t dim = 5;
+
+// Mean gradient over the micro-batch of `worker`'s k-th micro-batch at θ, in double.
+std::vector<double> gradient(const std::vector<double>& theta, int worker, int workers,
+                             std::uint64_t k, std::size_t micro_batch) {
+  const micro_batch_stream stream{worker, workers, micro_batch};
+  std::vector<double> g(dim, 0.0);
+  for (std::size_t e = 0; e < micro_batch; ++e)
+    for (std::size_t i = 0; i < dim; ++i)
+      g[i] += (theta[i] - waves::value(stream.first_position(k) + e, i)) / static_cast<double>(micro_batch);
+  return g;
+}
+
+job_config sgd_job(const std::string& algorithm, int workers, std::uint64_t steps) {
+  job_config job;
+  job.algorithm = algorithm;
+  job.workers = workers;
+  job.steps = steps;
+  job.micro_batch = 3;
+  job.accumulation = 1;
+  job.max_accumulation = 1;  // a fixed number of micro-batches per round: deterministic
+  job.optimizer = "sgd";
+  job.learning_rate = 0.1f;
+  job.beta1 = 0.0f;  // plain SGD: θ ← θ − η g
+  job.cosine = false;
+  job.eval_batches = 1;
+  return job;
+}
+
+std::vector<double> initial_theta() {
+  std::vector<float> p(dim);
+  quadratic(dim).initialize(p, 0);
+  return {p.begin(), p.end()};
+}
+
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double tolerance) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(tolerance));
+}
+
+job_result run_quadratic(const job_config& job) {
+  quadratic net(dim);
+  auto data = std::make_shared<waves>(dim);
+  return run_job(net, data, data, job);
+}
+
+std::unique_ptr<gpt> small_gpt() {
+  gpt_config c;
+  c.context = 16;
+  c.layers = 1;
+  c.heads = 2;
+  c.width = 32;
+  return std::make_unique<gpt>(c);
+}
+
+job_result run_small_gpt(job_config job) {
+  auto net = small_gpt();
+  auto train = load_default_corpus(16, true, job.seed);
+  auto eval = load_default_corpus(16, false, job.seed);
+  job.eval_interval = 0;
+  job.eval_batches = 2;
+  return run_job(*net, train, eval, job);
+}
+
+}  // namespace
+
+// Σ over workers of the mean gradient of micro-batch k, at θ.
+std::vector<double> summed_gradient(const std::vector<double>& theta, int workers, std::uint64_t k) {
+  std::vector<double> sum(dim, 0.0);
+  for (int w = 0; w < workers; ++w) {
+    const auto g = gradient(theta, w, workers, k, 3);
+    for (std::size_t i = 0; i < dim; ++i) sum[i] += g[i];
+  }
+  return sum;
+}
+
+// θ − η · Σ(gradients) / count
+std::vector<double> sgd_step(std::vector<double> theta, double eta, const std::vector<double>& sum,
+                             double count) {
+  for (std::size_t i = 0; i < dim; ++i) theta[i] -= eta * sum[i] / count;
+  return theta;
+}
+
+TEST_CASE("ACCO follows its equations on a quadratic: estimate from g̃, real step from g̃ + g") {
+  for (int workers : {1, 2, 3}) {
+    CAPTURE(workers);
+    const std::uint64_t steps = 5;
+    const double eta = 0.1;
+    // Micro-batch 2t is g̃_t at θ̃_t (θ̃_0 = θ_0), micro-batch 2t+1 is g_t at θ_t;
+    // θ̃_{t+1} = θ_t − η mean(g̃_t) and θ_{t+1} = θ_t − η mean(g̃_t + g_t), both from θ_t.
+    std::vector<double> theta = initial_theta(), estimate = theta;
+    for (std::uint64_t t = 0; t < steps; ++t) {
+      const auto first = summed_gradient(estimate, workers, 2 * t);
+      const auto second = summed_gradient(theta, workers, 2 * t + 1);
+      std::vector<double> both(dim);
+      for (std::size_t i = 0; i < dim; ++i) both[i] = first[i] + second[i];
+      estimate = sgd_step(theta, eta, first, workers);
+      theta = sgd_step(theta, eta, both, 2.0 * workers);
+    }
+    const job_result result = run_quadratic(sgd_job("acco", workers, steps));
+    check_close(result.parameters, theta, 1e-5);
+    CHECK(result.rounds == 2 * steps);
+    CHECK(result.replicas_identical);
+  }
+}
+
+TEST_CASE("DPU applies each gradient one round late; DDP applies it at once") {
+  const int workers = 2;
+  const std::uint64_t steps = 5;
+  const double eta = 0.1;
+  std::vector<double> dpu = initial_theta(), previous = dpu, ddp = dpu;
+  for (std::uint64_t t = 0; t < steps; ++t) {
+    const auto stale = summed_gradient(previous, workers, t);  // taken at θ_{t−1} (θ_0 for t = 0)
+    previous = dpu;
+    dpu = sgd_step(dpu, eta, stale, workers);
+    ddp = sgd_step(ddp, eta, summed_gradient(ddp, workers, t), workers);
+  }
+  check_close(run_quadratic(sgd_job("dpu", workers, steps)).parameters, dpu, 1e-5);
+  check_close(run_quadratic(sgd_job("ddp", workers, steps)).parameters, ddp, 1e-5);
+}
+
+TEST_CASE("DDP with N workers equals one worker with N times the micro-batch") {
+  job_config job;
+  job.algorithm = "ddp";
+  job.steps = 4;
+  job.seed = 7;
+  job.workers = 3;
+  job.micro_batch = 2;
+  const job_result spread = run_small_gpt(job);
+  job.workers = 1;
+  job.micro_batch = 6;
+  const job_result single = run_small_gpt(job);
+  REQUIRE(spread.parameters.size() == single.parameters.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < single.parameters.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::fabs(spread.parameters[i] - single.parameters[i])));
+  CHECK(worst < 1e-4);  // only float summation order differs
+  for (std::size_t s = 0; s < single.steps.size(); ++s)
+    CHECK(spread.steps[s].train_loss == doctest::Approx(single.steps[s].train_loss).epsilon(1e-4));
+}
+
+TEST_CASE("Distributed Lion with one worker is Lion, bit for bit") {
+  // The tied-head GPT gives every parameter a non-zero gradient, so sign(0) never arises.
+  job_config job;
+  job.workers = 1;
+  job.steps = 5;
+  job.weight_decay = 0.1f;
+  job.algorithm = "lion";
+  const job_result lion = run_small_gpt(job);
+  for (const char* vote : {"dlion-mavo", "dlion-avg"}) {
+    CAPTURE(vote);
+    job.algorithm = vote;
+    const job_result dlion = run_small_gpt(job);
+    CHECK(dlion.parameters == lion.parameters);
+  }
+}
+
+TEST_CASE("every algorithm keeps all replicas bit-identical, also with unequal workers") {
+  for (const auto& name : algorithm_names()) {
+    CAPTURE(name);
+    job_config job;
+    job.algorithm = name;
+    job.workers = 3;
+    job.steps = 3;
+    job.speed_factors = {1.0, 1.0, 2.0};
+    job.replica_check_interval = 1;
+    const job_result result = run_small_gpt(job);
+    CHECK(result.replicas_identical);
+    CHECK(result.steps.size() == 3);
+    CHECK(std::isfinite(result.final_eval_loss));
+  }
+}
+
+TEST_CASE("ACCO tracks DDP's loss on a short GPT run while DPU lags early") {
+  auto mean_loss = [](const job_result& r, std::size_t first, std::size_t last) {
+    double sum = 0;
+    for (std::size_t s = first; s < last; ++s) sum += r.steps[s].train_loss;
+    return sum / static_cast<double>(last - first);
+  };
+  job_config job;
+  job.workers = 2;
+  job.steps = 30;
+  job.max_accumulation = 1;  // same micro-batches per step for every algorithm
+  job.learning_rate = 1e-2f;
+  job.cosine = false;
+  job.algorithm = "ddp";
+  const job_result ddp = run_small_gpt(job);
+  job.algorithm = "acco";
+  const job_result acco = run_small_gpt(job);
+  job.algorithm = "dpu";
+  const job_result dpu = run_small_gpt(job);
+  // ACCO consumes two micro-batches per worker and step, DDP one: compare per step.
+  const double d = mean_loss(ddp, 0, 10), a = mean_loss(acco, 0, 10), p = mean_loss(dpu, 0, 10);
+  MESSAGE("mean loss over steps 1-10: ddp " << d << ", acco " << a << ", dpu " << p);
+  CHECK(std::fabs(a - d) < 0.1 * d);
+  CHECK(p > d);
+  CHECK(p > a);
+}
+
+TEST_CASE("bad job configurations are refused with a message naming the problem") {
+  quadratic net(dim);
+  auto data = std::make_shared<waves>(dim);
+  auto refused = [&](job_config job, const std::string& expected) {
+    CAPTURE(expected);
+    try {
+      run_job(net, data, data, job);
+      FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+      CHECK(std::string(e.what()).find(expected) != std::string::npos);
+    }
+  };
+  job_config job = sgd_job("acco", 2, 2);
+  job.algorithm = "adam-async";
+  refused(job, "unknown algorithm 'adam-async'");
+  job = sgd_job("acco", 2, 2);
+  job.workers = 0;
+  refused(job, "workers must be at least 1");
+  job = sgd_job("acco", 2, 2);
+  job.speed_factors = {1.0};
+  refused(job, "expected 2 values");
+  job = sgd_job("acco", 2, 2);
+  job.link = "fast";
+  refused(job, "fast");
+  job = sgd_job("dlion-mavo", 2, 2);
+  job.optimizer = "adamw";
+  refused(job, "votes on Lion directions");
+}
