@@ -1,0 +1,99 @@
+#include "optim/lion.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace accord {
+namespace {
+
+void check_packed(const char* function, std::size_t count, std::size_t words) {
+  if (words != packed_words(count))
+    throw std::invalid_argument(std::string(function) + ": " + std::to_string(count) +
+                                " elements need " + std::to_string(packed_words(count)) +
+                                " packed words, got " + std::to_string(words));
+}
+
+// Calls body(element index, bit index within the word) for every element of word w.
+template <class Body>
+std::uint64_t for_word(std::size_t count, std::size_t word, Body&& body) {
+  const std::size_t begin = word * 64;
+  const std::size_t bits = std::min<std::size_t>(64, count - begin);
+  std::uint64_t packed = 0;
+  for (std::size_t b = 0; b < bits; ++b) packed |= std::uint64_t{body(begin + b)} << b;
+  return packed;
+}
+
+}  // namespace
+
+void lion_local_direction(std::span<const float> gradients, std::span<float> momentum,
+                          float beta1, float beta2, std::span<std::uint64_t> packed_signs,
+                          std::uint64_t round) {
+  const std::size_t count = gradients.size();
+  if (momentum.size() != count)
+    throw std::invalid_argument("lion_local_direction: " + std::to_string(count) +
+                                " gradients but " + std::to_string(momentum.size()) +
+                                " momentum values");
+  check_packed("lion_local_direction", count, packed_signs.size());
+  for (std::size_t w = 0; w < packed_signs.size(); ++w)
+    packed_signs[w] = for_word(count, w, [&](std::size_t i) {
+      const bool bit = sign_bit(lion_direction(momentum[i], gradients[i], beta1), i, round);
+      momentum[i] = lion_momentum(momentum[i], gradients[i], beta2);
+      return bit;
+    });
+}
+
+void apply_sign_update(std::span<float> parameters, std::span<const std::uint64_t> majority,
+                       float lr, float weight_decay) {
+  const std::size_t count = parameters.size();
+  check_packed("apply_sign_update", count, majority.size());
+  const float decay = sign_step_decay(lr, weight_decay);
+  for (std::size_t w = 0; w < majority.size(); ++w) {
+    const std::size_t begin = w * 64;
+    const std::size_t bits = std::min<std::size_t>(64, count - begin);
+    const std::uint64_t word = majority[w];
+    for (std::size_t b = 0; b < bits; ++b) {
+      const float delta = (word >> b) & 1 ? 1.0f : -1.0f;
+      parameters[begin + b] = sign_step(parameters[begin + b], delta, decay, lr);
+    }
+  }
+}
+
+void apply_sign_update(std::span<float> parameters, std::span<const std::uint16_t> plus_votes,
+                       int voters, float lr, float weight_decay) {
+  if (voters < 1)
+    throw std::invalid_argument("apply_sign_update: " + std::to_string(voters) + " voters");
+  if (plus_votes.size() != parameters.size())
+    throw std::invalid_argument("apply_sign_update: " + std::to_string(parameters.size()) +
+                                " parameters but " + std::to_string(plus_votes.size()) +
+                                " vote counts");
+  // delta for each possible count, so every replica rounds (2c - N) / N the same way.
+  std::vector<float> delta(static_cast<std::size_t>(voters) + 1);
+  for (int c = 0; c <= voters; ++c)
+    delta[static_cast<std::size_t>(c)] =
+        static_cast<float>(2 * c - voters) / static_cast<float>(voters);
+  const float decay = sign_step_decay(lr, weight_decay);
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    if (plus_votes[i] > voters)
+      throw std::invalid_argument("apply_sign_update: element " + std::to_string(i) + " has " +
+                                  std::to_string(plus_votes[i]) + " plus votes of " +
+                                  std::to_string(voters) + " voters");
+    parameters[i] = sign_step(parameters[i], delta[plus_votes[i]], decay, lr);
+  }
+}
+
+void pack_signs(std::span<const float> values, std::uint64_t round,
+                std::span<std::uint64_t> packed) {
+  check_packed("pack_signs", values.size(), packed.size());
+  for (std::size_t w = 0; w < packed.size(); ++w)
+    packed[w] = for_word(values.size(), w, [&](std::size_t i) { return sign_bit(values[i], i, round); });
+}
+
+void unpack_signs(std::span<const std::uint64_t> packed, std::span<float> values) {
+  check_packed("unpack_signs", values.size(), packed.size());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = (packed[i / 64] >> (i % 64)) & 1 ? 1.0f : -1.0f;
+}
+
+}  // namespace accord

@@ -1,0 +1,152 @@
+#include "optim/optimizer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "optim/lion.hpp"
+
+namespace accord {
+namespace {
+
+// State handling shared by every optimizer; subclasses implement `update` on the slot spans.
+class shard_optimizer : public optimizer {
+public:
+  shard_optimizer(const optimizer_config& config, std::size_t shard_size, std::size_t slots)
+      : config_(config), shard_size_(shard_size) {
+    state_.slots = slots;
+    state_.values.assign(slots * shard_size, 0.0f);
+  }
+
+  void step(std::span<float> parameters, std::span<const float> gradients, float lr) override {
+    if (parameters.size() != shard_size_ || gradients.size() != shard_size_)
+      throw std::invalid_argument(config_.kind + " step: shard of " + std::to_string(shard_size_) +
+                                  " elements got " + std::to_string(parameters.size()) +
+                                  " parameters and " + std::to_string(gradients.size()) +
+                                  " gradients");
+    ++state_.step;
+    update(parameters, gradients, lr);
+  }
+
+  const optimizer_state& state() const override { return state_; }
+
+  void restore(optimizer_state state) override {
+    if (state.slots != state_.slots || state.values.size() != state_.slots * shard_size_)
+      throw std::invalid_argument(
+          config_.kind + " restore: expected " + std::to_string(state_.slots) + " slots of " +
+          std::to_string(shard_size_) + " values, got " + std::to_string(state.slots) +
+          " slots and " + std::to_string(state.values.size()) + " values");
+    state_ = std::move(state);
+  }
+
+  const optimizer_config& config() const override { return config_; }
+
+protected:
+  virtual void update(std::span<float> parameters, std::span<const float> gradients,
+                      float lr) = 0;
+
+  float* slot(std::size_t index) { return state_.values.data() + index * shard_size_; }
+  std::uint64_t step_count() const { return state_.step; }
+
+  const optimizer_config config_;
+
+private:
+  const std::size_t shard_size_;
+  optimizer_state state_;
+};
+
+// AdamW (Loshchilov & Hutter) with PyTorch's arrangement: decoupled decay p *= 1 - lr*wd,
+// then p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+class adamw final : public shard_optimizer {
+public:
+  adamw(const optimizer_config& config, std::size_t shard_size)
+      : shard_optimizer(config, shard_size, 2) {}
+
+private:
+  void update(std::span<float> parameters, std::span<const float> gradients, float lr) override {
+    const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.epsilon;
+    const double t = static_cast<double>(step_count());
+    const float step_size = static_cast<float>(lr / (1.0 - std::pow(double{b1}, t)));
+    const float inv_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{b2}, t)));
+    const float decay = 1.0f - lr * config_.weight_decay;
+    float* m = slot(0);
+    float* v = slot(1);
+    float* p = parameters.data();
+    const float* g = gradients.data();
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_correction2 + eps);
+    }
+  }
+};
+
+// Lion exactly as the reference (lion-notes.md §1): decay first, sign(0) = 0, momentum after.
+class lion final : public shard_optimizer {
+public:
+  lion(const optimizer_config& config, std::size_t shard_size)
+      : shard_optimizer(config, shard_size, 1) {}
+
+private:
+  void update(std::span<float> parameters, std::span<const float> gradients, float lr) override {
+    const float b1 = config_.beta1, b2 = config_.beta2;
+    const float decay = sign_step_decay(lr, config_.weight_decay);
+    float* m = slot(0);
+    float* p = parameters.data();
+    const float* g = gradients.data();
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      const float c = lion_direction(m[i], g[i], b1);
+      const float sign = static_cast<float>((c > 0.0f) - (c < 0.0f));
+      p[i] = sign_step(p[i], sign, decay, lr);
+      m[i] = lion_momentum(m[i], g[i], b2);
+    }
+  }
+};
+
+// SGD with heavy-ball momentum (PyTorch form, no dampening): g += wd*p (L2), b = beta1*b + g,
+// p -= lr*b. beta1 = 0 is plain SGD.
+class sgd final : public shard_optimizer {
+public:
+  sgd(const optimizer_config& config, std::size_t shard_size)
+      : shard_optimizer(config, shard_size, 1) {}
+
+private:
+  void update(std::span<float> parameters, std::span<const float> gradients, float lr) override {
+    const float momentum = config_.beta1, wd = config_.weight_decay;
+    float* b = slot(0);
+    float* p = parameters.data();
+    const float* g = gradients.data();
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      b[i] = momentum * b[i] + (g[i] + wd * p[i]);
+      p[i] -= lr * b[i];
+    }
+  }
+};
+
+void check_range(const optimizer_config& config, const char* name, float value, float low,
+                 float high) {
+  if (!(value >= low && value <= high))
+    throw std::invalid_argument(config.kind + " optimizer: " + name + " " +
+                                std::to_string(value) + " outside [" + std::to_string(low) +
+                                ", " + std::to_string(high) + "]");
+}
+
+}  // namespace
+
+std::unique_ptr<optimizer> make_optimizer(const optimizer_config& config,
+                                          std::size_t shard_size) {
+  if (config.kind != "adamw" && config.kind != "lion" && config.kind != "sgd")
+    throw std::invalid_argument("unknown optimizer kind '" + config.kind +
+                                "' (expected adamw, lion or sgd)");
+  const bool adam = config.kind == "adamw";
+  // AdamW's bias correction divides by 1 - beta^t, so its betas must stay below 1.
+  const float beta_limit = adam ? std::nextafter(1.0f, 0.0f) : 1.0f;
+  check_range(config, "beta1", config.beta1, 0.0f, beta_limit);
+  if (config.kind != "sgd") check_range(config, "beta2", config.beta2, 0.0f, beta_limit);
+  check_range(config, "weight_decay", config.weight_decay, 0.0f, INFINITY);
+  if (config.kind == "sgd") return std::make_unique<sgd>(config, shard_size);
+  if (config.kind == "lion") return std::make_unique<lion>(config, shard_size);
+  check_range(config, "epsilon", config.epsilon, 1e-30f, 1.0f);
+  return std::make_unique<adamw>(config, shard_size);
+}
+
+}  // namespace accord
