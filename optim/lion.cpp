@@ -15,16 +15,6 @@ void check_packed(const char* function, std::size_t count, std::size_t words) {
                                 " packed words, got " + std::to_string(words));
 }
 
-// Calls body(element index, bit index within the word) for every element of word w.
-template <class Body>
-std::uint64_t for_word(std::size_t count, std::size_t word, Body&& body) {
-  const std::size_t begin = word * 64;
-  const std::size_t bits = std::min<std::size_t>(64, count - begin);
-  std::uint64_t packed = 0;
-  for (std::size_t b = 0; b < bits; ++b) packed |= std::uint64_t{body(begin + b)} << b;
-  return packed;
-}
-
 }  // namespace
 
 void lion_local_direction(std::span<const float> gradients, std::span<float> momentum,
@@ -36,12 +26,20 @@ void lion_local_direction(std::span<const float> gradients, std::span<float> mom
                                 " gradients but " + std::to_string(momentum.size()) +
                                 " momentum values");
   check_packed("lion_local_direction", count, packed_signs.size());
-  for (std::size_t w = 0; w < packed_signs.size(); ++w)
-    packed_signs[w] = for_word(count, w, [&](std::size_t i) {
-      const bool bit = sign_bit(lion_direction(momentum[i], gradients[i], beta1), i, round);
-      momentum[i] = lion_momentum(momentum[i], gradients[i], beta2);
-      return bit;
-    });
+  // Word by word: directions and momenta in one vectorisable pass, then their 64 sign bits.
+  float direction[64];
+  for (std::size_t w = 0; w < packed_signs.size(); ++w) {
+    const std::size_t begin = w * 64;
+    const std::size_t bits = std::min<std::size_t>(64, count - begin);
+    const float* g = gradients.data() + begin;
+    float* m = momentum.data() + begin;
+    for (std::size_t b = 0; b < bits; ++b) {
+      direction[b] = lion_direction(m[b], g[b], beta1);
+      m[b] = lion_momentum(m[b], g[b], beta2);
+    }
+    pack_signs(bits, [&](std::size_t b) { return sign_bit(direction[b], begin + b, round); },
+               packed_signs.subspan(w, 1));
+  }
 }
 
 void apply_sign_update(std::span<float> parameters, std::span<const std::uint64_t> majority,
@@ -49,15 +47,8 @@ void apply_sign_update(std::span<float> parameters, std::span<const std::uint64_
   const std::size_t count = parameters.size();
   check_packed("apply_sign_update", count, majority.size());
   const float decay = sign_step_decay(lr, weight_decay);
-  for (std::size_t w = 0; w < majority.size(); ++w) {
-    const std::size_t begin = w * 64;
-    const std::size_t bits = std::min<std::size_t>(64, count - begin);
-    const std::uint64_t word = majority[w];
-    for (std::size_t b = 0; b < bits; ++b) {
-      const float delta = (word >> b) & 1 ? 1.0f : -1.0f;
-      parameters[begin + b] = sign_step(parameters[begin + b], delta, decay, lr);
-    }
-  }
+  for (std::size_t i = 0; i < count; ++i)
+    parameters[i] = sign_step(parameters[i], packed_bit(majority, i) ? 1.0f : -1.0f, decay, lr);
 }
 
 void apply_sign_update(std::span<float> parameters, std::span<const std::uint16_t> plus_votes,
@@ -85,15 +76,12 @@ void apply_sign_update(std::span<float> parameters, std::span<const std::uint16_
 
 void pack_signs(std::span<const float> values, std::uint64_t round,
                 std::span<std::uint64_t> packed) {
-  check_packed("pack_signs", values.size(), packed.size());
-  for (std::size_t w = 0; w < packed.size(); ++w)
-    packed[w] = for_word(values.size(), w, [&](std::size_t i) { return sign_bit(values[i], i, round); });
+  pack_signs(values.size(), [&](std::size_t i) { return sign_bit(values[i], i, round); }, packed);
 }
 
 void unpack_signs(std::span<const std::uint64_t> packed, std::span<float> values) {
   check_packed("unpack_signs", values.size(), packed.size());
-  for (std::size_t i = 0; i < values.size(); ++i)
-    values[i] = (packed[i / 64] >> (i % 64)) & 1 ? 1.0f : -1.0f;
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = packed_bit(packed, i) ? 1.0f : -1.0f;
 }
 
 }  // namespace accord

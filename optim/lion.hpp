@@ -7,20 +7,17 @@
 //
 // Packed layout (transport/transport.hpp): element i lives in word i/64, bit i%64,
 // least significant bit first; a set bit means +1; bits past the last element are zero.
+// A direction of exactly 0 packs as tie_vote(i, round), the same rule that breaks tied votes:
+// the choice depends only on (i, round), so replicas agree, and alternates between rounds.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
-#include "transport/transport.hpp"  // packed_words
+#include "transport/sign_vote.hpp"  // tie_vote: the one tie rule, shared with the vote
 
 namespace accord {
 
-// The one rule for turning "no preference" into a bit: a local direction of exactly 0 and a
-// tied majority vote both become +1 on even (index + round) and -1 on odd, so replicas agree
-// and consecutive rounds do not drift in one direction.
-inline bool tie_vote(std::size_t index, std::uint64_t round) { return ((index + round) & 1) == 0; }
-
-// The sign bit of `value` at position `index`: + is set, - is clear, 0 follows tie_vote.
+// The sign bit of `value` at element `index`: + is set, - is clear, 0 follows tie_vote.
 // NaN packs as -1 (clear).
 inline bool sign_bit(float value, std::size_t index, std::uint64_t round) {
   return value > 0.0f || (value == 0.0f && tie_vote(index, round));
