@@ -26,7 +26,17 @@ struct transfer_stats {
 };
 
 // Packed sign vectors: element i lives in word i/64, bit i%64 (LSB first); a set bit is +1.
+// Bits past `count` in the last word are padding: inputs may hold anything there, results
+// hold zeros (transport/sign_vote.hpp has the packing helpers and the tie rule).
 inline std::size_t packed_words(std::size_t count) { return (count + 63) / 64; }
+
+// Collective tags have the top bit set (see next_collective_tag); user tags must not.
+inline bool is_collective_tag(std::uint64_t tag) { return (tag >> 63) != 0; }
+// "tag 5" or "collective #12", for error messages that name what a rank was waiting for.
+inline std::string describe_tag(std::uint64_t tag) {
+  return is_collective_tag(tag) ? "collective #" + std::to_string(tag & ~(1ull << 63))
+                                : "tag " + std::to_string(tag);
+}
 
 class transport {
 public:
@@ -46,6 +56,11 @@ public:
 
   virtual transfer_stats stats() const = 0;
 
+  // Collectives: every rank calls the same collectives in the same order with the same
+  // lengths; a mismatch surfaces as a transport_error. The defaults are ring algorithms whose
+  // summation order is fixed, so results do not depend on timing, and after all_reduce every
+  // rank holds bit-identical values (each element is summed once, by its shard's owner).
+
   // Sums over all ranks, in place.
   virtual void all_reduce(std::span<float> data);
   virtual void all_reduce(std::span<double> data);
@@ -56,12 +71,13 @@ public:
   virtual void all_gather(std::span<float> data);
 
   // Majority vote over ranks of `count` packed signs. Ties (even size()) and nothing else are
-  // broken by the parity of (element index + round): deterministic on every replica and
-  // without drift over consecutive rounds. Sends ~2 bits per element per rank.
+  // broken by the parity of (element index + round) (tie_vote in transport/sign_vote.hpp):
+  // deterministic on every replica and without drift over consecutive rounds. Sends ~2 bits
+  // per element per rank. `signs` and `result` hold packed_words(count) words each.
   virtual void sign_majority(std::span<const std::uint64_t> signs, std::size_t count,
                              std::uint64_t round, std::span<std::uint64_t> result);
   // Number of ranks voting +1 for each element (0..size()), for Distributed Lion's averaging.
-  // Counts travel packed in ceil(log2(size()+1)) bits per element.
+  // Counts travel packed in ceil(log2(size()+1)) bits per element; plus_votes holds `count`.
   virtual void sign_counts(std::span<const std::uint64_t> signs, std::size_t count,
                            std::span<std::uint16_t> plus_votes);
 

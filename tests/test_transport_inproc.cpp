@@ -1,0 +1,226 @@
+// The in-process transport: the conformance suite on an unlimited and on a limited link, then
+// what only it has (the link model, fail(), the receive timeout) and the sign-vote helpers.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <latch>
+#include <stdexcept>
+#include <string>
+
+#include "transport/inproc.hpp"
+#include "transport/link_model.hpp"
+#include "transport/sign_vote.hpp"
+#include "transport_conformance.hpp"
+
+using namespace accord;
+using namespace std::chrono_literals;
+using accord::testing::byte_pattern;
+using accord::testing::make_world;
+using accord::testing::run_ranks;
+using accord::testing::run_ranks_catching;
+
+TEST_CASE("inproc transport conformance, unlimited link") {
+  testing::run_transport_conformance("inproc, unlimited", [](int world) { return inproc_fabric(world).endpoints(); });
+}
+
+TEST_CASE("inproc transport conformance, 2 gbit/s and 20 us link") {
+  // The timeout only turns a bug into a failure instead of a hung test run.
+  testing::run_transport_conformance("inproc, 2gbit,20us", [](int world) {
+    return inproc_fabric(world, link_model::parse("2gbit,20us"), 60s).endpoints();
+  });
+}
+
+TEST_CASE("link_model::parse reads bandwidth and latency") {
+  const auto check = [](const char* spec, double bytes_per_second, double seconds) {
+    CAPTURE(spec);
+    const link_model link = link_model::parse(spec);
+    CHECK(link.bandwidth_bytes_per_second == doctest::Approx(bytes_per_second));
+    CHECK(link.latency_seconds == doctest::Approx(seconds));
+  };
+  check("1gbit,50us", 1.25e8, 50e-6);
+  check("10gbit", 1.25e9, 0);
+  check("100mbit,1ms", 12.5e6, 1e-3);
+  check("unlimited", 0, 0);
+  check("unlimited,20us", 0, 20e-6);
+  check("50us", 0, 50e-6);
+  check(" 2GB , 5us ", 2e9, 5e-6);
+  check("1ms,1.5Gbit", 1.5e9 / 8, 1e-3);
+  check("500kB,250ns", 5e5, 250e-9);
+  check("8bit,1s", 1, 1);
+  CHECK(link_model::parse("unlimited").unlimited());
+  CHECK_FALSE(link_model::parse("10gbit").unlimited());
+}
+
+TEST_CASE("link_model::parse rejects bad specs with a message naming them") {
+  for (const char* spec : {"", "fast", "1gbt", "10", "1gbit,", ",1gbit", "1gbit,2gbit", "50us,1ms", "-1gbit",
+                           "0gbit", "1mb", "nan gbit", "unlimited,unlimited", "1gbit;50us"}) {
+    CAPTURE(spec);
+    try {
+      link_model::parse(spec);
+      FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      CHECK(message.find("'" + std::string(spec) + "'") != std::string::npos);
+      CHECK(message.find('\n') == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("link_model describes itself and computes wire times") {
+  CHECK(link_model::parse("1gbit,50us").to_string() == "1 gbit/s, 50 us");
+  CHECK(link_model::parse("100mbit,1ms").to_string() == "100 mbit/s, 1 ms");
+  CHECK(link_model::parse("unlimited,20us").to_string() == "unlimited, 20 us");
+  CHECK(link_model{}.to_string() == "unlimited");
+  const link_model link = link_model::parse("1gbit,50us");
+  CHECK(link.wire_time(125'000'000) == 1s);
+  CHECK(link.wire_time(0) == 0ns);
+  CHECK(link.latency() == 50us);
+  CHECK(link_model{}.wire_time(1'000'000) == 0ns);
+}
+
+TEST_CASE("the link model delays delivery: serialised per sender, plus latency") {
+  inproc_fabric fabric(3, link_model::parse("100mbit,2ms"));
+  const link_model& link = fabric.link();
+  std::vector<std::unique_ptr<inproc_transport>> endpoints;
+  for (int rank = 0; rank < 3; ++rank) endpoints.push_back(fabric.endpoint(rank));
+  constexpr std::size_t bytes = 10'000;
+  inproc_transport::clock::time_point sent, first_arrival, second_arrival, third_arrival, first_returned;
+  std::thread receiver1([&] {
+    std::vector<std::byte> buffer(bytes);
+    endpoints[1]->recv(0, 1, buffer);
+    first_returned = inproc_transport::clock::now();
+    first_arrival = endpoints[1]->last_arrival();
+    endpoints[1]->recv(0, 1, buffer);
+    second_arrival = endpoints[1]->last_arrival();
+  });
+  std::thread receiver2([&] {
+    std::vector<std::byte> buffer(bytes);
+    endpoints[2]->recv(0, 1, buffer);
+    third_arrival = endpoints[2]->last_arrival();
+  });
+  sent = inproc_transport::clock::now();
+  for (int peer : {1, 1, 2}) endpoints[0]->send(peer, 1, byte_pattern(bytes, 0));
+  receiver1.join();
+  receiver2.join();
+  const auto wire = link.wire_time(bytes);
+  CHECK(wire == 800us);
+  CHECK(first_arrival >= sent + wire + link.latency());
+  CHECK(first_returned >= first_arrival);  // recv waited for the emulated wire
+  CHECK(second_arrival >= first_arrival + wire);  // the second message queued behind the first
+  CHECK(third_arrival >= second_arrival + wire);  // one outgoing link for all destinations
+  CHECK(endpoints[0]->stats().bytes_sent == 3 * bytes);
+  CHECK(endpoints[1]->stats().bytes_received == 2 * bytes);
+  CHECK(endpoints[0]->stats().messages_sent == 3);
+}
+
+TEST_CASE("fail(rank) emulates a crash: recvs from it and sends to it throw") {
+  inproc_fabric fabric(3);
+  std::vector<std::unique_ptr<transport>> endpoints = fabric.endpoints();
+  std::latch crashed(1);
+  std::string receive_error, send_error;
+  const auto errors = run_ranks_catching(endpoints, [&](transport& t) {
+    std::byte byte{};
+    if (t.rank() == 0) {
+      t.send(1, 9, byte_pattern(4, 9));  // still in the mailbox: lost in the crash
+      fabric.fail(0);
+      crashed.count_down();
+      t.send(2, 2, std::span(&byte, 1));  // the crashed rank's own calls throw
+    } else if (t.rank() == 1) {
+      crashed.wait();
+      std::vector<std::byte> buffer(4);
+      try {
+        t.recv(0, 9, buffer);
+      } catch (const transport_error& e) {
+        receive_error = e.what();
+      }
+      t.send(2, 3, std::span(&byte, 1));
+    } else {
+      t.recv(1, 3, std::span(&byte, 1));  // sent after the crash
+      try {
+        t.send(0, 4, std::span(&byte, 1));
+      } catch (const transport_error& e) {
+        send_error = e.what();
+      }
+    }
+  });
+  REQUIRE(errors[0]);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(errors[0]), doctest::Contains("this rank failed"), transport_error);
+  CHECK_FALSE(errors[1]);
+  CHECK_FALSE(errors[2]);
+  CHECK_MESSAGE(receive_error.find("peer 0 failed") != std::string::npos, receive_error);
+  CHECK_MESSAGE(send_error.find("peer 0, which failed") != std::string::npos, send_error);
+}
+
+TEST_CASE("a recv waiting on a peer that fails is woken with a transport_error") {
+  inproc_fabric fabric(2);
+  std::vector<std::unique_ptr<transport>> endpoints = fabric.endpoints();
+  const auto errors = run_ranks_catching(endpoints, [&](transport& t) {
+    std::byte signal{};
+    if (t.rank() == 0) {
+      t.recv(1, 1, std::span(&signal, 1));  // rank 1 is about to wait on tag 2
+      fabric.fail(0);
+    } else {
+      t.send(0, 1, std::span(&signal, 1));
+      t.recv(0, 2, std::span(&signal, 1));
+    }
+  });
+  CHECK_FALSE(errors[0]);
+  REQUIRE(errors[1]);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(errors[1]), doctest::Contains("peer 0 failed while this rank waited for tag 2"),
+                       transport_error);
+}
+
+TEST_CASE("the receive timeout names the peer and the tag") {
+  std::vector<std::unique_ptr<transport>> endpoints = inproc_fabric(2, {}, 50ms).endpoints();
+  std::byte byte{};
+  CHECK_THROWS_WITH_AS(endpoints[1]->recv(0, 4, std::span(&byte, 1)),
+                       "rank 1: no message with tag 4 from peer 0 within 50 ms", transport_error);
+  std::vector<float> data(10);
+  const auto errors = run_ranks_catching(endpoints, [&](transport& t) {
+    if (t.rank() == 0) t.all_reduce(data);  // rank 1 never joins
+  });
+  REQUIRE(errors[0]);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(errors[0]), doctest::Contains("from peer 1 within 50 ms"), transport_error);
+}
+
+TEST_CASE("inproc_fabric rejects bad ranks and hands each endpoint out once") {
+  CHECK_THROWS_AS(inproc_fabric(0), std::invalid_argument);
+  inproc_fabric fabric(2);
+  CHECK_THROWS_AS(fabric.endpoint(2), std::invalid_argument);
+  CHECK_THROWS_AS(fabric.fail(-1), std::invalid_argument);
+  auto first = fabric.endpoint(0);
+  CHECK_THROWS_AS(fabric.endpoint(0), std::logic_error);
+  CHECK_THROWS_WITH_AS(first->send(2, 0, {}), "rank 0: cannot send to peer 2, outside [0, 2)", transport_error);
+}
+
+TEST_CASE("collectives reject packed buffers of the wrong size") {
+  auto endpoints = inproc_fabric(1).endpoints();
+  transport& t = *endpoints[0];
+  std::vector<std::uint64_t> signs(2), result(2);
+  std::vector<std::uint16_t> counts(100);
+  CHECK_THROWS_WITH_AS(t.sign_majority(signs, 200, 0, result),
+                       "sign_majority: signs has 2 packed words for 200 elements, expected 4", std::invalid_argument);
+  CHECK_THROWS_AS(t.sign_majority(signs, 100, 0, std::span(result).first(1)), std::invalid_argument);
+  CHECK_THROWS_AS(t.sign_counts(signs, 100, std::span(counts).first(99)), std::invalid_argument);
+  CHECK_NOTHROW(t.sign_counts(signs, 100, counts));
+}
+
+TEST_CASE("sign-vote helpers: tie_word agrees with tie_vote, padding masks, packing") {
+  for (std::size_t word = 0; word < 4; ++word)
+    for (std::uint64_t round = 0; round < 4; ++round)
+      for (std::size_t bit = 0; bit < 64; ++bit)
+        CHECK(((tie_word(word, round) >> bit) & 1) == tie_vote(word * 64 + bit, round));
+  CHECK(tie_vote(0, 0));
+  CHECK_FALSE(tie_vote(1, 0));
+  CHECK_FALSE(tie_vote(0, 1));
+  CHECK(valid_bits(0, 0) == 0);
+  CHECK(valid_bits(0, 3) == 0b111);
+  CHECK(valid_bits(0, 64) == ~0ull);
+  CHECK(valid_bits(1, 64) == 0);
+  CHECK(valid_bits(1, 70) == 0b111111);
+  std::vector<std::uint64_t> packed(2, ~0ull);
+  pack_signs(70, [](std::size_t i) { return i % 3 == 0; }, packed);
+  for (std::size_t i = 0; i < 70; ++i) CHECK(packed_bit(packed, i) == (i % 3 == 0));
+  CHECK((packed[1] & ~valid_bits(1, 70)) == 0);
+  CHECK_THROWS_AS(pack_signs(129, [](std::size_t) { return true; }, packed), std::invalid_argument);
+}

@@ -1,0 +1,491 @@
+#pragma once
+// The transport conformance suite, written once and run against every backend (TensorPipe
+// style). A backend plugs in with a factory that builds the connected endpoints of a world of
+// `world` ranks, endpoint i being rank i, and one test case per configuration:
+//
+//   #include "transport_conformance.hpp"
+//   TEST_CASE("ucx transport conformance") {
+//     accord::testing::run_transport_conformance("ucx", [](int world) { return make_my_world(world); });
+//   }
+//
+// Every SUBCASE builds fresh worlds (sizes 1 to 5) through the factory and runs one thread per
+// rank with run_ranks. What the suite expects of a backend beyond the interface comments:
+// - Errors name the peer as "peer <rank>".
+// - Destroying an endpoint is a graceful close: messages it sent before stay receivable, then a
+//   recv from it throws transport_error instead of waiting. run_ranks relies on this to turn a
+//   failing rank into errors on its peers rather than a hang.
+// - transfer_stats count payload bytes; a backend may add a little framing, not much more.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "transport/shard.hpp"
+#include "transport/sign_vote.hpp"
+#include "transport/transport.hpp"
+
+namespace accord::testing {
+
+using transport_factory = std::function<std::vector<std::unique_ptr<transport>>(int world)>;
+using world_endpoints = std::vector<std::unique_ptr<transport>>;
+
+// Runs body(endpoint) for every rank on its own thread and returns each rank's exception (null
+// where the body returned). A rank whose body throws closes its endpoint at once, so peers
+// that wait on it fail too instead of hanging.
+inline std::vector<std::exception_ptr> run_ranks_catching(world_endpoints& endpoints,
+                                                          const std::function<void(transport&)>& body) {
+  std::vector<std::exception_ptr> errors(endpoints.size());
+  std::vector<std::thread> threads;
+  for (std::size_t rank = 0; rank < endpoints.size(); ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        body(*endpoints[rank]);
+      } catch (...) {
+        errors[rank] = std::current_exception();
+        endpoints[rank].reset();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+// As run_ranks_catching, then rethrows the exception of the rank that failed first (the cause;
+// the others are usually its consequences).
+inline void run_ranks(world_endpoints& endpoints, const std::function<void(transport&)>& body) {
+  std::mutex mutex;
+  std::exception_ptr first;
+  run_ranks_catching(endpoints, [&](transport& t) {
+    try {
+      body(t);
+    } catch (...) {
+      std::lock_guard lock(mutex);
+      if (!first) first = std::current_exception();
+      throw;
+    }
+  });
+  if (first) std::rethrow_exception(first);
+}
+
+inline world_endpoints make_world(const transport_factory& make, int world) {
+  world_endpoints endpoints = make(world);
+  REQUIRE(endpoints.size() == static_cast<std::size_t>(world));
+  for (int rank = 0; rank < world; ++rank) {
+    REQUIRE(endpoints[rank] != nullptr);
+    REQUIRE(endpoints[rank]->rank() == rank);
+    REQUIRE(endpoints[rank]->size() == world);
+  }
+  return endpoints;
+}
+
+// Deterministic test data: splitmix64 of the inputs.
+inline std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+// Small integers: sums over ranks are exact in float whatever the order.
+inline float small_integer(int rank, std::size_t i) {
+  return static_cast<float>(static_cast<int>(mix(mix(rank) ^ i) % 41) - 20);
+}
+// Uniform in [-1, 1): sums depend on the order, so they test bit-identity across ranks.
+inline double unit_random(std::uint64_t seed, std::size_t i) {
+  return static_cast<double>(mix(mix(seed) ^ i) >> 11) * 0x1p-52 - 1.0;
+}
+inline std::vector<std::byte> byte_pattern(std::size_t size, std::uint64_t seed) {
+  std::vector<std::byte> bytes(size);
+  for (std::size_t i = 0; i < size; ++i) bytes[i] = static_cast<std::byte>(mix(seed ^ mix(i)));
+  return bytes;
+}
+
+// "" when equal, else where and how they first differ (bitwise: -0.0 differs from 0.0).
+template <class T>
+std::string first_difference(const std::vector<T>& actual, const std::vector<T>& expected) {
+  if (actual.size() != expected.size())
+    return "size " + std::to_string(actual.size()) + " vs expected " + std::to_string(expected.size());
+  for (std::size_t i = 0; i < actual.size(); ++i)
+    if (std::memcmp(&actual[i], &expected[i], sizeof(T)) != 0)
+      return "element " + std::to_string(i) + ": " + std::to_string(actual[i]) + " vs expected " +
+             std::to_string(expected[i]);
+  return {};
+}
+
+// Packs a row of '+'/'-' votes; with `garbage_padding` the padding bits are set, which the
+// collectives must ignore.
+inline std::vector<std::uint64_t> pack_votes(std::string_view votes, bool garbage_padding) {
+  std::vector<std::uint64_t> packed(packed_words(votes.size()));
+  pack_signs(votes.size(), [&](std::size_t i) { return votes[i] == '+'; }, packed);
+  if (garbage_padding && !packed.empty()) packed.back() |= ~valid_bits(packed.size() - 1, votes.size());
+  return packed;
+}
+
+struct vote_outcome {
+  std::vector<std::uint64_t> majority;
+  std::vector<std::uint16_t> counts;
+};
+
+inline std::vector<vote_outcome> run_votes(world_endpoints& endpoints, const std::vector<std::string>& votes,
+                                           std::uint64_t round, bool garbage_padding) {
+  std::vector<vote_outcome> outcome(endpoints.size());
+  run_ranks(endpoints, [&](transport& t) {
+    const std::string& mine = votes[t.rank()];
+    const std::vector<std::uint64_t> packed = pack_votes(mine, garbage_padding);
+    vote_outcome& out = outcome[t.rank()];
+    out.majority.assign(packed.size(), 0xdeadbeefull);
+    out.counts.assign(mine.size(), 0xffff);
+    t.sign_majority(packed, mine.size(), round, out.majority);
+    t.sign_counts(packed, mine.size(), out.counts);
+  });
+  return outcome;
+}
+
+inline std::vector<std::string> random_votes(int world, std::size_t count, std::uint64_t seed) {
+  std::vector<std::string> votes(world, std::string(count, '-'));
+  for (int rank = 0; rank < world; ++rank)
+    for (std::size_t i = 0; i < count; ++i)
+      if (mix(mix(seed + rank) ^ i) & 1) votes[rank][i] = '+';
+  return votes;
+}
+
+// The vote by definition, element by element: 2·count > N wins, a tie follows tie_vote.
+inline void check_votes_against_reference(const std::vector<vote_outcome>& outcome,
+                                          const std::vector<std::string>& votes, std::uint64_t round) {
+  const std::size_t world = votes.size(), count = votes[0].size();
+  std::vector<std::uint16_t> counts(count, 0);
+  for (const auto& row : votes)
+    for (std::size_t i = 0; i < count; ++i) counts[i] += row[i] == '+';
+  std::vector<std::uint64_t> majority(packed_words(count));
+  pack_signs(
+      count,
+      [&](std::size_t i) { return 2u * counts[i] > world || (2u * counts[i] == world && tie_vote(i, round)); },
+      majority);
+  for (std::size_t rank = 0; rank < world; ++rank) {
+    CAPTURE(rank);
+    const std::string majority_difference = first_difference(outcome[rank].majority, majority);
+    CHECK_MESSAGE(majority_difference.empty(), majority_difference);
+    const std::string count_difference = first_difference(outcome[rank].counts, counts);
+    CHECK_MESSAGE(count_difference.empty(), count_difference);
+  }
+}
+
+inline void check_point_to_point(const transport_factory& make) {
+  SUBCASE("messages of many sizes, both directions") {
+    world_endpoints endpoints = make_world(make, 2);
+    const std::vector<std::size_t> sizes{0, 1, 3, 8, 4096, 65537, 1000003};
+    std::vector<std::vector<std::byte>> echoed(sizes.size());
+    run_ranks(endpoints, [&](transport& t) {
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        std::vector<std::byte> buffer(sizes[k]);
+        if (t.rank() == 0) {
+          t.send(1, k, byte_pattern(sizes[k], k));
+          t.recv(1, k, buffer);
+          echoed[k] = std::move(buffer);
+        } else {
+          t.recv(0, k, buffer);
+          for (auto& b : buffer) b = ~b;
+          t.send(0, k, buffer);
+        }
+      }
+    });
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      CAPTURE(sizes[k]);
+      std::vector<std::byte> expected = byte_pattern(sizes[k], k);
+      for (auto& b : expected) b = ~b;
+      CHECK(echoed[k] == expected);
+    }
+  }
+  SUBCASE("send_recv around a ring of odd sizes") {
+    for (int world : {2, 3, 5}) {
+      CAPTURE(world);
+      world_endpoints endpoints = make_world(make, world);
+      std::vector<std::vector<std::byte>> received(world);
+      run_ranks(endpoints, [&](transport& t) {
+        const int next = (t.rank() + 1) % world, prev = (t.rank() + world - 1) % world;
+        received[t.rank()].resize(1000 + 7 * prev);
+        t.send_recv(next, byte_pattern(1000 + 7 * t.rank(), t.rank()), prev, received[t.rank()], 42);
+      });
+      for (int rank = 0; rank < world; ++rank) {
+        const int prev = (rank + world - 1) % world;
+        CHECK(received[rank] == byte_pattern(1000 + 7 * prev, prev));
+      }
+    }
+  }
+  SUBCASE("FIFO per peer and tag, matching on peer and tag") {
+    world_endpoints endpoints = make_world(make, 3);
+    std::vector<std::string> seen;
+    run_ranks(endpoints, [&](transport& t) {
+      const auto send_text = [&](int peer, std::uint64_t tag, std::string_view text) {
+        t.send(peer, tag, std::as_bytes(std::span(text.data(), text.size())));
+      };
+      const auto recv_text = [&](int peer, std::uint64_t tag, std::size_t size) {
+        std::string text(size, '?');
+        t.recv(peer, tag, std::as_writable_bytes(std::span(text.data(), text.size())));
+        seen.push_back(text);
+      };
+      if (t.rank() == 0) {
+        for (const char* text : {"a", "bb", "ccc"}) send_text(1, 7, text);
+        send_text(1, 9, "x");
+        for (int i = 0; i < 100; ++i) send_text(1, 11, std::to_string(100 + i));
+      } else if (t.rank() == 2) {
+        send_text(1, 7, "from two");
+      } else {
+        recv_text(2, 7, 8);  // rank 0's tag-7 messages do not match peer 2
+        recv_text(0, 9, 1);  // sent after the tag-7 ones, received before them
+        for (std::size_t size : {1, 2, 3}) recv_text(0, 7, size);
+        for (int i = 0; i < 100; ++i) recv_text(0, 11, 3);
+      }
+    });
+    std::vector<std::string> expected{"from two", "x", "a", "bb", "ccc"};
+    for (int i = 0; i < 100; ++i) expected.push_back(std::to_string(100 + i));
+    CHECK(seen == expected);
+  }
+  SUBCASE("a size mismatch is a transport_error naming the peer; the endpoint stays usable") {
+    world_endpoints endpoints = make_world(make, 2);
+    std::vector<std::string> errors;
+    std::vector<std::byte> after(5);
+    run_ranks(endpoints, [&](transport& t) {
+      if (t.rank() == 0) {
+        t.send(1, 1, byte_pattern(8, 1));
+        t.send(1, 2, byte_pattern(8, 2));
+        t.send(1, 3, byte_pattern(5, 3));
+        return;
+      }
+      for (auto [tag, size] : {std::pair<std::uint64_t, std::size_t>{1, 4}, {2, 16}}) {
+        std::vector<std::byte> buffer(size);
+        try {
+          t.recv(0, tag, buffer);
+        } catch (const transport_error& e) {
+          errors.push_back(e.what());
+        }
+      }
+      t.recv(0, 3, after);
+    });
+    REQUIRE(errors.size() == 2);
+    for (const std::string& error : errors) CHECK_MESSAGE(error.find("peer 0") != std::string::npos, error);
+    CHECK(after == byte_pattern(5, 3));
+  }
+}
+
+inline void check_reductions(const transport_factory& make) {
+  SUBCASE("against a serial reference, worlds 1 to 5, lengths 0 to 262147") {
+    for (int world = 1; world <= 5; ++world) {
+      world_endpoints endpoints = make_world(make, world);
+      std::vector<std::size_t> lengths{0, 1, 2, 7, 1000, 100003};
+      if (world == 2 || world == 3) lengths.push_back(262147);  // several pieces per ring step
+      for (std::size_t n : lengths) {
+        CAPTURE(world);
+        CAPTURE(n);
+        std::vector<std::vector<float>> scattered(world), gathered(world), exact(world), random_floats(world);
+        std::vector<std::vector<double>> random_doubles(world);
+        run_ranks(endpoints, [&](transport& t) {
+          const int rank = t.rank();
+          const shard own = shard_of(n, world, rank);
+          auto& s = scattered[rank];
+          for (std::size_t i = 0; i < n; ++i) s.push_back(small_integer(rank, i));
+          t.reduce_scatter(s);
+          auto& g = gathered[rank];
+          g.assign(n, std::numeric_limits<float>::quiet_NaN());
+          for (std::size_t i = own.begin; i < own.end; ++i) g[i] = small_integer(rank, i) + 0.5f;
+          t.all_gather(g);
+          auto& e = exact[rank];
+          for (std::size_t i = 0; i < n; ++i) e.push_back(small_integer(rank, i));
+          t.all_reduce(e);
+          auto& f = random_floats[rank];
+          for (std::size_t i = 0; i < n; ++i) f.push_back(static_cast<float>(unit_random(rank, i)));
+          t.all_reduce(f);
+          auto& d = random_doubles[rank];
+          for (std::size_t i = 0; i < n; ++i) d.push_back(unit_random(rank + 100, i));
+          t.all_reduce(d);
+        });
+
+        std::vector<float> exact_sum(n, 0.0f), gather_expected(n);
+        std::vector<double> float_sum(n, 0.0), double_sum(n, 0.0);
+        for (int rank = 0; rank < world; ++rank) {
+          const shard own = shard_of(n, world, rank);
+          for (std::size_t i = 0; i < n; ++i) {
+            exact_sum[i] += small_integer(rank, i);
+            float_sum[i] += static_cast<float>(unit_random(rank, i));
+            double_sum[i] += unit_random(rank + 100, i);
+          }
+          for (std::size_t i = own.begin; i < own.end; ++i) gather_expected[i] = small_integer(rank, i) + 0.5f;
+        }
+        for (int rank = 0; rank < world; ++rank) {
+          CAPTURE(rank);
+          const shard own = shard_of(n, world, rank);
+          const std::vector<float> shard_sum(exact_sum.begin() + own.begin, exact_sum.begin() + own.end);
+          const std::vector<float> shard_result(scattered[rank].begin() + own.begin, scattered[rank].begin() + own.end);
+          std::string difference = first_difference(shard_result, shard_sum);
+          CHECK_MESSAGE(difference.empty(), "reduce_scatter: " << difference);
+          difference = first_difference(gathered[rank], gather_expected);
+          CHECK_MESSAGE(difference.empty(), "all_gather: " << difference);
+          difference = first_difference(exact[rank], exact_sum);
+          CHECK_MESSAGE(difference.empty(), "all_reduce of integers: " << difference);
+          difference = first_difference(random_floats[rank], random_floats[0]);
+          CHECK_MESSAGE(difference.empty(), "float all_reduce differs from rank 0: " << difference);
+          difference = first_difference(random_doubles[rank], random_doubles[0]);
+          CHECK_MESSAGE(difference.empty(), "double all_reduce differs from rank 0: " << difference);
+        }
+        double float_error = 0, double_error = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          float_error = std::max(float_error, std::abs(random_floats[0][i] - float_sum[i]));
+          double_error = std::max(double_error, std::abs(random_doubles[0][i] - double_sum[i]));
+        }
+        CHECK(float_error <= 4e-6);  // ≤ 5 float roundings of sums below 5
+        CHECK(double_error <= 1e-14);
+      }
+    }
+  }
+  SUBCASE("different lengths on different ranks give transport_errors, not a hang") {
+    world_endpoints endpoints = make_world(make, 3);
+    const auto errors = run_ranks_catching(endpoints, [&](transport& t) {
+      std::vector<float> data(10 + t.rank());
+      t.all_reduce(data);
+    });
+    for (const auto& error : errors) {
+      REQUIRE(error);
+      CHECK_THROWS_AS(std::rethrow_exception(error), transport_error);
+    }
+  }
+}
+
+inline void check_sign_votes(const transport_factory& make) {
+  SUBCASE("hand-built vote tables") {
+    struct table {
+      std::vector<std::string> votes;
+      std::vector<std::uint16_t> counts;
+      std::string majority_round_0, majority_round_1;
+    };
+    const std::vector<table> tables{
+        {{"+-+"}, {1, 0, 1}, "+-+", "+-+"},
+        {{"+-+", "--+"}, {1, 0, 2}, "+-+", "--+"},  // element 0 ties
+        {{"++--+", "+-+--", "--+-+"}, {2, 1, 2, 0, 2}, "+-+-+", "+-+-+"},
+        {{"+++---", "++--+-", "+-+--+", "+--+++"}, {4, 2, 2, 1, 2, 2}, "+-+-+-", "++---+"},
+    };
+    for (const table& t : tables) {
+      const int world = static_cast<int>(t.votes.size());
+      CAPTURE(world);
+      world_endpoints endpoints = make_world(make, world);
+      for (std::uint64_t round : {0, 1}) {
+        CAPTURE(round);
+        const auto outcome = run_votes(endpoints, t.votes, round, true);
+        const auto expected = pack_votes(round == 0 ? t.majority_round_0 : t.majority_round_1, false);
+        for (const vote_outcome& rank : outcome) {
+          CHECK(rank.majority == expected);  // padding bits come back zero
+          CHECK(rank.counts == t.counts);
+        }
+      }
+    }
+  }
+  SUBCASE("random votes against the definition, lengths around word boundaries") {
+    for (int world = 1; world <= 5; ++world) {
+      world_endpoints endpoints = make_world(make, world);
+      for (std::size_t count : {0, 1, 7, 63, 64, 65, 130, 1000, 4099}) {
+        for (std::uint64_t round : {0, 1, 6}) {
+          CAPTURE(world);
+          CAPTURE(count);
+          CAPTURE(round);
+          const auto votes = random_votes(world, count, count * 31 + round);
+          check_votes_against_reference(run_votes(endpoints, votes, round, count % 2 == 1), votes, round);
+        }
+      }
+    }
+  }
+  SUBCASE("a vote large enough for several pieces per step") {
+    world_endpoints endpoints = make_world(make, 2);
+    const std::size_t count = 64 * 70000 + 5;
+    const auto votes = random_votes(2, count, 99);
+    check_votes_against_reference(run_votes(endpoints, votes, 3, true), votes, 3);
+  }
+}
+
+// Byte counts against what the ring algorithms must move: within 1% (uneven shards, a little
+// framing), and not suspiciously less.
+inline void check_traffic(const transport_factory& make) {
+  for (int world = 2; world <= 5; ++world) {
+    CAPTURE(world);
+    world_endpoints endpoints = make_world(make, world);
+    const std::size_t floats = 10000 * world + 3, signs = 64 * 1000 * world + 37;
+    std::vector<transfer_stats> reduce(world), majority(world), counts(world);
+    run_ranks(endpoints, [&](transport& t) {
+      const auto delta = [&](transfer_stats& out, auto&& collective) {
+        const transfer_stats before = t.stats();
+        collective();
+        const transfer_stats after = t.stats();
+        out = {after.bytes_sent - before.bytes_sent, after.bytes_received - before.bytes_received,
+               after.messages_sent - before.messages_sent};
+      };
+      std::vector<float> data(floats, 1.0f);
+      delta(reduce[t.rank()], [&] { t.all_reduce(data); });
+      const auto packed = pack_votes(random_votes(world, signs, 5)[t.rank()], false);
+      std::vector<std::uint64_t> result(packed.size());
+      delta(majority[t.rank()], [&] { t.sign_majority(packed, signs, 0, result); });
+      std::vector<std::uint16_t> plus(signs);
+      delta(counts[t.rank()], [&] { t.sign_counts(packed, signs, plus); });
+    });
+    const double ring = 2.0 * (world - 1) / world, count_bits = std::bit_width(static_cast<unsigned>(world));
+    const auto check = [&](const char* collective, const std::vector<transfer_stats>& stats, double bytes_expected) {
+      INFO(collective);
+      std::uint64_t sent = 0, received = 0;
+      for (const transfer_stats& s : stats) {
+        CHECK(static_cast<double>(s.bytes_sent) <= bytes_expected * 1.01);
+        CHECK(static_cast<double>(s.bytes_sent) >= bytes_expected * 0.99);
+        CHECK(s.messages_sent > 0);
+        sent += s.bytes_sent;
+        received += s.bytes_received;
+      }
+      CHECK(sent == received);
+    };
+    check("all_reduce: 2(N-1)/N floats per element", reduce, ring * 4 * floats);
+    check("sign_majority: 2(N-1)/N bits per element", majority, ring * signs / 8);
+    check("sign_counts: (N-1)/N (1 + ceil(log2(N+1))) bits per element", counts,
+          ring / 2 * (1 + count_bits) * signs / 8);
+  }
+}
+
+inline void check_peer_failure(const transport_factory& make) {
+  SUBCASE("a closed peer gives transport_errors, not a hang; what it sent first arrives") {
+    world_endpoints endpoints = make_world(make, 3);
+    std::vector<std::byte> farewell(3);
+    const auto errors = run_ranks_catching(endpoints, [&](transport& t) {
+      if (t.rank() == 2) {
+        t.send(0, 5, byte_pattern(3, 5));
+        endpoints[2].reset();
+        return;
+      }
+      if (t.rank() == 0) t.recv(2, 5, farewell);
+      std::vector<float> data(100, 1.0f);
+      t.all_reduce(data);  // needs rank 2
+    });
+    CHECK(farewell == byte_pattern(3, 5));
+    CHECK_FALSE(errors[2]);
+    for (int rank : {0, 1}) {
+      CAPTURE(rank);
+      REQUIRE(errors[rank]);
+      CHECK_THROWS_AS(std::rethrow_exception(errors[rank]), transport_error);
+    }
+  }
+}
+
+// The whole suite against one backend configuration.
+inline void run_transport_conformance(const char* backend_name, const transport_factory& make) {
+  INFO("backend: " << backend_name);
+  SUBCASE("point to point") { check_point_to_point(make); }
+  SUBCASE("reduce-scatter, all-gather, all-reduce") { check_reductions(make); }
+  SUBCASE("sign votes") { check_sign_votes(make); }
+  SUBCASE("traffic") { check_traffic(make); }
+  SUBCASE("peer failure") { check_peer_failure(make); }
+}
+
+}  // namespace accord::testing

@@ -1,0 +1,81 @@
+#pragma once
+// The in-process transport: N ranks as threads of one process. A message is copied once into
+// the receiver's mailbox (matched on sender and tag, FIFO per sender and tag) and once out of
+// it, so sends never wait for the receiver. An optional link model delays delivery as a real
+// network would, and a rank can be failed to emulate a crash.
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "transport/link_model.hpp"
+#include "transport/transport.hpp"
+
+namespace accord {
+
+namespace detail {
+struct inproc_hub;
+}
+class inproc_transport;
+
+// Creates the connected endpoints of one in-process world and controls its failures.
+// Endpoints share the fabric's state, so they may outlive the fabric object.
+class inproc_fabric {
+public:
+  // receive_timeout: a recv that waits longer throws a transport_error naming the peer and the
+  // tag; zero waits for ever.
+  explicit inproc_fabric(int world, link_model link = {},
+                         std::chrono::milliseconds receive_timeout = std::chrono::milliseconds::zero());
+
+  int size() const;
+  const link_model& link() const;
+
+  // The endpoint of `rank`, handed out once (it owns that rank's link and byte counters).
+  std::unique_ptr<inproc_transport> endpoint(int rank);
+  // All endpoints not handed out yet, in rank order; the shape the actors and tests want.
+  std::vector<std::unique_ptr<transport>> endpoints();
+
+  // Emulates a crash of `rank`: the messages it sent that are not yet received are lost,
+  // every recv from it (waiting or later) and every send to it throws transport_error, and its
+  // own endpoint throws on every call.
+  void fail(int rank);
+
+private:
+  std::shared_ptr<detail::inproc_hub> hub_;
+};
+
+class inproc_transport final : public transport {
+public:
+  using clock = std::chrono::steady_clock;
+
+  // Closing an endpoint is a graceful leave: messages it already sent stay receivable, then
+  // recvs from it throw transport_error instead of waiting for ever.
+  ~inproc_transport() override;
+  inproc_transport(const inproc_transport&) = delete;
+  inproc_transport& operator=(const inproc_transport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override;
+  void send(int peer, std::uint64_t tag, std::span<const std::byte> data) override;
+  void recv(int peer, std::uint64_t tag, std::span<std::byte> data) override;
+  transfer_stats stats() const override;
+
+  // When the link model delivered the last message this endpoint received (the send time
+  // itself on an unlimited link); recv never returns before it.
+  clock::time_point last_arrival() const { return last_arrival_; }
+
+private:
+  friend class inproc_fabric;
+  inproc_transport(std::shared_ptr<detail::inproc_hub> hub, int rank);
+  void check_peer(int peer, const char* operation) const;
+
+  std::shared_ptr<detail::inproc_hub> hub_;
+  int rank_;
+  // This rank's outgoing link is busy until then (only this endpoint's thread sends on it).
+  clock::time_point link_free_{};
+  clock::time_point last_arrival_{};
+  // Atomic so that a metrics thread may read stats() while the communicator sends.
+  std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0};
+};
+
+}  // namespace accord
