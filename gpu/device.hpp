@@ -1,0 +1,105 @@
+#pragma once
+// Where compute runs, chosen at run time (--device cpu|cuda|auto). Every binary uses only the
+// CUDA runtime API, so it starts, and picks the CPU, on machines without a GPU or driver.
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace accord {
+
+enum class device_kind { cpu, cuda };
+
+std::string_view to_string(device_kind kind);
+
+// Number of usable CUDA devices; 0 without a driver, without a GPU, or in a build without CUDA.
+int cuda_device_count();
+bool cuda_available();
+// cuda when a device exists, else cpu.
+device_kind default_device();
+// "cpu", "cuda" or "auto". Unknown names throw std::invalid_argument; "cuda" without a device
+// throws std::runtime_error saying why (no driver, no GPU, build without CUDA).
+device_kind parse_device(std::string_view name);
+// One line for the first progress line: "cuda:0 NVIDIA H200 (139.8 GiB, sm_90)" or "cpu (8 threads)".
+std::string describe_device(device_kind kind);
+
+struct cuda_device_properties {
+  int index = 0;
+  std::string name;
+  std::size_t memory_bytes = 0;
+  int compute_major = 0;
+  int compute_minor = 0;
+  double memory_bandwidth = 0;  // peak, bytes/s, from memory clock and bus width
+};
+// Properties of the current CUDA device; throws std::runtime_error without one.
+cuda_device_properties cuda_properties();
+
+namespace detail {
+void* device_allocate(device_kind kind, std::size_t bytes);
+void device_free(device_kind kind, void* pointer) noexcept;
+void device_copy_in(device_kind kind, void* device, const void* host, std::size_t bytes);
+void device_copy_out(device_kind kind, void* host, const void* device, std::size_t bytes);
+}  // namespace detail
+
+// An array in a device's memory (host heap for cpu, cudaMalloc for cuda). Its span() may only
+// be dereferenced on that device; copies to and from the host are synchronous.
+template <class T>
+class device_array {
+public:
+  device_array() = default;
+  device_array(device_kind kind, std::size_t size)
+      : kind_(kind), size_(size),
+        data_(static_cast<T*>(detail::device_allocate(kind, size * sizeof(T)))) {}
+  device_array(device_kind kind, std::span<const T> host) : device_array(kind, host.size()) {
+    copy_from(host);
+  }
+  device_array(device_array&& other) noexcept { swap(other); }
+  device_array& operator=(device_array&& other) noexcept {
+    device_array(std::move(other)).swap(*this);
+    return *this;
+  }
+  ~device_array() { detail::device_free(kind_, data_); }
+
+  device_kind kind() const { return kind_; }
+  std::size_t size() const { return size_; }
+  std::span<T> span() { return {data_, size_}; }
+  std::span<const T> span() const { return {data_, size_}; }
+
+  void copy_from(std::span<const T> host) {
+    check_size(host.size());
+    detail::device_copy_in(kind_, data_, host.data(), host.size_bytes());
+  }
+  void copy_to(std::span<T> host) const {
+    check_size(host.size());
+    detail::device_copy_out(kind_, host.data(), data_, host.size_bytes());
+  }
+  std::vector<T> to_host() const {
+    std::vector<T> host(size_);
+    copy_to(host);
+    return host;
+  }
+
+private:
+  void swap(device_array& other) noexcept {
+    std::swap(kind_, other.kind_);
+    std::swap(size_, other.size_);
+    std::swap(data_, other.data_);
+  }
+  void check_size(std::size_t host_size) const;
+
+  device_kind kind_ = device_kind::cpu;
+  std::size_t size_ = 0;
+  T* data_ = nullptr;
+};
+
+namespace detail {
+[[noreturn]] void throw_size_mismatch(std::size_t device_size, std::size_t host_size);
+}
+template <class T>
+void device_array<T>::check_size(std::size_t host_size) const {
+  if (host_size != size_) detail::throw_size_mismatch(size_, host_size);
+}
+
+}  // namespace accord

@@ -1,0 +1,78 @@
+#pragma once
+// The transport interface over NCCL (CUDA builds only). Collectives run natively on the
+// transport's own CUDA stream, so they overlap with compute on other streams; every call
+// blocks the calling thread (the communicator actor's) until its stream work is done.
+//
+// Host spans are staged through device buffers; the *_device calls take device memory of the
+// transport's GPU and skip the staging. Point-to-point: NCCL has no tags, so each send carries
+// a (tag, size) header that the receiver checks (a mismatch is drained, then a transport_error).
+// The sign vote never sums packed bits: packed words go all-to-all (ncclSend/ncclRecv), each
+// owner counts the votes of its word shard, and the result (majority bits, or the counts as
+// ceil(log2(size+1)) bit planes) is all-gathered.
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace accord {
+
+// ncclUniqueId as plain bytes: made by one rank, shipped to the others (e.g. over CAF).
+using nccl_unique_id = std::array<std::byte, 128>;
+nccl_unique_id make_nccl_unique_id();
+
+class nccl_transport final : public transport {
+public:
+  // Joins communicator `id` as `rank` of `size` on CUDA device `device`; blocks until all
+  // ranks have joined (one per process, or one per thread).
+  nccl_transport(const nccl_unique_id& id, int rank, int size, int device);
+  ~nccl_transport() override;
+  nccl_transport(const nccl_transport&) = delete;
+  nccl_transport& operator=(const nccl_transport&) = delete;
+
+  int rank() const override;
+  int size() const override;
+  int device() const;
+
+  void send(int peer, std::uint64_t tag, std::span<const std::byte> data) override;
+  void recv(int peer, std::uint64_t tag, std::span<std::byte> data) override;
+  void send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
+                 std::uint64_t tag) override;
+  transfer_stats stats() const override;
+
+  void all_reduce(std::span<float> data) override;
+  void all_reduce(std::span<double> data) override;
+  void reduce_scatter(std::span<float> data) override;
+  void all_gather(std::span<float> data) override;
+  void sign_majority(std::span<const std::uint64_t> signs, std::size_t count, std::uint64_t round,
+                     std::span<std::uint64_t> result) override;
+  void sign_counts(std::span<const std::uint64_t> signs, std::size_t count,
+                   std::span<std::uint16_t> plus_votes) override;
+
+  // The same collectives on memory of device(), without host staging.
+  void all_reduce_device(std::span<float> data);
+  void reduce_scatter_device(std::span<float> data);
+  void all_gather_device(std::span<float> data);
+
+private:
+  struct impl;
+  explicit nccl_transport(std::unique_ptr<impl> state);
+  friend std::vector<std::unique_ptr<nccl_transport>> make_nccl_group(std::span<const int> devices);
+
+  template <class T>
+  void all_reduce_host(std::span<T> data);
+  std::uint64_t* exchange_votes(std::span<const std::uint64_t> signs, std::size_t chunk);
+  void exchange_header(int to, std::uint64_t tag, std::size_t out_bytes, int from);
+  void finish_recv(int from, std::uint64_t tag, std::span<std::byte> data);
+
+  std::unique_ptr<impl> impl_;
+};
+
+// One communicator whose rank r runs on devices[r], for ranks driven by threads of this
+// process. NCCL refuses the same GPU twice in one communicator, so the devices must be
+// distinct: on a machine with one GPU the group has one rank.
+std::vector<std::unique_ptr<nccl_transport>> make_nccl_group(std::span<const int> devices);
+
+}  // namespace accord
