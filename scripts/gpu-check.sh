@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with an NVIDIA GPU (H100/H200: sm_90): builds the GPU parts in
+# their own build directory, runs the CPU/GPU parity and NCCL tests, then the benchmark, and
+# prints the figures. Budget: under 8 minutes (the build dominates; one architecture only).
+# Needs the Debian packages of scripts/setup.sh and CUDA 13 + NCCL under /usr/local/cuda.
+#   BUILD_DIR   build directory          (default: build-gpu-check)
+#   CUDA_ARCH   CMAKE_CUDA_ARCHITECTURES (default: 90)
+#   ELEMENTS    floats per kernel call   (default: 2^27, 512 MiB per buffer)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu-check}"
+start=$SECONDS
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DACCORD_WITH_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >/dev/null
+grep -q "^ACCORD_HAVE_CUDA\|CMAKE_CUDA_COMPILER:FILEPATH=/" "$BUILD_DIR/CMakeCache.txt" \
+  || { echo "gpu-check: CMake found no nvcc; nothing to check" >&2; exit 1; }
+cmake --build "$BUILD_DIR" --target test_gpu accord-bench-gpu --parallel "$(nproc)"
+echo "gpu-check: built in $((SECONDS - start)) s"
+
+# Run the test binary directly: on this machine a skipped GPU test is a failure.
+log="$BUILD_DIR/test_gpu.log"
+timeout 240 "$BUILD_DIR/tests/test_gpu" 2>&1 | tee "$log"
+if grep -q ACCORD_SKIPPED "$log"; then
+  echo "gpu-check: GPU tests were skipped: no usable CUDA device (driver?)" >&2
+  exit 1
+fi
+
+timeout 180 "$BUILD_DIR/apps/accord-bench-gpu" --device cuda --elements "${ELEMENTS:-134217728}" \
+  --iterations 20 --gpt-steps 5
+echo "gpu-check: done in $((SECONDS - start)) s"
