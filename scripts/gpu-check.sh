@@ -12,9 +12,9 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu-check}"
 start=$SECONDS
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DACCORD_WITH_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >/dev/null
-grep -q "^ACCORD_HAVE_CUDA\|CMAKE_CUDA_COMPILER:FILEPATH=/" "$BUILD_DIR/CMakeCache.txt" \
+configure_log=$(cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DACCORD_WITH_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}")
+grep -q "CUDA/NCCL parts ON" <<<"$configure_log" \
   || { echo "gpu-check: CMake found no nvcc; nothing to check" >&2; exit 1; }
 cmake --build "$BUILD_DIR" --target test_gpu accord-bench-gpu --parallel "$(nproc)"
 echo "gpu-check: built in $((SECONDS - start)) s"
