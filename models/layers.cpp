@@ -187,23 +187,26 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 namespace {
 constexpr float gelu_scale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float gelu_cubic = 0.044715f;
+
+// 0.5 (1 + tanh(u)) equals the logistic sigmoid of 2u: one expf instead of tanhf, which
+// costs several times more and dominated the GPT's profile.
+inline float gelu_gate(float x) {
+  const float u = gelu_scale * (x + gelu_cubic * x * x * x);
+  return 1.0f / (1.0f + std::exp(-2.0f * u));
+}
 }  // namespace
 
 void gelu_forward(float* out, const float* in, int count) {
-  for (size_t i = 0; i < size_t(count); ++i) {
-    const float x = in[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(gelu_scale * (x + gelu_cubic * x * x * x)));
-  }
+  for (size_t i = 0; i < size_t(count); ++i) out[i] = in[i] * gelu_gate(in[i]);
 }
 
+// d/dx [x s(2u)] = s + x 2 s (1 - s) u'(x), with s = sigmoid(2u).
 void gelu_backward(float* din, const float* dout, const float* in, int count) {
   for (size_t i = 0; i < size_t(count); ++i) {
     const float x = in[i];
-    const float u = gelu_scale * (x + gelu_cubic * x * x * x);
-    const float th = std::tanh(u);
+    const float s = gelu_gate(x);
     const float du = gelu_scale * (1.0f + 3.0f * gelu_cubic * x * x);
-    const float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
-    din[i] += local * dout[i];
+    din[i] += (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
   }
 }
 

@@ -50,8 +50,10 @@ mlp::mlp(const mlp_config& config) : config_(validated(config)) {
 
 std::string mlp::signature() const {
   std::string s = "mlp(inputs=" + to_string(config_.inputs) + ",hidden=[";
-  for (size_t i = 0; i < config_.hidden.size(); ++i)
-    s += (i ? "," : "") + to_string(config_.hidden[i]);
+  for (size_t i = 0; i < config_.hidden.size(); ++i) {
+    if (i) s += ',';
+    s += to_string(config_.hidden[i]);
+  }
   return s + "],classes=" + to_string(config_.classes) + ")";
 }
 
