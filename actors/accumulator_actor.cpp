@@ -29,7 +29,7 @@ struct accumulator_state {
 using self_pointer = accumulator_actor::stateful_pointer<accumulator_state>;
 
 tensor take_zeroed(accumulator_state& s) {
-  if (s.spares.empty()) return make_tensor(s.setup.parameter_count);
+  if (s.spares.empty()) return make_tensor(s.setup.parameter_count, s.setup.meter);
   tensor t = std::move(s.spares.back());
   s.spares.pop_back();
   std::fill(t->begin(), t->end(), 0.f);
@@ -123,7 +123,7 @@ void finish_round(self_pointer self) {
   report.wait_seconds = s.wait_seconds;
   report.parameter_hash = r.parameter_hash;
   report.traffic = r.traffic;
-  if (s.setup.wants_parameters(r.round)) report.parameters = std::make_shared<std::vector<float>>(*r.parameters);
+  if (s.setup.wants_parameters(r.round)) report.parameters = make_tensor(*r.parameters, s.setup.meter);
   self->send(s.setup.coordinator, std::move(report));
 
   // Between two micro-batches (compute is idle now): the new parameters take effect.
@@ -141,28 +141,22 @@ void finish_round(self_pointer self) {
 // The one place that decides what the worker does next.
 void advance(self_pointer self) {
   auto& s = self->state;
-  if (s.finished) return;
+  if (s.finished || s.computing) return;  // a micro-batch in flight belongs to the current round
   const auto& setup = s.setup;
   const bool overlap = overlaps_round(setup.pipe, s.round, setup.dpu_warmup);
   if (!s.in_flight) {
     // Overlapped rounds launch as soon as there is anything to send and fill up while in
     // flight; synchronous rounds launch once the accumulation is complete.
-    const std::size_t needed = overlap ? 1 : setup.accumulation;
-    if (s.since_launch >= needed && !s.computing)
-      launch_round(self);
-    if (!s.computing && (s.in_flight ? overlap : true)) request_micro_batch(self);
-    return;
-  }
-  if (s.computing) return;  // the micro-batch in flight belongs to this round: wait for it
-  if (s.arrived && (!overlap || s.since_launch >= setup.accumulation)) {
+    if (s.since_launch >= (overlap ? 1 : setup.accumulation)) launch_round(self);
+  } else if (s.arrived && (!overlap || s.since_launch >= setup.accumulation)) {
     finish_round(self);
     return;
   }
   const bool capped = setup.max_accumulation && s.since_launch >= setup.max_accumulation;
-  if (overlap && !capped)
+  if (!s.in_flight || (overlap && !capped))
     request_micro_batch(self);
   else if (!s.idle_since)
-    s.idle_since = clock_type::now();
+    s.idle_since = clock_type::now();  // compute waits for the round
 }
 
 accumulator_actor::behavior_type accumulator_behavior(self_pointer self, accumulator_setup setup) {

@@ -28,6 +28,7 @@ struct accumulator_setup {
   compute_actor compute;
   communicator_actor communicator;
   coordinator_actor coordinator;
+  std::shared_ptr<memory_meter> meter;
 };
 
 accumulator_actor spawn_accumulator_actor(caf::actor_system& system, accumulator_setup setup);

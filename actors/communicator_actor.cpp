@@ -1,7 +1,6 @@
 #include "actors/communicator_actor.hpp"
 
 #include <chrono>
-#include <cstring>
 
 namespace accord {
 namespace {
@@ -48,17 +47,6 @@ communicator_actor::behavior_type communicator_behavior(
 communicator_actor spawn_communicator_actor(caf::actor_system& system,
                                             std::shared_ptr<communicator_setup> setup) {
   return system.spawn<caf::detached>(communicator_behavior, std::move(setup));
-}
-
-std::uint64_t hash_parameters(const std::vector<float>& parameters) {
-  // FNV-1a over 32-bit words: fast, and any bit difference between replicas shows.
-  std::uint64_t h = 14695981039346656037ull;
-  for (float f : parameters) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    h = (h ^ bits) * 1099511628211ull;
-  }
-  return h;
 }
 
 }  // namespace accord

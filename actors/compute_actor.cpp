@@ -20,7 +20,7 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
         auto& spares = self->state.spare_gradients;
         tensor gradient;
         if (spares.empty()) {
-          gradient = make_tensor(s.parameters->size());
+          gradient = make_tensor(s.parameters->size(), s.meter);
         } else {
           gradient = std::move(spares.back());
           spares.pop_back();

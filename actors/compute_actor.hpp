@@ -24,6 +24,7 @@ struct compute_setup {
   std::uint64_t position = 0;  // micro-batches of the stream already consumed
   tensor parameters;
   double speed_factor = 1.0;   // > 1 emulates slower hardware
+  std::shared_ptr<memory_meter> meter;
 };
 
 compute_actor spawn_compute_actor(caf::actor_system& system, std::shared_ptr<compute_setup> setup);

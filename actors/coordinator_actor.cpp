@@ -151,7 +151,8 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
   m.micro_batches = static_cast<std::uint64_t>(progress.global.micro_batches);
   m.seconds = std::chrono::duration<double>(now - s.started).count();
   const double step_seconds = std::chrono::duration<double>(now - s.last_step).count();
-  m.items_per_second = step_seconds > 0 ? progress.global.items / step_seconds : 0;
+  m.items = progress.global.items;
+  m.items_per_second = step_seconds > 0 ? m.items / step_seconds : 0;
   m.bits_per_parameter = 8.0 * s.step_bytes / s.setup.workers / static_cast<double>(s.setup.parameter_count);
   m.hidden_fraction = s.step_communication > 0
                           ? std::clamp(1.0 - s.step_wait / s.step_communication, 0.0, 1.0)

@@ -105,6 +105,8 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
 
   inproc_fabric fabric(workers, link);
   auto result = std::make_shared<job_result>();
+  auto meter = std::make_shared<memory_meter>();
+  std::size_t state_bytes = 0;
   caf::actor_system_config system_config;
   system_config.set("scheduler.max-threads", std::max(2, cores));
   std::optional<std::string> failure;
@@ -135,12 +137,14 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
       compute->net = prototype.clone();
       compute->data = train;
       compute->stream = {rank, workers, config.micro_batch};
-      compute->parameters = std::make_shared<std::vector<float>>(initial);
+      compute->parameters = make_tensor(initial, meter);
+      compute->meter = meter;
       compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[rank];
       auto communication = std::make_shared<communicator_setup>();
       communication->link = fabric.endpoint(rank);
       communication->rule = make_update_rule(algo.aggregate, optimizer, initial, workers, rank);
       communication->hash_interval = config.replica_check_interval;
+      state_bytes += communication->rule->state_bytes();
 
       accumulator_setup accumulation;
       accumulation.rank = rank;
@@ -159,6 +163,7 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
       accumulation.compute = spawn_compute_actor(system, std::move(compute));
       accumulation.communicator = spawn_communicator_actor(system, std::move(communication));
       accumulation.coordinator = coordinator;
+      accumulation.meter = meter;
       everyone.push_back(caf::actor_cast<caf::actor>(accumulation.compute));
       everyone.push_back(caf::actor_cast<caf::actor>(accumulation.communicator));
       accumulators.push_back(spawn_accumulator_actor(system, std::move(accumulation)));
@@ -173,6 +178,10 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     for (auto& a : everyone) self->send_exit(a, caf::exit_reason::user_shutdown);
   }
   if (failure) throw std::runtime_error(*failure);
+  const std::size_t parameter_bytes = initial.size() * sizeof(float);
+  result->state_bytes_per_worker = state_bytes / static_cast<std::size_t>(workers);
+  result->peak_bytes_per_worker = meter->peak / static_cast<std::size_t>(workers) + result->state_bytes_per_worker;
+  result->minimum_bytes_per_worker = 3 * parameter_bytes + result->state_bytes_per_worker;
   return std::move(*result);
 }
 

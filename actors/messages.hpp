@@ -6,6 +6,7 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -14,7 +15,22 @@ namespace accord {
 
 using tensor = std::shared_ptr<std::vector<float>>;
 
-inline tensor make_tensor(std::size_t size) { return std::make_shared<std::vector<float>>(size); }
+// Counts the bytes of a job's tensors alive at once, so benchmarks can print the peak memory
+// per worker beside the theoretical minimum.
+struct memory_meter {
+  std::atomic<std::size_t> live{0};
+  std::atomic<std::size_t> peak{0};
+  void add(std::size_t bytes) {
+    const std::size_t now = live.fetch_add(bytes) + bytes;
+    std::size_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  }
+};
+
+// A tensor of `size` zeros (or a copy of `from`) whose bytes count on `meter` while alive.
+tensor make_tensor(std::size_t size, const std::shared_ptr<memory_meter>& meter);
+tensor make_tensor(const std::vector<float>& from, const std::shared_ptr<memory_meter>& meter);
 
 // One micro-batch's gradient from a compute actor.
 struct gradient_result {

@@ -52,7 +52,8 @@ struct step_metrics {
   double train_loss = 0;           // mean micro-batch loss of the step, over all workers
   double eval_loss = -1;           // at this step's parameters, when evaluated (else -1)
   double seconds = 0;              // wall time since the job started
-  double items_per_second = 0;     // tokens (language model) or examples, all workers
+  double items = 0;                // tokens (language model) or examples in the step, all workers
+  double items_per_second = 0;
   double bits_per_parameter = 0;   // sent per worker for this step, averaged over workers
   double hidden_fraction = 0;      // of communication time that compute kept busy
   std::uint64_t micro_batches = 0; // summed over workers for this step
@@ -72,6 +73,12 @@ struct job_result {
   std::uint64_t bytes_sent = 0;    // all workers
   std::uint64_t rounds = 0;
   bool replicas_identical = true;  // every replica check agreed
+  // Memory per worker: what the optimizer keeps (master weights + state, sharded where the
+  // algorithm allows), the peak of parameter/gradient buffers plus that state, and the
+  // theoretical minimum: parameters + two gradient buffers + that state.
+  std::size_t state_bytes_per_worker = 0;
+  std::size_t peak_bytes_per_worker = 0;
+  std::size_t minimum_bytes_per_worker = 0;
 };
 
 std::vector<std::string> algorithm_names();

@@ -1,0 +1,37 @@
+#include "actors/messages.hpp"
+
+#include <cstring>
+
+namespace accord {
+
+namespace {
+tensor metered(std::vector<float>* storage, const std::shared_ptr<memory_meter>& meter) {
+  const std::size_t bytes = storage->size() * sizeof(float);
+  meter->add(bytes);
+  return tensor(storage, [meter, bytes](std::vector<float>* v) {
+    meter->live -= bytes;
+    delete v;
+  });
+}
+}  // namespace
+
+tensor make_tensor(std::size_t size, const std::shared_ptr<memory_meter>& meter) {
+  return metered(new std::vector<float>(size), meter);
+}
+
+tensor make_tensor(const std::vector<float>& from, const std::shared_ptr<memory_meter>& meter) {
+  return metered(new std::vector<float>(from), meter);
+}
+
+std::uint64_t hash_parameters(const std::vector<float>& parameters) {
+  // FNV-1a over 32-bit words: fast, and any bit difference between replicas shows.
+  std::uint64_t h = 14695981039346656037ull;
+  for (float f : parameters) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace accord

@@ -1,0 +1,75 @@
+// accord-bench-algorithms: the algorithms side by side on the same model, data and emulated
+// link, in one run: step time and its ratio to DDP, compute vs communication time, how much
+// communication was hidden, bits per parameter on the wire, and memory per worker.
+#include "apps/training_options.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace po = boost::program_options;
+using namespace accord;
+
+int main(int argc, char** argv) {
+  job_config defaults;
+  defaults.workers = 4;
+  defaults.steps = 30;
+  defaults.accumulation = 2;
+  defaults.link = "100mbit,100us";
+  defaults.eval_interval = 0;
+  defaults.replica_check_interval = 0;
+  po::options_description options("accord-bench-algorithms options");
+  options.add_options()("help,h", "show this help")
+      ("algos", po::value<std::string>()->default_value("ddp,dpu,acco,dlion-mavo,acco-dlion"),
+       "algorithms to compare; the first is the baseline of the ratios");
+  add_training_options(options, defaults);
+  try {
+    const auto flags = parse_flags(
+        argc, argv, options,
+        "usage: accord-bench-algorithms [options]\n"
+        "Runs each algorithm on the same model, data and emulated link and prints step time,\n"
+        "compute and communication time, hidden fraction, bits/param/step and memory per worker.\n"
+        "Synchronous algorithms accumulate --accumulation micro-batches per step; ACCO-style\n"
+        "ones half of it per stage (two stages per step), as in the ACCO paper.");
+    std::vector<std::string> names;
+    {
+      std::stringstream in(flags["algos"].as<std::string>());
+      for (std::string name; std::getline(in, name, ',');) names.push_back(name);
+    }
+    const std::uint64_t baseline_accumulation = flags["accumulation"].as<std::size_t>();
+    std::printf("%-11s %9s %6s %11s %11s %9s %7s %11s %8s %8s %9s %9s %9s\n", "algorithm", "step ms",
+                "xbase", "compute ms", "comm ms", "step/max", "hidden", "bits/param", "mb/step",
+                "eval", "peak MB", "min MB", "items/s");
+    double baseline_step = 0;
+    for (const auto& name : names) {
+      po::variables_map run_flags = flags;
+      training_setup setup = make_training_setup(run_flags);
+      setup.job.algorithm = name;
+      setup.job.eval_interval = 0;
+      const bool staged = name.rfind("acco", 0) == 0;
+      setup.job.accumulation = staged ? std::max<std::uint64_t>(1, baseline_accumulation / 2) : baseline_accumulation;
+      const job_result r = run_job(*setup.net, setup.train, setup.eval, setup.job);
+      const double steps = static_cast<double>(r.steps.size());
+      const double step_ms = 1e3 * r.seconds / steps;
+      const double compute_ms = 1e3 * r.compute_seconds / steps;
+      const double comm_ms = 1e3 * r.communication_seconds / steps;
+      if (baseline_step == 0) baseline_step = step_ms;
+      double micro_batches = 0, items = 0;
+      for (const auto& m : r.steps) {
+        micro_batches += static_cast<double>(m.micro_batches);
+        items += m.items;
+      }
+      std::printf("%-11s %9.1f %6.2f %11.1f %11.1f %9.2f %6.0f%% %11.2f %8.1f %8.4f %9.2f %9.2f %9.0f\n",
+                  name.c_str(), step_ms, step_ms / baseline_step, compute_ms, comm_ms,
+                  step_ms / std::max(compute_ms, comm_ms), 100 * r.hidden_fraction,
+                  r.bits_per_parameter_per_step, micro_batches / steps, r.final_eval_loss,
+                  r.peak_bytes_per_worker / 1e6, r.minimum_bytes_per_worker / 1e6, items / r.seconds);
+      std::fflush(stdout);
+    }
+    std::printf("compute/comm ms: per worker and step; step/max = step time / max(compute, comm) "
+                "(1.0: communication fully overlapped); mb/step: micro-batches per step, all workers; items/s: tokens or images per second, all workers\n");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accord-bench-algorithms: %s\n", e.what());
+    return 2;
+  }
+}
