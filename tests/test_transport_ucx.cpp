@@ -1,0 +1,284 @@
+// UCX transport: real UCX endpoints on 127.0.0.1, one thread per rank. Besides the shared
+// behaviour, frames are injected on real connections by a raw ucp "impostor" peer that speaks
+// the wire format of transport/ucx/ucx_wire.hpp, to check that wrong hellos, wrong sizes and
+// unexpected tags are rejected with errors naming the peer.
+#include <doctest/doctest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/ucx/ucx_transport.hpp"
+#include "transport_conformance.hpp"
+#include "transport/ucx/ucx_wire.hpp"
+
+using namespace accord;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A port with nobody listening (was free a moment ago).
+std::string unused_address() {
+  const ucx_listener probe("127.0.0.1:0");
+  return probe.address();
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const transport_error& e) {
+    return e.what();
+  }
+  return "no transport_error";
+}
+
+// A raw ucp client that dials a rank and then sends whatever the test wants.
+class impostor {
+public:
+  explicit impostor(const std::string& address) {
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_STREAM;
+    REQUIRE(ucp_init(&params, nullptr, &context_) == UCS_OK);
+    ucp_worker_params_t worker_params{};
+    REQUIRE(ucp_worker_create(context_, &worker_params, &worker_) == UCS_OK);
+
+    const auto colon = address.rfind(':');
+    sockaddr_in target{};
+    target.sin_family = AF_INET;
+    target.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
+    inet_pton(AF_INET, address.substr(0, colon).c_str(), &target.sin_addr);
+    ucp_ep_params_t ep_params{};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    ep_params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep_params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&target);
+    ep_params.sockaddr.addrlen = sizeof target;
+    REQUIRE(ucp_ep_create(worker_, &ep_params, &endpoint_) == UCS_OK);
+  }
+  ~impostor() {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    if (void* request = ucp_ep_close_nbx(endpoint_, &param); request && !UCS_PTR_IS_ERR(request)) ucp_request_free(request);
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+  }
+
+  void send_stream(std::span<const std::byte> bytes) {
+    ucp_request_param_t param{};
+    finish(ucp_stream_send_nbx(endpoint_, bytes.data(), bytes.size(), &param));
+  }
+  void send_hello(const ucx_wire::hello& h) {
+    const auto frame = ucx_wire::encode(h);
+    send_stream(frame);
+  }
+  ucx_wire::hello receive_answer() {
+    ucx_wire::hello_frame answer{};
+    std::size_t length = 0;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_STREAM_RECV_FLAG_WAITALL;
+    finish(ucp_stream_recv_nbx(endpoint_, answer.data(), answer.size(), &length, &param));
+    const auto decoded = ucx_wire::decode(answer);
+    REQUIRE(decoded.has_value());
+    return *decoded;
+  }
+  void send_frame(std::uint64_t wire_tag, std::span<const std::byte> bytes) {
+    ucp_request_param_t param{};
+    finish(ucp_tag_send_nbx(endpoint_, bytes.data(), bytes.size(), wire_tag, &param));
+  }
+  // Keeps this side's worker running while the rank under test works (its flushes need us).
+  template <class Future>
+  void progress_until_ready(Future& f) {
+    while (f.wait_for(0s) != std::future_status::ready) {
+      ucp_worker_progress(worker_);
+      std::this_thread::sleep_for(100us);
+    }
+  }
+
+private:
+  void finish(ucs_status_ptr_t request) {
+    REQUIRE_FALSE(UCS_PTR_IS_ERR(request));
+    if (!request) return;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (ucp_request_check_status(request) == UCS_INPROGRESS) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      ucp_worker_progress(worker_);
+    }
+    CHECK(ucp_request_check_status(request) == UCS_OK);
+    ucp_request_free(request);
+  }
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_ep_h endpoint_ = nullptr;
+};
+
+// Rank 0 of a two-rank job whose rank 1 is an impostor dialling from this thread.
+struct impostor_job {
+  ucx_options options;
+  std::vector<std::string> addresses;
+  std::unique_ptr<ucx_listener> listener;
+
+  impostor_job() {
+    options.job_id = 7;
+    options.epoch = 3;
+    options.connect_timeout = 5s;
+    options.operation_timeout = 2s;
+    options.net_devices = "lo";
+    listener = std::make_unique<ucx_listener>("127.0.0.1:0", options);
+    addresses = {listener->address(), "127.0.0.1:1"};
+  }
+  ucx_wire::hello honest_hello() const { return {ucx_wire::protocol_version, 1, 2, options.job_id, options.epoch}; }
+  // Starts rank 0's setup, then `what_rank0_does` with its transport, on another thread.
+  std::future<std::string> rank0(std::function<void(transport&)> what_rank0_does) {
+    return std::async(std::launch::async, [this, what_rank0_does] {
+      return error_of([&] {
+        auto t = std::move(*listener).connect(0, addresses);
+        what_rank0_does(*t);
+      });
+    });
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ucx transport conformance, shared memory and tcp on loopback") {
+  testing::run_transport_conformance("ucx", [](int world) { return make_ucx_loopback_group(world); });
+}
+
+TEST_CASE("ucx: detect_peer_failure (error mode PEER, tcp only) still moves data") {
+  ucx_options options;
+  options.detect_peer_failure = true;
+  auto group = make_ucx_loopback_group(2, options);
+  testing::run_ranks(group, [](transport& t) {
+    const auto out = testing::byte_pattern(1 << 20, t.rank());
+    std::vector<std::byte> in(out.size());
+    t.send_recv(1 - t.rank(), out, 1 - t.rank(), in, 5);
+    CHECK(in == testing::byte_pattern(1 << 20, 1 - t.rank()));
+  });
+}
+
+TEST_CASE("ucx: dialling a port nobody listens on fails within connect_timeout, naming the address") {
+  const std::string dead = unused_address();
+  ucx_options options;
+  options.connect_timeout = 1500ms;
+  options.net_devices = "lo";
+  const auto started = std::chrono::steady_clock::now();
+  const std::string error = error_of([&] { connect_ucx_rank(1, {dead, "127.0.0.1:0"}, options); });
+  CHECK(std::chrono::steady_clock::now() - started < 20s);  // a hang guard, not a timing assertion
+  CHECK(error.find("ucx rank 1: connection setup timed out") != std::string::npos);
+  CHECK(error.find("cannot connect to rank 0 at " + dead) != std::string::npos);
+}
+
+TEST_CASE("ucx: processes started at different times on fixed ports find each other, twice in a row") {
+  // Fixed ports exercise redialling (rank 1 starts first) and port reuse after close.
+  const std::vector<std::string> addresses{unused_address(), unused_address()};
+  ucx_options options;
+  options.net_devices = "lo";
+  options.connect_timeout = 10s;
+  for (int run = 0; run < 2; ++run) {
+    auto rank1 = std::async(std::launch::async, [&] {
+      auto t = connect_ucx_rank(1, addresses, options);
+      std::vector<std::byte> in(5);
+      t->recv(0, 1, in);
+      return in;
+    });
+    std::this_thread::sleep_for(300ms);
+    auto rank0 = connect_ucx_rank(0, addresses, options);
+    rank0->send(1, 1, testing::byte_pattern(5, run));
+    CHECK(rank1.get() == testing::byte_pattern(5, run));
+    CHECK(rank0->peer_address(1) == addresses[1]);
+  }
+}
+
+TEST_CASE("ucx: a peer that closes turns the wait for it into an error, not a hang") {
+  ucx_options options;
+  options.operation_timeout = 5s;
+  auto group = make_ucx_loopback_group(2, options);
+  group[1].reset();
+  std::vector<std::byte> in(16);
+  const std::string error = error_of([&] { group[0]->recv(1, 4, in); });
+  CHECK(error.find("ucx rank 0: peer 1 (127.0.0.1:") == 0);
+  CHECK(error.find("failed during tag 4") != std::string::npos);
+  CHECK(error_of([&] { group[0]->send(1, 4, in); }).find("cannot send tag 4 to peer 1") != std::string::npos);
+}
+
+TEST_CASE("ucx: a tag wider than a UCX frame tag carries is refused") {
+  auto group = make_ucx_loopback_group(2);
+  CHECK_THROWS_AS(group[0]->send(1, 1ull << 50, {}), std::invalid_argument);
+}
+
+TEST_CASE("ucx: injected frames with the wrong size or tag are rejected naming the peer") {
+  impostor_job job;
+  const std::vector<std::byte> twelve(12), twenty(20), sixteen(16);
+  std::vector<std::byte> in(16);
+  auto rank0_receives = [&in](transport& t) { t.recv(1, 5, in); };
+
+  SUBCASE("a short frame") {
+    auto rank0 = job.rank0(rank0_receives);
+    impostor fake(job.addresses[0]);
+    fake.send_hello(job.honest_hello());
+    CHECK(fake.receive_answer() == ucx_wire::hello{ucx_wire::protocol_version, 0, 2, 7, 3});
+    fake.send_frame(ucx_wire::frame_tag(1, 5), twelve);
+    fake.progress_until_ready(rank0);
+    CHECK(rank0.get() == "ucx rank 0: peer 1 (127.0.0.1:1) sent 12 bytes for tag 5, expected 16");
+  }
+  SUBCASE("an oversized frame") {
+    auto rank0 = job.rank0(rank0_receives);
+    impostor fake(job.addresses[0]);
+    fake.send_hello(job.honest_hello());
+    fake.receive_answer();
+    fake.send_frame(ucx_wire::frame_tag(1, 5), twenty);
+    fake.progress_until_ready(rank0);
+    CHECK(rank0.get().find("ucx rank 0: peer 1 (127.0.0.1:1) sent a frame larger than the 16 bytes expected for tag 5") == 0);
+  }
+  SUBCASE("a frame of another tag") {
+    auto rank0 = job.rank0(rank0_receives);
+    impostor fake(job.addresses[0]);
+    fake.send_hello(job.honest_hello());
+    fake.receive_answer();
+    fake.send_frame(ucx_wire::frame_tag(1, (1ull << 63) | 6), sixteen);
+    fake.progress_until_ready(rank0);
+    CHECK(rank0.get() == "ucx rank 0: no tag 5 from peer 1 (127.0.0.1:1) within 2 s; it sent collective #6 (16 bytes) instead");
+  }
+}
+
+TEST_CASE("ucx: a hello from another epoch, world or protocol is refused naming the client") {
+  impostor_job job;
+  auto expect_refusal = [&](const std::function<void(impostor&)>& speak, const std::string& problem) {
+    auto rank0 = job.rank0([](transport&) {});
+    impostor fake(job.addresses[0]);
+    speak(fake);
+    fake.progress_until_ready(rank0);
+    const std::string error = rank0.get();
+    CHECK(error.find("ucx rank 0: connection from 127.0.0.1:") == 0);
+    CHECK(error.find(problem) != std::string::npos);
+  };
+  SUBCASE("wrong epoch") {
+    auto h = job.honest_hello();
+    h.epoch = 4;
+    expect_refusal([&](impostor& f) { f.send_hello(h); }, "belongs to job 7 epoch 4, expected job 7 epoch 3");
+  }
+  SUBCASE("wrong world") {
+    auto h = job.honest_hello();
+    h.world = 3;
+    expect_refusal([&](impostor& f) { f.send_hello(h); }, "has world 3, expected 2");
+  }
+  SUBCASE("a rank that must not dial rank 0") {
+    auto h = job.honest_hello();
+    h.rank = 0;
+    expect_refusal([&](impostor& f) { f.send_hello(h); }, "claims rank 0, but only ranks 1..1 dial rank 0");
+  }
+  SUBCASE("not a hello at all") {
+    const std::vector<std::byte> junk(ucx_wire::hello_bytes, std::byte{0x5a});
+    expect_refusal([&](impostor& f) { f.send_stream(junk); }, "sent a frame that is not an accord hello");
+  }
+}

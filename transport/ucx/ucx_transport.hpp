@@ -1,0 +1,103 @@
+#pragma once
+// UCX (ucp) transport between processes and machines.
+//
+// Each rank owns one UCX context and one worker, driven only by the thread that calls the
+// transport (the communicator actor's), so the worker runs in serialized mode and nothing
+// progresses in the background. Connection setup is by sockaddr: every rank listens, rank i
+// dials every rank j < i and the two exchange a hello naming rank, world, job and epoch
+// (transport/ucx/ucx_wire.hpp), so each pair has exactly one endpoint. Bulk data travels as
+// UCX tag messages straight between the callers' buffers (eager for small, rendezvous/zero-copy
+// for large frames); the UCX tag names sender and transport tag, and every receive checks the
+// frame size, so a wrong or stray frame is a transport_error naming the peer.
+//
+// Shared memory vs tcp: UCX 1.13 uses sysv/posix/cma between processes of one machine only in
+// error-handling mode NONE. detect_peer_failure=true selects mode PEER (a dead peer becomes a
+// prompt error), which silently restricts UCX to tcp: on loopback ~2.5 GB/s instead of
+// ~4-6 GB/s. The default is false: peers on the same machine keep shared-memory bandwidth, a
+// closed peer is still reported by the connection manager, and a crashed or hung one by
+// operation_timeout. Multi-machine jobs over tcp lose nothing by turning it on.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace accord {
+
+struct ucx_options {
+  // Both sides of every connection must agree; a hello from another job or epoch is refused.
+  std::uint64_t job_id = 0;
+  std::uint64_t epoch = 0;
+  // Setup keeps redialling a peer that is not listening yet until this much time has passed.
+  std::chrono::milliseconds connect_timeout{30'000};
+  // Longest one blocking send/recv waits; generous because peers may lag by a whole step.
+  std::chrono::milliseconds operation_timeout{600'000};
+  bool detect_peer_failure = false;
+  // UCX_NET_DEVICES for this context only (e.g. "lo", "eth0", "mlx5_0:1"); empty keeps the
+  // environment's or UCX's default. Shared-memory transports are not affected by it.
+  std::string net_devices;
+};
+
+namespace detail {
+struct ucx_worker;
+}
+
+class ucx_transport;
+
+// First half of connection setup: this rank's UCX worker listening on `listen_address`
+// ("host:port", port 0 picks a free one). Its address() can be published (e.g. through the
+// control plane) before the addresses of all ranks are known.
+class ucx_listener {
+public:
+  explicit ucx_listener(const std::string& listen_address, ucx_options options = {});
+  ucx_listener(ucx_listener&&) noexcept;
+  ucx_listener& operator=(ucx_listener&&) noexcept;
+  ~ucx_listener();
+
+  // "host:port" with the port actually bound.
+  const std::string& address() const;
+
+  // Second half: connects to every other rank of `addresses` (indexed by rank; this rank's
+  // entry is not dialled) and returns the ready transport. Consumes the listener.
+  std::unique_ptr<ucx_transport> connect(int rank, const std::vector<std::string>& addresses) &&;
+
+private:
+  std::unique_ptr<detail::ucx_worker> worker_;
+};
+
+class ucx_transport final : public transport {
+public:
+  ~ucx_transport() override;
+
+  int rank() const override;
+  int size() const override;
+  void send(int peer, std::uint64_t tag, std::span<const std::byte> data) override;
+  void recv(int peer, std::uint64_t tag, std::span<std::byte> data) override;
+  // Posts the receive and the send at once: rendezvous sends wait for their receiver, so
+  // "send, then receive" would deadlock a ring.
+  void send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
+                 std::uint64_t tag) override;
+  transfer_stats stats() const override;
+
+  // "host:port" this rank dialled or accepted for `peer`.
+  const std::string& peer_address(int peer) const;
+
+private:
+  friend class ucx_listener;
+  explicit ucx_transport(std::unique_ptr<detail::ucx_worker> worker);
+  std::unique_ptr<detail::ucx_worker> worker_;
+};
+
+// One rank of a multi-process job: listens on addresses[rank] and connects to the others.
+std::unique_ptr<ucx_transport> connect_ucx_rank(int rank, const std::vector<std::string>& addresses,
+                                                const ucx_options& options = {});
+
+// `world` ranks in this process on 127.0.0.1 (ephemeral ports, set up concurrently on one
+// thread per rank), for tests and benchmarks. Unless options.net_devices or the environment's
+// UCX_NET_DEVICES says otherwise, UCX is kept on "lo": it would otherwise add an eth0 rail even
+// for 127.0.0.1.
+std::vector<std::unique_ptr<transport>> make_ucx_loopback_group(int world, ucx_options options = {});
+
+}  // namespace accord
