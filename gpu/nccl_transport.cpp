@@ -150,6 +150,47 @@ struct nccl_transport::impl {
     cuda_check(cudaMemcpyAsync(data + mine.begin, padded + mine.begin, mine.size() * sizeof(float),
                                cudaMemcpyDeviceToDevice, stream), "copy");
   }
+
+  // Point-to-point runs in two phases, each one NCCL group that both directions join (NCCL
+  // sends may wait for their receiver, and a rank may send to itself): first a 2-word header
+  // (tag, bytes) each way, then the payloads, whose receive size the header told.
+  struct header {
+    std::uint64_t tag = 0, bytes = 0;
+  };
+  header exchange_headers(int to, std::uint64_t tag, std::size_t out_bytes, int from) {
+    std::uint64_t* words = buffer<std::uint64_t>(header_stage, 4);
+    const std::uint64_t out[2] = {tag, out_bytes};
+    copy_in(words, out, sizeof out);
+    check(ncclGroupStart(), "ncclGroupStart");
+    if (to >= 0) check(ncclSend(words, 2, ncclUint64, to, comm, stream), "ncclSend");
+    if (from >= 0) check(ncclRecv(words + 2, 2, ncclUint64, from, comm, stream), "ncclRecv");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    header got;
+    if (from >= 0) copy_out(&got, words + 2, sizeof got);
+    wait();
+    return got;
+  }
+  void exchange_payloads(int to, const std::byte* out, std::size_t out_bytes, int from, std::byte* in,
+                         std::size_t in_bytes) {
+    check(ncclGroupStart(), "ncclGroupStart");
+    if (to >= 0 && out_bytes) check(ncclSend(out, out_bytes, ncclUint8, to, comm, stream), "ncclSend");
+    if (from >= 0 && in_bytes) check(ncclRecv(in, in_bytes, ncclUint8, from, comm, stream), "ncclRecv");
+    check(ncclGroupEnd(), "ncclGroupEnd");
+    wait();
+    if (to >= 0) {
+      stats.bytes_sent += out_bytes;
+      ++stats.messages_sent;
+    }
+    stats.bytes_received += in_bytes;
+  }
+  // Copies a received payload out, or reports what arrived instead of what was expected.
+  void finish_recv(int from, header expected, header got, const std::byte* payload, std::span<std::byte> data) {
+    if (got.tag != expected.tag || got.bytes != expected.bytes)
+      fail("peer " + std::to_string(from) + " sent " + describe_tag(got.tag) + " of " + std::to_string(got.bytes) +
+           " bytes, expected " + describe_tag(expected.tag) + " of " + std::to_string(expected.bytes) + " bytes");
+    copy_out(data.data(), payload, data.size());
+    wait();
+  }
 };
 
 nccl_unique_id make_nccl_unique_id() {
@@ -201,58 +242,24 @@ int nccl_transport::size() const { return impl_->size; }
 int nccl_transport::device() const { return impl_->device; }
 transfer_stats nccl_transport::stats() const { return impl_->stats; }
 
-// Point-to-point: a 2-word header (tag, bytes) precedes each payload in the same group, so
-// the receiver can check both before it posts the payload receive.
-void nccl_transport::exchange_header(int to, std::uint64_t tag, std::size_t out_bytes, int from) {
-  impl& s = *impl_;
-  std::uint64_t* header = s.buffer<std::uint64_t>(header_stage, 4);
-  const std::uint64_t out_header[2] = {tag, out_bytes};
-  s.copy_in(header, out_header, sizeof out_header);
-  s.check(ncclGroupStart(), "ncclGroupStart");
-  if (to >= 0) s.check(ncclSend(header, 2, ncclUint64, to, s.comm, s.stream), "ncclSend");
-  if (from >= 0) s.check(ncclRecv(header + 2, 2, ncclUint64, from, s.comm, s.stream), "ncclRecv");
-  s.check(ncclGroupEnd(), "ncclGroupEnd");
-}
-
-void nccl_transport::finish_recv(int from, std::uint64_t tag, std::span<std::byte> data) {
-  impl& s = *impl_;
-  std::uint64_t got[2];
-  s.copy_out(got, s.buffer<std::uint64_t>(header_stage, 4) + 2, sizeof got);
-  s.wait();
-  const bool matches = got[0] == tag && got[1] == data.size();
-  std::byte* payload = s.buffer(recv_stage, got[1]);
-  if (got[1]) {
-    // A mismatched payload is still received (into staging) so the sender is not left hanging.
-    s.check(ncclRecv(payload, got[1], ncclUint8, from, s.comm, s.stream), "ncclRecv");
-    if (matches) s.copy_out(data.data(), payload, got[1]);
-  }
-  s.wait();
-  s.stats.bytes_received += got[1];
-  if (!matches)
-    s.fail("peer " + std::to_string(from) + " sent " + describe_tag(got[0]) + " of " + std::to_string(got[1]) +
-           " bytes, expected " + describe_tag(tag) + " of " + std::to_string(data.size()) + " bytes");
-}
-
 void nccl_transport::send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
   impl& s = *impl_;
   s.check_peer(peer, "send");
   s.activate();
   std::byte* payload = s.buffer(send_stage, data.size());
   s.copy_in(payload, data.data(), data.size());
-  s.check(ncclGroupStart(), "ncclGroupStart");
-  exchange_header(peer, tag, data.size(), -1);
-  if (!data.empty()) s.check(ncclSend(payload, data.size(), ncclUint8, peer, s.comm, s.stream), "ncclSend");
-  s.check(ncclGroupEnd(), "ncclGroupEnd");
-  s.wait();
-  s.stats.bytes_sent += data.size();
-  ++s.stats.messages_sent;
+  s.exchange_headers(peer, tag, data.size(), -1);
+  s.exchange_payloads(peer, payload, data.size(), -1, nullptr, 0);
 }
 
 void nccl_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> data) {
-  impl_->check_peer(peer, "recv");
-  impl_->activate();
-  exchange_header(-1, 0, 0, peer);
-  finish_recv(peer, tag, data);
+  impl& s = *impl_;
+  s.check_peer(peer, "recv");
+  s.activate();
+  const std::uint64_t bytes = s.exchange_headers(-1, 0, 0, peer).bytes;
+  std::byte* payload = s.buffer(recv_stage, bytes);
+  s.exchange_payloads(-1, nullptr, 0, peer, payload, bytes);
+  s.finish_recv(peer, {tag, data.size()}, {tag, bytes}, payload, data);
 }
 
 void nccl_transport::send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
@@ -261,16 +268,12 @@ void nccl_transport::send_recv(int to, std::span<const std::byte> out, int from,
   s.check_peer(to, "send_recv");
   s.check_peer(from, "send_recv");
   s.activate();
-  // Both directions in one group: NCCL sends may wait for their receiver.
   std::byte* payload = s.buffer(send_stage, out.size());
   s.copy_in(payload, out.data(), out.size());
-  s.check(ncclGroupStart(), "ncclGroupStart");
-  exchange_header(to, tag, out.size(), from);
-  if (!out.empty()) s.check(ncclSend(payload, out.size(), ncclUint8, to, s.comm, s.stream), "ncclSend");
-  s.check(ncclGroupEnd(), "ncclGroupEnd");
-  s.stats.bytes_sent += out.size();
-  ++s.stats.messages_sent;
-  finish_recv(from, tag, in);
+  const impl::header got = s.exchange_headers(to, tag, out.size(), from);
+  std::byte* received = s.buffer(recv_stage, got.bytes);
+  s.exchange_payloads(to, payload, out.size(), from, received, got.bytes);
+  s.finish_recv(from, {tag, in.size()}, got, received, in);
 }
 
 template <class T>

@@ -5,7 +5,8 @@
 //
 // Host spans are staged through device buffers; the *_device calls take device memory of the
 // transport's GPU and skip the staging. Point-to-point: NCCL has no tags, so each send carries
-// a (tag, size) header that the receiver checks (a mismatch is drained, then a transport_error).
+// a (tag, size) header that the receiver checks before it posts the payload receive (a mismatch
+// is still received, into staging, then reported as a transport_error naming the peer).
 // The sign vote never sums packed bits: packed words go all-to-all (ncclSend/ncclRecv), each
 // owner counts the votes of its word shard, and the result (majority bits, or the counts as
 // ceil(log2(size+1)) bit planes) is all-gathered.
@@ -64,8 +65,6 @@ private:
   template <class T>
   void all_reduce_host(std::span<T> data);
   std::uint64_t* exchange_votes(std::span<const std::uint64_t> signs, std::size_t chunk);
-  void exchange_header(int to, std::uint64_t tag, std::size_t out_bytes, int from);
-  void finish_recv(int from, std::uint64_t tag, std::span<std::byte> data);
 
   std::unique_ptr<impl> impl_;
 };
