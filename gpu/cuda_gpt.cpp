@@ -1,0 +1,352 @@
+// The CUDA GPT: the CPU gpt's forward and backward (models/gpt.cpp) step for step, with the
+// layer functions of gpu/cuda_layers.hpp over device buffers.
+#include "gpu/cuda_gpt.hpp"
+
+#include "gpu/cuda_check.hpp"
+#include "gpu/cuda_layers.hpp"
+#include "gpu/device.hpp"
+
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+namespace {
+
+using std::size_t;
+using std::to_string;
+
+size_t offset_of(const parameter_layout& layout, const std::string& name) {
+  for (const parameter_tensor& t : layout.tensors())
+    if (t.name == name) return t.offset;
+  throw std::logic_error("cuda_gpt: the gpt parameter layout has no tensor '" + name + "'");
+}
+
+// Grows `array` to at least `size` elements (contents are not kept) and returns its data.
+template <class T>
+T* at_least(device_array<T>& array, size_t size) {
+  if (array.size() < size) {
+    array = device_array<T>();  // free first: the old and new buffers need not fit together
+    array = device_array<T>(device_kind::cuda, size);
+  }
+  return array.span().data();
+}
+
+template <class T>
+void upload(cudaStream_t stream, device_array<T>& to, std::span<const T> from) {
+  cuda_check(cudaMemcpyAsync(at_least(to, from.size()), from.data(), from.size_bytes(),
+                             cudaMemcpyHostToDevice, stream),
+             "cudaMemcpyAsync to device");
+}
+
+void check_ids(const std::vector<std::int32_t>& ids, int vocab, const char* what) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw std::invalid_argument("cuda_gpt: batch " + std::string(what) + " " + to_string(ids[i]) +
+                                  " at index " + to_string(i) + " is outside the vocabulary [0, " +
+                                  to_string(vocab) + ")");
+}
+
+// The sequence length T of a valid batch; throws std::invalid_argument naming the problem.
+// The kernels index without bounds checks, so every id is checked here on the host.
+int validated_sequence(const batch& input, const gpt_config& config) {
+  if (input.examples == 0 || input.tokens.empty()) throw std::invalid_argument("cuda_gpt: batch is empty");
+  if (input.tokens.size() % input.examples != 0)
+    throw std::invalid_argument("cuda_gpt: batch has " + to_string(input.tokens.size()) +
+                                " tokens, not a multiple of its " + to_string(input.examples) + " examples");
+  const size_t sequence = input.tokens.size() / input.examples;
+  if (sequence > size_t(config.context))
+    throw std::invalid_argument("cuda_gpt: batch sequence length " + to_string(sequence) +
+                                " exceeds the context " + to_string(config.context));
+  if (input.targets.size() != input.tokens.size())
+    throw std::invalid_argument("cuda_gpt: batch has " + to_string(input.targets.size()) + " targets for " +
+                                to_string(input.tokens.size()) + " tokens");
+  check_ids(input.tokens, config.vocab, "token");
+  check_ids(input.targets, config.vocab, "target");
+  return int(sequence);
+}
+
+void check_size(size_t got, size_t expected, const char* what) {
+  if (got != expected)
+    throw std::invalid_argument("cuda_gpt: got " + to_string(got) + " " + what + ", expected " +
+                                to_string(expected));
+}
+
+}  // namespace
+
+struct cuda_gpt::device_state {
+  struct block_offsets {
+    size_t ln1_gain, ln1_bias, qkv_weight, qkv_bias, attn_proj_weight, attn_proj_bias;
+    size_t ln2_gain, ln2_bias, fc_weight, fc_bias, fc_proj_weight, fc_proj_bias;
+  };
+  // Rows of the batch grouped by token for the embedding backward (a counting sort on the
+  // host, where the tokens are anyway): group g is token ids[g] at positions[starts[g]..starts[g+1]).
+  struct token_groups {
+    std::vector<std::int32_t> positions, ids, starts;
+    void build(const std::vector<std::int32_t>& tokens, int vocab) {
+      std::vector<std::int32_t> first(size_t(vocab) + 1, 0);
+      for (std::int32_t t : tokens) ++first[size_t(t) + 1];
+      std::partial_sum(first.begin(), first.end(), first.begin());
+      ids.clear();
+      starts.clear();
+      for (int v = 0; v < vocab; ++v)
+        if (first[v + 1] > first[v]) {
+          ids.push_back(v);
+          starts.push_back(first[v]);
+        }
+      starts.push_back(std::int32_t(tokens.size()));
+      positions.resize(tokens.size());
+      for (size_t r = 0; r < tokens.size(); ++r) positions[size_t(first[tokens[r]]++)] = std::int32_t(r);
+    }
+  };
+
+  int device = 0;
+  cuda_layers::context context;
+  std::vector<block_offsets> blocks;
+  size_t token_embedding = 0, position_embedding = 0, final_ln_gain = 0, final_ln_bias = 0, head_weight = 0;
+
+  device_array<float> parameters, gradients;
+  device_array<std::int32_t> tokens, targets, group_positions, group_ids, group_starts;
+  // Activations, laid out as gpt::activations.
+  device_array<float> stream, attn_residual, ln1, ln1_mean, ln1_rstd, qkv, attn_probs, attn_out;
+  device_array<float> ln2, ln2_mean, ln2_rstd, fc, fc_gelu, final_ln, final_mean, final_rstd, probs;
+  device_array<double> row_losses;
+  // Gradient scratch, as gpt::activation_gradients; the logits gradient reuses probs.
+  device_array<float> d_stream, d_ln, d_qkv, d_attn_out, d_fc, d_fc_gelu, d_scores;
+
+  token_groups groups;
+  std::vector<double> host_row_losses;
+
+  device_state(const parameter_layout& layout, const gpt_config& config) {
+    if (!cuda_available()) throw std::runtime_error("cuda_gpt: no usable CUDA device on this machine");
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    for (int l = 0; l < config.layers; ++l) {
+      const std::string p = "block" + to_string(l) + ".";
+      auto at = [&](const char* name) { return offset_of(layout, p + name); };
+      blocks.push_back({at("ln1_gain"), at("ln1_bias"), at("qkv_weight"), at("qkv_bias"), at("attn_proj_weight"),
+                        at("attn_proj_bias"), at("ln2_gain"), at("ln2_bias"), at("fc_weight"), at("fc_bias"),
+                        at("fc_proj_weight"), at("fc_proj_bias")});
+    }
+    token_embedding = offset_of(layout, "token_embedding");
+    position_embedding = offset_of(layout, "position_embedding");
+    final_ln_gain = offset_of(layout, "final_ln_gain");
+    final_ln_bias = offset_of(layout, "final_ln_bias");
+    head_weight = config.tied_head ? token_embedding : offset_of(layout, "head_weight");
+
+    // Non-blocking: kernels of other streams (the NCCL transport's) need not wait for ours.
+    cuda_check(cudaStreamCreateWithFlags(&context.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (const cublasStatus_t status = cublasCreate(&context.blas); status != CUBLAS_STATUS_SUCCESS) {
+      cudaStreamDestroy(context.stream);
+      cuda_layers::cublas_check(status, "cublasCreate");
+    }
+    cuda_layers::cublas_check(cublasSetStream(context.blas, context.stream), "cublasSetStream");
+    // Plain fp32 products (no TF32 tensor cores), so CPU and GPU workers agree closely.
+    cuda_layers::cublas_check(cublasSetMathMode(context.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  }
+  ~device_state() {
+    cudaSetDevice(device);
+    cublasDestroy(context.blas);
+    cudaStreamDestroy(context.stream);
+  }
+  device_state(const device_state&) = delete;
+  device_state& operator=(const device_state&) = delete;
+
+  // Sizes the activations for (examples, sequence) and queues the uploads of the batch and
+  // the parameters.
+  void prepare(std::span<const float> host_parameters, const batch& input, int sequence,
+               const gpt_config& config) {
+    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    const size_t L = config.layers, C = config.width, V = config.vocab, H = config.heads;
+    const size_t B = input.examples, T = size_t(sequence), rows = B * T;
+    at_least(stream, (L + 1) * rows * C);
+    at_least(attn_residual, L * rows * C);
+    at_least(ln1, L * rows * C);
+    at_least(ln1_mean, L * rows);
+    at_least(ln1_rstd, L * rows);
+    at_least(qkv, L * rows * 3 * C);
+    at_least(attn_probs, L * B * H * T * T);
+    at_least(attn_out, L * rows * C);
+    at_least(ln2, L * rows * C);
+    at_least(ln2_mean, L * rows);
+    at_least(ln2_rstd, L * rows);
+    at_least(fc, L * rows * 4 * C);
+    at_least(fc_gelu, L * rows * 4 * C);
+    at_least(final_ln, rows * C);
+    at_least(final_mean, rows);
+    at_least(final_rstd, rows);
+    at_least(probs, rows * V);
+    at_least(row_losses, rows);
+    upload(context.stream, parameters, host_parameters);
+    upload<std::int32_t>(context.stream, tokens, input.tokens);
+    upload<std::int32_t>(context.stream, targets, input.targets);
+  }
+
+  // Queues the forward pass and the copy of the per-row losses to the host.
+  void forward(const gpt_config& config, int examples, int sequence) {
+    const int B = examples, T = sequence, C = config.width, V = config.vocab, H = config.heads;
+    const size_t rows = size_t(B) * T;
+    const int n = int(rows);
+    const cuda_layers::context& c = context;
+    const float* p = parameters.span().data();
+    float* s = stream.span().data();
+
+    cuda_layers::embedding_forward(c, s, tokens.span().data(), p + token_embedding, p + position_embedding, B, T, C);
+    for (size_t l = 0; l < blocks.size(); ++l) {
+      const block_offsets& w = blocks[l];
+      const float* in = s + l * rows * C;
+      float* mid = attn_residual.span().data() + l * rows * C;
+      float* out = s + (l + 1) * rows * C;
+      float* l1 = ln1.span().data() + l * rows * C;
+      float* q = qkv.span().data() + l * rows * 3 * C;
+      float* pr = attn_probs.span().data() + l * size_t(B) * H * T * T;
+      float* attn = attn_out.span().data() + l * rows * C;
+      float* l2 = ln2.span().data() + l * rows * C;
+      float* f = fc.span().data() + l * rows * 4 * C;
+      float* fg = fc_gelu.span().data() + l * rows * 4 * C;
+
+      cuda_layers::layernorm_forward(c, l1, ln1_mean.span().data() + l * rows, ln1_rstd.span().data() + l * rows,
+                                     in, p + w.ln1_gain, p + w.ln1_bias, n, C);
+      cuda_layers::matmul_forward(c, q, l1, p + w.qkv_weight, p + w.qkv_bias, n, C, 3 * C);
+      cuda_layers::attention_forward(c, attn, pr, q, B, T, C, H);
+      cuda_layers::matmul_forward(c, mid, attn, p + w.attn_proj_weight, p + w.attn_proj_bias, n, C, C);
+      cuda_layers::add_into(c, mid, in, n * C);
+
+      cuda_layers::layernorm_forward(c, l2, ln2_mean.span().data() + l * rows, ln2_rstd.span().data() + l * rows,
+                                     mid, p + w.ln2_gain, p + w.ln2_bias, n, C);
+      cuda_layers::matmul_forward(c, f, l2, p + w.fc_weight, p + w.fc_bias, n, C, 4 * C);
+      cuda_layers::gelu_forward(c, fg, f, n * 4 * C);
+      cuda_layers::matmul_forward(c, out, fg, p + w.fc_proj_weight, p + w.fc_proj_bias, n, 4 * C, C);
+      cuda_layers::add_into(c, out, mid, n * C);
+    }
+    const float* last = s + blocks.size() * rows * C;
+    cuda_layers::layernorm_forward(c, final_ln.span().data(), final_mean.span().data(), final_rstd.span().data(),
+                                   last, p + final_ln_gain, p + final_ln_bias, n, C);
+    float* logits = probs.span().data();  // softmax in place, as the CPU gpt
+    cuda_layers::matmul_forward(c, logits, final_ln.span().data(), p + head_weight, nullptr, n, C, V);
+    cuda_layers::softmax_crossentropy_forward(c, logits, row_losses.span().data(), logits, targets.span().data(), n,
+                                              V);
+    host_row_losses.resize(rows);
+    cuda_check(cudaMemcpyAsync(host_row_losses.data(), row_losses.span().data(), rows * sizeof(double),
+                               cudaMemcpyDeviceToHost, context.stream),
+               "cudaMemcpyAsync losses to host");
+  }
+
+  // Queues the backward pass into `gradients` (zeroed first); forward() must have run.
+  void backward(const gpt_config& config, const batch& input, int sequence, size_t parameter_count) {
+    const int B = int(input.examples), T = sequence, C = config.width, V = config.vocab, H = config.heads;
+    const size_t rows = size_t(B) * T;
+    const int n = int(rows);
+    const cuda_layers::context& c = context;
+    const cudaStream_t st = context.stream;
+    const float* p = parameters.span().data();
+    float* g = at_least(gradients, parameter_count);
+    float* ds = at_least(d_stream, rows * C);
+    float* dln = at_least(d_ln, rows * C);
+    float* dqkv = at_least(d_qkv, rows * 3 * C);
+    float* dattn = at_least(d_attn_out, rows * C);
+    float* dfc = at_least(d_fc, rows * 4 * C);
+    float* dfg = at_least(d_fc_gelu, rows * 4 * C);
+    float* dscores = at_least(d_scores, size_t(B) * H * T * T);
+    const float* s = stream.span().data();
+    auto zero = [&](float* data, size_t count) {
+      cuda_check(cudaMemsetAsync(data, 0, count * sizeof(float), st), "cudaMemsetAsync");
+    };
+
+    groups.build(input.tokens, V);
+    upload<std::int32_t>(st, group_positions, groups.positions);
+    upload<std::int32_t>(st, group_ids, groups.ids);
+    upload<std::int32_t>(st, group_starts, groups.starts);
+
+    zero(g, parameter_count);
+    zero(ds, rows * C);
+    float* dlogits = probs.span().data();  // overwrites the probabilities
+    cuda_layers::softmax_crossentropy_backward(c, dlogits, dlogits, targets.span().data(), n, V);
+    zero(dln, rows * C);
+    cuda_layers::matmul_backward(c, dln, g + head_weight, nullptr, dlogits, final_ln.span().data(), p + head_weight,
+                                 n, C, V);
+    cuda_layers::layernorm_backward(c, ds, g + final_ln_gain, g + final_ln_bias, dln, s + blocks.size() * rows * C,
+                                    p + final_ln_gain, final_mean.span().data(), final_rstd.span().data(), n, C);
+
+    for (size_t l = blocks.size(); l-- > 0;) {
+      const block_offsets& w = blocks[l];
+      const float* in = s + l * rows * C;
+      const float* mid = attn_residual.span().data() + l * rows * C;
+      const float* l1 = ln1.span().data() + l * rows * C;
+      const float* q = qkv.span().data() + l * rows * 3 * C;
+      const float* pr = attn_probs.span().data() + l * size_t(B) * H * T * T;
+      const float* attn = attn_out.span().data() + l * rows * C;
+      const float* l2 = ln2.span().data() + l * rows * C;
+      const float* f = fc.span().data() + l * rows * 4 * C;
+      const float* fg = fc_gelu.span().data() + l * rows * 4 * C;
+
+      zero(dfg, rows * 4 * C);
+      cuda_layers::matmul_backward(c, dfg, g + w.fc_proj_weight, g + w.fc_proj_bias, ds, fg, p + w.fc_proj_weight, n,
+                                   4 * C, C);
+      zero(dfc, rows * 4 * C);
+      cuda_layers::gelu_backward(c, dfc, dfg, f, n * 4 * C);
+      zero(dln, rows * C);
+      cuda_layers::matmul_backward(c, dln, g + w.fc_weight, g + w.fc_bias, dfc, l2, p + w.fc_weight, n, C, 4 * C);
+      cuda_layers::layernorm_backward(c, ds, g + w.ln2_gain, g + w.ln2_bias, dln, mid, p + w.ln2_gain,
+                                      ln2_mean.span().data() + l * rows, ln2_rstd.span().data() + l * rows, n, C);
+
+      zero(dattn, rows * C);
+      cuda_layers::matmul_backward(c, dattn, g + w.attn_proj_weight, g + w.attn_proj_bias, ds, attn,
+                                   p + w.attn_proj_weight, n, C, C);
+      zero(dqkv, rows * 3 * C);
+      cuda_layers::attention_backward(c, dqkv, dscores, dattn, q, pr, B, T, C, H);
+      zero(dln, rows * C);
+      cuda_layers::matmul_backward(c, dln, g + w.qkv_weight, g + w.qkv_bias, dqkv, l1, p + w.qkv_weight, n, C,
+                                   3 * C);
+      cuda_layers::layernorm_backward(c, ds, g + w.ln1_gain, g + w.ln1_bias, dln, in, p + w.ln1_gain,
+                                      ln1_mean.span().data() + l * rows, ln1_rstd.span().data() + l * rows, n, C);
+    }
+    cuda_layers::embedding_backward(c, g + token_embedding, g + position_embedding, ds, group_positions.span().data(),
+                                    group_ids.span().data(), group_starts.span().data(), int(groups.ids.size()), B,
+                                    T, C);
+  }
+
+  // Waits for the queued work and returns the mean of the row losses.
+  double finish() {
+    cuda_check(cudaStreamSynchronize(context.stream), "cuda_gpt step");
+    double total = 0.0;
+    for (double loss : host_row_losses) total += loss;
+    return total / double(host_row_losses.size());
+  }
+};
+
+cuda_gpt::cuda_gpt(const gpt_config& config)
+    : reference_(config), state_(std::make_unique<device_state>(reference_.layout(), reference_.config())) {}
+
+cuda_gpt::~cuda_gpt() = default;
+
+std::unique_ptr<model> cuda_gpt::clone() const {
+  cuda_check(cudaSetDevice(state_->device), "cudaSetDevice");
+  return std::make_unique<cuda_gpt>(config());
+}
+
+double cuda_gpt::evaluate(std::span<const float> parameters, const batch& input) {
+  check_size(parameters.size(), parameter_count(), "parameters");
+  const int sequence = validated_sequence(input, config());
+  state_->prepare(parameters, input, sequence, config());
+  state_->forward(config(), int(input.examples), sequence);
+  return state_->finish();
+}
+
+double cuda_gpt::forward_backward(std::span<const float> parameters, const batch& input,
+                                  std::span<float> gradients) {
+  check_size(parameters.size(), parameter_count(), "parameters");
+  check_size(gradients.size(), parameter_count(), "gradients");
+  const int sequence = validated_sequence(input, config());
+  device_state& d = *state_;
+  d.prepare(parameters, input, sequence, config());
+  d.forward(config(), int(input.examples), sequence);
+  d.backward(config(), input, sequence, parameter_count());
+  cuda_check(cudaMemcpyAsync(gradients.data(), d.gradients.span().data(), gradients.size_bytes(),
+                             cudaMemcpyDeviceToHost, d.context.stream),
+             "cudaMemcpyAsync gradients to host");
+  return d.finish();
+}
+
+}  // namespace accord

@@ -1,0 +1,54 @@
+#pragma once
+// The GPT of models/gpt.hpp on a CUDA device (CUDA builds only; make_gpt_on in
+// gpu/model_factory.hpp is the way to get one in any build). Same config, signature,
+// initialisation and flat parameter layout as the CPU gpt, so parameters, gradients and
+// workers move between devices unchanged and CPU and GPU workers can train together.
+//
+// The model interface takes host spans. Each call copies the parameters to the device (always:
+// the caller's optimizer updates them in place between calls, so neither the pointer nor the
+// size says whether they changed), runs on the device, and forward_backward copies the whole
+// gradient back. Activations stay on the device, grown to the largest batch shape seen.
+//
+// Arithmetic: fp32 throughout (cuBLAS without TF32), kernels without atomics, so a given batch
+// gives bitwise identical results on every call; against the CPU gpt the differences come from
+// summation order only (see tests/test_cuda_gpt.cpp for the tolerances).
+//
+// Threading: an instance runs on the CUDA device that was current when it was constructed, on
+// its own stream, and may be called from any thread (one call at a time); clone() for more.
+#include <accord/model.hpp>
+
+#include "models/gpt.hpp"
+
+#include <memory>
+
+namespace accord {
+
+class cuda_gpt final : public model {
+public:
+  // Throws std::invalid_argument for a bad config, std::runtime_error when CUDA fails (no device).
+  explicit cuda_gpt(const gpt_config& config);
+  ~cuda_gpt() override;
+
+  std::string signature() const override { return reference_.signature(); }
+  std::size_t parameter_count() const override { return reference_.parameter_count(); }
+  void initialize(std::span<float> parameters, std::uint64_t seed) const override {
+    reference_.initialize(parameters, seed);
+  }
+  double forward_backward(std::span<const float> parameters, const batch& input,
+                          std::span<float> gradients) override;
+  double evaluate(std::span<const float> parameters, const batch& input) override;
+  std::unique_ptr<model> clone() const override;
+
+  const gpt_config& config() const { return reference_.config(); }
+  const parameter_layout& layout() const { return reference_.layout(); }
+
+private:
+  struct device_state;
+
+  // The CPU model, for the config checks, layout, signature and initialisation; its own
+  // activation buffers stay empty because it never runs.
+  gpt reference_;
+  std::unique_ptr<device_state> state_;
+};
+
+}  // namespace accord
