@@ -2,6 +2,7 @@
 // ring all-gather (Gloo style), all-reduce as their composition, and the bit-packed sign vote
 // as an all-to-all of packed word shards (votes up) plus a ring all-gather (result down).
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <string>
 #include <vector>
@@ -224,6 +225,7 @@ void transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t co
     throw std::invalid_argument("sign_counts: plus_votes has " + std::to_string(plus_votes.size()) +
                                 " elements, expected " + std::to_string(count));
   const int world = size(), bits = count_bits(world);
+  if (world > 65535) throw std::invalid_argument("sign_counts: " + std::to_string(world) + " ranks overflow 16-bit vote counts");
   // Wire layout of the counts: owner s's block is the `bits` planes of its word shard, so
   // the blocks are contiguous and the all-gather moves `bits` bits per element.
   std::vector<std::uint64_t> packed(bits * signs.size());
@@ -234,12 +236,14 @@ void transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t co
     const shard words = shard_of(signs.size(), world, owner);
     const std::uint64_t* planes = packed.data() + words.begin * bits;
     for (std::size_t i = 0; i < words.size(); ++i) {
-      const std::size_t word = words.begin + i;
-      const std::size_t end = std::min(count, (word + 1) * 64);
-      for (std::size_t element = word * 64; element < end; ++element) {
+      std::array<std::uint64_t, 16> word_planes;  // counts fit std::uint16_t: at most 16 planes
+      for (int j = 0; j < bits; ++j) word_planes[j] = planes[j * words.size() + i];
+      const std::size_t first = (words.begin + i) * 64;
+      const std::size_t valid = std::min<std::size_t>(64, count - first);
+      for (std::size_t b = 0; b < valid; ++b) {
         unsigned votes = 0;
-        for (int j = 0; j < bits; ++j) votes |= ((planes[j * words.size() + i] >> (element % 64)) & 1u) << j;
-        plus_votes[element] = static_cast<std::uint16_t>(votes);
+        for (int j = 0; j < bits; ++j) votes |= static_cast<unsigned>((word_planes[j] >> b) & 1) << j;
+        plus_votes[first + b] = static_cast<std::uint16_t>(votes);
       }
     }
   }

@@ -2,7 +2,8 @@
 // The transport interface every backend implements (in-process, UCX, NCCL). Point-to-point
 // messages carry raw bytes; collectives default to ring algorithms written once over
 // send/recv (transport/collectives.cpp) and a backend with native collectives overrides them.
-// All calls block the calling thread: the communicator actor runs detached on its own thread.
+// All calls block the calling thread: the communicator actor runs detached on its own thread,
+// and an endpoint is used by one thread at a time.
 #include <cstddef>
 #include <cstdint>
 #include <span>
