@@ -94,9 +94,12 @@ void check(ucs_status_t status, const std::string& what) {
 constexpr int idle_spins = 200;
 constexpr int max_sleep_ms = 20;
 constexpr auto redial_delay = std::chrono::milliseconds(100);
-// A flush-close completes only once the peer's worker acknowledges; a peer that is not
-// progressing (destroyed later on the same thread, or gone) must not stall our teardown.
-constexpr auto close_timeout = std::chrono::milliseconds(250);
+// A flush-close completes only once the peer's worker acknowledges it. Peers closing at about
+// the same time answer within milliseconds; one that is busy or destroyed later on the same
+// thread must not stall our teardown (it sees the disconnect either way).
+constexpr auto close_timeout = std::chrono::milliseconds(50);
+// Cancelling a receive that already matched a rendezvous frame waits for the transfer to stop.
+constexpr auto cancel_timeout = std::chrono::seconds(1);
 
 template <auto destroy>
 struct handle_deleter {
@@ -564,7 +567,7 @@ void ucx_worker::abandon(std::span<operation> ops, const std::string& message) {
     if (op.is_receive) {
       // Once cancelled, the receive no longer writes into the caller's buffer.
       ucp_request_cancel(worker.get(), op.request);
-      const auto until = steady::now() + close_timeout;
+      const auto until = steady::now() + cancel_timeout;
       while (ucp_request_check_status(op.request) == UCS_INPROGRESS && steady::now() < until) progress(until);
       if (ucp_request_check_status(op.request) == UCS_INPROGRESS) broken = message;
     } else {

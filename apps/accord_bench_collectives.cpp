@@ -1,0 +1,141 @@
+// accord-bench-collectives: bus bandwidth of the ring collectives over UCX on loopback (ranks
+// as threads of this process), printed beside the raw UCX point-to-point bandwidth measured in
+// the same run, so the ratio shows what the collective layer costs on top of the wire.
+//
+// Bus bandwidth follows NCCL's convention: bytes moved per rank per second on the busiest link,
+// i.e. algorithm bandwidth (buffer bytes / time) times 2(N-1)/N for all-reduce and the sign
+// vote (votes up, result down) and (N-1)/N for reduce-scatter. Two raw baselines:
+//   pair:  rank 0 streams frames of the size to rank 1 while the others idle;
+//   ring:  every rank sends a frame of the size to its successor while receiving one from its
+//          predecessor (send_recv), the exact link pattern of a ring step.
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/ucx/ucx_transport.hpp"
+
+namespace po = boost::program_options;
+using namespace accord;
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+// Runs body(rank's transport) on one thread per rank; returns the slowest rank's seconds per
+// call after one warm-up call. Every rank makes the same calls, so they stay in lockstep.
+double time_on_all_ranks(std::vector<std::unique_ptr<transport>>& group, int calls,
+                         const std::function<void(transport&)>& body) {
+  std::vector<double> seconds(group.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < group.size(); ++r)
+    threads.emplace_back([&, r] {
+      transport& t = *group[r];
+      body(t);
+      std::vector<float> barrier(1);
+      t.all_reduce(barrier);
+      const auto start = steady::now();
+      for (int i = 0; i < calls; ++i) body(t);
+      seconds[r] = std::chrono::duration<double>(steady::now() - start).count() / calls;
+    });
+  for (auto& thread : threads) thread.join();
+  return *std::ranges::max_element(seconds);
+}
+
+double gigabytes_per_second(double bytes, double seconds) { return bytes / seconds / 1e9; }
+
+std::string human_bytes(std::size_t bytes) {
+  if (bytes >= (1u << 20)) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (1u << 10)) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ranks = 2;
+  std::size_t min_bytes = 0, max_bytes = 0;
+  double volume_mib = 0;
+  ucx_options options;
+  po::options_description flags(
+      "accord-bench-collectives: bus bandwidth of all_reduce / reduce_scatter / sign_majority over UCX on\n"
+      "loopback (ranks as threads), beside raw UCX point-to-point bandwidth from the same run.\nOptions");
+  flags.add_options()("help,h", "print this help")
+      ("ranks,n", po::value(&ranks)->default_value(2), "number of ranks (threads), 2..64")
+      ("min-bytes", po::value(&min_bytes)->default_value(1 << 12), "smallest message size in bytes")
+      ("max-bytes", po::value(&max_bytes)->default_value(64 << 20), "largest message size in bytes (sizes step x4)")
+      ("volume-mib", po::value(&volume_mib)->default_value(512),
+       "bytes per measurement and size, in MiB (sets the repetitions; at least 3)")
+      ("detect-peer-failure", po::bool_switch(&options.detect_peer_failure),
+       "UCX error mode PEER: tcp only, no shared memory (see transport/ucx/ucx_transport.hpp)")
+      ("net-devices", po::value(&options.net_devices)->default_value(""),
+       "UCX_NET_DEVICES for the ranks (default: lo, or the environment's)");
+  po::variables_map args;
+  try {
+    po::store(po::parse_command_line(argc, argv, flags), args);
+    po::notify(args);
+  } catch (const po::error& e) {
+    std::cerr << "accord-bench-collectives: " << e.what() << "\n";
+    return 2;
+  }
+  if (args.count("help")) {
+    std::cout << flags << "\n";
+    return 0;
+  }
+  if (ranks < 2 || ranks > 64 || min_bytes < 8 || max_bytes < min_bytes || volume_mib <= 0) {
+    std::cerr << "accord-bench-collectives: need 2 <= --ranks <= 64, 8 <= --min-bytes <= --max-bytes, --volume-mib > 0\n";
+    return 2;
+  }
+
+  try {
+    auto group = make_ucx_loopback_group(ranks, options);
+    const double ring_factor = 2.0 * (ranks - 1) / ranks, scatter_factor = double(ranks - 1) / ranks;
+    std::printf("UCX loopback, %d ranks as threads, %u hardware threads, error mode %s\n", ranks,
+                std::thread::hardware_concurrency(), options.detect_peer_failure ? "PEER (tcp)" : "NONE (shm+cma)");
+    std::printf("GB/s = 1e9 bytes/s; bus bandwidth per NCCL's convention; ratio = all_reduce bus / ring p2p\n");
+    std::printf("%10s %10s %10s %12s %12s %12s %7s\n", "size", "pair p2p", "ring p2p", "all_reduce", "red_scatter",
+                "sign_major", "ratio");
+    for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+      const int calls = std::max(3, static_cast<int>(volume_mib * (1 << 20) / static_cast<double>(bytes)));
+      const double size = static_cast<double>(bytes);
+
+      std::vector<std::vector<std::byte>> out(ranks, std::vector<std::byte>(bytes, std::byte{1}));
+      std::vector<std::vector<std::byte>> in(ranks, std::vector<std::byte>(bytes));
+      const double pair = time_on_all_ranks(group, calls, [&](transport& t) {
+        if (t.rank() == 0) t.send(1, 1, out[0]);
+        if (t.rank() == 1) t.recv(0, 1, in[1]);
+      });
+      const double ring = time_on_all_ranks(group, calls, [&](transport& t) {
+        const int r = t.rank();
+        t.send_recv((r + 1) % ranks, out[r], (r + ranks - 1) % ranks, in[r], 2);
+      });
+      std::vector<std::vector<float>> floats(ranks, std::vector<float>(bytes / sizeof(float), 1.0f));
+      const double all_reduce = time_on_all_ranks(group, calls, [&](transport& t) { t.all_reduce(floats[t.rank()]); });
+      const double reduce_scatter =
+          time_on_all_ranks(group, calls, [&](transport& t) { t.reduce_scatter(floats[t.rank()]); });
+      const std::size_t signs = bytes * 8;
+      std::vector<std::vector<std::uint64_t>> votes(ranks, std::vector<std::uint64_t>(packed_words(signs), 0x5a5a5a5aull));
+      std::vector<std::vector<std::uint64_t>> majority(ranks, std::vector<std::uint64_t>(packed_words(signs)));
+      const double vote = time_on_all_ranks(
+          group, calls, [&](transport& t) { t.sign_majority(votes[t.rank()], signs, 0, majority[t.rank()]); });
+
+      const double ring_bandwidth = gigabytes_per_second(size, ring);
+      const double all_reduce_bus = gigabytes_per_second(size, all_reduce) * ring_factor;
+      std::printf("%10s %10.2f %10.2f %12.2f %12.2f %12.2f %7.2f\n", human_bytes(bytes).c_str(),
+                  gigabytes_per_second(size, pair), ring_bandwidth, all_reduce_bus,
+                  gigabytes_per_second(size, reduce_scatter) * scatter_factor,
+                  gigabytes_per_second(size, vote) * ring_factor, all_reduce_bus / ring_bandwidth);
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "accord-bench-collectives: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
