@@ -5,9 +5,12 @@
 #include <doctest/doctest.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <ucp/api/ucp.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -21,6 +24,8 @@
 
 using namespace accord;
 using namespace std::chrono_literals;
+
+extern char** environ;
 
 namespace {
 
@@ -152,6 +157,68 @@ struct impostor_job {
 
 TEST_CASE("ucx transport conformance, shared memory and tcp on loopback") {
   testing::run_transport_conformance("ucx", [](int world) { return make_ucx_loopback_group(world); });
+}
+
+// Both ranks of the multi-process test run this: a send_recv large enough for rendezvous
+// (cross-process cma), an all-reduce and a sign vote, each checked against what it must give.
+static void exchange_with_other_process(transport& t) {
+  const int other = 1 - t.rank();
+  std::vector<std::byte> in(8 << 20);
+  t.send_recv(other, testing::byte_pattern(in.size(), t.rank()), other, in, 3);
+  CHECK(in == testing::byte_pattern(in.size(), other));
+  std::vector<float> data(1'000'003);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = testing::small_integer(t.rank(), i);
+  t.all_reduce(data);
+  bool sums_right = true;
+  for (std::size_t i = 0; i < data.size(); ++i)
+    sums_right &= data[i] == testing::small_integer(0, i) + testing::small_integer(1, i);
+  CHECK(sums_right);
+  const std::vector<std::uint64_t> mine{t.rank() == 0 ? 0b0011ull : 0b0101ull};
+  std::vector<std::uint16_t> counts(4);
+  t.sign_counts(mine, 4, counts);
+  CHECK(counts == std::vector<std::uint16_t>{2, 1, 1, 0});
+}
+
+constexpr const char* child_variable = "ACCORD_UCX_TEST_CHILD_ADDRESSES";
+
+// The other process of the test below: the same binary, started with only this case selected.
+TEST_CASE("ucx: rank 1 of the multi-process test (does nothing unless started by it)") {
+  const char* addresses = std::getenv(child_variable);
+  if (!addresses) return;
+  const std::string both = addresses;
+  const auto comma = both.find(',');
+  ucx_options options;
+  options.net_devices = "lo";
+  options.operation_timeout = 20s;
+  auto t = connect_ucx_rank(1, {both.substr(0, comma), both.substr(comma + 1)}, options);
+  exchange_with_other_process(*t);
+}
+
+TEST_CASE("ucx: two real processes connect and exchange over shared memory") {
+  ucx_options options;
+  options.net_devices = "lo";
+  options.operation_timeout = 20s;
+  ucx_listener listener("127.0.0.1:0", options);
+  const std::vector<std::string> addresses{listener.address(), unused_address()};
+
+  std::vector<std::string> environment{std::string(child_variable) + "=" + addresses[0] + "," + addresses[1]};
+  for (char** variable = environ; *variable; ++variable) environment.emplace_back(*variable);
+  std::vector<char*> envp;
+  for (auto& variable : environment) envp.push_back(variable.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe", only_child = "--test-case=ucx: rank 1 of the multi-process test*";
+  char* argv[] = {self.data(), only_child.data(), nullptr};
+  pid_t child = 0;
+  REQUIRE(posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) == 0);
+
+  {
+    auto t = std::move(listener).connect(0, addresses);
+    exchange_with_other_process(*t);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("ucx: detect_peer_failure (error mode PEER, tcp only) still moves data") {
