@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <iostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu/device.hpp"
 #include "gpu/kernels.hpp"
+#include "gpu/model_factory.hpp"
 #include "models/gpt.hpp"
 #include "transport/transport.hpp"
 #if ACCORD_HAVE_CUDA
@@ -99,14 +101,22 @@ void bench_nccl(std::size_t n, int iterations) {
 #endif
 }
 
+// forward_backward steps per second on one fixed batch, after one warm-up step.
+double gpt_steps_per_second(model& m, const std::vector<float>& parameters, const batch& input, int steps) {
+  std::vector<float> gradients(parameters.size());
+  m.forward_backward(parameters, input, gradients);
+  const auto start = std::chrono::steady_clock::now();
+  for (int s = 0; s < steps; ++s) m.forward_backward(parameters, input, gradients);
+  return steps / seconds(std::chrono::steady_clock::now() - start).count();
+}
+
+// The GPT on the chosen device and, for cuda, the CPU reference beside it. Times include the
+// host<->device copies of parameters and gradients that the model interface implies.
 void bench_gpt(device_kind device, int steps) {
-  if (device != device_kind::cpu) {
-    std::printf("gpt: no CUDA GPT in this build yet; CPU reference below\n");
-  }
   gpt_config config{256, 64, 4, 4, 128, true};
-  gpt model(config);
-  std::vector<float> parameters(model.parameter_count()), gradients(parameters.size());
-  model.initialize(parameters, 1);
+  auto on_device = make_gpt_on(device, config);
+  std::vector<float> parameters(on_device->parameter_count());
+  on_device->initialize(parameters, 1);
   batch input;
   input.examples = 8;
   std::mt19937 generator(2);
@@ -114,12 +124,15 @@ void bench_gpt(device_kind device, int steps) {
     input.tokens.push_back(static_cast<std::int32_t>(generator() % config.vocab));
     input.targets.push_back(static_cast<std::int32_t>(generator() % config.vocab));
   }
-  model.forward_backward(parameters, input, gradients);
-  const auto start = std::chrono::steady_clock::now();
-  for (int s = 0; s < steps; ++s) model.forward_backward(parameters, input, gradients);
-  const double per_step = seconds(std::chrono::steady_clock::now() - start).count() / steps;
-  std::printf("gpt %s (%zu parameters, batch 8x64) on cpu: %.1f steps/s, %.0f tokens/s\n",
-              model.signature().c_str(), parameters.size(), 1 / per_step, input.items() / per_step);
+  const double rate = gpt_steps_per_second(*on_device, parameters, input, steps);
+  std::printf("gpt %s (%zu parameters, batch 8x64) on %s: %.1f steps/s, %.0f tokens/s\n",
+              on_device->signature().c_str(), parameters.size(), std::string(to_string(device)).c_str(), rate,
+              rate * input.items());
+  if (device == device_kind::cpu) return;
+  auto cpu = make_gpt_on(device_kind::cpu, config);
+  const double cpu_rate = gpt_steps_per_second(*cpu, parameters, input, steps);
+  std::printf("gpt same batch on cpu: %.1f steps/s, %.0f tokens/s; %s/cpu = %.1fx\n", cpu_rate,
+              cpu_rate * input.items(), std::string(to_string(device)).c_str(), rate / cpu_rate);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, for a machine with an NVIDIA GPU (H100/H200: sm_90): builds the GPU parts in
-# their own build directory, runs the CPU/GPU parity and NCCL tests, then the benchmark, and
-# prints the figures. Budget: under 8 minutes (the build dominates; one architecture only).
+# their own build directory, runs the CPU/GPU parity tests (kernels, NCCL, the CUDA GPT), then
+# the benchmark (GPT steps/s on cuda beside the cpu), and prints the figures. Budget: under 8
+# minutes (the build dominates; one architecture only).
 # Needs the Debian packages of scripts/setup.sh and CUDA 13 + NCCL under /usr/local/cuda.
 #   BUILD_DIR   build directory          (default: build-gpu-check)
 #   CUDA_ARCH   CMAKE_CUDA_ARCHITECTURES (default: 90)
@@ -16,16 +17,19 @@ configure_log=$(cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAC
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}")
 grep -q "CUDA/NCCL parts ON" <<<"$configure_log" \
   || { echo "gpu-check: CMake found no nvcc; nothing to check" >&2; exit 1; }
-cmake --build "$BUILD_DIR" --target test_gpu accord-bench-gpu --parallel "$(nproc)"
+cmake --build "$BUILD_DIR" --target test_gpu test_cuda_gpt accord-bench-gpu --parallel "$(nproc)"
 echo "gpu-check: built in $((SECONDS - start)) s"
 
-# Run the test binary directly: on this machine a skipped GPU test is a failure.
-log="$BUILD_DIR/test_gpu.log"
-timeout 240 "$BUILD_DIR/tests/test_gpu" 2>&1 | tee "$log"
-if grep -q ACCORD_SKIPPED "$log"; then
-  echo "gpu-check: GPU tests were skipped: no usable CUDA device (driver?)" >&2
-  exit 1
-fi
+# Run the test binaries directly: on this machine a skipped GPU test is a failure.
+# test_gpu: kernels and NCCL; test_cuda_gpt: the CUDA GPT against the CPU GPT.
+for test in test_gpu test_cuda_gpt; do
+  log="$BUILD_DIR/$test.log"
+  timeout 240 "$BUILD_DIR/tests/$test" 2>&1 | tee "$log"
+  if grep -q ACCORD_SKIPPED "$log"; then
+    echo "gpu-check: $test was skipped: no usable CUDA device (driver?)" >&2
+    exit 1
+  fi
+done
 
 timeout 180 "$BUILD_DIR/apps/accord-bench-gpu" --device cuda --elements "${ELEMENTS:-134217728}" \
   --iterations 20 --gpt-steps 5
