@@ -182,7 +182,9 @@ struct ucx_worker {
     params.err_handler.arg = &l;
     return params;
   }
-  void close(link& l);
+  // Flush-closes (the peer sees an orderly disconnect) or, for a failed link, drops the
+  // endpoint; returns the close request while it is still completing.
+  void* close(link& l, bool flush);
   void drop(void*& request) {
     if (request) ucp_request_free(request);
     request = nullptr;
@@ -271,15 +273,8 @@ ucx_worker::~ucx_worker() {
   while (ucp_worker_progress(worker.get()) != 0) {
   }
   std::vector<void*> closing;
-  for (auto& l : links) {
-    if (!l->endpoint) continue;
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = l->failure != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    const ucs_status_ptr_t request = ucp_ep_close_nbx(l->endpoint, &param);
-    if (request && !UCS_PTR_IS_ERR(request)) closing.push_back(request);
-    l->endpoint = nullptr;
-  }
+  for (auto& l : links)
+    if (void* request = close(*l, l->failure == UCS_OK)) closing.push_back(request);
   const auto deadline = steady::now() + close_timeout;
   while (!closing.empty()) {
     std::erase_if(closing, [](void* request) { return poll_request(request) != UCS_INPROGRESS; });
@@ -292,22 +287,21 @@ ucx_worker::~ucx_worker() {
 void ucx_worker::progress(steady::time_point until) {
   for (int spin = 0; spin < idle_spins; ++spin)
     if (ucp_worker_progress(worker.get()) != 0) return;
-  const ucs_status_t armed = ucp_worker_arm(worker.get());
-  if (armed == UCS_ERR_BUSY) return;
-  check(armed, "ucp_worker_arm");
+  // UCS_ERR_BUSY: events arrived meanwhile, progress again (also runs in the destructor, so no throw).
+  if (ucp_worker_arm(worker.get()) != UCS_OK) return;
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - steady::now()).count();
   pollfd waiting{event_fd, POLLIN, 0};
   poll(&waiting, 1, static_cast<int>(std::clamp<long long>(left, 0, max_sleep_ms)));
 }
 
-void ucx_worker::close(link& l) {
-  if (!l.endpoint) return;
+void* ucx_worker::close(link& l, bool flush) {
+  if (!l.endpoint) return nullptr;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  param.flags = flush ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
   const ucs_status_ptr_t request = ucp_ep_close_nbx(l.endpoint, &param);
-  if (request && !UCS_PTR_IS_ERR(request)) ucp_request_free(request);
   l.endpoint = nullptr;
+  return UCS_PTR_IS_ERR(request) ? nullptr : request;
 }
 
 void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses) {
@@ -400,7 +394,8 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
         d.last_error = ucs_status_string(failure);
         drop(d.hello_send);
         drop_receive(d.answer_receive);
-        close(*d.current);
+        void* closing = close(*d.current, false);
+        drop(closing);
         d.current = nullptr;
         d.answered = false;
         d.next_attempt = now + redial_delay;
@@ -443,7 +438,8 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
         drop_receive(a->hello_receive);
         drop(a->answer_send);
         if (a->peer >= 0) peers[static_cast<std::size_t>(a->peer)] = nullptr;
-        close(*a->current);
+        void* closing = close(*a->current, false);
+        drop(closing);
         a->current = nullptr;
         continue;
       }
