@@ -1,0 +1,601 @@
+// accord-launch: starts N worker processes on this machine with torchrun's rendezvous variables,
+// forwards their output line by line with a rank prefix, and fails fast: the first worker that
+// fails stops all the others, and its status becomes the launcher's.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr int usage_exit = 2;
+constexpr int cannot_run_exit = 127;
+constexpr int timeout_exit = 124;
+
+constexpr const char* help_text = R"(usage: accord-launch -n N [options] -- PROGRAM [ARGS...]
+
+Starts N copies of PROGRAM on this machine, one per rank, and waits for them.
+
+Each worker gets torchrun's variables (read them with accord::rendezvous_from_environment):
+  RANK              rank-offset + local rank
+  LOCAL_RANK        0..N-1 on this machine
+  WORLD_SIZE        --world-size, or N
+  LOCAL_WORLD_SIZE  N
+  MASTER_ADDR       --master-addr
+  MASTER_PORT       --master-port, or a port that was free here at launch
+Their stdin is /dev/null; each line a worker writes to stdout (stderr) appears on the launcher's
+stdout (stderr) as "[rank R] line", whole lines only.
+
+When a worker exits non-zero or dies of a signal, one line names its rank and status, the others
+get SIGTERM, then SIGKILL after the grace period, and the launcher exits with that worker's exit
+status (128 + signal number for a signal). SIGINT, SIGTERM and SIGHUP sent to the launcher are
+forwarded to every worker (each runs in its own process group, so its children get them too); a
+second one sends SIGKILL at once.
+
+options:
+  -n, --nproc-per-node N   workers to start here (at least 1)
+  --master-addr HOST       rendezvous address of rank 0 (default 127.0.0.1)
+  --master-port PORT       rendezvous port, 1..65535 (default: a free port found by binding port 0;
+                           required when --world-size exceeds N, as every machine must agree)
+  --rank-offset R          rank of this machine's first worker (default 0), for multi-machine jobs
+  --world-size W           workers over all machines (default N); needs W >= R + N
+  --timeout SECONDS        stop the workers after this long and exit 124 (default: no limit)
+  --grace SECONDS          time between SIGTERM and SIGKILL when stopping workers (default 5)
+  -h, --help               show this help
+
+exit status: 0 when every worker exits 0; the first failed worker's status; 124 on timeout;
+128 + signal when the launcher was interrupted; 2 for bad flags; 127 when PROGRAM cannot be run.
+
+multi-machine example (2 machines x 4 workers, rank 0 on host-a):
+  host-a$ accord-launch -n 4 --world-size 8 --rank-offset 0 --master-addr host-a --master-port 29500 -- accord-train ...
+  host-b$ accord-launch -n 4 --world-size 8 --rank-offset 4 --master-addr host-a --master-port 29500 -- accord-train ...
+Under Slurm, `srun accord-train ...` needs no launcher: workers read SLURM_PROCID and friends.
+)";
+
+// Bad command line: one line on stderr and exit status 2.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The program cannot be started: one line on stderr and exit status 127.
+struct cannot_run_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct launch_options {
+  int workers = 0;
+  int rank_offset = 0;
+  std::optional<int> world_size;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;
+  std::optional<double> timeout_seconds;
+  double grace_seconds = 5.0;
+  std::vector<std::string> command;
+};
+
+int parse_int_flag(std::string_view flag, std::string_view text, int low, int high) {
+  int value = 0;
+  const auto [stop, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || stop != text.data() + text.size() || text.empty())
+    throw usage_error(std::string(flag) + " expects an integer, got '" + std::string(text) + "'");
+  if (value < low || value > high)
+    throw usage_error(std::string(flag) + " must be in " + std::to_string(low) + ".." +
+                      std::to_string(high) + ", got " + std::string(text));
+  return value;
+}
+
+double parse_seconds_flag(std::string_view flag, std::string_view text, bool allow_zero) {
+  const std::string copy(text);
+  char* stop = nullptr;
+  const double value = std::strtod(copy.c_str(), &stop);
+  const bool in_range = allow_zero ? value >= 0 : value > 0;
+  if (copy.empty() || *stop != '\0' || !in_range || value > 1e9)
+    throw usage_error(std::string(flag) + " expects " + (allow_zero ? "a non-negative" : "a positive") +
+                      " number of seconds, got '" + copy + "'");
+  return value;
+}
+
+// Returns nullopt for --help.
+std::optional<launch_options> parse_command_line(int argc, char** argv) {
+  launch_options options;
+  bool saw_workers = false;
+  bool saw_separator = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") {
+      saw_separator = true;
+      options.command.assign(argv + i + 1, argv + argc);
+      break;
+    }
+    if (arg == "-h" || arg == "--help") return std::nullopt;
+    // Accept both "--flag value" and "--flag=value".
+    std::string_view flag = arg;
+    std::optional<std::string_view> inline_value;
+    if (const auto equals = arg.find('='); arg.starts_with("--") && equals != std::string_view::npos) {
+      flag = arg.substr(0, equals);
+      inline_value = arg.substr(equals + 1);
+    }
+    const auto value = [&]() -> std::string_view {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) throw usage_error(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "-n" || flag == "--nproc-per-node") {
+      options.workers = parse_int_flag(flag, value(), 1, 1 << 16);
+      saw_workers = true;
+    } else if (flag == "--master-addr") {
+      options.master_addr = value();
+      if (options.master_addr.empty()) throw usage_error("--master-addr must not be empty");
+    } else if (flag == "--master-port") {
+      options.master_port = parse_int_flag(flag, value(), 1, 65535);
+    } else if (flag == "--rank-offset") {
+      options.rank_offset = parse_int_flag(flag, value(), 0, 1 << 30);
+    } else if (flag == "--world-size") {
+      options.world_size = parse_int_flag(flag, value(), 1, 1 << 30);
+    } else if (flag == "--timeout") {
+      options.timeout_seconds = parse_seconds_flag(flag, value(), false);
+    } else if (flag == "--grace") {
+      options.grace_seconds = parse_seconds_flag(flag, value(), true);
+    } else {
+      throw usage_error("unknown flag '" + std::string(arg) + "' (see --help)");
+    }
+  }
+  if (!saw_workers) throw usage_error("-n N is required (see --help)");
+  if (!saw_separator) throw usage_error("missing '--' before the program to launch");
+  if (options.command.empty()) throw usage_error("no program given after '--'");
+  const int world = options.world_size.value_or(options.rank_offset + options.workers);
+  if (options.rank_offset + options.workers > world)
+    throw usage_error("--rank-offset " + std::to_string(options.rank_offset) + " + -n " +
+                      std::to_string(options.workers) + " exceeds --world-size " + std::to_string(world));
+  if (world > options.workers && !options.master_port)
+    throw usage_error("--master-port is required when the job spans machines (--world-size " +
+                      std::to_string(world) + " > -n " + std::to_string(options.workers) + ")");
+  options.world_size = world;
+  return options;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat info {};
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// Resolves the program like execvp would, but up front so a typo is one clear line.
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (!is_executable_file(name)) throw usage_error("program '" + name + "' is not an executable file");
+    return name;
+  }
+  const char* path_variable = std::getenv("PATH");
+  const std::string search = path_variable != nullptr ? path_variable : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t begin = 0;
+  while (begin <= search.size()) {
+    std::size_t end = search.find(':', begin);
+    if (end == std::string::npos) end = search.size();
+    const std::string folder = end == begin ? "." : search.substr(begin, end - begin);
+    if (const std::string candidate = folder + "/" + name; is_executable_file(candidate)) return candidate;
+    begin = end + 1;
+  }
+  throw usage_error("program '" + name + "' not found in PATH");
+}
+
+// A port nobody listens on right now; rank 0 binds it moments later (torchrun does the same).
+int find_free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t size = sizeof address;
+  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0;
+  const int error = errno;
+  if (fd >= 0) close(fd);
+  if (!ok) throw std::runtime_error(std::string("cannot find a free port: ") + std::strerror(error));
+  return ntohs(address.sin_port);
+}
+
+std::string describe_signal(int signal_number) {
+  const char* name = strsignal(signal_number);
+  return "signal " + std::to_string(signal_number) + " (" + (name != nullptr ? name : "unknown") + ")";
+}
+
+// Signals arrive as bytes on a pipe that the poll loop watches (the self-pipe trick), so the
+// handler stays async-signal-safe and no wakeup is lost between checks.
+int signal_pipe_write_end = -1;
+
+void record_signal(int signal_number) {
+  const int saved = errno;
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  [[maybe_unused]] const ssize_t written = write(signal_pipe_write_end, &byte, 1);
+  errno = saved;
+}
+
+constexpr int forwarded_signals[] = {SIGINT, SIGTERM, SIGHUP};
+
+void make_pipe(int ends[2]) {
+  if (pipe2(ends, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+}
+
+// Writes all of `data`, waiting out a non-blocking destination; gives up quietly on a closed one
+// (e.g. the launcher's stdout piped into `head`) so the workers are still supervised.
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t written = write(fd, data.data(), data.size());
+    if (written >= 0) {
+      data.remove_prefix(static_cast<std::size_t>(written));
+    } else if (errno == EAGAIN) {
+      pollfd wait_for{fd, POLLOUT, 0};
+      poll(&wait_for, 1, -1);
+    } else if (errno != EINTR) {
+      return;
+    }
+  }
+}
+
+void say(const std::string& line) { write_all(STDERR_FILENO, "accord-launch: " + line + "\n"); }
+
+// One worker output stream (its stdout or stderr), cut into whole lines.
+struct output_stream {
+  int fd = -1;
+  int destination = STDOUT_FILENO;
+  std::string prefix;
+  std::string pending;  // bytes after the last newline
+
+  // A line that never ends is still forwarded once it is this long, so memory stays bounded.
+  static constexpr std::size_t longest_line = 1 << 20;
+
+  bool open() const { return fd >= 0; }
+
+  // Reads what is there now; on end of file flushes an unterminated last line and closes.
+  void read_available() {
+    char buffer[65536];
+    while (open()) {
+      const ssize_t got = read(fd, buffer, sizeof buffer);
+      if (got > 0) {
+        pending.append(buffer, static_cast<std::size_t>(got));
+        forward_lines(false);
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        forward_lines(true);
+        close(fd);
+        fd = -1;
+      } else if (errno == EAGAIN) {
+        return;
+      }
+    }
+  }
+
+  void forward_lines(bool at_end) {
+    std::string out;
+    std::size_t begin = 0;
+    for (std::size_t newline; (newline = pending.find('\n', begin)) != std::string::npos; begin = newline + 1)
+      out.append(prefix).append(pending, begin, newline - begin).push_back('\n');
+    pending.erase(0, begin);
+    if (!pending.empty() && (at_end || pending.size() >= longest_line)) {
+      out.append(prefix).append(pending).push_back('\n');
+      pending.clear();
+    }
+    if (!out.empty()) write_all(destination, out);
+  }
+};
+
+struct worker {
+  int rank = 0;
+  pid_t pid = -1;  // also its process group
+  bool running = false;
+  output_stream out;
+  output_stream err;
+};
+
+std::vector<std::string> worker_environment(const launch_options& options, int local_rank, int master_port) {
+  const std::pair<const char*, std::string> assigned[] = {
+      {"RANK", std::to_string(options.rank_offset + local_rank)},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", std::to_string(*options.world_size)},
+      {"LOCAL_WORLD_SIZE", std::to_string(options.workers)},
+      {"MASTER_ADDR", options.master_addr},
+      {"MASTER_PORT", std::to_string(master_port)},
+  };
+  std::vector<std::string> environment;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text = *entry;
+    const bool replaced = std::any_of(std::begin(assigned), std::end(assigned), [&](const auto& pair) {
+      const std::string_view name = pair.first;
+      return text.size() > name.size() && text.starts_with(name) && text[name.size()] == '=';
+    });
+    if (!replaced) environment.emplace_back(text);
+  }
+  for (const auto& [name, value] : assigned) environment.push_back(std::string(name) + "=" + value);
+  return environment;
+}
+
+std::vector<char*> as_pointers(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (auto& text : strings) pointers.push_back(text.data());
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+// Forks and execs one worker in its own process group with stdout/stderr on fresh pipes. An exec
+// failure comes back over a close-on-exec pipe as errno and is thrown as cannot_run_error.
+void start_worker(worker& w, const std::string& program, std::vector<std::string> arguments,
+                  std::vector<std::string> environment) {
+  std::vector<char*> argv = as_pointers(arguments);
+  std::vector<char*> envp = as_pointers(environment);
+  int out[2], err[2], exec_status[2];
+  make_pipe(out);
+  make_pipe(err);
+  make_pipe(exec_status);
+  const pid_t launcher = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
+    setpgid(0, 0);
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed launcher leaves no orphans behind
+    if (getppid() != launcher) _exit(cannot_run_exit);
+#endif
+    signal(SIGPIPE, SIG_DFL);  // ignored dispositions would survive exec
+    const int null_input = open("/dev/null", O_RDONLY);
+    if (null_input < 0 || dup2(null_input, STDIN_FILENO) < 0 || dup2(out[1], STDOUT_FILENO) < 0 ||
+        dup2(err[1], STDERR_FILENO) < 0)
+      _exit(cannot_run_exit);
+    execve(program.c_str(), argv.data(), envp.data());
+    const int error = errno;
+    [[maybe_unused]] const ssize_t written = write(exec_status[1], &error, sizeof error);
+    _exit(cannot_run_exit);
+  }
+  setpgid(pid, pid);  // also here, so signals can target the group before the child runs
+  close(out[1]);
+  close(err[1]);
+  close(exec_status[1]);
+  int exec_error = 0;
+  ssize_t got;
+  do got = read(exec_status[0], &exec_error, sizeof exec_error);
+  while (got < 0 && errno == EINTR);
+  close(exec_status[0]);
+  fcntl(out[0], F_SETFL, O_NONBLOCK);
+  fcntl(err[0], F_SETFL, O_NONBLOCK);
+  w.pid = pid;
+  w.running = true;
+  const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
+  w.out = output_stream{out[0], STDOUT_FILENO, prefix, {}};
+  w.err = output_stream{err[0], STDERR_FILENO, prefix, {}};
+  if (got == static_cast<ssize_t>(sizeof exec_error))
+    throw cannot_run_error("cannot run '" + program + "': " + std::strerror(exec_error));
+}
+
+class supervisor {
+ public:
+  explicit supervisor(const launch_options& options) : options_(options) {}
+
+  int run(const std::string& program) {
+    install_signal_handlers();
+    const int master_port = options_.master_port ? *options_.master_port : find_free_port();
+    const auto started = clock_type::now();
+    if (options_.timeout_seconds) job_deadline_ = started + to_duration(*options_.timeout_seconds);
+    workers_.resize(static_cast<std::size_t>(options_.workers));
+    for (int local = 0; local < options_.workers; ++local) {
+      worker& w = workers_[static_cast<std::size_t>(local)];
+      w.rank = options_.rank_offset + local;
+      try {
+        start_worker(w, program, options_.command, worker_environment(options_, local, master_port));
+      } catch (const std::exception& error) {
+        // Workers already running must not outlive a launch that failed halfway.
+        say(error.what());
+        exit_status_ = dynamic_cast<const cannot_run_error*>(&error) != nullptr ? cannot_run_exit : 1;
+        stop(SIGTERM);
+        break;
+      }
+    }
+    supervise();
+    return exit_status_;
+  }
+
+ private:
+  static clock_type::duration to_duration(double seconds) {
+    return std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+  }
+
+  void install_signal_handlers() {
+    int ends[2];
+    make_pipe(ends);
+    fcntl(ends[0], F_SETFL, O_NONBLOCK);
+    fcntl(ends[1], F_SETFL, O_NONBLOCK);
+    signal_pipe_read_end_ = ends[0];
+    signal_pipe_write_end = ends[1];
+    struct sigaction action {};
+    action.sa_handler = record_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &action, nullptr);
+    for (const int signal_number : forwarded_signals) sigaction(signal_number, &action, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+  }
+
+  void supervise() {
+    std::optional<clock_type::time_point> drain_deadline;
+    while (true) {
+      reap();
+      const bool any_running = std::any_of(workers_.begin(), workers_.end(), [](const worker& w) { return w.running; });
+      const bool any_open = std::any_of(workers_.begin(), workers_.end(),
+                                        [](const worker& w) { return w.out.open() || w.err.open(); });
+      if (!any_running) {
+        // A worker's own children may keep its pipes open; give them the grace period, no more.
+        if (!any_open) break;
+        if (!drain_deadline) drain_deadline = clock_type::now() + to_duration(options_.grace_seconds);
+        if (clock_type::now() >= *drain_deadline) break;
+      }
+      wait_for_events(drain_deadline);
+      check_deadlines();
+    }
+    for (worker& w : workers_) {
+      for (output_stream* stream : {&w.out, &w.err})
+        if (stream->open()) {
+          stream->forward_lines(true);
+          close(stream->fd);
+          stream->fd = -1;
+        }
+    }
+  }
+
+  void wait_for_events(std::optional<clock_type::time_point> drain_deadline) {
+    std::vector<pollfd> watched{{signal_pipe_read_end_, POLLIN, 0}};
+    std::vector<output_stream*> streams;
+    for (worker& w : workers_)
+      for (output_stream* stream : {&w.out, &w.err})
+        if (stream->open()) {
+          watched.push_back({stream->fd, POLLIN, 0});
+          streams.push_back(stream);
+        }
+    std::optional<clock_type::time_point> next;
+    for (const auto& deadline : {job_deadline_, kill_deadline_, drain_deadline})
+      if (deadline && (!next || *deadline < *next)) next = deadline;
+    int timeout_ms = -1;
+    if (next) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - clock_type::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
+    }
+    if (poll(watched.data(), watched.size(), timeout_ms) < 0) return;  // EINTR: the loop looks again
+    if (watched[0].revents != 0) handle_signals();
+    for (std::size_t i = 1; i < watched.size(); ++i)
+      if (watched[i].revents != 0) streams[i - 1]->read_available();
+  }
+
+  void handle_signals() {
+    unsigned char received[64];
+    ssize_t got;
+    while ((got = read(signal_pipe_read_end_, received, sizeof received)) > 0) {
+      for (ssize_t i = 0; i < got; ++i) {
+        const int signal_number = received[i];
+        if (signal_number == SIGCHLD) continue;  // reap() runs on every pass
+        if (interrupted_) {
+          say("received " + describe_signal(signal_number) + " again; killing the workers");
+          kill_running(SIGKILL);
+          continue;
+        }
+        interrupted_ = true;
+        say("received " + describe_signal(signal_number) + "; forwarding it to the workers");
+        if (exit_status_ == 0) exit_status_ = 128 + signal_number;
+        stop(signal_number);
+      }
+    }
+  }
+
+  void check_deadlines() {
+    const auto now = clock_type::now();
+    if (job_deadline_ && now >= *job_deadline_) {
+      job_deadline_.reset();
+      if (!stopping_) {
+        say("timed out after " + format_seconds(*options_.timeout_seconds) + "; stopping the workers");
+        exit_status_ = timeout_exit;
+        stop(SIGTERM);
+      }
+    }
+    if (kill_deadline_ && now >= *kill_deadline_) {
+      kill_deadline_.reset();
+      std::string ranks;
+      for (const worker& w : workers_)
+        if (w.running) ranks += (ranks.empty() ? "" : ", ") + std::to_string(w.rank);
+      if (!ranks.empty()) {
+        say("rank(s) " + ranks + " still running " + format_seconds(options_.grace_seconds) +
+            " after being told to stop; sending SIGKILL");
+        kill_running(SIGKILL);
+      }
+    }
+  }
+
+  static std::string format_seconds(double seconds) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g s", seconds);
+    return text;
+  }
+
+  void reap() {
+    for (worker& w : workers_) {
+      if (!w.running) continue;
+      int status = 0;
+      const pid_t done = waitpid(w.pid, &status, WNOHANG);
+      if (done != w.pid) continue;
+      w.running = false;
+      const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+      if (!failed || stopping_) continue;
+      // Its last words are already in the pipes: forward them before the verdict.
+      w.out.read_available();
+      w.err.read_available();
+      if (WIFEXITED(status)) {
+        say("rank " + std::to_string(w.rank) + " exited with status " + std::to_string(WEXITSTATUS(status)));
+        exit_status_ = WEXITSTATUS(status);
+      } else {
+        say("rank " + std::to_string(w.rank) + " was killed by " + describe_signal(WTERMSIG(status)));
+        exit_status_ = 128 + WTERMSIG(status);
+      }
+      const auto others = std::count_if(workers_.begin(), workers_.end(), [](const worker& o) { return o.running; });
+      if (others > 0) say("stopping the other " + std::to_string(others) + " worker(s)");
+      stop(SIGTERM);
+    }
+  }
+
+  void stop(int signal_number) {
+    stopping_ = true;
+    kill_running(signal_number);
+    if (!kill_deadline_) kill_deadline_ = clock_type::now() + to_duration(options_.grace_seconds);
+  }
+
+  void kill_running(int signal_number) {
+    for (const worker& w : workers_)
+      if (w.running) kill(-w.pid, signal_number);
+  }
+
+  const launch_options& options_;
+  std::vector<worker> workers_;
+  int signal_pipe_read_end_ = -1;
+  int exit_status_ = 0;
+  bool stopping_ = false;
+  bool interrupted_ = false;
+  std::optional<clock_type::time_point> job_deadline_;
+  std::optional<clock_type::time_point> kill_deadline_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::optional<launch_options> options = parse_command_line(argc, argv);
+    if (!options) {
+      std::fputs(help_text, stdout);
+      return 0;
+    }
+    const std::string program = find_program(options->command.front());
+    return supervisor(*options).run(program);
+  } catch (const usage_error& error) {
+    say(error.what());
+    return usage_exit;
+  } catch (const std::exception& error) {
+    say(error.what());
+    return 1;
+  }
+}

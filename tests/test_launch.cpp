@@ -1,0 +1,454 @@
+// Rendezvous variables (torchrun and Slurm forms, each bad value) and the real accord-launch binary:
+// rank-prefixed whole lines, the variables each worker sees, fail-fast shutdown, bad flags.
+#include "apps/launch_env.hpp"
+
+#include <doctest/doctest.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace accord;
+
+namespace {
+
+constexpr const char* rendezvous_variables[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+    "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODELIST", "SLURM_JOB_NODELIST"};
+
+// Clears every rendezvous variable for one test case and puts the originals back afterwards.
+class scoped_environment {
+ public:
+  scoped_environment() {
+    for (const char* name : rendezvous_variables) {
+      if (const char* value = std::getenv(name)) saved_[name] = value;
+      unsetenv(name);
+    }
+  }
+  ~scoped_environment() {
+    for (const char* name : rendezvous_variables) {
+      const auto found = saved_.find(name);
+      if (found != saved_.end())
+        setenv(name, found->second.c_str(), 1);
+      else
+        unsetenv(name);
+    }
+  }
+  scoped_environment& set(const char* name, const char* value) {
+    setenv(name, value, 1);
+    return *this;
+  }
+
+ private:
+  std::map<std::string, std::string> saved_;
+};
+
+std::string rendezvous_error() {
+  try {
+    rendezvous_from_environment();
+  } catch (const std::invalid_argument& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+struct launch_result {
+  int exit_status = -1;  // 128 + signal if the launcher itself died of one
+  std::string out;
+  std::string err;
+};
+
+// Runs accord-launch with `arguments`, collecting its stdout and stderr separately. With
+// `signal_after_line` the launcher gets SIGTERM once its stdout shows that many lines.
+launch_result run_launcher(const std::vector<std::string>& arguments, int signal_after_line = 0) {
+  int out[2], err[2];
+  REQUIRE(pipe(out) == 0);
+  REQUIRE(pipe(err) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    close(out[0]);
+    close(err[0]);
+    std::vector<char*> argv{const_cast<char*>(ACCORD_LAUNCH_BINARY)};
+    for (const auto& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
+    argv.push_back(nullptr);
+    execv(ACCORD_LAUNCH_BINARY, argv.data());
+    _exit(99);
+  }
+  close(out[1]);
+  close(err[1]);
+  launch_result result;
+  pollfd streams[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  bool signalled = false;
+  int open_streams = 2;
+  while (open_streams > 0) {
+    poll(streams, 2, -1);
+    for (int i = 0; i < 2; ++i) {
+      if (streams[i].fd < 0 || streams[i].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t got = read(streams[i].fd, buffer, sizeof buffer);
+      if (got > 0) {
+        sinks[i]->append(buffer, static_cast<std::size_t>(got));
+      } else {
+        close(streams[i].fd);
+        streams[i].fd = -1;
+        --open_streams;
+      }
+    }
+    const auto lines = std::count(result.out.begin(), result.out.end(), '\n');
+    if (signal_after_line > 0 && !signalled && lines >= signal_after_line) {
+      kill(pid, SIGTERM);
+      signalled = true;
+    }
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+// Lines of the launcher's stderr that it wrote itself (not forwarded from a worker).
+std::vector<std::string> launcher_lines(const std::string& err) {
+  std::vector<std::string> own;
+  for (const auto& line : lines_of(err))
+    if (line.starts_with("accord-launch: ")) own.push_back(line);
+  return own;
+}
+
+}  // namespace
+
+TEST_CASE("torchrun variables give the rank, world, local rank and master") {
+  scoped_environment env;
+  env.set("RANK", "2").set("WORLD_SIZE", "4").set("LOCAL_RANK", "1");
+  env.set("MASTER_ADDR", "10.1.2.3").set("MASTER_PORT", "31000");
+  const auto info = rendezvous_from_environment();
+  REQUIRE(info);
+  CHECK(info->rank == 2);
+  CHECK(info->world_size == 4);
+  CHECK(info->local_rank == 1);
+  CHECK(info->master_addr == "10.1.2.3");
+  CHECK(info->master_port == 31000);
+  CHECK(info->from_environment);
+
+  SUBCASE("defaults: LOCAL_RANK 0 and port 29500") {
+    unsetenv("LOCAL_RANK");
+    unsetenv("MASTER_PORT");
+    const auto defaulted = rendezvous_from_environment();
+    REQUIRE(defaulted);
+    CHECK(defaulted->local_rank == 0);
+    CHECK(defaulted->master_port == default_master_port);
+  }
+  SUBCASE("torchrun variables win over Slurm's") {
+    env.set("SLURM_PROCID", "0").set("SLURM_NTASKS", "8").set("SLURM_NODELIST", "other");
+    const auto preferred = rendezvous_from_environment();
+    REQUIRE(preferred);
+    CHECK(preferred->rank == 2);
+    CHECK(preferred->world_size == 4);
+    CHECK(preferred->master_addr == "10.1.2.3");
+  }
+}
+
+TEST_CASE("no launcher variables means a single-process run") {
+  scoped_environment env;
+  CHECK_FALSE(rendezvous_from_environment());
+  const rendezvous_info alone = rendezvous_or_single_process();
+  CHECK(alone.rank == 0);
+  CHECK(alone.world_size == 1);
+  CHECK(alone.local_rank == 0);
+  CHECK_FALSE(alone.from_environment);
+  env.set("SLURM_NTASKS", "4");  // inside an allocation but not an srun task
+  CHECK_FALSE(rendezvous_from_environment());
+}
+
+TEST_CASE("Slurm variables, master from MASTER_ADDR or the node list") {
+  scoped_environment env;
+  env.set("SLURM_PROCID", "5").set("SLURM_NTASKS", "8").set("SLURM_LOCALID", "1");
+  env.set("SLURM_JOB_NODELIST", "gpu[07-09,12]");
+  auto info = rendezvous_from_environment();
+  REQUIRE(info);
+  CHECK(info->rank == 5);
+  CHECK(info->world_size == 8);
+  CHECK(info->local_rank == 1);
+  CHECK(info->master_addr == "gpu07");
+  CHECK(info->master_port == default_master_port);
+
+  env.set("SLURM_NODELIST", "alpha,beta").set("MASTER_PORT", "4000");
+  info = rendezvous_from_environment();
+  REQUIRE(info);
+  CHECK(info->master_addr == "alpha");  // SLURM_NODELIST is preferred over SLURM_JOB_NODELIST
+  CHECK(info->master_port == 4000);
+
+  env.set("MASTER_ADDR", "head.example");
+  info = rendezvous_from_environment();
+  REQUIRE(info);
+  CHECK(info->master_addr == "head.example");
+}
+
+TEST_CASE("first host of a Slurm node list") {
+  CHECK(first_host_of_nodelist("node1") == "node1");
+  CHECK(first_host_of_nodelist("node1,node2") == "node1");
+  CHECK(first_host_of_nodelist("node[1-3,5]") == "node1");
+  CHECK(first_host_of_nodelist("node[05,1-3]") == "node05");
+  CHECK(first_host_of_nodelist("cn[3]") == "cn3");
+  CHECK(first_host_of_nodelist("rack[2-4]-gpu[10-11],other") == "rack2-gpu10");
+  CHECK(first_host_of_nodelist("a[1-2],b[3-4]") == "a1");
+  CHECK_THROWS_WITH_AS(first_host_of_nodelist("node[1-3", "SLURM_NODELIST"),
+                       "SLURM_NODELIST=node[1-3 has an unmatched '['", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(first_host_of_nodelist("node1-3]", "SLURM_NODELIST"),
+                       "SLURM_NODELIST=node1-3] has an unmatched ']'", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(first_host_of_nodelist("node[x-y]", "SLURM_NODELIST"),
+                       "SLURM_NODELIST=node[x-y] has a malformed range [x-y]", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(first_host_of_nodelist(",node1", "SLURM_JOB_NODELIST"),
+                       "SLURM_JOB_NODELIST=,node1 does not start with a host", std::invalid_argument);
+}
+
+TEST_CASE("each bad rendezvous value is named in the error") {
+  scoped_environment env;
+  env.set("RANK", "0").set("WORLD_SIZE", "2").set("MASTER_ADDR", "127.0.0.1");
+  REQUIRE(rendezvous_error() == "no error");
+
+  SUBCASE("non-numeric rank") {
+    env.set("RANK", "abc");
+    CHECK(rendezvous_error() == "RANK=abc is not an integer");
+  }
+  SUBCASE("trailing garbage") {
+    env.set("WORLD_SIZE", "2x");
+    CHECK(rendezvous_error() == "WORLD_SIZE=2x is not an integer");
+  }
+  SUBCASE("rank equal to the world size") {
+    env.set("RANK", "2");
+    CHECK(rendezvous_error() == "RANK=2 is out of range for WORLD_SIZE=2 (must be 0..1)");
+  }
+  SUBCASE("negative rank") {
+    env.set("RANK", "-1");
+    CHECK(rendezvous_error() == "RANK=-1 is out of range for WORLD_SIZE=2 (must be 0..1)");
+  }
+  SUBCASE("empty world") {
+    env.set("WORLD_SIZE", "0");
+    CHECK(rendezvous_error() == "WORLD_SIZE=0 must be at least 1");
+  }
+  SUBCASE("world beyond int") {
+    env.set("WORLD_SIZE", "99999999999");
+    CHECK(rendezvous_error() == "WORLD_SIZE=99999999999 is out of range for an integer");
+  }
+  SUBCASE("local rank") {
+    env.set("LOCAL_RANK", "-3");
+    CHECK(rendezvous_error() == "LOCAL_RANK=-3 is out of range for WORLD_SIZE=2");
+  }
+  SUBCASE("port zero and too high") {
+    env.set("MASTER_PORT", "0");
+    CHECK(rendezvous_error() == "MASTER_PORT=0 is not a port (1..65535)");
+    env.set("MASTER_PORT", "65536");
+    CHECK(rendezvous_error() == "MASTER_PORT=65536 is not a port (1..65535)");
+  }
+  SUBCASE("missing companions") {
+    unsetenv("WORLD_SIZE");
+    CHECK(rendezvous_error() == "WORLD_SIZE is not set but RANK is");
+    env.set("WORLD_SIZE", "2");
+    unsetenv("RANK");
+    CHECK(rendezvous_error() == "RANK is not set but WORLD_SIZE is");
+    env.set("RANK", "0");
+    unsetenv("MASTER_ADDR");
+    CHECK(rendezvous_error() == "MASTER_ADDR is not set but RANK is");
+  }
+  SUBCASE("Slurm values") {
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("MASTER_ADDR");
+    env.set("SLURM_PROCID", "4").set("SLURM_NTASKS", "4").set("SLURM_NODELIST", "n1");
+    CHECK(rendezvous_error() == "SLURM_PROCID=4 is out of range for SLURM_NTASKS=4 (must be 0..3)");
+    env.set("SLURM_PROCID", "1").set("SLURM_LOCALID", "one");
+    CHECK(rendezvous_error() == "SLURM_LOCALID=one is not an integer");
+    unsetenv("SLURM_LOCALID");
+    unsetenv("SLURM_NODELIST");
+    CHECK(rendezvous_error() ==
+          "SLURM_PROCID is set but none of MASTER_ADDR, SLURM_NODELIST, SLURM_JOB_NODELIST is");
+    env.set("SLURM_JOB_NODELIST", "n[2-");
+    CHECK(rendezvous_error() == "SLURM_JOB_NODELIST=n[2- has an unmatched '['");
+    unsetenv("SLURM_NTASKS");
+    CHECK(rendezvous_error() == "SLURM_NTASKS is not set but SLURM_PROCID is");
+  }
+}
+
+TEST_CASE("local address towards a loopback master is loopback") {
+  CHECK(local_address_towards("127.0.0.1", 29500) == "127.0.0.1");
+  const std::string towards_localhost = local_address_towards("localhost", 29500);
+  CHECK((towards_localhost == "127.0.0.1" || towards_localhost == "::1"));
+  CHECK_THROWS_WITH_AS(local_address_towards("no-such-host.invalid", 29500),
+                       doctest::Contains("'no-such-host.invalid'"), std::runtime_error);
+}
+
+TEST_CASE("accord-launch -n 3 prefixes every line with its rank and exits 0") {
+  const auto result = run_launcher({"-n", "3", "--", "/bin/sh", "-c", "echo hello $RANK $WORLD_SIZE"});
+  CHECK(result.exit_status == 0);
+  std::multiset<std::string> lines;
+  for (const auto& line : lines_of(result.out)) lines.insert(line);
+  CHECK(lines == std::multiset<std::string>{"[rank 0] hello 0 3", "[rank 1] hello 1 3", "[rank 2] hello 2 3"});
+  CHECK(result.err.empty());
+}
+
+TEST_CASE("accord-launch gives each worker torchrun's variables") {
+  const std::string show = "echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT";
+  SUBCASE("one machine, chosen port") {
+    const auto result = run_launcher({"-n", "2", "--master-port", "31234", "--", "sh", "-c", show});
+    CHECK(result.exit_status == 0);
+    std::set<std::string> lines;
+    for (const auto& line : lines_of(result.out)) lines.insert(line);
+    CHECK(lines == std::set<std::string>{"[rank 0] 0 0 2 2 127.0.0.1 31234", "[rank 1] 1 1 2 2 127.0.0.1 31234"});
+  }
+  SUBCASE("second machine of a multi-machine job") {
+    const auto result = run_launcher({"-n", "2", "--rank-offset", "2", "--world-size", "5", "--master-addr=10.0.0.1",
+                                      "--master-port=29555", "--", "sh", "-c", show});
+    CHECK(result.exit_status == 0);
+    std::set<std::string> lines;
+    for (const auto& line : lines_of(result.out)) lines.insert(line);
+    CHECK(lines == std::set<std::string>{"[rank 2] 2 0 5 2 10.0.0.1 29555", "[rank 3] 3 1 5 2 10.0.0.1 29555"});
+  }
+  SUBCASE("default port is one free port shared by all ranks") {
+    const auto result = run_launcher({"-n", "3", "--", "sh", "-c", "echo $MASTER_PORT"});
+    CHECK(result.exit_status == 0);
+    std::set<int> ports;
+    for (const auto& line : lines_of(result.out)) ports.insert(std::stoi(line.substr(line.find("] ") + 2)));
+    REQUIRE(ports.size() == 1);
+    CHECK(*ports.begin() >= 1);
+    CHECK(*ports.begin() <= 65535);
+  }
+}
+
+TEST_CASE("accord-launch forwards whole lines, stdout and stderr apart, and an unterminated last line") {
+  // Four ranks race 300 lines each (with writes split mid-line) into the launcher.
+  const std::string script =
+      "i=0; while [ $i -lt 300 ]; do printf 'line %s ' $RANK; printf '%s abcdefghijklmnopqrstuvwxyz\\n' $i; "
+      "i=$((i+1)); done; echo oops >&2; printf 'tail %s' $RANK";
+  const auto result = run_launcher({"-n", "4", "--", "sh", "-c", script});
+  CHECK(result.exit_status == 0);
+  std::map<int, int> next_index;  // per rank, lines arrive in order
+  int tails = 0;
+  for (const auto& line : lines_of(result.out)) {
+    int rank = -1, rank_again = -2, index = -1;
+    char letters[64] = {};
+    if (std::sscanf(line.c_str(), "[rank %d] line %d %d %63s", &rank, &rank_again, &index, letters) == 4) {
+      CHECK(rank == rank_again);
+      CHECK(std::string(letters) == "abcdefghijklmnopqrstuvwxyz");
+      CHECK(index == next_index[rank]);
+      next_index[rank] = index + 1;
+    } else {
+      CHECK(line == "[rank " + std::to_string(rank) + "] tail " + std::to_string(rank));
+      ++tails;
+    }
+  }
+  CHECK(tails == 4);
+  CHECK(next_index == std::map<int, int>{{0, 300}, {1, 300}, {2, 300}, {3, 300}});
+  std::multiset<std::string> errors;
+  for (const auto& line : lines_of(result.err)) errors.insert(line);
+  CHECK(errors == std::multiset<std::string>{"[rank 0] oops", "[rank 1] oops", "[rank 2] oops", "[rank 3] oops"});
+}
+
+TEST_CASE("a failing worker stops the others and its status becomes the launcher's") {
+  SUBCASE("exit status 3; the others sleep until stopped") {
+    const auto result = run_launcher({"-n", "3", "--", "sh", "-c",
+                                      "if [ $RANK = 1 ]; then echo failing >&2; exit 3; fi; sleep 1000"});
+    CHECK(result.exit_status == 3);
+    const auto own = launcher_lines(result.err);
+    REQUIRE(own.size() == 2);
+    CHECK(own[0] == "accord-launch: rank 1 exited with status 3");
+    CHECK(own[1] == "accord-launch: stopping the other 2 worker(s)");
+    // The worker's last words come before the verdict.
+    CHECK(result.err.find("[rank 1] failing") < result.err.find("rank 1 exited"));
+  }
+  SUBCASE("a worker ignoring SIGTERM gets SIGKILL after the grace period") {
+    // Rank 0 fails only once rank 1 has set its trap (a file marks that), or SIGTERM would win.
+    char folder[] = "/tmp/accord-launch-test-XXXXXX";
+    REQUIRE(mkdtemp(folder) != nullptr);
+    const std::string ready = std::string(folder) + "/ready";
+    const auto result = run_launcher(
+        {"-n", "2", "--grace", "0.2", "--", "sh", "-c",
+         "if [ $RANK = 0 ]; then while [ ! -e " + ready + " ]; do sleep 0.01; done; exit 5; fi; "
+         "trap '' TERM; touch " + ready + "; sleep 1000"});
+    std::remove(ready.c_str());
+    rmdir(folder);
+    CHECK(result.exit_status == 5);
+    const auto own = launcher_lines(result.err);
+    REQUIRE(own.size() == 3);
+    CHECK(own[0] == "accord-launch: rank 0 exited with status 5");
+    CHECK(own[2] == "accord-launch: rank(s) 1 still running 0.2 s after being told to stop; sending SIGKILL");
+  }
+  SUBCASE("death by signal") {
+    const auto result = run_launcher({"-n", "2", "--", "sh", "-c", "if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 1000"});
+    CHECK(result.exit_status == 128 + SIGKILL);
+    const auto own = launcher_lines(result.err);
+    REQUIRE_FALSE(own.empty());
+    CHECK(own[0] == "accord-launch: rank 1 was killed by signal 9 (Killed)");
+  }
+}
+
+TEST_CASE("accord-launch forwards SIGTERM to the workers and stops on its timeout") {
+  SUBCASE("SIGTERM") {
+    const auto result = run_launcher({"-n", "2", "--", "sh", "-c", "echo started; exec sleep 1000"}, 2);
+    CHECK(result.exit_status == 128 + SIGTERM);
+    const auto own = launcher_lines(result.err);
+    REQUIRE(own.size() == 1);
+    CHECK(own[0] == "accord-launch: received signal 15 (Terminated); forwarding it to the workers");
+  }
+  SUBCASE("timeout") {
+    const auto result = run_launcher({"-n", "2", "--timeout", "0.3", "--", "sleep", "1000"});
+    CHECK(result.exit_status == 124);
+    const auto own = launcher_lines(result.err);
+    REQUIRE(own.size() == 1);
+    CHECK(own[0] == "accord-launch: timed out after 0.3 s; stopping the workers");
+  }
+}
+
+TEST_CASE("accord-launch rejects bad command lines with one line and status 2") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-n", "0", "--", "true"}, "-n must be in 1..65536, got 0"},
+      {{"-n", "two", "--", "true"}, "-n expects an integer, got 'two'"},
+      {{"--", "true"}, "-n N is required (see --help)"},
+      {{"-n", "2", "true"}, "unknown flag 'true' (see --help)"},
+      {{"-n", "2"}, "missing '--' before the program to launch"},
+      {{"-n", "2", "--"}, "no program given after '--'"},
+      {{"-n", "2", "--master-port", "70000", "--", "true"}, "--master-port must be in 1..65535, got 70000"},
+      {{"-n", "2", "--timeout", "-1", "--", "true"}, "--timeout expects a positive number of seconds, got '-1'"},
+      {{"-n", "2", "--world-size", "4", "--", "true"},
+       "--master-port is required when the job spans machines (--world-size 4 > -n 2)"},
+      {{"-n", "3", "--rank-offset", "2", "--world-size", "4", "--master-port", "1234", "--", "true"},
+       "--rank-offset 2 + -n 3 exceeds --world-size 4"},
+      {{"-n", "2", "--master-addr"}, "--master-addr needs a value"},
+      {{"-n", "2", "--", "accord-no-such-program"}, "program 'accord-no-such-program' not found in PATH"},
+      {{"-n", "2", "--", "/nonexistent/worker"}, "program '/nonexistent/worker' is not an executable file"},
+  };
+  for (const auto& [arguments, message] : cases) {
+    CAPTURE(message);
+    const auto result = run_launcher(arguments);
+    CHECK(result.exit_status == 2);
+    CHECK(result.out.empty());
+    CHECK(result.err == "accord-launch: " + message + "\n");
+  }
+  const auto help = run_launcher({"--help"});
+  CHECK(help.exit_status == 0);
+  CHECK(help.out.find("usage: accord-launch -n N") == 0);
+  for (const char* documented : {"--master-addr", "--master-port", "--rank-offset", "--world-size", "--timeout",
+                                 "--grace", "LOCAL_WORLD_SIZE", "SIGKILL"})
+    CHECK(help.out.find(documented) != std::string::npos);
+}
