@@ -8,13 +8,21 @@
 //   pair:  rank 0 streams frames of the size to rank 1 while the others idle;
 //   ring:  every rank sends a frame of the size to its successor while receiving one from its
 //          predecessor (send_recv), the exact link pattern of a ring step.
+// Where ucx_perftest is installed, its tag bandwidth at the largest size is printed too (a
+// separate server and client process, busy-polling, no accord code involved).
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +64,44 @@ std::string human_bytes(std::size_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_port() {
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  bind(probe, reinterpret_cast<sockaddr*>(&address), length);
+  getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+  close(probe);
+  return ntohs(address.sin_port);
+}
+
+// ucx_perftest's tag_bw bandwidth (GB/s) between a server and a client process on loopback.
+std::optional<double> perftest_bandwidth(std::size_t bytes, int iterations, const std::string& net_devices) {
+  if (std::system("command -v ucx_perftest > /dev/null 2>&1") != 0) return std::nullopt;
+  const std::string prefix = "UCX_NET_DEVICES=" + net_devices + " timeout 300 ucx_perftest ";
+  const std::string port = " -p " + std::to_string(free_port());
+  std::FILE* server = popen((prefix + port + " 2>&1").c_str(), "r");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::FILE* client = popen((prefix + "127.0.0.1" + port + " -t tag_bw -s " + std::to_string(bytes) + " -n " +
+                             std::to_string(iterations) + " 2>&1")
+                                .c_str(),
+                            "r");
+  std::optional<double> result;
+  char line[512];
+  while (std::fgets(line, sizeof line, client)) {
+    long done = 0;
+    double median_us, average_us, overall_us, average_mb_per_s;
+    if (std::sscanf(line, " Final: %ld %lf %lf %lf %lf", &done, &median_us, &average_us, &overall_us,
+                    &average_mb_per_s) == 5)
+      result = average_mb_per_s * (1 << 20) / 1e9;  // ucx_perftest's MB is 2^20 bytes
+  }
+  pclose(client);
+  pclose(server);
+  return result;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +133,11 @@ int main(int argc, char** argv) {
   if (args.count("help")) {
     std::cout << flags << "\n";
     return 0;
+  }
+  if (options.net_devices.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:,.-") !=
+      std::string::npos) {
+    std::cerr << "accord-bench-collectives: --net-devices '" << options.net_devices << "' is not a device list\n";
+    return 2;
   }
   if (ranks < 2 || ranks > 64 || min_bytes < 8 || max_bytes < min_bytes || volume_mib <= 0) {
     std::cerr << "accord-bench-collectives: need 2 <= --ranks <= 64, 8 <= --min-bytes <= --max-bytes, --volume-mib > 0\n";
@@ -133,6 +184,17 @@ int main(int argc, char** argv) {
                   gigabytes_per_second(size, vote) * ring_factor, all_reduce_bus / ring_bandwidth);
       std::fflush(stdout);
     }
+    std::size_t largest = min_bytes;
+    while (largest * 4 <= max_bytes) largest *= 4;
+    const char* environment_devices = std::getenv("UCX_NET_DEVICES");
+    const std::string devices = !options.net_devices.empty() ? options.net_devices
+                                : environment_devices        ? environment_devices
+                                                             : "lo";
+    const int calls = std::max(3, static_cast<int>(volume_mib * (1 << 20) / static_cast<double>(largest)));
+    if (const auto perftest = perftest_bandwidth(largest, calls, devices))
+      std::printf("ucx_perftest -t tag_bw -s %zu (two processes, busy polling): %.2f GB/s\n", largest, *perftest);
+    else
+      std::printf("ucx_perftest: not installed or no result\n");
   } catch (const std::exception& e) {
     std::cerr << "accord-bench-collectives: " << e.what() << "\n";
     return 1;
