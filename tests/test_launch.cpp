@@ -452,3 +452,25 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
                                  "--grace", "LOCAL_WORLD_SIZE", "SIGKILL"})
     CHECK(help.out.find(documented) != std::string::npos);
 }
+
+TEST_CASE("a worker started by accord-launch reads its place with rendezvous_from_environment") {
+  if (std::getenv("ACCORD_TEST_LAUNCHED_WORKER") != nullptr) {  // this process is one of the workers
+    const auto info = rendezvous_from_environment();
+    REQUIRE(info);
+    std::printf("rendezvous %d/%d local %d master %s:%d from %s\n", info->rank, info->world_size, info->local_rank,
+                info->master_addr.c_str(), info->master_port,
+                local_address_towards(info->master_addr, info->master_port).c_str());
+    std::fflush(stdout);
+    return;
+  }
+  char self[4096] = {};
+  REQUIRE(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  const auto result = run_launcher({"-n", "2", "--master-port", "30123", "--", "env", "ACCORD_TEST_LAUNCHED_WORKER=1",
+                                    self, "--test-case=*started?by?accord-launch*"});
+  CHECK(result.exit_status == 0);
+  std::set<std::string> reports;
+  for (const auto& line : lines_of(result.out))
+    if (line.find("] rendezvous ") != std::string::npos) reports.insert(line);
+  CHECK(reports == std::set<std::string>{"[rank 0] rendezvous 0/2 local 0 master 127.0.0.1:30123 from 127.0.0.1",
+                                         "[rank 1] rendezvous 1/2 local 1 master 127.0.0.1:30123 from 127.0.0.1"});
+}
