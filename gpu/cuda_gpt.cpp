@@ -6,6 +6,7 @@
 #include "gpu/cuda_layers.hpp"
 #include "gpu/device.hpp"
 
+#include <memory>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -102,8 +103,18 @@ struct cuda_gpt::device_state {
     }
   };
 
+  struct stream_release {
+    void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
+  };
+  struct blas_release {
+    void operator()(cublasHandle_t handle) const { cublasDestroy(handle); }
+  };
+
   int device = 0;
   cuda_layers::context context;
+  // Own the stream and handle of `context`, also when the constructor fails half-way.
+  std::unique_ptr<CUstream_st, stream_release> owned_stream;
+  std::unique_ptr<cublasContext, blas_release> owned_blas;
   std::vector<block_offsets> blocks;
   size_t token_embedding = 0, position_embedding = 0, final_ln_gain = 0, final_ln_bias = 0, head_weight = 0;
 
@@ -137,19 +148,14 @@ struct cuda_gpt::device_state {
 
     // Non-blocking: kernels of other streams (the NCCL transport's) need not wait for ours.
     cuda_check(cudaStreamCreateWithFlags(&context.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (const cublasStatus_t status = cublasCreate(&context.blas); status != CUBLAS_STATUS_SUCCESS) {
-      cudaStreamDestroy(context.stream);
-      cuda_layers::cublas_check(status, "cublasCreate");
-    }
+    owned_stream.reset(context.stream);
+    cuda_layers::cublas_check(cublasCreate(&context.blas), "cublasCreate");
+    owned_blas.reset(context.blas);
     cuda_layers::cublas_check(cublasSetStream(context.blas, context.stream), "cublasSetStream");
     // Plain fp32 products (no TF32 tensor cores), so CPU and GPU workers agree closely.
     cuda_layers::cublas_check(cublasSetMathMode(context.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
   }
-  ~device_state() {
-    cudaSetDevice(device);
-    cublasDestroy(context.blas);
-    cudaStreamDestroy(context.stream);
-  }
+  ~device_state() { cudaSetDevice(device); }  // before the members are released
   device_state(const device_state&) = delete;
   device_state& operator=(const device_state&) = delete;
 
