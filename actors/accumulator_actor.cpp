@@ -113,6 +113,8 @@ void finish_round(self_pointer self) {
   s.in_flight = false;
   stop_idling(s);
 
+  const bool last = r.round + 1 == s.setup.rounds;
+  if (last && s.setup.on_final_parameters) s.setup.on_final_parameters(*r.parameters);
   round_report report;
   report.rank = s.setup.rank;
   report.round = r.round;
@@ -130,7 +132,8 @@ void finish_round(self_pointer self) {
   self->request(s.setup.compute, caf::infinite, params_atom::value, std::move(r.parameters))
       .then([self](tensor& old) { self->state.spares.push_back(std::move(old)); },
             [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });
-  if (++s.round == s.setup.rounds) {
+  ++s.round;
+  if (last) {
     s.finished = true;
     self->quit();
     return;

@@ -25,6 +25,7 @@ struct accumulator_setup {
   std::size_t parameter_count = 0;
   std::function<float(std::uint64_t)> learning_rate;  // per optimizer step
   std::function<bool(std::uint64_t)> wants_parameters;  // round → attach a copy to the report
+  std::function<void(const std::vector<float>&)> on_final_parameters;  // optional
   compute_actor compute;
   communicator_actor communicator;
   coordinator_actor coordinator;

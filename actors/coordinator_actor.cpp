@@ -43,7 +43,11 @@ struct coordinator_state {
   int evaluations_running = 0;
   std::uint64_t completed_rounds = 0;
   std::ofstream metrics;
-  std::optional<caf::typed_response_promise<bool>> waiter;
+  std::vector<caf::typed_response_promise<bool>> waiters;
+  // Worker processes registered so far (multi-process jobs), and who waits for the address list.
+  std::vector<std::string> addresses;
+  std::vector<caf::typed_response_promise<std::vector<std::string>>> registered;
+  std::map<caf::actor_addr, int> rank_of_process;
   std::optional<std::string> failure;
   bool done = false;
 };
@@ -52,10 +56,11 @@ using self_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
 
 void finish_if_done(self_pointer self) {
   auto& s = self->state;
-  if (!s.waiter || s.done) return;
+  if (s.done) return;
   if (s.failure) {
     s.done = true;
-    s.waiter->deliver(caf::make_error(caf::sec::runtime_error, *s.failure));
+    for (auto& w : s.waiters) w.deliver(caf::make_error(caf::sec::runtime_error, *s.failure));
+    for (auto& r : s.registered) r.deliver(caf::make_error(caf::sec::runtime_error, *s.failure));
     return;
   }
   if (s.completed_rounds == s.setup.rounds && s.pending.empty() && s.evaluations_running == 0) {
@@ -78,7 +83,7 @@ void finish_if_done(self_pointer self) {
     r.bits_per_parameter_per_step =
         8.0 * static_cast<double>(r.bytes_sent) / n / static_cast<double>(s.setup.parameter_count) / steps;
     r.rounds = s.completed_rounds;
-    s.waiter->deliver(true);
+    for (auto& w : s.waiters) w.deliver(true);
   }
 }
 
@@ -138,9 +143,6 @@ void evaluate(self_pointer self, std::uint64_t step, tensor parameters) {
 void complete_round(self_pointer self, std::uint64_t round, round_progress& progress) {
   auto& s = self->state;
   ++s.completed_rounds;
-  auto& result = *s.setup.result;
-  if (round + 1 == s.setup.rounds && progress.parameters)
-    result.parameters = *progress.parameters;
   if (is_estimate_round(s.setup.pipe, round)) return;  // its traffic counts towards the step
 
   const auto now = clock_type::now();
@@ -171,6 +173,13 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
   auto& s = self->state;
   s.setup = std::move(setup);
   s.marks.resize(static_cast<std::size_t>(s.setup.workers));
+  s.addresses.resize(static_cast<std::size_t>(s.setup.workers));
+  self->set_down_handler([self](const caf::down_msg& down) {
+    auto& s = self->state;
+    auto rank = s.rank_of_process.find(down.source);
+    if (rank == s.rank_of_process.end() || s.done) return;
+    fail_job(self, "the process of rank " + std::to_string(rank->second) + " went away before the job ended");
+  });
   if (!s.setup.metrics_path.empty()) {
     s.metrics.open(s.setup.metrics_path);
     if (!s.metrics) s.failure = "cannot write metrics file " + s.setup.metrics_path;
@@ -209,10 +218,41 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
       [self](const worker_failure& failure) {
         fail_job(self, "worker " + std::to_string(failure.rank) + " failed: " + failure.what);
       },
+      [self](register_atom, const worker_registration& r)
+          -> caf::result<std::vector<std::string>> {
+        auto& s = self->state;
+        auto refuse = [&](const std::string& why) {
+          return caf::make_error(caf::sec::runtime_error, "rank " + std::to_string(r.rank) + " refused: " + why);
+        };
+        if (s.failure) return caf::make_error(caf::sec::runtime_error, *s.failure);
+        if (r.world != s.setup.workers)
+          return refuse("it expects " + std::to_string(r.world) + " workers, the job has " +
+                        std::to_string(s.setup.workers));
+        if (r.rank < 0 || r.rank >= s.setup.workers) return refuse("rank out of range");
+        if (r.fingerprint != s.setup.fingerprint)
+          return refuse("its model/configuration (" + r.fingerprint + ") differs from the job's (" +
+                        s.setup.fingerprint + ")");
+        if (!s.addresses[static_cast<std::size_t>(r.rank)].empty()) return refuse("rank registered twice");
+        s.addresses[static_cast<std::size_t>(r.rank)] = r.address;
+        // A worker process that goes away before the end fails the job instead of hanging it.
+        if (auto sender = caf::actor_cast<caf::actor>(self->current_sender())) {
+          self->monitor(sender);
+          s.rank_of_process[sender.address()] = r.rank;
+        }
+        s.registered.push_back(self->make_response_promise<std::vector<std::string>>());
+        auto promise = s.registered.back();
+        if (std::none_of(s.addresses.begin(), s.addresses.end(), [](const std::string& a) { return a.empty(); }))
+          for (auto& p : s.registered) p.deliver(s.addresses);
+        return promise;
+      },
       [self](wait_atom) -> caf::result<bool> {
         auto& s = self->state;
-        s.waiter = self->make_response_promise<bool>();
-        auto promise = *s.waiter;
+        if (s.done) {
+          if (s.failure) return caf::make_error(caf::sec::runtime_error, *s.failure);
+          return true;
+        }
+        s.waiters.push_back(self->make_response_promise<bool>());
+        auto promise = s.waiters.back();
         finish_if_done(self);
         return promise;
       },

@@ -13,10 +13,13 @@
 
 namespace accord {
 
-using coordinator_actor = caf::typed_actor<caf::reacts_to<round_report>,
-                                           caf::reacts_to<worker_failure>,
-                                           // Replies once the job is over (an error if it failed).
-                                           caf::replies_to<wait_atom>::with<bool>>;
+using coordinator_actor = caf::typed_actor<
+    caf::reacts_to<round_report>, caf::reacts_to<worker_failure>,
+    // A worker process joins the job; the reply, once every rank has registered, lists the
+    // transport addresses of all ranks. A mismatching registration gets an error naming it.
+    caf::replies_to<register_atom, worker_registration>::with<std::vector<std::string>>,
+    // Replies once the job is over (an error if it failed); any number of waiters.
+    caf::replies_to<wait_atom>::with<bool>>;
 
 struct coordinator_setup {
   int workers = 0;
@@ -29,6 +32,7 @@ struct coordinator_setup {
   std::function<void(const step_metrics&)> on_step;
   std::function<void()> abort;           // unblocks every transport after a failure
   std::shared_ptr<job_result> result;    // filled in as the job runs
+  std::string fingerprint;               // what registering worker processes must match
 };
 
 // Whether rank 0 must attach its parameters to the report of `round` (evaluation or the end).

@@ -10,11 +10,15 @@
 #include "optim/schedule.hpp"
 #include "transport/inproc.hpp"
 #include "transport/link_model.hpp"
+#include "transport/ucx/ucx_transport.hpp"
+
+#include <caf/io/all.hpp>
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -65,9 +69,159 @@ optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
   return o;
 }
 
-// After a failure every transport throws, so no communicator stays blocked in a collective.
-void fail_everyone(inproc_fabric& fabric, int workers) {
-  for (int rank = 0; rank < workers; ++rank) fabric.fail(rank);
+// Everything about a job that every process derives identically from the configuration.
+struct job_plan {
+  const algorithm* algo = nullptr;
+  optimizer_config optimizer;
+  schedule_config schedule;
+  std::uint64_t rounds = 0;
+  std::vector<float> initial;
+};
+
+job_plan plan_job(const model& prototype, const job_config& config) {
+  validate(config);
+  job_plan plan;
+  plan.algo = &find_algorithm(config.algorithm);
+  plan.optimizer = optimizer_for(*plan.algo, config);
+  plan.schedule.kind = config.cosine ? "cosine" : "constant";
+  plan.schedule.peak_learning_rate = plan.optimizer.learning_rate;
+  plan.schedule.warmup_steps = config.warmup_steps;
+  plan.schedule.total_steps = config.steps;
+  plan.schedule.final_fraction = config.min_lr_ratio;
+  learning_rate_at(plan.schedule, 0);  // validates the schedule before any actor starts
+  link_model::parse(config.link);
+  plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
+  plan.initial.resize(prototype.parameter_count());
+  prototype.initialize(plan.initial, config.seed);
+  return plan;
+}
+
+// What two worker processes must agree on to train together.
+std::string fingerprint(const model& prototype, const job_config& c) {
+  std::ostringstream f;
+  f << prototype.signature() << " algo=" << c.algorithm << " steps=" << c.steps << " micro-batch=" << c.micro_batch
+    << " accumulation=" << c.accumulation << "/" << c.max_accumulation << " seed=" << c.seed
+    << " optimizer=" << c.optimizer << " lr=" << c.learning_rate << " wd=" << c.weight_decay
+    << " betas=" << c.beta1 << "," << c.beta2 << " warmup=" << c.warmup_steps << " cosine=" << c.cosine
+    << " dpu-warmup=" << c.dpu_warmup;
+  return f.str();
+}
+
+// Each compute actor stands for one device: BLAS threads share the cores among them.
+void size_blas(const job_config& config, int local_workers) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  openblas_set_num_threads(config.blas_threads > 0 ? config.blas_threads : std::max(1, cores / local_workers));
+}
+
+void configure_system(caf::actor_system_config& system_config) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  system_config.set("scheduler.max-threads", std::max(2, cores));
+  add_control_message_types(system_config);
+}
+
+// The actors one process runs for a job, and what they account for.
+struct local_actors {
+  std::vector<caf::actor> everyone;
+  std::shared_ptr<memory_meter> meter = std::make_shared<memory_meter>();
+  std::size_t state_bytes = 0;
+  int workers = 0;
+  std::vector<float> final_parameters;  // written by the lowest local rank's accumulator
+
+  template <class Handle>
+  Handle keep(Handle h) {
+    everyone.push_back(caf::actor_cast<caf::actor>(h));
+    return h;
+  }
+  // Handles keep actors alive, and the actor system's destructor waits for detached actors:
+  // drop them all once the exits are sent.
+  void shut_down(caf::scoped_actor& self) {
+    for (auto& a : everyone) self->send_exit(a, caf::exit_reason::user_shutdown);
+    everyone.clear();
+  }
+  void account(job_result& result, std::size_t parameter_count) const {
+    result.parameters = final_parameters;
+    result.state_bytes_per_worker = state_bytes / static_cast<std::size_t>(workers);
+    result.peak_bytes_per_worker = meter->peak / static_cast<std::size_t>(workers) + result.state_bytes_per_worker;
+    result.minimum_bytes_per_worker = 3 * parameter_count * sizeof(float) + result.state_bytes_per_worker;
+  }
+};
+
+coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& local, const job_plan& plan,
+                                     const model& prototype, std::shared_ptr<const dataset> eval,
+                                     const job_config& config, std::function<void(const step_metrics&)> on_step,
+                                     std::function<void()> abort, std::shared_ptr<job_result> result) {
+  coordinator_setup setup;
+  setup.workers = config.workers;
+  setup.pipe = plan.algo->pipe;
+  setup.rounds = plan.rounds;
+  setup.parameter_count = plan.initial.size();
+  setup.eval_interval = config.eval_interval;
+  setup.evaluator = local.keep(
+      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.micro_batch, config.eval_batches));
+  setup.metrics_path = config.metrics_path;
+  setup.on_step = std::move(on_step);
+  setup.abort = std::move(abort);
+  setup.result = std::move(result);
+  setup.fingerprint = fingerprint(prototype, config);
+  return local.keep(spawn_coordinator_actor(system, std::move(setup)));
+}
+
+// Spawns one worker's compute, communicator and accumulator actors.
+accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
+                               const model& prototype, std::shared_ptr<const dataset> train,
+                               const job_config& config, int rank, std::unique_ptr<transport> link,
+                               coordinator_actor coordinator) {
+  const int workers = config.workers;
+  auto compute = std::make_shared<compute_setup>();
+  compute->net = prototype.clone();
+  compute->data = std::move(train);
+  compute->stream = {rank, workers, config.micro_batch};
+  compute->parameters = make_tensor(plan.initial, local.meter);
+  compute->meter = local.meter;
+  compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
+  auto communication = std::make_shared<communicator_setup>();
+  communication->link = std::move(link);
+  communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank);
+  communication->hash_interval = config.replica_check_interval;
+  local.state_bytes += communication->rule->state_bytes();
+
+  accumulator_setup accumulation;
+  accumulation.rank = rank;
+  accumulation.pipe = plan.algo->pipe;
+  accumulation.rounds = plan.rounds;
+  accumulation.dpu_warmup = config.dpu_warmup;
+  accumulation.accumulation = config.accumulation;
+  accumulation.max_accumulation = config.max_accumulation;
+  accumulation.parameter_count = plan.initial.size();
+  accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
+    return learning_rate_at(schedule, step);
+  };
+  accumulation.wants_parameters = [rank, pipe = plan.algo->pipe, rounds = plan.rounds,
+                                   interval = config.eval_interval](std::uint64_t round) {
+    return rank == 0 && evaluation_due(pipe, round, rounds, interval);
+  };
+  if (local.workers++ == 0)
+    accumulation.on_final_parameters = [&local](const std::vector<float>& p) { local.final_parameters = p; };
+  accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));
+  accumulation.communicator = local.keep(spawn_communicator_actor(system, std::move(communication)));
+  accumulation.coordinator = coordinator;
+  accumulation.meter = local.meter;
+  return local.keep(spawn_accumulator_actor(system, std::move(accumulation)));
+}
+
+// Starts the accumulators and waits for the coordinator's verdict: empty, or what failed.
+std::optional<std::string> run_to_end(caf::actor_system& system, caf::scoped_actor& self,
+                                      coordinator_actor coordinator,
+                                      const std::vector<accumulator_actor>& accumulators) {
+  std::optional<std::string> failure;
+  for (auto& a : accumulators) self->send(a, start_atom::value);
+  self->request(coordinator, caf::infinite, wait_atom::value)
+      .receive([](bool) {}, [&](caf::error& e) { failure = describe(system, e); });
+  return failure;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
 }  // namespace
@@ -81,107 +235,118 @@ std::vector<std::string> algorithm_names() {
 job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
                    std::shared_ptr<const dataset> eval, const job_config& config,
                    std::function<void(const step_metrics&)> on_step) {
-  validate(config);
   if (!train) throw std::invalid_argument("no training data set");
-  const algorithm& algo = find_algorithm(config.algorithm);
-  const optimizer_config optimizer = optimizer_for(algo, config);
-  schedule_config schedule;
-  schedule.kind = config.cosine ? "cosine" : "constant";
-  schedule.peak_learning_rate = optimizer.learning_rate;
-  schedule.warmup_steps = config.warmup_steps;
-  schedule.total_steps = config.steps;
-  schedule.final_fraction = config.min_lr_ratio;
-  learning_rate_at(schedule, 0);  // validates the schedule before any actor starts
-  const link_model link = link_model::parse(config.link);
-
+  const job_plan plan = plan_job(prototype, config);
   const int workers = config.workers;
-  const std::uint64_t rounds = rounds_for_steps(algo.pipe, config.steps);
-  std::vector<float> initial(prototype.parameter_count());
-  prototype.initialize(initial, config.seed);
-
-  // Each compute actor stands for one device: BLAS threads share the cores among them.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  openblas_set_num_threads(config.blas_threads > 0 ? config.blas_threads : std::max(1, cores / workers));
-
-  inproc_fabric fabric(workers, link);
+  size_blas(config, workers);
+  inproc_fabric fabric(workers, link_model::parse(config.link));
+  // After a failure every transport throws, so no communicator stays blocked in a collective.
+  auto fail_everyone = [&fabric, workers] {
+    for (int rank = 0; rank < workers; ++rank) fabric.fail(rank);
+  };
   auto result = std::make_shared<job_result>();
-  auto meter = std::make_shared<memory_meter>();
-  std::size_t state_bytes = 0;
   caf::actor_system_config system_config;
-  system_config.set("scheduler.max-threads", std::max(2, cores));
+  configure_system(system_config);
+  local_actors local;
   std::optional<std::string> failure;
   {
     caf::actor_system system{system_config};
-    std::vector<caf::actor> everyone;
-
-    auto evaluator = spawn_evaluator_actor(system, prototype.clone(), eval ? eval : train,
-                                           config.micro_batch, config.eval_batches);
-    coordinator_setup coordination;
-    coordination.workers = workers;
-    coordination.pipe = algo.pipe;
-    coordination.rounds = rounds;
-    coordination.parameter_count = initial.size();
-    coordination.eval_interval = config.eval_interval;
-    coordination.evaluator = evaluator;
-    coordination.metrics_path = config.metrics_path;
-    coordination.on_step = std::move(on_step);
-    coordination.abort = [&fabric, workers] { fail_everyone(fabric, workers); };
-    coordination.result = result;
-    auto coordinator = spawn_coordinator_actor(system, std::move(coordination));
-    everyone.push_back(caf::actor_cast<caf::actor>(evaluator));
-    everyone.push_back(caf::actor_cast<caf::actor>(coordinator));
-
+    auto coordinator = spawn_coordination(system, local, plan, prototype, eval ? eval : train, config,
+                                          std::move(on_step), fail_everyone, result);
     std::vector<accumulator_actor> accumulators;
-    for (int rank = 0; rank < workers; ++rank) {
-      auto compute = std::make_shared<compute_setup>();
-      compute->net = prototype.clone();
-      compute->data = train;
-      compute->stream = {rank, workers, config.micro_batch};
-      compute->parameters = make_tensor(initial, meter);
-      compute->meter = meter;
-      compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[rank];
-      auto communication = std::make_shared<communicator_setup>();
-      communication->link = fabric.endpoint(rank);
-      communication->rule = make_update_rule(algo.aggregate, optimizer, initial, workers, rank);
-      communication->hash_interval = config.replica_check_interval;
-      state_bytes += communication->rule->state_bytes();
-
-      accumulator_setup accumulation;
-      accumulation.rank = rank;
-      accumulation.pipe = algo.pipe;
-      accumulation.rounds = rounds;
-      accumulation.dpu_warmup = config.dpu_warmup;
-      accumulation.accumulation = config.accumulation;
-      accumulation.max_accumulation = config.max_accumulation;
-      accumulation.parameter_count = initial.size();
-      accumulation.learning_rate = [schedule](std::uint64_t step) { return learning_rate_at(schedule, step); };
-      const auto pipe = algo.pipe;
-      const auto interval = config.eval_interval;
-      accumulation.wants_parameters = [rank, pipe, rounds, interval](std::uint64_t round) {
-        return rank == 0 && evaluation_due(pipe, round, rounds, interval);
-      };
-      accumulation.compute = spawn_compute_actor(system, std::move(compute));
-      accumulation.communicator = spawn_communicator_actor(system, std::move(communication));
-      accumulation.coordinator = coordinator;
-      accumulation.meter = meter;
-      everyone.push_back(caf::actor_cast<caf::actor>(accumulation.compute));
-      everyone.push_back(caf::actor_cast<caf::actor>(accumulation.communicator));
-      accumulators.push_back(spawn_accumulator_actor(system, std::move(accumulation)));
-      everyone.push_back(caf::actor_cast<caf::actor>(accumulators.back()));
-    }
-
+    for (int rank = 0; rank < workers; ++rank)
+      accumulators.push_back(
+          spawn_worker(system, local, plan, prototype, train, config, rank, fabric.endpoint(rank), coordinator));
     caf::scoped_actor self{system};
-    for (auto& a : accumulators) self->send(a, start_atom::value);
-    self->request(coordinator, caf::infinite, wait_atom::value)
-        .receive([](bool) {}, [&](caf::error& e) { failure = describe(system, e); });
-    if (failure) fail_everyone(fabric, workers);
-    for (auto& a : everyone) self->send_exit(a, caf::exit_reason::user_shutdown);
+    failure = run_to_end(system, self, coordinator, accumulators);
+    if (failure) fail_everyone();
+    local.shut_down(self);
   }
   if (failure) throw std::runtime_error(*failure);
-  const std::size_t parameter_bytes = initial.size() * sizeof(float);
-  result->state_bytes_per_worker = state_bytes / static_cast<std::size_t>(workers);
-  result->peak_bytes_per_worker = meter->peak / static_cast<std::size_t>(workers) + result->state_bytes_per_worker;
-  result->minimum_bytes_per_worker = 3 * parameter_bytes + result->state_bytes_per_worker;
+  local.account(*result, plan.initial.size());
+  return std::move(*result);
+}
+
+job_result run_job_process(const model& prototype, std::shared_ptr<const dataset> train,
+                           std::shared_ptr<const dataset> eval, const job_config& config,
+                           const process_group& group, std::function<void(const step_metrics&)> on_step) {
+  if (!train) throw std::invalid_argument("no training data set");
+  require(group.world_size >= 1, "world size must be at least 1");
+  require(group.rank >= 0 && group.rank < group.world_size,
+          "rank " + std::to_string(group.rank) + " outside 0.." + std::to_string(group.world_size - 1));
+  require(config.workers == group.world_size, "workers (" + std::to_string(config.workers) +
+                                                  ") must equal the world size (" +
+                                                  std::to_string(group.world_size) + ")");
+  require(group.master_port > 0 && group.master_port < 65536, "master port must be in 1..65535");
+  std::string host = group.host;
+  if (host.empty()) {
+    require(is_loopback(group.master_addr),
+            "process_group.host (this rank's reachable address) is required when the master is not on loopback");
+    host = "127.0.0.1";
+  }
+  const job_plan plan = plan_job(prototype, config);
+  size_blas(config, 1);
+  auto result = std::make_shared<job_result>();
+  caf::actor_system_config system_config;
+  configure_system(system_config);
+  system_config.load<caf::io::middleman>();
+  // On failure the system is abandoned rather than destroyed: its destructor would wait for a
+  // communicator that may stay blocked in a collective with a dead peer.
+  auto system = std::make_unique<caf::actor_system>(system_config);
+  local_actors local;
+  std::optional<std::string> failure;
+  {
+    caf::scoped_actor self{*system};
+    coordinator_actor coordinator;
+    if (group.rank == 0) {
+      coordinator = spawn_coordination(*system, local, plan, prototype, eval ? eval : train, config,
+                                       std::move(on_step), {}, result);
+      auto port = system->middleman().publish(coordinator, static_cast<std::uint16_t>(group.master_port),
+                                              nullptr, true);
+      if (!port) {
+        local.shut_down(self);
+        throw std::runtime_error("rank 0: cannot listen for workers on port " + std::to_string(group.master_port) +
+                                 ": " + system->render(port.error()));
+      }
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + group.connect_timeout;
+      for (;;) {
+        auto found = system->middleman().remote_actor<coordinator_actor>(
+            group.master_addr, static_cast<std::uint16_t>(group.master_port));
+        if (found) {
+          coordinator = *found;
+          break;
+        }
+        if (std::chrono::steady_clock::now() > deadline)
+          throw std::runtime_error("rank " + std::to_string(group.rank) + ": no coordinator at " +
+                                   group.master_addr + ":" + std::to_string(group.master_port) + " within " +
+                                   std::to_string(group.connect_timeout.count()) + " ms: " +
+                                   system->render(found.error()));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }
+    ucx_options options;
+    options.connect_timeout = group.connect_timeout;
+    if (is_loopback(host) && !std::getenv("UCX_NET_DEVICES")) options.net_devices = "lo";
+    ucx_listener listener(host + ":0", options);
+    std::vector<std::string> addresses;
+    self->request(coordinator, caf::infinite, register_atom::value,
+                  worker_registration{group.rank, group.world_size, listener.address(), fingerprint(prototype, config)})
+        .receive([&](std::vector<std::string>& all) { addresses = std::move(all); },
+                 [&](caf::error& e) { failure = describe(*system, e); });
+    if (!failure) {
+      auto link = std::move(listener).connect(group.rank, addresses);
+      std::vector<accumulator_actor> accumulators{
+          spawn_worker(*system, local, plan, prototype, train, config, group.rank, std::move(link), coordinator)};
+      failure = run_to_end(*system, self, coordinator, accumulators);
+    }
+    local.shut_down(self);
+  }
+  if (failure) {
+    (void)system.release();
+    throw std::runtime_error(*failure);
+  }
+  local.account(*result, plan.initial.size());
   return std::move(*result);
 }
 

@@ -23,6 +23,15 @@ tensor make_tensor(const std::vector<float>& from, const std::shared_ptr<memory_
   return metered(new std::vector<float>(from), meter);
 }
 
+void add_control_message_types(caf::actor_system_config& config) {
+  config.add_message_type<round_totals>("accord::round_totals");
+  config.add_message_type<transfer_stats>("accord::transfer_stats");
+  config.add_message_type<round_report>("accord::round_report");
+  config.add_message_type<worker_failure>("accord::worker_failure");
+  config.add_message_type<worker_registration>("accord::worker_registration");
+  config.add_message_type<std::vector<std::string>>("std::vector<std::string>");
+}
+
 std::uint64_t hash_parameters(const std::vector<float>& parameters) {
   // FNV-1a over 32-bit words: fast, and any bit difference between replicas shows.
   std::uint64_t h = 14695981039346656037ull;

@@ -86,6 +86,15 @@ struct worker_failure {
   std::string what;
 };
 
+// A worker process announcing itself to the coordinator: where its transport listens, and a
+// fingerprint of its model and job configuration, which must equal everyone else's.
+struct worker_registration {
+  int rank = 0;
+  int world = 0;
+  std::string address;
+  std::string fingerprint;
+};
+
 using compute_atom = caf::atom_constant<caf::atom("compute")>;
 using params_atom = caf::atom_constant<caf::atom("params")>;
 using recycle_atom = caf::atom_constant<caf::atom("recycle")>;
@@ -93,6 +102,35 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 using finished_atom = caf::atom_constant<caf::atom("finished")>;
 using wait_atom = caf::atom_constant<caf::atom("wait")>;
+using register_atom = caf::atom_constant<caf::atom("register")>;
+
+// Wire formats of the control messages that cross processes (CAF's middleman). Tensors never
+// do: a report's parameters are attached only by rank 0, which shares the coordinator's process.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, round_totals& x) {
+  return f(caf::meta::type_name("round_totals"), x.micro_batches, x.loss_sum, x.items);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transfer_stats& x) {
+  return f(caf::meta::type_name("transfer_stats"), x.bytes_sent, x.bytes_received, x.messages_sent);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, round_report& x) {
+  return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
+           x.local_micro_batches, x.compute_seconds, x.communication_seconds, x.wait_seconds,
+           x.parameter_hash, x.traffic);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {
+  return f(caf::meta::type_name("worker_failure"), x.rank, x.what);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_registration& x) {
+  return f(caf::meta::type_name("worker_registration"), x.rank, x.world, x.address, x.fingerprint);
+}
+
+// Registers the control messages with an actor system configuration (needed to cross processes).
+void add_control_message_types(caf::actor_system_config& config);
 
 // 64-bit hash of a parameter vector, to compare replicas cheaply.
 std::uint64_t hash_parameters(const std::vector<float>& parameters);
@@ -103,8 +141,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::tensor)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::gradient_result)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::round_request)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::round_result)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::round_report)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::worker_failure)
 
 namespace accord {
 // The message of an error raised with caf::make_error(sec, std::string), else CAF's rendering.

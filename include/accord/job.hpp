@@ -4,6 +4,7 @@
 // supplies a model and data sets, picks an algorithm and a link, and gets metrics back.
 #include <accord/model.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -89,5 +90,29 @@ std::vector<std::string> algorithm_names();
 job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
                    std::shared_ptr<const dataset> eval, const job_config& config,
                    std::function<void(const step_metrics&)> on_step = {});
+
+// Where this process sits in a job that spans processes or machines: one worker per process,
+// rank 0 also hosts the coordinator (control messages over CAF's middleman at master_port)
+// and bulk tensors travel over UCX between the ranks.
+struct process_group {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // The address other ranks reach this one at (its UCX listener); empty: the local address
+  // of the route to master_addr.
+  std::string host;
+  std::chrono::milliseconds connect_timeout{60'000};
+};
+
+// Runs this process's worker of a multi-process job; every process must pass the same model
+// and configuration (checked when it registers), and config.workers must equal world_size.
+// Rank 0's result holds the step metrics; every rank's holds the final parameters. After a
+// failure it throws, and the calling process should exit: a transport blocked in a peer's
+// collective cannot be unwound from outside.
+job_result run_job_process(const model& prototype, std::shared_ptr<const dataset> train,
+                           std::shared_ptr<const dataset> eval, const job_config& config,
+                           const process_group& group,
+                           std::function<void(const step_metrics&)> on_step = {});
 
 }  // namespace accord
