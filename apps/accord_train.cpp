@@ -1,8 +1,11 @@
 // accord-train: data-parallel training with actors in one process. With no flags it trains the
 // byte-level GPT on the fortunes corpus with ACCO on 4 workers over an emulated link.
+#include "apps/launch_env.hpp"
 #include "apps/training_options.hpp"
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 
 namespace po = boost::program_options;
@@ -33,39 +36,84 @@ std::string format_rate(double per_second) {
   return text;
 }
 
+std::string format_loss(double loss) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%.4f", loss);
+  return text;
+}
+
+// Raw little-endian float32, parameter_count() values in the model's flat layout.
+void save_parameters(const std::string& path, const std::vector<float>& parameters) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(parameters.data()),
+            static_cast<std::streamsize>(parameters.size() * sizeof(float)));
+  if (!out) throw std::runtime_error(path + ": cannot write the parameters");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   po::options_description options("accord-train options");
   options.add_options()("help,h", "show this help")
-      ("log-interval", po::value<std::uint64_t>()->default_value(10), "progress line every this many steps");
+      ("log-interval", po::value<std::uint64_t>()->default_value(10), "progress line every this many steps")
+      ("save-parameters", po::value<std::string>(), "write the final parameters (raw float32) to this file");
   add_training_options(options, default_job());
   try {
     const auto flags = parse_flags(argc, argv, options,
                                    "usage: accord-train [options]\n"
                                    "Trains a model data-parallel with CAF actors: per worker a compute, an\n"
-                                   "accumulator and a communicator actor, over an emulated link.");
+                                   "accumulator and a communicator actor. In one process the workers talk\n"
+                                   "over an emulated link (--link); started with RANK, WORLD_SIZE,\n"
+                                   "MASTER_ADDR and MASTER_PORT set (accord-launch, torchrun-style, or\n"
+                                   "Slurm's srun), each process is one worker and tensors travel over UCX.");
     training_setup setup = make_training_setup(flags);
-    const std::uint64_t log_interval = flags["log-interval"].as<std::uint64_t>();
+    const std::optional<rendezvous_info> place = rendezvous_from_environment();
+    if (place) {
+      if (flags["workers"].defaulted())
+        setup.job.workers = place->world_size;
+      else if (setup.job.workers != place->world_size)
+        throw std::invalid_argument("--workers " + std::to_string(setup.job.workers) + " disagrees with WORLD_SIZE=" +
+                                    std::to_string(place->world_size));
+    }
+    const bool leader = !place || place->rank == 0;
+    const std::uint64_t log_interval = leader ? flags["log-interval"].as<std::uint64_t>() : 0;
     const job_config& job = setup.job;
     const bool language_model = flags["model"].as<std::string>() == "gpt";
-    std::printf("accord-train: %s, %d workers, %s, %zu parameters\n  data: %s\n  link: %s, device: cpu\n",
-                job.algorithm.c_str(), job.workers, setup.net->signature().c_str(),
-                setup.net->parameter_count(), setup.data_description.c_str(), job.link.c_str());
-    std::fflush(stdout);
+    if (leader) {
+      std::printf("accord-train: %s, %d workers, %s, %zu parameters\n  data: %s\n  link: %s, device: %s\n",
+                  job.algorithm.c_str(), job.workers, setup.net->signature().c_str(), setup.net->parameter_count(),
+                  setup.data_description.c_str(),
+                  place ? ("UCX between processes, master " + place->master_addr + ":" + std::to_string(place->master_port)).c_str()
+                        : job.link.c_str(),
+                  setup.device_description.c_str());
+      std::fflush(stdout);
+    }
     double last_eval = -1;
-    const job_result result = run_job(
-        *setup.net, setup.train, setup.eval, job, [&](const step_metrics& m) {
+    auto progress = [&](const step_metrics& m) {
           if (m.eval_loss >= 0) last_eval = m.eval_loss;
           const bool last = m.step == job.steps;
           if (!log_interval || (m.step % log_interval != 0 && m.step != 1 && !last)) return;
           std::printf("step %5llu/%llu | loss %.4f | eval %s | %s %s/s | %.1f bits/param | hidden %3.0f%% | %.1fs\n",
                       static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(job.steps),
-                      m.train_loss, last_eval >= 0 ? std::to_string(last_eval).substr(0, 6).c_str() : "  -   ",
+                      m.train_loss, last_eval >= 0 ? format_loss(last_eval).c_str() : "   -  ",
                       format_rate(m.items_per_second).c_str(), language_model ? "tok" : "img",
                       m.bits_per_parameter, 100 * m.hidden_fraction, m.seconds);
           std::fflush(stdout);
-        });
+        };
+    job_result result;
+    if (place) {
+      process_group group;
+      group.rank = place->rank;
+      group.world_size = place->world_size;
+      group.master_addr = place->master_addr;
+      group.master_port = place->master_port;
+      group.host = local_address_towards(place->master_addr, place->master_port);
+      result = run_job_process(*setup.net, setup.train, setup.eval, job, group, progress);
+    } else {
+      result = run_job(*setup.net, setup.train, setup.eval, job, progress);
+    }
+    if (flags.count("save-parameters")) save_parameters(flags["save-parameters"].as<std::string>(), result.parameters);
+    if (!leader) return 0;
     std::printf("done: %llu steps in %.1fs | final eval loss %.4f | compute %.1fs, communication %.1fs, "
                 "waiting %.1fs per worker | %.1f%% of communication hidden | %.2f bits/param/step | "
                 "replicas %s\n",
@@ -77,6 +125,8 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "accord-train: %s\n", e.what());
-    return 2;
+    std::fflush(stderr);
+    // After a failed multi-process job a communicator may stay blocked on a dead peer.
+    std::_Exit(2);
   }
 }

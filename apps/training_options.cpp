@@ -2,6 +2,7 @@
 
 #include "data/fashion_mnist.hpp"
 #include "data/text.hpp"
+#include "gpu/model_factory.hpp"
 #include "models/gpt.hpp"
 #include "models/mlp.hpp"
 
@@ -73,6 +74,8 @@ void add_training_options(po::options_description& options, const job_config& d)
        "DPU: synchronous rounds before overlapping")
       ("seed", po::value<std::uint64_t>()->default_value(d.seed), "initialisation and data order")
       ("model", po::value<std::string>()->default_value("gpt"), "gpt (byte-level transformer) | mlp (classifier)")
+      ("device", po::value<std::string>()->default_value("auto"),
+       "where compute actors run the model: cpu | cuda | auto (cuda when a GPU exists)")
       ("data", po::value<std::string>(), data_help.c_str())
       ("context", po::value<int>()->default_value(64), "gpt: context length")
       ("layers", po::value<int>()->default_value(2), "gpt: transformer blocks")
@@ -134,6 +137,8 @@ training_setup make_training_setup(const po::variables_map& flags) {
   job.blas_threads = flags["blas-threads"].as<int>();
 
   const std::string kind = flags["model"].as<std::string>();
+  const device_kind device = parse_device(flags["device"].as<std::string>());
+  setup.device_description = describe_device(device);
   const std::string data = flags.count("data") ? flags["data"].as<std::string>() : "";
   if (kind == "gpt") {
     gpt_config config;
@@ -154,10 +159,11 @@ training_setup make_training_setup(const po::variables_map& flags) {
       eval = load_text_file(data, config.context, false, job.seed);
     }
     config.vocab = train->vocab_size();
-    setup.net = std::make_unique<gpt>(config);
+    setup.net = make_gpt_on(device, config);
     setup.train = train;
     setup.eval = eval;
   } else if (kind == "mlp") {
+    if (device != device_kind::cpu) throw std::invalid_argument("--model mlp runs on the cpu only (use --device cpu)");
     mlp_config config;
     config.hidden = parse_sizes("--hidden", flags["hidden"].as<std::string>());
     const std::string directory = data.empty() ? default_fashion_mnist_directory : data;

@@ -17,6 +17,7 @@ struct training_setup {
   std::shared_ptr<const dataset> eval;
   job_config job;
   std::string data_description;
+  std::string device_description;
 };
 
 // Adds the model, data and job flags, with `defaults` shown as the defaults.
