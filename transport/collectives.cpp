@@ -14,11 +14,11 @@
 namespace accord {
 namespace {
 
-// Ring steps travel in pieces so a backend can have the next piece on the wire while the
-// caller reduces the previous one, and no single message grows with the model.
-constexpr std::size_t piece_bytes = 256 << 10;
+// Ring steps travel in pieces of t.ring_piece_bytes(), so no single message grows with the model.
 template <class T>
-constexpr std::size_t piece_elements = std::max<std::size_t>(1, piece_bytes / sizeof(T));
+std::size_t piece_elements(const transport& t) {
+  return std::max<std::size_t>(1, t.ring_piece_bytes() / sizeof(T));
+}
 
 int ring_rank(int rank, int offset, int world) { return ((rank + offset) % world + world) % world; }
 
@@ -35,7 +35,7 @@ std::span<T> clamped_subspan(std::span<T> data, std::size_t offset, std::size_t 
 template <class T, class Landing, class Received>
 void ring_step(transport& t, std::uint64_t tag, int to, std::span<const T> out, int from,
                std::size_t in_count, Landing landing, Received received) {
-  constexpr std::size_t piece = piece_elements<T>;
+  const std::size_t piece = piece_elements<T>(t);
   const std::size_t total = std::max(out.size(), in_count);
   for (std::size_t offset = 0; offset < total; offset += piece) {
     const std::span<const T> out_piece = clamped_subspan(out, offset, piece);
@@ -65,7 +65,7 @@ shard block_of(std::size_t elements, std::size_t unit, int world, int s) {
 template <class T>
 void ring_reduce_scatter(transport& t, std::span<T> data, std::uint64_t tag) {
   const int world = t.size(), rank = t.rank();
-  std::vector<T> scratch(std::min(shard_of(data.size(), world, 0).size(), piece_elements<T>));
+  std::vector<T> scratch(std::min(shard_of(data.size(), world, 0).size(), piece_elements<T>(t)));
   for (int step = 0; step + 1 < world; ++step) {
     const shard out = shard_of(data.size(), world, ring_rank(rank, -step - 1, world));
     const shard in = shard_of(data.size(), world, ring_rank(rank, -step - 2, world));
@@ -149,7 +149,7 @@ void count_votes(transport& t, std::span<const std::uint64_t> signs, std::uint64
   const shard mine = shard_of(signs.size(), world, rank);
   vote_counter counter(planes, count_bits(world));
   counter.add(0, signs.subspan(mine.begin, mine.size()));
-  std::vector<std::uint64_t> scratch(std::min(mine.size(), piece_elements<std::uint64_t>));
+  std::vector<std::uint64_t> scratch(std::min(mine.size(), piece_elements<std::uint64_t>(t)));
   for (int step = 1; step < world; ++step) {
     const int to = ring_rank(rank, step, world);
     const shard out = shard_of(signs.size(), world, to);

@@ -57,6 +57,11 @@ public:
 
   virtual transfer_stats stats() const = 0;
 
+  // Ring collectives move each step in pieces of this size: small pieces let an emulated link
+  // interleave messages; a backend with a costly per-message handshake (UCX rendezvous) wants
+  // larger ones.
+  virtual std::size_t ring_piece_bytes() const { return 256 << 10; }
+
   // Collectives: every rank calls the same collectives in the same order with the same
   // lengths; a mismatch surfaces as a transport_error. The defaults are ring algorithms whose
   // summation order is fixed, so results do not depend on timing, and after all_reduce every
