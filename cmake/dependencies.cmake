@@ -61,11 +61,13 @@ endif()
 message(STATUS "accord: CUDA/NCCL parts ${ACCORD_HAVE_CUDA}")
 
 # Internal headers are included as "folder/file.hpp" from the source root; the public
-# embedder API lives in include/accord/.
+# embedder API lives in include/accord/. Installed (cmake/install.cmake), the internal
+# headers sit in include/accord/<folder>/, hence the second install include directory.
 function(accord_library name)
   add_library(${name} ${ARGN})
   target_include_directories(${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-    $<INSTALL_INTERFACE:include>)
+    $<INSTALL_INTERFACE:include>
+    $<INSTALL_INTERFACE:include/accord>)
 endfunction()
