@@ -15,37 +15,37 @@ namespace po = boost::program_options;
 namespace accord {
 namespace {
 
-std::vector<double> parse_speed_factors(const std::string& list) {
-  std::vector<double> factors;
+// A comma-separated list for `flag`: `parse` turns one item into a value and throws when the
+// item is not acceptable; the error names the flag, the item and what was `expected`.
+template <class T, class Parse>
+std::vector<T> parse_list(const std::string& flag, const std::string& list, const std::string& expected,
+                          Parse parse) {
+  std::vector<T> values;
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
     try {
       std::size_t used = 0;
-      factors.push_back(std::stod(item, &used));
+      values.push_back(parse(item, used));
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::exception&) {
-      throw std::invalid_argument("--speed: '" + item + "' is not a number (expected e.g. 1,1,1,4)");
+      throw std::invalid_argument(flag + ": '" + item + "' is not " + expected);
     }
   }
-  return factors;
+  return values;
+}
+
+std::vector<double> parse_speed_factors(const std::string& list) {
+  return parse_list<double>("--speed", list, "a number (expected e.g. 1,1,1,4)",
+                            [](const std::string& item, std::size_t& used) { return std::stod(item, &used); });
 }
 
 std::vector<int> parse_sizes(const std::string& flag, const std::string& list) {
-  std::vector<int> sizes;
-  std::stringstream in(list);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    try {
-      std::size_t used = 0;
-      const int v = std::stoi(item, &used);
-      if (used != item.size() || v <= 0) throw std::invalid_argument(item);
-      sizes.push_back(v);
-    } catch (const std::exception&) {
-      throw std::invalid_argument(flag + ": '" + item + "' is not a positive integer");
-    }
-  }
-  return sizes;
+  return parse_list<int>(flag, list, "a positive integer", [](const std::string& item, std::size_t& used) {
+    const int v = std::stoi(item, &used);
+    if (v <= 0) throw std::invalid_argument(item);
+    return v;
+  });
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
