@@ -15,6 +15,7 @@ struct accumulator_state {
   round_totals totals;                 // what `accumulated` holds
   std::size_t since_launch = 0;        // micro-batches since the last round was launched
   std::uint64_t round = 0;             // the round in flight, or the next to launch
+  std::uint64_t consumed = 0;          // micro-batches the compute actor has taken
   bool in_flight = false;
   bool computing = false;
   bool finished = false;
@@ -53,6 +54,7 @@ void on_gradient(self_pointer self, gradient_result& g) {
   auto& s = self->state;
   s.computing = false;
   s.compute_seconds += g.seconds;
+  s.consumed = g.position;
   if (!s.finished) {
     if (!s.accumulated) s.accumulated = take_zeroed(s);
     auto& acc = *s.accumulated;
@@ -91,6 +93,7 @@ void launch_round(self_pointer self) {
   request.estimate = is_estimate_round(setup.pipe, s.round);
   request.learning_rate = setup.learning_rate(step_of_round(setup.pipe, s.round));
   request.local = s.totals;
+  request.snapshot = setup.wants_snapshot && setup.wants_snapshot(s.round);
   if (keeps_accumulation(setup.pipe, s.round)) {
     // ACCO's estimate round: g̃ goes on the wire and also stays for the real round.
     request.buffer = take_zeroed(s);
@@ -125,6 +128,8 @@ void finish_round(self_pointer self) {
   report.wait_seconds = s.wait_seconds;
   report.parameter_hash = r.parameter_hash;
   report.traffic = r.traffic;
+  report.consumed = s.consumed;
+  report.state = std::move(r.state);
   if (s.setup.wants_parameters(r.round)) report.parameters = make_tensor(*r.parameters, s.setup.meter);
   self->send(s.setup.coordinator, std::move(report));
 
@@ -164,6 +169,7 @@ void advance(self_pointer self) {
 
 accumulator_actor::behavior_type accumulator_behavior(self_pointer self, accumulator_setup setup) {
   self->state.setup = std::move(setup);
+  self->state.round = self->state.setup.first_round;
   return {
       [self](start_atom) { advance(self); },
   };

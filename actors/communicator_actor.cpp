@@ -28,6 +28,7 @@ communicator_actor::behavior_type communicator_behavior(
           result.global = global;
           if (s.hash_interval && request.round % s.hash_interval == 0)
             result.parameter_hash = hash_parameters(*request.buffer);
+          if (request.snapshot) result.state = s.rule->snapshot();
           result.parameters = std::move(request.buffer);
           result.traffic = s.link->stats();
           result.seconds =

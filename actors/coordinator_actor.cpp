@@ -1,5 +1,7 @@
 #include "actors/coordinator_actor.hpp"
 
+#include "actors/checkpoint.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -28,6 +30,8 @@ struct round_progress {
   int hash_rank = -1;
   round_totals global;
   tensor parameters;
+  std::vector<rule_state> states;    // every worker's, when a checkpoint is due
+  std::uint64_t fewest_consumed = ~0ull;
 };
 
 struct coordinator_state {
@@ -140,9 +144,45 @@ void evaluate(self_pointer self, std::uint64_t step, tensor parameters) {
           });
 }
 
+// Reassembles the workers' states into one checkpoint: sharded optimizer slots go back to
+// their place in the flat buffer, Distributed Lion momenta are kept one per worker.
+void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress& progress) {
+  auto& s = self->state;
+  const std::size_t n = s.setup.parameter_count;
+  checkpoint c;
+  c.steps = step_of_round(s.setup.pipe, round) + 1;
+  c.data_position = s.setup.data_offset + progress.fewest_consumed * static_cast<std::uint64_t>(s.setup.workers) *
+                                              s.setup.micro_batch;
+  c.signature = s.setup.signature;
+  c.algorithm = s.setup.algorithm;
+  c.parameters = *progress.parameters;
+  for (const rule_state& state : progress.states) {
+    if (state.momentum) {
+      c.momenta.push_back(state.values);
+      continue;
+    }
+    c.optimizer_step = state.optimizer_step;
+    c.slots = state.slots;
+    c.optimizer.resize(std::size_t{state.slots} * n);
+    const std::size_t shard = state.slots ? state.values.size() / state.slots : 0;
+    for (std::size_t slot = 0; slot < state.slots; ++slot)
+      std::copy_n(state.values.begin() + static_cast<std::ptrdiff_t>(slot * shard), shard,
+                  c.optimizer.begin() + static_cast<std::ptrdiff_t>(slot * n + state.begin));
+  }
+  write_checkpoint(s.setup.checkpoint_path, c);
+}
+
 void complete_round(self_pointer self, std::uint64_t round, round_progress& progress) {
   auto& s = self->state;
   ++s.completed_rounds;
+  if (!progress.states.empty()) {
+    try {
+      write_job_checkpoint(self, round, progress);
+    } catch (const std::exception& e) {
+      fail_job(self, e.what());
+      return;
+    }
+  }
   if (is_estimate_round(s.setup.pipe, round)) return;  // its traffic counts towards the step
 
   const auto now = clock_type::now();
@@ -161,7 +201,7 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
                           : 1.0;
   s.last_step = now;
   s.step_bytes = s.step_communication = s.step_wait = 0;
-  if (progress.parameters) {
+  if (progress.parameters && step_due(s.setup.pipe, round, s.setup.rounds, s.setup.eval_interval)) {
     m.eval_loss = -2;
     evaluate(self, m.step, progress.parameters);
   }
@@ -173,6 +213,7 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
   auto& s = self->state;
   s.setup = std::move(setup);
   s.marks.resize(static_cast<std::size_t>(s.setup.workers));
+  s.completed_rounds = s.setup.first_round;
   s.addresses.resize(static_cast<std::size_t>(s.setup.workers));
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& s = self->state;
@@ -197,6 +238,11 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
 
         auto& progress = s.rounds[report.round];
         progress.global = report.global;
+        progress.fewest_consumed = std::min(progress.fewest_consumed, report.consumed);
+        if (report.state.present) {
+          progress.states.resize(static_cast<std::size_t>(s.setup.workers));
+          progress.states[static_cast<std::size_t>(report.rank)] = std::move(report.state);
+        }
         if (report.parameters) progress.parameters = std::move(report.parameters);
         if (report.parameter_hash) {
           if (progress.hash_rank < 0) {
@@ -261,12 +307,11 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
 
 }  // namespace
 
-bool evaluation_due(pipeline pipe, std::uint64_t round, std::uint64_t rounds,
-                    std::uint64_t eval_interval) {
+bool step_due(pipeline pipe, std::uint64_t round, std::uint64_t rounds, std::uint64_t interval) {
   if (is_estimate_round(pipe, round)) return false;
   if (round + 1 == rounds) return true;
   const std::uint64_t step = step_of_round(pipe, round) + 1;
-  return eval_interval && step % eval_interval == 0;
+  return interval && step % interval == 0;
 }
 
 coordinator_actor spawn_coordinator_actor(caf::actor_system& system, coordinator_setup setup) {

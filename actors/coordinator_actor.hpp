@@ -24,8 +24,15 @@ using coordinator_actor = caf::typed_actor<
 struct coordinator_setup {
   int workers = 0;
   pipeline pipe = pipeline::synchronous;
+  std::uint64_t first_round = 0;         // > 0 when resuming
   std::uint64_t rounds = 0;
   std::size_t parameter_count = 0;
+  std::size_t micro_batch = 0;
+  std::uint64_t data_offset = 0;         // stream positions consumed before this job
+  std::string checkpoint_path;
+  std::uint64_t checkpoint_interval = 0;
+  std::string algorithm;
+  std::string signature;
   std::uint64_t eval_interval = 0;
   evaluator_actor evaluator;
   std::string metrics_path;
@@ -35,9 +42,9 @@ struct coordinator_setup {
   std::string fingerprint;               // what registering worker processes must match
 };
 
-// Whether rank 0 must attach its parameters to the report of `round` (evaluation or the end).
-bool evaluation_due(pipeline pipe, std::uint64_t round, std::uint64_t rounds,
-                    std::uint64_t eval_interval);
+// Whether `round` ends a step that is a multiple of `interval`, or the job's last step (the
+// rounds after which evaluations and checkpoints happen).
+bool step_due(pipeline pipe, std::uint64_t round, std::uint64_t rounds, std::uint64_t interval);
 
 coordinator_actor spawn_coordinator_actor(caf::actor_system& system, coordinator_setup setup);
 

@@ -3,6 +3,7 @@
 
 #include "actors/accumulator_actor.hpp"
 #include "actors/algorithm.hpp"
+#include "actors/checkpoint.hpp"
 #include "actors/communicator_actor.hpp"
 #include "actors/compute_actor.hpp"
 #include "actors/coordinator_actor.hpp"
@@ -74,8 +75,10 @@ struct job_plan {
   const algorithm* algo = nullptr;
   optimizer_config optimizer;
   schedule_config schedule;
+  std::uint64_t first_round = 0;           // > 0 when resuming
   std::uint64_t rounds = 0;
   std::vector<float> initial;
+  std::optional<checkpoint> resume;
 };
 
 job_plan plan_job(const model& prototype, const job_config& config) {
@@ -91,8 +94,28 @@ job_plan plan_job(const model& prototype, const job_config& config) {
   learning_rate_at(plan.schedule, 0);  // validates the schedule before any actor starts
   link_model::parse(config.link);
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
-  plan.initial.resize(prototype.parameter_count());
-  prototype.initialize(plan.initial, config.seed);
+  if (config.resume_path.empty()) {
+    plan.initial.resize(prototype.parameter_count());
+    prototype.initialize(plan.initial, config.seed);
+    return plan;
+  }
+  plan.resume = read_checkpoint(config.resume_path);
+  const checkpoint& c = *plan.resume;
+  const std::string& from = config.resume_path;
+  require(c.signature == prototype.signature(),
+          from + ": the checkpoint's model " + c.signature + " is not " + prototype.signature());
+  require(c.parameters.size() == prototype.parameter_count(), from + ": wrong parameter count");
+  require(c.steps < config.steps, from + ": the checkpoint is at step " + std::to_string(c.steps) +
+                                       ", nothing left to do for --steps " + std::to_string(config.steps));
+  require((plan.algo->aggregate == aggregation::sharded_optimizer) == (c.slots > 0 || c.momenta.empty()),
+          from + ": a " + c.algorithm + " checkpoint cannot resume a " + plan.algo->name + " job");
+  if (plan.algo->aggregate == aggregation::sharded_optimizer) {
+    const std::size_t slots = make_optimizer(plan.optimizer, 0)->state().slots;
+    require(c.slots == slots, from + ": the checkpoint holds " + std::to_string(c.slots) + " optimizer slots (" +
+                                  c.algorithm + "), " + plan.optimizer.kind + " needs " + std::to_string(slots));
+  }
+  plan.first_round = rounds_for_steps(plan.algo->pipe, c.steps);
+  plan.initial = c.parameters;
   return plan;
 }
 
@@ -153,8 +176,15 @@ coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& lo
   coordinator_setup setup;
   setup.workers = config.workers;
   setup.pipe = plan.algo->pipe;
+  setup.first_round = plan.first_round;
   setup.rounds = plan.rounds;
   setup.parameter_count = plan.initial.size();
+  setup.micro_batch = config.micro_batch;
+  setup.data_offset = plan.resume ? plan.resume->data_position : 0;
+  setup.checkpoint_path = config.checkpoint_path;
+  setup.checkpoint_interval = config.checkpoint_interval;
+  setup.algorithm = plan.algo->name;
+  setup.signature = prototype.signature();
   setup.eval_interval = config.eval_interval;
   setup.evaluator = local.keep(
       spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.micro_batch, config.eval_batches));
@@ -175,19 +205,21 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   auto compute = std::make_shared<compute_setup>();
   compute->net = prototype.clone();
   compute->data = std::move(train);
-  compute->stream = {rank, workers, config.micro_batch};
+  compute->stream = {rank, workers, config.micro_batch, plan.resume ? plan.resume->data_position : 0};
   compute->parameters = make_tensor(plan.initial, local.meter);
   compute->meter = local.meter;
   compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
   auto communication = std::make_shared<communicator_setup>();
   communication->link = std::move(link);
-  communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank);
+  communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank,
+                                         plan.resume ? &*plan.resume : nullptr);
   communication->hash_interval = config.replica_check_interval;
   local.state_bytes += communication->rule->state_bytes();
 
   accumulator_setup accumulation;
   accumulation.rank = rank;
   accumulation.pipe = plan.algo->pipe;
+  accumulation.first_round = plan.first_round;
   accumulation.rounds = plan.rounds;
   accumulation.dpu_warmup = config.dpu_warmup;
   accumulation.accumulation = config.accumulation;
@@ -196,10 +228,16 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
     return learning_rate_at(schedule, step);
   };
-  accumulation.wants_parameters = [rank, pipe = plan.algo->pipe, rounds = plan.rounds,
-                                   interval = config.eval_interval](std::uint64_t round) {
-    return rank == 0 && evaluation_due(pipe, round, rounds, interval);
+  const bool checkpoints = !config.checkpoint_path.empty();
+  auto checkpoint_due = [checkpoints, pipe = plan.algo->pipe, rounds = plan.rounds,
+                         interval = config.checkpoint_interval](std::uint64_t round) {
+    return checkpoints && step_due(pipe, round, rounds, interval);
   };
+  accumulation.wants_parameters = [rank, checkpoint_due, pipe = plan.algo->pipe, rounds = plan.rounds,
+                                   interval = config.eval_interval](std::uint64_t round) {
+    return rank == 0 && (step_due(pipe, round, rounds, interval) || checkpoint_due(round));
+  };
+  accumulation.wants_snapshot = checkpoint_due;
   if (local.workers++ == 0)
     accumulation.on_final_parameters = [&local](const std::vector<float>& p) { local.final_parameters = p; };
   accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));

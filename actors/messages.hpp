@@ -32,6 +32,16 @@ struct memory_meter {
 tensor make_tensor(std::size_t size, const std::shared_ptr<memory_meter>& meter);
 tensor make_tensor(const std::vector<float>& from, const std::shared_ptr<memory_meter>& meter);
 
+// A worker's share of the optimizer state, as it goes into a checkpoint.
+struct rule_state {
+  bool present = false;
+  bool momentum = false;           // values: this worker's Distributed Lion momentum
+  std::uint64_t optimizer_step = 0;
+  std::uint32_t slots = 0;
+  std::uint64_t begin = 0;         // sharded: where the shard starts in the flat buffer
+  std::vector<float> values;       // sharded: slots × shard size, slot after slot
+};
+
 // One micro-batch's gradient from a compute actor.
 struct gradient_result {
   tensor gradient;
@@ -55,6 +65,7 @@ struct round_request {
   tensor buffer;                // gradient sum in, parameters out
   round_totals local;
   float learning_rate = 0;
+  bool snapshot = false;        // return the update rule's state (a checkpoint is due)
 };
 
 struct round_result {
@@ -64,6 +75,7 @@ struct round_result {
   double seconds = 0;           // wall time the communicator spent on the round
   std::uint64_t parameter_hash = 0;
   transfer_stats traffic;       // cumulative bytes of this worker's transport
+  rule_state state;             // present when the request asked for a snapshot
 };
 
 // What the accumulator tells the coordinator after each round.
@@ -78,7 +90,9 @@ struct round_report {
   double wait_seconds = 0;      // cumulative: compute idle while waiting for a round
   std::uint64_t parameter_hash = 0;
   transfer_stats traffic;
-  tensor parameters;            // set on the final round and when an evaluation is due
+  std::uint64_t consumed = 0;   // micro-batches of its stream this worker has taken
+  rule_state state;             // present when a checkpoint is due
+  tensor parameters;            // set by rank 0 for evaluations, checkpoints and the end
 };
 
 struct worker_failure {
@@ -115,10 +129,15 @@ typename Inspector::result_type inspect(Inspector& f, transfer_stats& x) {
   return f(caf::meta::type_name("transfer_stats"), x.bytes_sent, x.bytes_received, x.messages_sent);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rule_state& x) {
+  return f(caf::meta::type_name("rule_state"), x.present, x.momentum, x.optimizer_step, x.slots,
+           x.begin, x.values);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_report& x) {
   return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
            x.local_micro_batches, x.compute_seconds, x.communication_seconds, x.wait_seconds,
-           x.parameter_hash, x.traffic);
+           x.parameter_hash, x.traffic, x.consumed, x.state);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {

@@ -11,10 +11,22 @@ namespace {
 class sharded_optimizer_rule final : public update_rule {
 public:
   sharded_optimizer_rule(const optimizer_config& config, std::span<const float> initial, int world,
-                         int rank)
+                         int rank, const checkpoint* resume)
       : own_(shard_of(initial.size(), world, rank)),
         master_(initial.begin() + own_.begin, initial.begin() + own_.end),
-        optimizer_(make_optimizer(config, own_.size())) {}
+        optimizer_(make_optimizer(config, own_.size())) {
+    if (!resume) return;
+    // Re-shard: this worker's slice of every slot of the reassembled state.
+    optimizer_state state = optimizer_->state();
+    if (resume->slots != state.slots)
+      throw std::invalid_argument("checkpoint holds " + std::to_string(resume->slots) +
+                                  " optimizer slots, " + config.kind + " needs " + std::to_string(state.slots));
+    state.step = resume->optimizer_step;
+    for (std::size_t slot = 0; slot < state.slots; ++slot)
+      std::copy_n(resume->optimizer.begin() + static_cast<std::ptrdiff_t>(slot * initial.size() + own_.begin),
+                  own_.size(), state.values.begin() + static_cast<std::ptrdiff_t>(slot * own_.size()));
+    optimizer_->restore(std::move(state));
+  }
 
   void apply(transport& link, std::span<float> buffer, const round_totals&,
              const round_totals& global, float learning_rate, std::uint64_t,
@@ -41,6 +53,11 @@ public:
     return (master_.size() + optimizer_->state().values.size()) * sizeof(float);
   }
 
+  rule_state snapshot() const override {
+    const optimizer_state& state = optimizer_->state();
+    return {true, false, state.step, static_cast<std::uint32_t>(state.slots), own_.begin, state.values};
+  }
+
 private:
   shard own_;
   std::vector<float> master_;   // fp32 master weights of the own shard
@@ -50,11 +67,13 @@ private:
 
 class sign_vote_rule final : public update_rule {
 public:
-  sign_vote_rule(aggregation vote, const optimizer_config& lion, std::span<const float> initial)
+  sign_vote_rule(aggregation vote, const optimizer_config& lion, std::span<const float> initial, int rank,
+                 const checkpoint* resume)
       : vote_(vote), config_(lion), parameters_(initial.begin(), initial.end()),
         momentum_(initial.size(), 0.f), signs_(packed_words(initial.size())),
         voted_(packed_words(initial.size())) {
     if (vote_ == aggregation::sign_average) plus_votes_.resize(initial.size());
+    if (resume && static_cast<std::size_t>(rank) < resume->momenta.size()) momentum_ = resume->momenta[rank];
   }
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local,
@@ -89,6 +108,8 @@ public:
     return (parameters_.size() + momentum_.size()) * sizeof(float);
   }
 
+  rule_state snapshot() const override { return {true, true, 0, 1, 0, momentum_}; }
+
 private:
   aggregation vote_;
   optimizer_config config_;
@@ -104,20 +125,22 @@ private:
 
 std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,
                                                          std::span<const float> initial,
-                                                         int world, int rank) {
-  return std::make_unique<sharded_optimizer_rule>(config, initial, world, rank);
+                                                         int world, int rank, const checkpoint* resume) {
+  return std::make_unique<sharded_optimizer_rule>(config, initial, world, rank, resume);
 }
 
 std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimizer_config& lion,
-                                                 std::span<const float> initial) {
-  return std::make_unique<sign_vote_rule>(vote, lion, initial);
+                                                 std::span<const float> initial, int rank,
+                                                 const checkpoint* resume) {
+  return std::make_unique<sign_vote_rule>(vote, lion, initial, rank, resume);
 }
 
 std::unique_ptr<update_rule> make_update_rule(aggregation aggregate, const optimizer_config& config,
-                                              std::span<const float> initial, int world, int rank) {
+                                              std::span<const float> initial, int world, int rank,
+                                              const checkpoint* resume) {
   if (aggregate == aggregation::sharded_optimizer)
-    return make_sharded_optimizer_rule(config, initial, world, rank);
-  return make_sign_vote_rule(aggregate, config, initial);
+    return make_sharded_optimizer_rule(config, initial, world, rank, resume);
+  return make_sign_vote_rule(aggregate, config, initial, rank, resume);
 }
 
 }  // namespace accord

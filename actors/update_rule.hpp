@@ -4,6 +4,7 @@
 // optimizer shard and master weights, or its Lion momentum). Plain C++, no actors: the
 // algorithms are testable on their own.
 #include "actors/algorithm.hpp"
+#include "actors/checkpoint.hpp"
 #include "actors/messages.hpp"
 #include "optim/optimizer.hpp"
 #include "transport/shard.hpp"
@@ -25,20 +26,27 @@ public:
                      bool estimate) = 0;
   // Bytes of state this worker keeps (master weights, optimizer state), for the memory report.
   virtual std::size_t state_bytes() const = 0;
+  // This worker's share of the committed state, for a checkpoint.
+  virtual rule_state snapshot() const = 0;
 };
 
 // ZeRO-1: reduce-scatter the gradient sums, divide by the global micro-batch count, step the
 // own shard's fp32 master weights with the optimizer, all-gather the parameters.
+// With `resume`, the state comes from a checkpoint taken with any number of workers.
 std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,
                                                          std::span<const float> initial,
-                                                         int world, int rank);
+                                                         int world, int rank,
+                                                         const checkpoint* resume = nullptr);
 
 // Distributed Lion: local mean gradient → local Lion direction with this worker's own momentum
 // → packed sign vote (majority or average) → the same update x -= lr (Δ + wd x) everywhere.
+// With `resume`, worker `rank` takes the checkpoint's momentum `rank` if there is one.
 std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimizer_config& lion,
-                                                 std::span<const float> initial);
+                                                 std::span<const float> initial, int rank = 0,
+                                                 const checkpoint* resume = nullptr);
 
 std::unique_ptr<update_rule> make_update_rule(aggregation aggregate, const optimizer_config& config,
-                                              std::span<const float> initial, int world, int rank);
+                                              std::span<const float> initial, int world, int rank,
+                                              const checkpoint* resume = nullptr);
 
 }  // namespace accord

@@ -100,6 +100,11 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("replica-check", po::value<std::uint64_t>()->default_value(d.replica_check_interval),
        "compare parameter hashes of all replicas every this many rounds (0: never)")
       ("metrics", po::value<std::string>(), "write one JSON line per step to this file")
+      ("checkpoint", po::value<std::string>(),
+       "write parameters, optimizer state and data position to this file (at the end, and every --checkpoint-interval steps)")
+      ("checkpoint-interval", po::value<std::uint64_t>()->default_value(d.checkpoint_interval),
+       "steps between checkpoints (0: only at the end)")
+      ("resume", po::value<std::string>(), "continue from a checkpoint, with any number of workers, up to --steps")
       ("blas-threads", po::value<int>()->default_value(d.blas_threads), "BLAS threads per worker (0: cores/workers)");
 }
 
@@ -134,6 +139,9 @@ training_setup make_training_setup(const po::variables_map& flags) {
   job.eval_batches = flags["eval-batches"].as<std::size_t>();
   job.replica_check_interval = flags["replica-check"].as<std::uint64_t>();
   if (flags.count("metrics")) job.metrics_path = flags["metrics"].as<std::string>();
+  if (flags.count("checkpoint")) job.checkpoint_path = flags["checkpoint"].as<std::string>();
+  job.checkpoint_interval = flags["checkpoint-interval"].as<std::uint64_t>();
+  if (flags.count("resume")) job.resume_path = flags["resume"].as<std::string>();
   job.blas_threads = flags["blas-threads"].as<int>();
 
   const std::string kind = flags["model"].as<std::string>();

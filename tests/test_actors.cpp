@@ -4,10 +4,13 @@
 
 #include <accord/job.hpp>
 
+#include "actors/checkpoint.hpp"
 #include "data/text.hpp"
 #include "models/gpt.hpp"
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 
 using namespace accord;
@@ -305,4 +308,102 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   job = sgd_job("dlion-mavo", 2, 2);
   job.optimizer = "adamw";
   refused(job, "votes on Lion directions");
+}
+
+TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the problem" *
+          doctest::test_suite("pipeline")) {
+  checkpoint c;
+  c.steps = 7;
+  c.data_position = 96;
+  c.signature = "quadratic(3)";
+  c.algorithm = "ddp";
+  c.parameters = {1.f, 2.f, 3.f};
+  c.optimizer_step = 7;
+  c.slots = 2;
+  c.optimizer = {1, 2, 3, 4, 5, 6};
+  c.momenta = {{0.5f, 0.25f, 0.125f}};
+  const std::string path = "test_actors_checkpoint.bin";
+  write_checkpoint(path, c);
+  const checkpoint back = read_checkpoint(path);
+  CHECK(back.steps == 7);
+  CHECK(back.data_position == 96);
+  CHECK(back.signature == c.signature);
+  CHECK(back.algorithm == "ddp");
+  CHECK(back.parameters == c.parameters);
+  CHECK(back.optimizer_step == 7);
+  CHECK(back.optimizer == c.optimizer);
+  CHECK(back.momenta == c.momenta);
+
+  auto refused = [](const std::string& bytes, const std::string& expected) {
+    const std::string bad = "test_actors_bad_checkpoint.bin";
+    std::ofstream(bad, std::ios::binary) << bytes;
+    try {
+      read_checkpoint(bad);
+      FAIL("accepted");
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == bad + ": " + expected);
+    }
+  };
+  std::ifstream in(path, std::ios::binary);
+  const std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  refused("NOTACKPT" + whole.substr(8), "not an accord checkpoint (bad magic)");
+  refused(whole.substr(0, whole.size() - 4), "truncated checkpoint (in the momenta)");
+  refused(whole + "x", "unexpected bytes after the checkpoint's end");
+  try {
+    read_checkpoint("no/such/checkpoint.bin");
+    FAIL("accepted");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == "no/such/checkpoint.bin: cannot open the checkpoint");
+  }
+}
+
+TEST_CASE("a checkpoint resumes bit-identically, and re-shards for another worker count" *
+          doctest::test_suite("pipeline")) {
+  const std::size_t width = 50;
+  quadratic net(width);
+  auto data = std::make_shared<waves>(width);
+  job_config job;
+  job.algorithm = "ddp";
+  job.workers = 2;
+  job.micro_batch = 3;
+  job.optimizer = "adamw";
+  job.learning_rate = 0.05f;
+  job.cosine = false;
+  job.eval_batches = 1;
+  job.steps = 6;
+  const job_result uninterrupted = run_job(net, data, data, job);
+
+  job.checkpoint_path = "test_actors_resume_3.bin";
+  job.steps = 3;
+  run_job(net, data, data, job);
+  const checkpoint saved = read_checkpoint("test_actors_resume_3.bin");
+  CHECK(saved.steps == 3);
+  CHECK(saved.data_position == 3 * 2 * 3);
+  CHECK(saved.optimizer_step == 3);
+  CHECK(saved.slots == 2);
+
+  job.checkpoint_path.clear();
+  job.resume_path = "test_actors_resume_3.bin";
+  job.steps = 6;
+  const job_result resumed = run_job(net, data, data, job);
+  CHECK(resumed.parameters == uninterrupted.parameters);
+  CHECK(resumed.steps.front().step == 4);
+
+  // 3 workers and 1 worker with 3x the micro-batch see the same examples from the checkpoint on.
+  job.steps = 5;
+  job.workers = 3;
+  const job_result three = run_job(net, data, data, job);
+  job.workers = 1;
+  job.micro_batch = 9;
+  const job_result one = run_job(net, data, data, job);
+  REQUIRE(three.parameters.size() == one.parameters.size());
+  for (std::size_t i = 0; i < one.parameters.size(); ++i)
+    CHECK(three.parameters[i] == doctest::Approx(one.parameters[i]).epsilon(1e-5));
+
+  job.resume_path = "test_actors_resume_3.bin";
+  job.algorithm = "dlion-mavo";
+  job.optimizer.clear();
+  CHECK_THROWS_WITH_AS(run_job(net, data, data, job),
+                       "test_actors_resume_3.bin: a ddp checkpoint cannot resume a dlion-mavo job",
+                       std::invalid_argument);
 }

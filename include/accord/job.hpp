@@ -44,6 +44,11 @@ struct job_config {
   std::size_t eval_batches = 4;      // micro-batches of the eval set per evaluation
   std::uint64_t replica_check_interval = 1;  // rounds between parameter-hash comparisons
   std::string metrics_path;          // JSON lines, one record per step (empty: none)
+  // Checkpoints (format in actors/checkpoint.hpp): written every checkpoint_interval steps and
+  // at the end when checkpoint_path is set; resume_path continues a job with any worker count.
+  std::string checkpoint_path;
+  std::uint64_t checkpoint_interval = 0;  // 0: only at the end
+  std::string resume_path;
   int blas_threads = 0;              // per compute actor; 0: cores / workers
 };
 

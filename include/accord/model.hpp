@@ -60,12 +60,14 @@ public:
 
 // Worker `rank` of `world` takes micro-batch k from positions [(k*world + rank)*size, +size):
 // workers see disjoint streams, and one worker with world*size examples sees their union.
+// A resumed job adds `offset`, the positions its predecessor consumed.
 struct micro_batch_stream {
   int rank = 0;
   int world = 1;
   std::size_t size = 1;
+  std::uint64_t offset = 0;
   std::uint64_t first_position(std::uint64_t k) const {
-    return (k * static_cast<std::uint64_t>(world) + static_cast<std::uint64_t>(rank)) * size;
+    return offset + (k * static_cast<std::uint64_t>(world) + static_cast<std::uint64_t>(rank)) * size;
   }
 };
 
