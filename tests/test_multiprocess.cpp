@@ -36,7 +36,7 @@ std::vector<char> read_all(const std::string& path) {
 // A small GPT and a fixed number of micro-batches per round, so runs are deterministic;
 // one BLAS thread everywhere, since thread counts change the rounding of matrix products.
 const std::string train_flags =
-    " --width 32 --layers 1 --heads 2 --context 16 --micro-batch 4 --steps 3 --max-accumulation 1"
+    " --width 32 --layers 1 --heads 2 --context 16 --micro-batch 4 --max-accumulation 1"
     " --eval-interval 0 --eval-batches 1 --log-interval 1 --blas-threads 1";
 const std::string launch = std::string(ACCORD_LAUNCH_BINARY) + " --timeout 120 ";
 const std::string train = ACCORD_TRAIN_BINARY;
@@ -48,13 +48,14 @@ TEST_CASE("3 processes over UCX give the same parameters as 3 in-process workers
     CAPTURE(algo);
     const std::string launched = "multiprocess_" + std::string(algo) + "_launched.f32";
     const std::string inproc = "multiprocess_" + std::string(algo) + "_inproc.f32";
-    const run_output distributed = run(launch + "-n 3 -- " + train + " --algo " + algo + train_flags +
+    const run_output distributed = run(launch + "-n 3 -- " + train + " --algo " + algo + train_flags + " --steps 3" +
                                        " --save-parameters " + launched);
     INFO(distributed.text);
     REQUIRE(distributed.status == 0);
     CHECK(distributed.text.find("[rank 0] done: 3 steps") != std::string::npos);
     CHECK(distributed.text.find("replicas identical") != std::string::npos);
-    const run_output local = run(train + " --workers 3 --algo " + algo + train_flags + " --save-parameters " + inproc);
+    const run_output local =
+        run(train + " --workers 3 --algo " + algo + train_flags + " --steps 3 --save-parameters " + inproc);
     REQUIRE(local.status == 0);
     const auto a = read_all(launched), b = read_all(inproc);
     REQUIRE(a.size() > 0);
@@ -102,4 +103,19 @@ TEST_CASE("a worker with a bad rendezvous environment says which variable is wro
   const run_output out = run("RANK=5 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 " + train + " --steps 1");
   CHECK(out.status == 2);
   CHECK(out.text.find("RANK=5 is out of range for WORLD_SIZE=2") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint written by a multi-process job resumes in one process and under 3 processes") {
+  const std::string constant = train_flags + " --schedule constant --algo ddp";
+  const run_output saved = run(launch + "-n 2 -- " + train + constant + " --steps 3 --checkpoint multiprocess_ck.bin");
+  INFO(saved.text);
+  REQUIRE(saved.status == 0);
+  REQUIRE(run(train + " --workers 2" + constant + " --steps 6 --save-parameters multiprocess_full.f32").status == 0);
+  REQUIRE(run(train + " --workers 2" + constant + " --steps 6 --resume multiprocess_ck.bin"
+                      " --save-parameters multiprocess_resumed.f32").status == 0);
+  CHECK(read_all("multiprocess_full.f32") == read_all("multiprocess_resumed.f32"));
+  const run_output wider = run(launch + "-n 3 -- " + train + constant + " --steps 6 --resume multiprocess_ck.bin");
+  INFO(wider.text);
+  CHECK(wider.status == 0);
+  CHECK(wider.text.find("[rank 0] step     6/6") != std::string::npos);
 }
