@@ -17,6 +17,7 @@
 #include "gpu/kernels.hpp"
 #include "optim/optimizer.hpp"
 #include "transport/shard.hpp"
+#include "transport/transport.hpp"
 
 #if ACCORD_HAVE_CUDA
 #include "gpu/nccl_transport.hpp"
