@@ -84,7 +84,6 @@ struct round_report {
   std::uint64_t round = 0;
   bool estimate = false;
   round_totals global;
-  double local_micro_batches = 0;
   double compute_seconds = 0;   // cumulative
   double communication_seconds = 0;  // cumulative
   double wait_seconds = 0;      // cumulative: compute idle while waiting for a round
@@ -114,7 +113,6 @@ using params_atom = caf::atom_constant<caf::atom("params")>;
 using recycle_atom = caf::atom_constant<caf::atom("recycle")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
-using finished_atom = caf::atom_constant<caf::atom("finished")>;
 using wait_atom = caf::atom_constant<caf::atom("wait")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
 
@@ -136,8 +134,8 @@ typename Inspector::result_type inspect(Inspector& f, rule_state& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_report& x) {
   return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
-           x.local_micro_batches, x.compute_seconds, x.communication_seconds, x.wait_seconds,
-           x.parameter_hash, x.traffic, x.consumed, x.state);
+           x.compute_seconds, x.communication_seconds, x.wait_seconds, x.parameter_hash, x.traffic,
+           x.consumed, x.state);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {
