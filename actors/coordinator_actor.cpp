@@ -50,6 +50,7 @@ struct coordinator_state {
   std::vector<caf::typed_response_promise<bool>> waiters;
   // Worker processes registered so far (multi-process jobs), and who waits for the address list.
   std::vector<std::string> addresses;
+  std::vector<bool> joined;
   std::vector<caf::typed_response_promise<std::vector<std::string>>> registered;
   std::map<caf::actor_addr, int> rank_of_process;
   std::optional<std::string> failure;
@@ -215,6 +216,7 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
   s.marks.resize(static_cast<std::size_t>(s.setup.workers));
   s.completed_rounds = s.setup.first_round;
   s.addresses.resize(static_cast<std::size_t>(s.setup.workers));
+  s.joined.resize(static_cast<std::size_t>(s.setup.workers));
   self->set_down_handler([self](const caf::down_msg& down) {
     auto& s = self->state;
     auto rank = s.rank_of_process.find(down.source);
@@ -278,7 +280,8 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         if (r.fingerprint != s.setup.fingerprint)
           return refuse("its model/configuration (" + r.fingerprint + ") differs from the job's (" +
                         s.setup.fingerprint + ")");
-        if (!s.addresses[static_cast<std::size_t>(r.rank)].empty()) return refuse("rank registered twice");
+        if (s.joined[static_cast<std::size_t>(r.rank)]) return refuse("rank registered twice");
+        s.joined[static_cast<std::size_t>(r.rank)] = true;
         s.addresses[static_cast<std::size_t>(r.rank)] = r.address;
         // A worker process that goes away before the end fails the job instead of hanging it.
         if (auto sender = caf::actor_cast<caf::actor>(self->current_sender())) {
@@ -287,7 +290,7 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         }
         s.registered.push_back(self->make_response_promise<std::vector<std::string>>());
         auto promise = s.registered.back();
-        if (std::none_of(s.addresses.begin(), s.addresses.end(), [](const std::string& a) { return a.empty(); }))
+        if (std::all_of(s.joined.begin(), s.joined.end(), [](bool j) { return j; }))
           for (auto& p : s.registered) p.deliver(s.addresses);
         return promise;
       },

@@ -12,6 +12,9 @@
 #include "transport/inproc.hpp"
 #include "transport/link_model.hpp"
 #include "transport/ucx/ucx_transport.hpp"
+#if ACCORD_HAVE_CUDA
+#include "gpu/nccl_transport.hpp"
+#endif
 
 #include <caf/io/all.hpp>
 
@@ -120,13 +123,13 @@ job_plan plan_job(const model& prototype, const job_config& config) {
 }
 
 // What two worker processes must agree on to train together.
-std::string fingerprint(const model& prototype, const job_config& c) {
+std::string fingerprint(const model& prototype, const job_config& c, const std::string& transport) {
   std::ostringstream f;
   f << prototype.signature() << " algo=" << c.algorithm << " steps=" << c.steps << " micro-batch=" << c.micro_batch
     << " accumulation=" << c.accumulation << "/" << c.max_accumulation << " seed=" << c.seed
     << " optimizer=" << c.optimizer << " lr=" << c.learning_rate << " wd=" << c.weight_decay
     << " betas=" << c.beta1 << "," << c.beta2 << " warmup=" << c.warmup_steps << " cosine=" << c.cosine
-    << " dpu-warmup=" << c.dpu_warmup;
+    << " dpu-warmup=" << c.dpu_warmup << " transport=" << transport;
   return f.str();
 }
 
@@ -172,7 +175,8 @@ struct local_actors {
 coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& local, const job_plan& plan,
                                      const model& prototype, std::shared_ptr<const dataset> eval,
                                      const job_config& config, std::function<void(const step_metrics&)> on_step,
-                                     std::function<void()> abort, std::shared_ptr<job_result> result) {
+                                     std::function<void()> abort, std::shared_ptr<job_result> result,
+                                     std::string expected_fingerprint = {}) {
   coordinator_setup setup;
   setup.workers = config.workers;
   setup.pipe = plan.algo->pipe;
@@ -192,7 +196,7 @@ coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& lo
   setup.on_step = std::move(on_step);
   setup.abort = std::move(abort);
   setup.result = std::move(result);
-  setup.fingerprint = fingerprint(prototype, config);
+  setup.fingerprint = std::move(expected_fingerprint);
   return local.keep(spawn_coordinator_actor(system, std::move(setup)));
 }
 
@@ -260,6 +264,77 @@ std::optional<std::string> run_to_end(caf::actor_system& system, caf::scoped_act
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// How the ranks of a multi-process job find each other's transport: each rank publishes an
+// address through the coordinator, then connects knowing everyone's.
+class transport_rendezvous {
+public:
+  virtual ~transport_rendezvous() = default;
+  virtual std::string address() const = 0;
+  virtual std::unique_ptr<transport> connect(const std::vector<std::string>& addresses) = 0;
+};
+
+class ucx_rendezvous final : public transport_rendezvous {
+public:
+  ucx_rendezvous(const process_group& group, const std::string& host) : rank_(group.rank), listener_(listen(group, host)) {}
+  std::string address() const override { return listener_.address(); }
+  std::unique_ptr<transport> connect(const std::vector<std::string>& addresses) override {
+    return std::move(listener_).connect(rank_, addresses);
+  }
+
+private:
+  static ucx_listener listen(const process_group& group, const std::string& host) {
+    ucx_options options;
+    options.connect_timeout = group.connect_timeout;
+    if (is_loopback(host) && !std::getenv("UCX_NET_DEVICES")) options.net_devices = "lo";
+    return ucx_listener(host + ":0", options);
+  }
+  int rank_;
+  ucx_listener listener_;
+};
+
+#if ACCORD_HAVE_CUDA
+// NCCL needs one unique id for the whole communicator: rank 0 makes it and publishes it as its
+// "address" (hex); every rank then joins the communicator on its own GPU.
+class nccl_rendezvous final : public transport_rendezvous {
+public:
+  explicit nccl_rendezvous(const process_group& group) : group_(group) {
+    if (group.rank == 0) {
+      const nccl_unique_id id = make_nccl_unique_id();
+      static const char digits[] = "0123456789abcdef";
+      for (std::byte b : id) {
+        hex_ += digits[std::to_integer<int>(b) >> 4];
+        hex_ += digits[std::to_integer<int>(b) & 15];
+      }
+    }
+  }
+  std::string address() const override { return hex_; }
+  std::unique_ptr<transport> connect(const std::vector<std::string>& addresses) override {
+    const std::string& hex = addresses.at(0);
+    nccl_unique_id id{};
+    if (hex.size() != 2 * id.size()) throw transport_error("rank 0 published a malformed NCCL unique id");
+    for (std::size_t i = 0; i < id.size(); ++i)
+      id[i] = static_cast<std::byte>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    return std::make_unique<nccl_transport>(id, group_.rank, group_.world_size, group_.local_rank);
+  }
+
+private:
+  process_group group_;
+  std::string hex_;
+};
+#endif
+
+std::unique_ptr<transport_rendezvous> make_rendezvous(const process_group& group, const std::string& host) {
+  if (group.transport == "ucx") return std::make_unique<ucx_rendezvous>(group, host);
+  if (group.transport == "nccl") {
+#if ACCORD_HAVE_CUDA
+    return std::make_unique<nccl_rendezvous>(group);
+#else
+    throw std::invalid_argument("transport nccl: this build has no CUDA/NCCL (nvcc was not found at configure time)");
+#endif
+  }
+  throw std::invalid_argument("unknown transport '" + group.transport + "' (expected ucx|nccl)");
 }
 
 }  // namespace
@@ -338,7 +413,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
     coordinator_actor coordinator;
     if (group.rank == 0) {
       coordinator = spawn_coordination(*system, local, plan, prototype, eval ? eval : train, config,
-                                       std::move(on_step), {}, result);
+                                       std::move(on_step), {}, result, fingerprint(prototype, config, group.transport));
       auto port = system->middleman().publish(coordinator, static_cast<std::uint16_t>(group.master_port),
                                               nullptr, true);
       if (!port) {
@@ -363,17 +438,15 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
     }
-    ucx_options options;
-    options.connect_timeout = group.connect_timeout;
-    if (is_loopback(host) && !std::getenv("UCX_NET_DEVICES")) options.net_devices = "lo";
-    ucx_listener listener(host + ":0", options);
+    const auto rendezvous = make_rendezvous(group, host);
     std::vector<std::string> addresses;
     self->request(coordinator, caf::infinite, register_atom::value,
-                  worker_registration{group.rank, group.world_size, listener.address(), fingerprint(prototype, config)})
+                  worker_registration{group.rank, group.world_size, rendezvous->address(),
+                                      fingerprint(prototype, config, group.transport)})
         .receive([&](std::vector<std::string>& all) { addresses = std::move(all); },
                  [&](caf::error& e) { failure = describe(*system, e); });
     if (!failure) {
-      auto link = std::move(listener).connect(group.rank, addresses);
+      auto link = rendezvous->connect(addresses);
       std::vector<accumulator_actor> accumulators{
           spawn_worker(*system, local, plan, prototype, train, config, group.rank, std::move(link), coordinator)};
       failure = run_to_end(*system, self, coordinator, accumulators);

@@ -56,7 +56,9 @@ int main(int argc, char** argv) {
   po::options_description options("accord-train options");
   options.add_options()("help,h", "show this help")
       ("log-interval", po::value<std::uint64_t>()->default_value(10), "progress line every this many steps")
-      ("save-parameters", po::value<std::string>(), "write the final parameters (raw float32) to this file");
+      ("save-parameters", po::value<std::string>(), "write the final parameters (raw float32) to this file")
+      ("transport", po::value<std::string>()->default_value("ucx"),
+       "between processes: ucx | nccl (GPU to GPU; device = LOCAL_RANK)");
   add_training_options(options, default_job());
   try {
     const auto flags = parse_flags(argc, argv, options,
@@ -108,6 +110,8 @@ int main(int argc, char** argv) {
       group.master_addr = place->master_addr;
       group.master_port = place->master_port;
       group.host = local_address_towards(place->master_addr, place->master_port);
+      group.transport = flags["transport"].as<std::string>();
+      group.local_rank = place->local_rank;
       result = run_job_process(*setup.net, setup.train, setup.eval, job, group, progress);
     } else {
       result = run_job(*setup.net, setup.train, setup.eval, job, progress);

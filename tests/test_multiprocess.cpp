@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -118,4 +119,16 @@ TEST_CASE("a checkpoint written by a multi-process job resumes in one process an
   INFO(wider.text);
   CHECK(wider.status == 0);
   CHECK(wider.text.find("[rank 0] step     6/6") != std::string::npos);
+}
+
+TEST_CASE("--transport nccl without usable GPUs fails with one line instead of hanging") {
+  if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0) {
+    MESSAGE("a GPU is present: covered by scripts/gpu-check.sh instead");
+    return;
+  }
+  const run_output out = run(launch + "-n 2 -- " + train + train_flags + " --steps 1 --transport nccl");
+  INFO(out.text);
+  CHECK(out.status != 0);
+  CHECK(out.text.find("accord-train: ") != std::string::npos);
+  CHECK((out.text.find("nccl") != std::string::npos || out.text.find("NCCL") != std::string::npos));
 }

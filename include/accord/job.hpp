@@ -108,6 +108,10 @@ struct process_group {
   // of the route to master_addr.
   std::string host;
   std::chrono::milliseconds connect_timeout{60'000};
+  // ucx: tensors over UCX (tcp, shared memory, RDMA where present); nccl: over NCCL between
+  // GPUs, this process using CUDA device `local_rank` (builds with CUDA only).
+  std::string transport = "ucx";
+  int local_rank = 0;
 };
 
 // Runs this process's worker of a multi-process job; every process must pass the same model
