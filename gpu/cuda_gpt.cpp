@@ -42,33 +42,6 @@ void upload(cudaStream_t stream, device_array<T>& to, std::span<const T> from) {
              "cudaMemcpyAsync to device");
 }
 
-void check_ids(const std::vector<std::int32_t>& ids, int vocab, const char* what) {
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= vocab)
-      throw std::invalid_argument("cuda_gpt: batch " + std::string(what) + " " + to_string(ids[i]) +
-                                  " at index " + to_string(i) + " is outside the vocabulary [0, " +
-                                  to_string(vocab) + ")");
-}
-
-// The sequence length T of a valid batch; throws std::invalid_argument naming the problem.
-// The kernels index without bounds checks, so every id is checked here on the host.
-int validated_sequence(const batch& input, const gpt_config& config) {
-  if (input.examples == 0 || input.tokens.empty()) throw std::invalid_argument("cuda_gpt: batch is empty");
-  if (input.tokens.size() % input.examples != 0)
-    throw std::invalid_argument("cuda_gpt: batch has " + to_string(input.tokens.size()) +
-                                " tokens, not a multiple of its " + to_string(input.examples) + " examples");
-  const size_t sequence = input.tokens.size() / input.examples;
-  if (sequence > size_t(config.context))
-    throw std::invalid_argument("cuda_gpt: batch sequence length " + to_string(sequence) +
-                                " exceeds the context " + to_string(config.context));
-  if (input.targets.size() != input.tokens.size())
-    throw std::invalid_argument("cuda_gpt: batch has " + to_string(input.targets.size()) + " targets for " +
-                                to_string(input.tokens.size()) + " tokens");
-  check_ids(input.tokens, config.vocab, "token");
-  check_ids(input.targets, config.vocab, "target");
-  return int(sequence);
-}
-
 void check_size(size_t got, size_t expected, const char* what) {
   if (got != expected)
     throw std::invalid_argument("cuda_gpt: got " + to_string(got) + " " + what + ", expected " +
@@ -334,7 +307,7 @@ std::unique_ptr<model> cuda_gpt::clone() const {
 
 double cuda_gpt::evaluate(std::span<const float> parameters, const batch& input) {
   check_size(parameters.size(), parameter_count(), "parameters");
-  const int sequence = validated_sequence(input, config());
+  const int sequence = gpt_sequence_length(input, config(), "cuda_gpt");
   state_->prepare(parameters, input, sequence, config());
   state_->forward(config(), int(input.examples), sequence);
   return state_->finish();
@@ -344,7 +317,7 @@ double cuda_gpt::forward_backward(std::span<const float> parameters, const batch
                                   std::span<float> gradients) {
   check_size(parameters.size(), parameter_count(), "parameters");
   check_size(gradients.size(), parameter_count(), "gradients");
-  const int sequence = validated_sequence(input, config());
+  const int sequence = gpt_sequence_length(input, config(), "cuda_gpt");
   device_state& d = *state_;
   d.prepare(parameters, input, sequence, config());
   d.forward(config(), int(input.examples), sequence);

@@ -32,10 +32,10 @@ const gpt_config& validated(const gpt_config& config) {
   return config;
 }
 
-void check_ids(const std::vector<std::int32_t>& ids, int vocab, const char* what) {
+void check_ids(const std::vector<std::int32_t>& ids, int vocab, const std::string& who, const char* what) {
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
-      throw std::invalid_argument("gpt: batch " + std::string(what) + " " + to_string(ids[i]) +
+      throw std::invalid_argument(who + ": batch " + std::string(what) + " " + to_string(ids[i]) +
                                   " at index " + to_string(i) + " is outside the vocabulary [0, " +
                                   to_string(vocab) + ")");
 }
@@ -95,25 +95,30 @@ void gpt::initialize(std::span<float> parameters, std::uint64_t seed) const {
 
 std::unique_ptr<model> gpt::clone() const { return std::make_unique<gpt>(config_); }
 
+int gpt_sequence_length(const batch& input, const gpt_config& config, const std::string& who) {
+  if (input.examples == 0 || input.tokens.empty())
+    throw std::invalid_argument(who + ": batch is empty");
+  if (input.tokens.size() % input.examples != 0)
+    throw std::invalid_argument(who + ": batch has " + to_string(input.tokens.size()) +
+                                " tokens, not a multiple of its " + to_string(input.examples) +
+                                " examples");
+  const size_t sequence = input.tokens.size() / input.examples;
+  if (sequence > size_t(config.context))
+    throw std::invalid_argument(who + ": batch sequence length " + to_string(sequence) +
+                                " exceeds the context " + to_string(config.context));
+  if (input.targets.size() != input.tokens.size())
+    throw std::invalid_argument(who + ": batch has " + to_string(input.targets.size()) +
+                                " targets for " + to_string(input.tokens.size()) + " tokens");
+  check_ids(input.tokens, config.vocab, who, "token");
+  check_ids(input.targets, config.vocab, who, "target");
+  return int(sequence);
+}
+
 int gpt::prepare(std::span<const float> parameters, const batch& input) {
   if (parameters.size() != parameter_count())
     throw std::invalid_argument("gpt: got " + to_string(parameters.size()) +
                                 " parameters, expected " + to_string(parameter_count()));
-  if (input.examples == 0 || input.tokens.empty())
-    throw std::invalid_argument("gpt: batch is empty");
-  if (input.tokens.size() % input.examples != 0)
-    throw std::invalid_argument("gpt: batch has " + to_string(input.tokens.size()) +
-                                " tokens, not a multiple of its " + to_string(input.examples) +
-                                " examples");
-  const size_t sequence = input.tokens.size() / input.examples;
-  if (sequence > size_t(config_.context))
-    throw std::invalid_argument("gpt: batch sequence length " + to_string(sequence) +
-                                " exceeds the context " + to_string(config_.context));
-  if (input.targets.size() != input.tokens.size())
-    throw std::invalid_argument("gpt: batch has " + to_string(input.targets.size()) +
-                                " targets for " + to_string(input.tokens.size()) + " tokens");
-  check_ids(input.tokens, config_.vocab, "token");
-  check_ids(input.targets, config_.vocab, "target");
+  const size_t sequence = size_t(gpt_sequence_length(input, config_, "gpt"));
 
   const size_t L = config_.layers, C = config_.width, V = config_.vocab;
   const size_t B = input.examples, T = sequence, rows = B * T;

@@ -39,6 +39,11 @@ struct gpt_config {
   bool tied_head = true;
 };
 
+// The sequence length T of a batch valid for `config`: tokens and targets both examples × T,
+// 1 <= T <= context, every id inside the vocabulary. Otherwise std::invalid_argument, its
+// message starting with `who` (the CPU and CUDA models check batches the same way).
+int gpt_sequence_length(const batch& input, const gpt_config& config, const std::string& who);
+
 class gpt final : public model {
 public:
   // Throws std::invalid_argument when a size is not positive or heads do not divide width.
