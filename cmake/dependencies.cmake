@@ -1,18 +1,10 @@
 # Third-party dependencies, all from Debian 12 packages (see README "Setup").
 find_package(Threads REQUIRED)
 
-# CAF 0.17 ships neither a CMake config nor a pkg-config file on Debian.
-find_package(CAF CONFIG QUIET)
-if(NOT CAF_FOUND)
-  find_path(CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
-  find_library(CAF_CORE_LIBRARY caf_core REQUIRED)
-  find_library(CAF_IO_LIBRARY caf_io REQUIRED)
-  add_library(CAF::core UNKNOWN IMPORTED)
-  set_target_properties(CAF::core PROPERTIES IMPORTED_LOCATION "${CAF_CORE_LIBRARY}"
-    INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}" INTERFACE_LINK_LIBRARIES Threads::Threads)
-  add_library(CAF::io UNKNOWN IMPORTED)
-  set_target_properties(CAF::io PROPERTIES IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
-    INTERFACE_LINK_LIBRARIES CAF::core)
+include(${CMAKE_CURRENT_LIST_DIR}/accord_imported_targets.cmake)
+accord_find_caf(ACCORD_CAF_FOUND)
+if(NOT ACCORD_CAF_FOUND)
+  message(FATAL_ERROR "CAF 0.17 not found (caf/all.hpp, libcaf_core, libcaf_io): apt-get install libcaf-dev")
 endif()
 
 # UCX's own CMake config lacks inter-target dependencies; link all three.
@@ -50,11 +42,10 @@ if(ACCORD_WITH_CUDA)
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     find_package(CUDAToolkit REQUIRED)
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
-    find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
-    add_library(NCCL::nccl SHARED IMPORTED)
-    set_target_properties(NCCL::nccl PROPERTIES IMPORTED_LOCATION ${NCCL_LIBRARY}
-      INTERFACE_INCLUDE_DIRECTORIES ${NCCL_INCLUDE_DIR})
+    accord_find_nccl(ACCORD_NCCL_FOUND)
+    if(NOT ACCORD_NCCL_FOUND)
+      message(FATAL_ERROR "nvcc found but NCCL (libnccl, nccl.h) is missing beside CUDA")
+    endif()
     set(ACCORD_HAVE_CUDA ON)
   endif()
 endif()

@@ -48,4 +48,4 @@ configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/accordConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/accordConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/accordConfig.cmake ${PROJECT_BINARY_DIR}/accordConfigVersion.cmake
-  DESTINATION ${ACCORD_PACKAGE_DIR})
+  ${CMAKE_CURRENT_LIST_DIR}/accord_imported_targets.cmake DESTINATION ${ACCORD_PACKAGE_DIR})
