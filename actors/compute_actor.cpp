@@ -15,7 +15,7 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
                                               std::shared_ptr<compute_setup> setup) {
   self->state.setup = std::move(setup);
   return {
-      [self](compute_atom) -> gradient_result {
+      [self](compute_atom) -> caf::result<gradient_result> {
         auto& s = *self->state.setup;
         auto& spares = self->state.spare_gradients;
         tensor gradient;
@@ -26,15 +26,21 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
           spares.pop_back();
         }
         const auto start = std::chrono::steady_clock::now();
-        const batch input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
-        const double loss = s.net->forward_backward(*s.parameters, input, *gradient);
+        batch input;
+        double loss = 0;
+        try {  // a failing model or data set fails this worker with its message, not the process
+          input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
+          loss = s.net->forward_backward(*s.parameters, input, *gradient);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
         ++s.position;
         const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
         if (s.speed_factor > 1.0)  // a slower device: take speed_factor times as long
           std::this_thread::sleep_for(took * (s.speed_factor - 1.0));
         const std::chrono::duration<double> total = std::chrono::steady_clock::now() - start;
-        return {std::move(gradient), loss, static_cast<double>(input.items()), total.count(),
-                s.position};
+        return gradient_result{std::move(gradient), loss, static_cast<double>(input.items()),
+                               total.count(), s.position};
       },
       [self](params_atom, tensor& parameters) -> tensor {
         std::swap(self->state.setup->parameters, parameters);
@@ -57,11 +63,15 @@ evaluator_actor::behavior_type evaluator_behavior(
     evaluator_actor::stateful_pointer<evaluator_state> self, evaluator_state setup) {
   self->state = setup;
   return {
-      [self](evaluate_atom, const tensor& parameters) -> double {
+      [self](evaluate_atom, const tensor& parameters) -> caf::result<double> {
         auto& s = self->state;
         double sum = 0;
-        for (std::size_t b = 0; b < s.batches; ++b)
-          sum += s.net->evaluate(*parameters, s.data->examples(b * s.micro_batch, s.micro_batch));
+        try {
+          for (std::size_t b = 0; b < s.batches; ++b)
+            sum += s.net->evaluate(*parameters, s.data->examples(b * s.micro_batch, s.micro_batch));
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
         return s.batches ? sum / static_cast<double>(s.batches) : 0.0;
       },
   };

@@ -8,6 +8,7 @@
 #include "data/text.hpp"
 #include "models/gpt.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -116,6 +117,27 @@ job_result run_quadratic(const job_config& job) {
   auto data = std::make_shared<waves>(dim);
   return run_job(net, data, data, job);
 }
+
+// A quadratic whose forward/backward fails on one worker's `fail_at`-th micro-batch, like a
+// device error in the middle of a run.
+class failing_quadratic final : public model {
+public:
+  failing_quadratic(std::size_t dim, int calls_before_failure)
+      : inner_(dim), calls_left_(std::make_shared<std::atomic<int>>(calls_before_failure)) {}
+  std::string signature() const override { return inner_.signature(); }
+  std::size_t parameter_count() const override { return inner_.parameter_count(); }
+  void initialize(std::span<float> p, std::uint64_t seed) const override { inner_.initialize(p, seed); }
+  double forward_backward(std::span<const float> p, const batch& b, std::span<float> g) override {
+    if (--*calls_left_ == 0) throw std::runtime_error("device lost");
+    return inner_.forward_backward(p, b, g);
+  }
+  double evaluate(std::span<const float> p, const batch& b) override { return inner_.evaluate(p, b); }
+  std::unique_ptr<model> clone() const override { return std::make_unique<failing_quadratic>(*this); }
+
+private:
+  mutable quadratic inner_;
+  std::shared_ptr<std::atomic<int>> calls_left_;  // shared by all clones: one failure in the job
+};
 
 std::unique_ptr<gpt> small_gpt() {
   gpt_config c;
@@ -406,4 +428,22 @@ TEST_CASE("a checkpoint resumes bit-identically, and re-shards for another worke
   CHECK_THROWS_WITH_AS(run_job(net, data, data, job),
                        "test_actors_resume_3.bin: a ddp checkpoint cannot resume a dlion-mavo job",
                        std::invalid_argument);
+}
+
+TEST_CASE("a worker whose model fails mid-run fails the job with its message, without hanging" *
+          doctest::test_suite("pipeline")) {
+  for (const char* algorithm : {"ddp", "acco", "dlion-mavo"}) {
+    CAPTURE(algorithm);
+    failing_quadratic net(dim, 7);
+    auto data = std::make_shared<waves>(dim);
+    job_config job = sgd_job(algorithm, 3, 20);
+    if (std::string(algorithm) == "dlion-mavo") job.optimizer.clear();
+    try {
+      run_job(net, data, data, job);
+      FAIL("the job succeeded");
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      CHECK(what.find(" failed: compute: device lost") != std::string::npos);
+    }
+  }
 }
