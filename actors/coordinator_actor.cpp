@@ -170,7 +170,8 @@ void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress
       std::copy_n(state.values.begin() + static_cast<std::ptrdiff_t>(slot * shard), shard,
                   c.optimizer.begin() + static_cast<std::ptrdiff_t>(slot * n + state.begin));
   }
-  write_checkpoint(s.setup.checkpoint_path, c);
+  if (!s.setup.checkpoint_path.empty()) write_checkpoint(s.setup.checkpoint_path, c);
+  if (s.setup.on_checkpoint) s.setup.on_checkpoint(c);
 }
 
 void complete_round(self_pointer self, std::uint64_t round, round_progress& progress) {
@@ -184,6 +185,7 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
       return;
     }
   }
+  if (s.setup.after_round) s.setup.after_round(round);
   if (is_estimate_round(s.setup.pipe, round)) return;  // its traffic counts towards the step
 
   const auto now = clock_type::now();

@@ -7,6 +7,8 @@
 #include "actors/compute_actor.hpp"
 #include "actors/messages.hpp"
 
+#include "actors/checkpoint.hpp"
+
 #include <accord/job.hpp>
 
 #include <functional>
@@ -29,8 +31,10 @@ struct coordinator_setup {
   std::size_t parameter_count = 0;
   std::size_t micro_batch = 0;
   std::uint64_t data_offset = 0;         // stream positions consumed before this job
-  std::string checkpoint_path;
+  std::string checkpoint_path;           // written when set
   std::uint64_t checkpoint_interval = 0;
+  std::function<void(const checkpoint&)> on_checkpoint;  // in-memory copy, when set
+  std::function<void(std::uint64_t round)> after_round;  // when every worker finished a round
   std::string algorithm;
   std::string signature;
   std::uint64_t eval_interval = 0;

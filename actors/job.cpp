@@ -84,7 +84,9 @@ struct job_plan {
   std::optional<checkpoint> resume;
 };
 
-job_plan plan_job(const model& prototype, const job_config& config) {
+// `state`: continue from this in-memory checkpoint (a membership change) instead of
+// config.resume_path.
+job_plan plan_job(const model& prototype, const job_config& config, const checkpoint* state = nullptr) {
   validate(config);
   job_plan plan;
   plan.algo = &find_algorithm(config.algorithm);
@@ -97,14 +99,14 @@ job_plan plan_job(const model& prototype, const job_config& config) {
   learning_rate_at(plan.schedule, 0);  // validates the schedule before any actor starts
   link_model::parse(config.link);
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
-  if (config.resume_path.empty()) {
+  if (!state && config.resume_path.empty()) {
     plan.initial.resize(prototype.parameter_count());
     prototype.initialize(plan.initial, config.seed);
     return plan;
   }
-  plan.resume = read_checkpoint(config.resume_path);
+  plan.resume = state ? *state : read_checkpoint(config.resume_path);
   const checkpoint& c = *plan.resume;
-  const std::string& from = config.resume_path;
+  const std::string from = state ? "membership change" : config.resume_path;
   require(c.signature == prototype.signature(),
           from + ": the checkpoint's model " + c.signature + " is not " + prototype.signature());
   require(c.parameters.size() == prototype.parameter_count(), from + ": wrong parameter count");
@@ -176,7 +178,9 @@ coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& lo
                                      const model& prototype, std::shared_ptr<const dataset> eval,
                                      const job_config& config, std::function<void(const step_metrics&)> on_step,
                                      std::function<void()> abort, std::shared_ptr<job_result> result,
-                                     std::string expected_fingerprint = {}) {
+                                     std::string expected_fingerprint = {},
+                                     std::function<void(const checkpoint&)> on_checkpoint = {},
+                                     std::function<void(std::uint64_t)> after_round = {}) {
   coordinator_setup setup;
   setup.workers = config.workers;
   setup.pipe = plan.algo->pipe;
@@ -187,6 +191,8 @@ coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& lo
   setup.data_offset = plan.resume ? plan.resume->data_position : 0;
   setup.checkpoint_path = config.checkpoint_path;
   setup.checkpoint_interval = config.checkpoint_interval;
+  setup.on_checkpoint = std::move(on_checkpoint);
+  setup.after_round = std::move(after_round);
   setup.algorithm = plan.algo->name;
   setup.signature = prototype.signature();
   setup.eval_interval = config.eval_interval;
@@ -201,10 +207,11 @@ coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& lo
 }
 
 // Spawns one worker's compute, communicator and accumulator actors.
+// `keeps_state`: snapshot the optimizer state at checkpoint steps even without a file.
 accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
                                const model& prototype, std::shared_ptr<const dataset> train,
                                const job_config& config, int rank, std::unique_ptr<transport> link,
-                               coordinator_actor coordinator) {
+                               coordinator_actor coordinator, bool keeps_state = false) {
   const int workers = config.workers;
   auto compute = std::make_shared<compute_setup>();
   compute->net = prototype.clone();
@@ -232,7 +239,7 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
     return learning_rate_at(schedule, step);
   };
-  const bool checkpoints = !config.checkpoint_path.empty();
+  const bool checkpoints = !config.checkpoint_path.empty() || keeps_state;
   auto checkpoint_due = [checkpoints, pipe = plan.algo->pipe, rounds = plan.rounds,
                          interval = config.checkpoint_interval](std::uint64_t round) {
     return checkpoints && step_due(pipe, round, rounds, interval);
@@ -345,11 +352,17 @@ std::vector<std::string> algorithm_names() {
   return names;
 }
 
-job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
-                   std::shared_ptr<const dataset> eval, const job_config& config,
-                   std::function<void(const step_metrics&)> on_step) {
-  if (!train) throw std::invalid_argument("no training data set");
-  const job_plan plan = plan_job(prototype, config);
+namespace {
+
+// One epoch of an in-process job: a fixed worker set from `state` (or the start, or
+// config.resume_path) to config.steps. With `keep_state`, every step's state is handed to it;
+// with `crash_after_round`, the last worker dies once that round is complete.
+job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> train,
+                     std::shared_ptr<const dataset> eval, const job_config& config,
+                     std::function<void(const step_metrics&)> on_step, const checkpoint* state = nullptr,
+                     std::function<void(const checkpoint&)> keep_state = {},
+                     std::optional<std::uint64_t> crash_after_round = {}) {
+  const job_plan plan = plan_job(prototype, config, state);
   const int workers = config.workers;
   size_blas(config, workers);
   inproc_fabric fabric(workers, link_model::parse(config.link));
@@ -364,12 +377,19 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
   std::optional<std::string> failure;
   {
     caf::actor_system system{system_config};
+    const bool keeps_state = static_cast<bool>(keep_state);
+    std::function<void(std::uint64_t)> crash;
+    if (crash_after_round)
+      crash = [&fabric, workers, at = *crash_after_round](std::uint64_t round) {
+        if (round == at) fabric.fail(workers - 1);
+      };
     auto coordinator = spawn_coordination(system, local, plan, prototype, eval ? eval : train, config,
-                                          std::move(on_step), fail_everyone, result);
+                                          std::move(on_step), fail_everyone, result, {}, std::move(keep_state),
+                                          std::move(crash));
     std::vector<accumulator_actor> accumulators;
     for (int rank = 0; rank < workers; ++rank)
-      accumulators.push_back(
-          spawn_worker(system, local, plan, prototype, train, config, rank, fabric.endpoint(rank), coordinator));
+      accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, rank,
+                                          fabric.endpoint(rank), coordinator, keeps_state));
     caf::scoped_actor self{system};
     failure = run_to_end(system, self, coordinator, accumulators);
     if (failure) fail_everyone();
@@ -378,6 +398,80 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
   if (failure) throw std::runtime_error(*failure);
   local.account(*result, plan.initial.size());
   return std::move(*result);
+}
+
+}  // namespace
+
+job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
+                   std::shared_ptr<const dataset> eval, const job_config& config,
+                   std::function<void(const step_metrics&)> on_step) {
+  if (!train) throw std::invalid_argument("no training data set");
+  if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step));
+
+  // Elastic: one epoch per worker set, each continuing from the state the previous one left.
+  require(config.speed_factors.empty(), "speed factors cannot be combined with membership changes");
+  int workers = config.workers;
+  std::uint64_t last = 0;
+  for (const auto& change : config.membership) {
+    require(change.step > last && change.step < config.steps,
+            "membership changes must come at increasing steps inside 1.." + std::to_string(config.steps - 1));
+    require(change.workers >= 1, "a membership change must leave at least 1 worker");
+    require(!change.crash || change.workers < workers, "a crash must leave fewer workers");
+    last = change.step;
+    workers = change.workers;
+  }
+  job_result total;
+  std::optional<checkpoint> state;
+  auto keep = [&state](const checkpoint& c) { state = c; };
+  const auto started = std::chrono::steady_clock::now();
+  auto record = [&](step_metrics m) {
+    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    total.steps.push_back(m);
+    if (on_step) on_step(m);
+  };
+  const pipeline pipe = find_algorithm(config.algorithm).pipe;
+  job_config epoch = config;
+  epoch.membership.clear();
+  epoch.checkpoint_interval = 1;  // every step's state survives a crash in the next one
+  for (std::size_t e = 0; e <= config.membership.size(); ++e) {
+    const bool last_epoch = e == config.membership.size();
+    const membership_change* change = last_epoch ? nullptr : &config.membership[e];
+    epoch.steps = last_epoch ? config.steps : change->step;
+    std::optional<std::uint64_t> crash_round;
+    if (change && change->crash) {  // run into the next step and lose a worker during it
+      epoch.steps = change->step + 1;
+      crash_round = rounds_for_steps(pipe, change->step) - 1;
+    }
+    const checkpoint* from = state ? &*state : nullptr;
+    try {
+      job_result part = run_epoch(prototype, train, eval, epoch, record, from, keep, crash_round);
+      total.parameters = std::move(part.parameters);
+      total.final_eval_loss = part.final_eval_loss;
+      total.compute_seconds += part.compute_seconds;
+      total.communication_seconds += part.communication_seconds;
+      total.wait_seconds += part.wait_seconds;
+      total.bytes_sent += part.bytes_sent;
+      total.rounds += part.rounds;
+      total.replicas_identical = total.replicas_identical && part.replicas_identical;
+      total.state_bytes_per_worker = part.state_bytes_per_worker;
+      total.peak_bytes_per_worker = std::max(total.peak_bytes_per_worker, part.peak_bytes_per_worker);
+      total.minimum_bytes_per_worker = part.minimum_bytes_per_worker;
+    } catch (const std::runtime_error&) {
+      if (!crash_round) throw;  // only the scripted crash is survivable here
+      while (!total.steps.empty() && total.steps.back().step > change->step) total.steps.pop_back();
+    }
+    if (change) {
+      require(state && state->steps == change->step, "no state was kept at step " + std::to_string(change->step));
+      epoch.workers = change->workers;
+      epoch.resume_path.clear();
+    }
+  }
+  total.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  for (const auto& m : total.steps) {
+    total.bits_per_parameter_per_step += m.bits_per_parameter / static_cast<double>(total.steps.size());
+    total.hidden_fraction += m.hidden_fraction / static_cast<double>(total.steps.size());
+  }
+  return total;
 }
 
 job_result run_job_process(const model& prototype, std::shared_ptr<const dataset> train,

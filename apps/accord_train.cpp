@@ -91,7 +91,13 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     double last_eval = -1;
+    int last_workers = job.workers;
     auto progress = [&](const step_metrics& m) {
+          if (m.workers != last_workers && log_interval) {
+            std::printf("membership: %d -> %d workers from step %llu\n", last_workers, m.workers,
+                        static_cast<unsigned long long>(m.step));
+            last_workers = m.workers;
+          }
           if (m.eval_loss >= 0) last_eval = m.eval_loss;
           const bool last = m.step == job.steps;
           if (!log_interval || (m.step % log_interval != 0 && m.step != 1 && !last)) return;

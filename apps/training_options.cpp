@@ -48,6 +48,25 @@ std::vector<int> parse_sizes(const std::string& flag, const std::string& list) {
   });
 }
 
+std::vector<membership_change> parse_membership(const std::string& list) {
+  return parse_list<membership_change>(
+      "--membership", list, "STEP:WORKERS or STEP:WORKERS:crash", [](const std::string& item, std::size_t& used) {
+        membership_change change;
+        std::size_t at = 0;
+        change.step = std::stoull(item, &at);
+        if (at >= item.size() || item[at] != ':') throw std::invalid_argument(item);
+        std::size_t more = 0;
+        change.workers = std::stoi(item.substr(at + 1), &more);
+        at += 1 + more;
+        if (item.compare(at, std::string::npos, ":crash") == 0) {
+          change.crash = true;
+          at = item.size();
+        }
+        used = at;
+        return change;
+      });
+}
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -105,6 +124,9 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("checkpoint-interval", po::value<std::uint64_t>()->default_value(d.checkpoint_interval),
        "steps between checkpoints (0: only at the end)")
       ("resume", po::value<std::string>(), "continue from a checkpoint, with any number of workers, up to --steps")
+      ("membership", po::value<std::string>(),
+       "elastic run in one process: STEP:WORKERS[:crash],... e.g. 50:3,100:5,150:2:crash "
+       "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
       ("blas-threads", po::value<int>()->default_value(d.blas_threads), "BLAS threads per worker (0: cores/workers)");
 }
 
@@ -142,6 +164,7 @@ training_setup make_training_setup(const po::variables_map& flags) {
   if (flags.count("checkpoint")) job.checkpoint_path = flags["checkpoint"].as<std::string>();
   job.checkpoint_interval = flags["checkpoint-interval"].as<std::uint64_t>();
   if (flags.count("resume")) job.resume_path = flags["resume"].as<std::string>();
+  if (flags.count("membership")) job.membership = parse_membership(flags["membership"].as<std::string>());
   job.blas_threads = flags["blas-threads"].as<int>();
 
   const std::string kind = flags["model"].as<std::string>();

@@ -13,6 +13,15 @@
 
 namespace accord {
 
+// Elastic training in one process: at a step boundary the worker set changes. A leave or a
+// join ends the epoch cleanly; a crash kills a worker during the next round, and the survivors
+// redo that round from the state after `step` (kept at every step, so nothing is lost).
+struct membership_change {
+  std::uint64_t step = 0;  // after this many optimizer steps
+  int workers = 0;         // the worker count from then on
+  bool crash = false;      // a worker dies mid-round instead of leaving (workers must shrink)
+};
+
 struct job_config {
   // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion (see algorithm_names()).
   std::string algorithm = "acco";
@@ -49,6 +58,7 @@ struct job_config {
   std::string checkpoint_path;
   std::uint64_t checkpoint_interval = 0;  // 0: only at the end
   std::string resume_path;
+  std::vector<membership_change> membership;  // in step order; empty: a fixed worker set
   int blas_threads = 0;              // per compute actor; 0: cores / workers
 };
 
