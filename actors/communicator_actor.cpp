@@ -16,6 +16,12 @@ communicator_actor::behavior_type communicator_behavior(
   return {
       [self](round_request& request) -> caf::result<round_result> {
         auto& s = *self->state.setup;
+        if (s.crash && request.round == s.crash_round) {
+          s.crash();
+          return caf::make_error(caf::sec::runtime_error, "rank " + std::to_string(s.link->rank()) +
+                                                              " crashed (emulated) in round " +
+                                                              std::to_string(request.round));
+        }
         const auto start = std::chrono::steady_clock::now();
         try {
           double totals[3] = {request.local.micro_batches, request.local.loss_sum, request.local.items};

@@ -14,6 +14,10 @@ struct communicator_setup {
   std::unique_ptr<transport> link;
   std::unique_ptr<update_rule> rule;
   std::uint64_t hash_interval = 1;  // rounds between parameter hashes (0: never)
+  // Emulated crash (elastic tests and demos): at the start of `crash_round` this worker's
+  // transport dies, mid-round for its peers.
+  std::function<void()> crash;
+  std::uint64_t crash_round = 0;
 };
 
 communicator_actor spawn_communicator_actor(caf::actor_system& system,

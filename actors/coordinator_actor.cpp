@@ -185,7 +185,6 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
       return;
     }
   }
-  if (s.setup.after_round) s.setup.after_round(round);
   if (is_estimate_round(s.setup.pipe, round)) return;  // its traffic counts towards the step
 
   const auto now = clock_type::now();

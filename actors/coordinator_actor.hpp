@@ -34,7 +34,6 @@ struct coordinator_setup {
   std::string checkpoint_path;           // written when set
   std::uint64_t checkpoint_interval = 0;
   std::function<void(const checkpoint&)> on_checkpoint;  // in-memory copy, when set
-  std::function<void(std::uint64_t round)> after_round;  // when every worker finished a round
   std::string algorithm;
   std::string signature;
   std::uint64_t eval_interval = 0;

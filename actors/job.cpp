@@ -21,6 +21,8 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -179,8 +181,7 @@ coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& lo
                                      const job_config& config, std::function<void(const step_metrics&)> on_step,
                                      std::function<void()> abort, std::shared_ptr<job_result> result,
                                      std::string expected_fingerprint = {},
-                                     std::function<void(const checkpoint&)> on_checkpoint = {},
-                                     std::function<void(std::uint64_t)> after_round = {}) {
+                                     std::function<void(const checkpoint&)> on_checkpoint = {}) {
   coordinator_setup setup;
   setup.workers = config.workers;
   setup.pipe = plan.algo->pipe;
@@ -192,7 +193,6 @@ coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& lo
   setup.checkpoint_path = config.checkpoint_path;
   setup.checkpoint_interval = config.checkpoint_interval;
   setup.on_checkpoint = std::move(on_checkpoint);
-  setup.after_round = std::move(after_round);
   setup.algorithm = plan.algo->name;
   setup.signature = prototype.signature();
   setup.eval_interval = config.eval_interval;
@@ -208,10 +208,12 @@ coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& lo
 
 // Spawns one worker's compute, communicator and accumulator actors.
 // `keeps_state`: snapshot the optimizer state at checkpoint steps even without a file.
+// `crash`: this worker dies at the start of round `crash_round` (emulated).
 accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
                                const model& prototype, std::shared_ptr<const dataset> train,
                                const job_config& config, int rank, std::unique_ptr<transport> link,
-                               coordinator_actor coordinator, bool keeps_state = false) {
+                               coordinator_actor coordinator, bool keeps_state = false,
+                               std::function<void()> crash = {}, std::uint64_t crash_round = 0) {
   const int workers = config.workers;
   auto compute = std::make_shared<compute_setup>();
   compute->net = prototype.clone();
@@ -225,6 +227,8 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank,
                                          plan.resume ? &*plan.resume : nullptr);
   communication->hash_interval = config.replica_check_interval;
+  communication->crash = std::move(crash);
+  communication->crash_round = crash_round;
   local.state_bytes += communication->rule->state_bytes();
 
   accumulator_setup accumulation;
@@ -356,12 +360,13 @@ namespace {
 
 // One epoch of an in-process job: a fixed worker set from `state` (or the start, or
 // config.resume_path) to config.steps. With `keep_state`, every step's state is handed to it;
-// with `crash_after_round`, the last worker dies once that round is complete.
+// with `crash_after_step`, the last worker dies in the round after that step, once the state
+// after that step has been kept.
 job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> train,
                      std::shared_ptr<const dataset> eval, const job_config& config,
                      std::function<void(const step_metrics&)> on_step, const checkpoint* state = nullptr,
                      std::function<void(const checkpoint&)> keep_state = {},
-                     std::optional<std::uint64_t> crash_after_round = {}) {
+                     std::optional<std::uint64_t> crash_after_step = {}) {
   const job_plan plan = plan_job(prototype, config, state);
   const int workers = config.workers;
   size_blas(config, workers);
@@ -378,18 +383,37 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
   {
     caf::actor_system system{system_config};
     const bool keeps_state = static_cast<bool>(keep_state);
-    std::function<void(std::uint64_t)> crash;
-    if (crash_after_round)
-      crash = [&fabric, workers, at = *crash_after_round](std::uint64_t round) {
-        if (round == at) fabric.fail(workers - 1);
-      };
+    // The emulated crash waits until the state after `crash_after_step` is kept: the workers
+    // run ahead of the coordinator, and a death noticed first would fail the epoch before it.
+    struct {
+      std::mutex mutex;
+      std::condition_variable changed;
+      bool kept = false;
+    } crash_gate;
+    auto keep = [&, keep_state = std::move(keep_state)](const checkpoint& c) {
+      keep_state(c);
+      if (crash_after_step && c.steps == *crash_after_step) {
+        std::lock_guard lock(crash_gate.mutex);
+        crash_gate.kept = true;
+        crash_gate.changed.notify_all();
+      }
+    };
     auto coordinator = spawn_coordination(system, local, plan, prototype, eval ? eval : train, config,
-                                          std::move(on_step), fail_everyone, result, {}, std::move(keep_state),
-                                          std::move(crash));
+                                          std::move(on_step), fail_everyone, result, {},
+                                          keeps_state ? std::function<void(const checkpoint&)>(keep) : nullptr);
     std::vector<accumulator_actor> accumulators;
-    for (int rank = 0; rank < workers; ++rank)
-      accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, rank,
-                                          fabric.endpoint(rank), coordinator, keeps_state));
+    for (int rank = 0; rank < workers; ++rank) {
+      std::function<void()> crash;
+      if (crash_after_step && rank == workers - 1)
+        crash = [&fabric, &crash_gate, rank] {
+          std::unique_lock lock(crash_gate.mutex);
+          crash_gate.changed.wait_for(lock, std::chrono::minutes(2), [&] { return crash_gate.kept; });
+          fabric.fail(rank);
+        };
+      accumulators.push_back(spawn_worker(
+          system, local, plan, prototype, train, config, rank, fabric.endpoint(rank), coordinator, keeps_state,
+          std::move(crash), crash_after_step ? rounds_for_steps(plan.algo->pipe, *crash_after_step) : 0));
+    }
     caf::scoped_actor self{system};
     failure = run_to_end(system, self, coordinator, accumulators);
     if (failure) fail_everyone();
@@ -429,7 +453,6 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     total.steps.push_back(m);
     if (on_step) on_step(m);
   };
-  const pipeline pipe = find_algorithm(config.algorithm).pipe;
   job_config epoch = config;
   epoch.membership.clear();
   epoch.checkpoint_interval = 1;  // every step's state survives a crash in the next one
@@ -437,14 +460,15 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     const bool last_epoch = e == config.membership.size();
     const membership_change* change = last_epoch ? nullptr : &config.membership[e];
     epoch.steps = last_epoch ? config.steps : change->step;
-    std::optional<std::uint64_t> crash_round;
+    std::optional<std::uint64_t> crash_after;
     if (change && change->crash) {  // run into the next step and lose a worker during it
       epoch.steps = change->step + 1;
-      crash_round = rounds_for_steps(pipe, change->step) - 1;
+      crash_after = change->step;
     }
     const checkpoint* from = state ? &*state : nullptr;
+    std::string crash_report;
     try {
-      job_result part = run_epoch(prototype, train, eval, epoch, record, from, keep, crash_round);
+      job_result part = run_epoch(prototype, train, eval, epoch, record, from, keep, crash_after);
       total.parameters = std::move(part.parameters);
       total.final_eval_loss = part.final_eval_loss;
       total.compute_seconds += part.compute_seconds;
@@ -456,12 +480,15 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
       total.state_bytes_per_worker = part.state_bytes_per_worker;
       total.peak_bytes_per_worker = std::max(total.peak_bytes_per_worker, part.peak_bytes_per_worker);
       total.minimum_bytes_per_worker = part.minimum_bytes_per_worker;
-    } catch (const std::runtime_error&) {
-      if (!crash_round) throw;  // only the scripted crash is survivable here
+    } catch (const std::runtime_error& e) {
+      if (!crash_after) throw;  // only the scripted crash is survivable here
+      crash_report = e.what();
       while (!total.steps.empty() && total.steps.back().step > change->step) total.steps.pop_back();
     }
     if (change) {
-      require(state && state->steps == change->step, "no state was kept at step " + std::to_string(change->step));
+      if (!state || state->steps != change->step)
+        throw std::runtime_error("no state was kept at step " + std::to_string(change->step) +
+                                 (crash_report.empty() ? "" : " (the epoch failed: " + crash_report + ")"));
       epoch.workers = change->workers;
       epoch.resume_path.clear();
     }
