@@ -17,7 +17,8 @@ configure_log=$(cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAC
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}")
 grep -q "CUDA/NCCL parts ON" <<<"$configure_log" \
   || { echo "gpu-check: CMake found no nvcc; nothing to check" >&2; exit 1; }
-cmake --build "$BUILD_DIR" --target test_gpu test_cuda_gpt accord-bench-gpu --parallel "$(nproc)"
+cmake --build "$BUILD_DIR" --target test_gpu test_cuda_gpt accord-bench-gpu accord-train accord-launch \
+  --parallel "$(nproc)"
 echo "gpu-check: built in $((SECONDS - start)) s"
 
 # Run the test binaries directly: on this machine a skipped GPU test is a failure.
@@ -33,4 +34,14 @@ done
 
 timeout 180 "$BUILD_DIR/apps/accord-bench-gpu" --device cuda --elements "${ELEMENTS:-134217728}" \
   --iterations 20 --gpt-steps 5
+# End to end: ACCO with the CUDA GPT in every compute actor (in one process, one GPU), then,
+# with two GPUs or more, one process per GPU over NCCL.
+timeout 120 "$BUILD_DIR/apps/accord-train" --device cuda --workers 2 --steps 30 --log-interval 10
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$gpus" -ge 2 ]; then
+  timeout 120 "$BUILD_DIR/apps/accord-launch" -n 2 -- "$BUILD_DIR/apps/accord-train" --device cuda \
+    --transport nccl --algo acco --steps 30 --log-interval 10
+else
+  echo "gpu-check: one GPU: the NCCL multi-process run needs two"
+fi
 echo "gpu-check: done in $((SECONDS - start)) s"
