@@ -24,13 +24,6 @@ constexpr ncclDataType_t nccl_type(double) { return ncclFloat64; }
 
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 
-void check_words(const char* collective, const char* what, std::size_t words, std::size_t count) {
-  if (words != packed_words(count))
-    throw std::invalid_argument(std::string("nccl ") + collective + ": " + what + " has " +
-                                std::to_string(words) + " packed words for " + std::to_string(count) +
-                                " elements, expected " + std::to_string(packed_words(count)));
-}
-
 // Staging buffers, one per role, so that the buffers one call uses at once never alias.
 enum stage { send_stage, recv_stage, counts_stage, result_stage, unpacked_stage, header_stage, stages };
 
@@ -367,8 +360,7 @@ std::uint64_t* nccl_transport::exchange_votes(std::span<const std::uint64_t> sig
 
 void nccl_transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t count, std::uint64_t round,
                                    std::span<std::uint64_t> result) {
-  check_words("sign_majority", "signs", signs.size(), count);
-  check_words("sign_majority", "result", result.size(), count);
+  check_sign_majority("nccl", signs, count, result);
   impl& s = *impl_;
   if (signs.empty()) return;
   s.activate();
@@ -388,10 +380,7 @@ void nccl_transport::sign_majority(std::span<const std::uint64_t> signs, std::si
 
 void nccl_transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t count,
                                  std::span<std::uint16_t> plus_votes) {
-  check_words("sign_counts", "signs", signs.size(), count);
-  if (plus_votes.size() != count)
-    throw std::invalid_argument("nccl sign_counts: plus_votes has " + std::to_string(plus_votes.size()) +
-                                " elements, expected " + std::to_string(count));
+  check_sign_counts("nccl", signs, count, plus_votes);
   impl& s = *impl_;
   if (signs.empty()) return;
   s.activate();

@@ -104,11 +104,12 @@ void ring_all_reduce(transport& t, std::span<T> data, std::uint64_t scatter_tag,
   ring_all_gather(t, data, 1, gather_tag);
 }
 
-void expect_words(const char* collective, const char* what, std::size_t words, std::size_t count) {
+void expect_words(std::string_view backend, const char* collective, const char* what, std::size_t words,
+                  std::size_t count) {
   if (words != packed_words(count))
-    throw std::invalid_argument(std::string(collective) + ": " + what + " has " + std::to_string(words) +
-                                " packed words for " + std::to_string(count) + " elements, expected " +
-                                std::to_string(packed_words(count)));
+    throw std::invalid_argument(std::string(backend) + (backend.empty() ? "" : " ") + collective + ": " + what +
+                                " has " + std::to_string(words) + " packed words for " + std::to_string(count) +
+                                " elements, expected " + std::to_string(packed_words(count)));
 }
 
 // Vote counts of a word shard, bit-sliced: plane j holds bit j of the count of every element
@@ -162,6 +163,21 @@ void count_votes(transport& t, std::span<const std::uint64_t> signs, std::uint64
 
 }  // namespace
 
+void transport::check_sign_majority(std::string_view backend, std::span<const std::uint64_t> signs,
+                                    std::size_t count, std::span<const std::uint64_t> result) {
+  expect_words(backend, "sign_majority", "signs", signs.size(), count);
+  expect_words(backend, "sign_majority", "result", result.size(), count);
+}
+
+void transport::check_sign_counts(std::string_view backend, std::span<const std::uint64_t> signs,
+                                  std::size_t count, std::span<const std::uint16_t> plus_votes) {
+  expect_words(backend, "sign_counts", "signs", signs.size(), count);
+  if (plus_votes.size() != count)
+    throw std::invalid_argument(std::string(backend) + (backend.empty() ? "" : " ") +
+                                "sign_counts: plus_votes has " + std::to_string(plus_votes.size()) +
+                                " elements, expected " + std::to_string(count));
+}
+
 void transport::send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
                           std::uint64_t tag) {
   send(to, tag, out);
@@ -190,8 +206,7 @@ void transport::all_reduce(std::span<double> data) {
 
 void transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t count, std::uint64_t round,
                               std::span<std::uint64_t> result) {
-  expect_words("sign_majority", "signs", signs.size(), count);
-  expect_words("sign_majority", "result", result.size(), count);
+  check_sign_majority("", signs, count, result);
   const int world = size(), bits = count_bits(world);
   const shard mine = shard_of(signs.size(), world, rank());
   std::vector<std::uint64_t> planes(bits * mine.size());
@@ -220,10 +235,7 @@ void transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t 
 
 void transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t count,
                             std::span<std::uint16_t> plus_votes) {
-  expect_words("sign_counts", "signs", signs.size(), count);
-  if (plus_votes.size() != count)
-    throw std::invalid_argument("sign_counts: plus_votes has " + std::to_string(plus_votes.size()) +
-                                " elements, expected " + std::to_string(count));
+  check_sign_counts("", signs, count, plus_votes);
   const int world = size(), bits = count_bits(world);
   if (world > 65535) throw std::invalid_argument("sign_counts: " + std::to_string(world) + " ranks overflow 16-bit vote counts");
   // Wire layout of the counts: owner s's block is the `bits` planes of its word shard, so

@@ -88,6 +88,13 @@ public:
                            std::span<std::uint16_t> plus_votes);
 
 protected:
+  // Argument checks of the sign votes, shared by every backend (std::invalid_argument naming
+  // the collective, prefixed by `backend` and a space when it is not empty).
+  static void check_sign_majority(std::string_view backend, std::span<const std::uint64_t> signs,
+                                  std::size_t count, std::span<const std::uint64_t> result);
+  static void check_sign_counts(std::string_view backend, std::span<const std::uint64_t> signs,
+                                std::size_t count, std::span<const std::uint16_t> plus_votes);
+
   // Tag for the next collective: every rank calls collectives in the same order, so the
   // sequence numbers agree and messages of different collectives never mix.
   std::uint64_t next_collective_tag() { return (1ull << 63) | collective_sequence_++; }
