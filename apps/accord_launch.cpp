@@ -1,6 +1,7 @@
 // accord-launch: starts N worker processes on this machine with torchrun's rendezvous variables,
 // forwards their output line by line with a rank prefix, and fails fast: the first worker that
-// fails stops all the others, and its status becomes the launcher's.
+// fails stops all the others, and its status becomes the launcher's. With --elastic only the RANK 0
+// worker (the coordinator) fails fast; the job goes on without any other worker that fails.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -47,6 +48,7 @@ Each worker gets torchrun's variables (read them with accord::rendezvous_from_en
   LOCAL_WORLD_SIZE  N
   MASTER_ADDR       --master-addr
   MASTER_PORT       --master-port, or a port that was free here at launch
+  ACCORD_ELASTIC    1 with --elastic; removed from the workers' environment without it
 Their stdin is /dev/null; each line a worker writes to stdout (stderr) appears on the launcher's
 stdout (stderr) as "[rank R] line", whole lines only.
 
@@ -55,6 +57,10 @@ get SIGTERM, then SIGKILL after the grace period, and the launcher exits with th
 status (128 + signal number for a signal). SIGINT, SIGTERM and SIGHUP sent to the launcher are
 forwarded to every worker (each runs in its own process group, so its children get them too); a
 second one sends SIGKILL at once.
+
+With --elastic only the RANK 0 worker (it hosts the coordinator) stops the job that way. Any other
+worker that exits non-zero or dies of a signal is named in one line and the others go on; the
+launcher waits until every worker has exited.
 
 options:
   -n, --nproc-per-node N   workers to start here (at least 1)
@@ -65,10 +71,14 @@ options:
   --world-size W           workers over all machines (default N); needs W >= R + N
   --timeout SECONDS        stop the workers after this long and exit 124 (default: no limit)
   --grace SECONDS          time between SIGTERM and SIGKILL when stopping workers (default 5)
+  --elastic                only the RANK 0 worker's failure stops the job; other workers may fail
+                           or leave while the rest go on; sets ACCORD_ELASTIC=1 for the workers
   -h, --help               show this help
 
 exit status: 0 when every worker exits 0; the first failed worker's status; 124 on timeout;
 128 + signal when the launcher was interrupted; 2 for bad flags; 127 when PROGRAM cannot be run.
+With --elastic: the RANK 0 worker's status; on a machine without RANK 0 (--rank-offset > 0), 0 when
+at least one worker exited 0, else the status of the last worker that failed.
 
 multi-machine example (2 machines x 4 workers, rank 0 on host-a):
   host-a$ accord-launch -n 4 --world-size 8 --rank-offset 0 --master-addr host-a --master-port 29500 -- accord-train ...
@@ -94,6 +104,7 @@ struct launch_options {
   std::optional<int> master_port;
   std::optional<double> timeout_seconds;
   double grace_seconds = 5.0;
+  bool elastic = false;
   std::vector<std::string> command;
 };
 
@@ -160,6 +171,9 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
       options.timeout_seconds = parse_seconds_flag(flag, value(), false);
     } else if (flag == "--grace") {
       options.grace_seconds = parse_seconds_flag(flag, value(), true);
+    } else if (flag == "--elastic") {
+      if (inline_value) throw usage_error("--elastic takes no value, got '" + std::string(arg) + "'");
+      options.elastic = true;
     } else {
       throw usage_error("unknown flag '" + std::string(arg) + "' (see --help)");
     }
@@ -309,8 +323,10 @@ struct worker {
   output_stream err;
 };
 
+constexpr std::string_view elastic_variable = "ACCORD_ELASTIC";
+
 std::vector<std::string> worker_environment(const launch_options& options, int local_rank, int master_port) {
-  const std::pair<const char*, std::string> assigned[] = {
+  std::vector<std::pair<std::string_view, std::string>> assigned = {
       {"RANK", std::to_string(options.rank_offset + local_rank)},
       {"LOCAL_RANK", std::to_string(local_rank)},
       {"WORLD_SIZE", std::to_string(*options.world_size)},
@@ -318,14 +334,17 @@ std::vector<std::string> worker_environment(const launch_options& options, int l
       {"MASTER_ADDR", options.master_addr},
       {"MASTER_PORT", std::to_string(master_port)},
   };
+  if (options.elastic) assigned.emplace_back(elastic_variable, "1");
+  const auto is_named = [](std::string_view entry, std::string_view name) {
+    return entry.size() > name.size() && entry.starts_with(name) && entry[name.size()] == '=';
+  };
   std::vector<std::string> environment;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string_view text = *entry;
-    const bool replaced = std::any_of(std::begin(assigned), std::end(assigned), [&](const auto& pair) {
-      const std::string_view name = pair.first;
-      return text.size() > name.size() && text.starts_with(name) && text[name.size()] == '=';
-    });
-    if (!replaced) environment.emplace_back(text);
+    const bool replaced = std::any_of(assigned.begin(), assigned.end(),
+                                      [&](const auto& pair) { return is_named(text, pair.first); });
+    // An inherited ACCORD_ELASTIC must not make workers elastic under a fail-fast launcher.
+    if (!replaced && !is_named(text, elastic_variable)) environment.emplace_back(text);
   }
   for (const auto& [name, value] : assigned) environment.push_back(std::string(name) + "=" + value);
   return environment;
@@ -412,6 +431,10 @@ class supervisor {
       }
     }
     supervise();
+    // Without the coordinator here, an elastic machine did its part if any of its workers did.
+    const bool hosts_rank_zero = options_.rank_offset == 0;
+    if (options_.elastic && !hosts_rank_zero && exit_status_ == 0 && !any_worker_succeeded_ && last_failure_status_)
+      exit_status_ = *last_failure_status_;
     return exit_status_;
   }
 
@@ -542,17 +565,23 @@ class supervisor {
       if (done != w.pid) continue;
       w.running = false;
       const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+      if (!failed) any_worker_succeeded_ = true;
       if (!failed || stopping_) continue;
       // Its last words are already in the pipes: forward them before the verdict.
       w.out.read_available();
       w.err.read_available();
-      if (WIFEXITED(status)) {
-        say("rank " + std::to_string(w.rank) + " exited with status " + std::to_string(WEXITSTATUS(status)));
-        exit_status_ = WEXITSTATUS(status);
-      } else {
-        say("rank " + std::to_string(w.rank) + " was killed by " + describe_signal(WTERMSIG(status)));
-        exit_status_ = 128 + WTERMSIG(status);
+      const int worker_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      const std::string verdict =
+          "rank " + std::to_string(w.rank) +
+          (WIFEXITED(status) ? " exited with status " + std::to_string(WEXITSTATUS(status))
+                             : " was killed by " + describe_signal(WTERMSIG(status)));
+      if (options_.elastic && w.rank != 0) {
+        say(verdict + "; the job goes on without it (--elastic)");
+        last_failure_status_ = worker_status;
+        continue;
       }
+      say(verdict);
+      exit_status_ = worker_status;
       const auto others = std::count_if(workers_.begin(), workers_.end(), [](const worker& o) { return o.running; });
       if (others > 0) say("stopping the other " + std::to_string(others) + " worker(s)");
       stop(SIGTERM);
@@ -576,6 +605,8 @@ class supervisor {
   int exit_status_ = 0;
   bool stopping_ = false;
   bool interrupted_ = false;
+  bool any_worker_succeeded_ = false;
+  std::optional<int> last_failure_status_;  // of an elastic worker other than RANK 0
   std::optional<clock_type::time_point> job_deadline_;
   std::optional<clock_type::time_point> kill_deadline_;
 };

@@ -1,5 +1,6 @@
 // Rendezvous variables (torchrun and Slurm forms, each bad value) and the real accord-launch binary:
-// rank-prefixed whole lines, the variables each worker sees, fail-fast shutdown, bad flags.
+// rank-prefixed whole lines, the variables each worker sees, fail-fast shutdown, elastic mode,
+// bad flags.
 #include "apps/launch_env.hpp"
 
 #include <doctest/doctest.h>
@@ -403,6 +404,82 @@ TEST_CASE("a failing worker stops the others and its status becomes the launcher
   }
 }
 
+// In the elastic launches, --timeout 20 is a generous hang guard: a launcher that waits on a worker
+// it should have stopped exits 124 instead of hanging the test.
+TEST_CASE("--elastic: a worker other than RANK 0 that dies does not stop the job") {
+  const auto result = run_launcher({"-n", "3", "--elastic", "--timeout", "20", "--", "sh", "-c",
+                                    "if [ $RANK = 2 ]; then kill -9 $$; fi; sleep 0.3; echo trained $RANK"});
+  CHECK(result.exit_status == 0);
+  std::set<std::string> lines;
+  for (const auto& line : lines_of(result.out)) lines.insert(line);
+  CHECK(lines == std::set<std::string>{"[rank 0] trained 0", "[rank 1] trained 1"});
+  CHECK(launcher_lines(result.err) ==
+        std::vector<std::string>{
+            "accord-launch: rank 2 was killed by signal 9 (Killed); the job goes on without it (--elastic)"});
+}
+
+TEST_CASE("--elastic: RANK 0 failing still stops the others and sets the launcher's status") {
+  const auto result = run_launcher({"-n", "3", "--elastic", "--timeout", "20", "--", "sh", "-c",
+                                    "if [ $RANK = 0 ]; then exit 3; fi; sleep 30"});
+  CHECK(result.exit_status == 3);
+  CHECK(launcher_lines(result.err) == std::vector<std::string>{"accord-launch: rank 0 exited with status 3",
+                                                               "accord-launch: stopping the other 2 worker(s)"});
+}
+
+TEST_CASE("--elastic without RANK 0 here: 0 if any worker exited 0, else the last failure's status") {
+  const std::vector<std::string> second_machine = {"-n", "2", "--rank-offset", "1", "--world-size", "3",
+                                                   "--master-port", "29555", "--elastic", "--timeout", "20",
+                                                   "--", "sh", "-c"};
+  SUBCASE("one worker exits 0") {
+    auto arguments = second_machine;
+    arguments.push_back("if [ $RANK = 2 ]; then exit 4; fi");
+    const auto result = run_launcher(arguments);
+    CHECK(result.exit_status == 0);
+    CHECK(launcher_lines(result.err) ==
+          std::vector<std::string>{"accord-launch: rank 2 exited with status 4; the job goes on without it (--elastic)"});
+  }
+  SUBCASE("every worker fails") {
+    // Rank 2 exits only once the launcher has reaped rank 1, so rank 2's failure is the last.
+    char folder[] = "/tmp/accord-launch-test-XXXXXX";
+    REQUIRE(mkdtemp(folder) != nullptr);
+    const std::string pid_file = std::string(folder) + "/rank1.pid";
+    auto arguments = second_machine;
+    arguments.push_back("if [ $RANK = 1 ]; then echo $$ > " + pid_file + "; exit 4; fi; "
+                        "while [ ! -s " + pid_file + " ]; do sleep 0.01; done; "
+                        "while kill -0 $(cat " + pid_file + ") 2>/dev/null; do sleep 0.01; done; exit 6");
+    const auto result = run_launcher(arguments);
+    std::remove(pid_file.c_str());
+    rmdir(folder);
+    CHECK(result.exit_status == 6);
+    CHECK(launcher_lines(result.err) ==
+          std::vector<std::string>{"accord-launch: rank 1 exited with status 4; the job goes on without it (--elastic)",
+                                   "accord-launch: rank 2 exited with status 6; the job goes on without it (--elastic)"});
+  }
+}
+
+TEST_CASE("workers get ACCORD_ELASTIC=1 only with --elastic") {
+  const std::string show = "echo elastic=${ACCORD_ELASTIC-unset}";
+  const auto elastic = run_launcher({"-n", "2", "--elastic", "--", "sh", "-c", show});
+  CHECK(elastic.exit_status == 0);
+  std::set<std::string> lines;
+  for (const auto& line : lines_of(elastic.out)) lines.insert(line);
+  CHECK(lines == std::set<std::string>{"[rank 0] elastic=1", "[rank 1] elastic=1"});
+
+  // Even one inherited from the launcher's environment is removed without --elastic.
+  const char* inherited = std::getenv("ACCORD_ELASTIC");
+  const std::optional<std::string> saved = inherited ? std::optional<std::string>(inherited) : std::nullopt;
+  setenv("ACCORD_ELASTIC", "1", 1);
+  const auto fail_fast = run_launcher({"-n", "2", "--", "sh", "-c", show});
+  if (saved)
+    setenv("ACCORD_ELASTIC", saved->c_str(), 1);
+  else
+    unsetenv("ACCORD_ELASTIC");
+  CHECK(fail_fast.exit_status == 0);
+  lines.clear();
+  for (const auto& line : lines_of(fail_fast.out)) lines.insert(line);
+  CHECK(lines == std::set<std::string>{"[rank 0] elastic=unset", "[rank 1] elastic=unset"});
+}
+
 TEST_CASE("accord-launch forwards SIGTERM to the workers and stops on its timeout") {
   SUBCASE("SIGTERM") {
     const auto result = run_launcher({"-n", "2", "--", "sh", "-c", "echo started; exec sleep 1000"}, 2);
@@ -435,6 +512,7 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
       {{"-n", "3", "--rank-offset", "2", "--world-size", "4", "--master-port", "1234", "--", "true"},
        "--rank-offset 2 + -n 3 exceeds --world-size 4"},
       {{"-n", "2", "--master-addr"}, "--master-addr needs a value"},
+      {{"-n", "2", "--elastic=yes", "--", "true"}, "--elastic takes no value, got '--elastic=yes'"},
       {{"-n", "2", "--", "accord-no-such-program"}, "program 'accord-no-such-program' not found in PATH"},
       {{"-n", "2", "--", "/nonexistent/worker"}, "program '/nonexistent/worker' is not an executable file"},
   };
@@ -449,7 +527,7 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
   CHECK(help.exit_status == 0);
   CHECK(help.out.find("usage: accord-launch -n N") == 0);
   for (const char* documented : {"--master-addr", "--master-port", "--rank-offset", "--world-size", "--timeout",
-                                 "--grace", "LOCAL_WORLD_SIZE", "SIGKILL"})
+                                 "--grace", "--elastic", "ACCORD_ELASTIC", "LOCAL_WORLD_SIZE", "SIGKILL"})
     CHECK(help.out.find(documented) != std::string::npos);
 }
 
