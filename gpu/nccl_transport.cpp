@@ -36,6 +36,7 @@ struct nccl_transport::impl {
   std::unique_ptr<kernels> vote_kernels;
   std::array<device_array<std::byte>, stages> staging;
   transfer_stats stats;
+  const interrupt_flag* interruption = nullptr;  // the owning transport's
 
   // Joins a communicator already created (by ncclCommInitAll) or creates one.
   impl(int device_index, ncclComm_t created, const ncclUniqueId* id, int rank_index, int ranks)
@@ -57,6 +58,9 @@ struct nccl_transport::impl {
 
   ~impl() {
     cudaSetDevice(device);
+    // After interrupt() peers may be gone: aborting is local, and stops kernels that still
+    // wait for them, so the synchronisation below cannot hang.
+    if (comm && interruption && interruption->raised()) abort_communicator();
     cudaStreamSynchronize(stream);
     if (comm) ncclCommDestroy(comm);
     cudaStreamDestroy(stream);
@@ -65,8 +69,12 @@ struct nccl_transport::impl {
   // CUDA calls act on the calling thread's current device; actor threads may change.
   void activate() const { cuda_check(cudaSetDevice(device), "cudaSetDevice"); }
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw transport_error("nccl rank " + std::to_string(rank) + ": " + what);
+  std::string who() const { return "nccl rank " + std::to_string(rank) + ": "; }
+  [[noreturn]] void fail(const std::string& what) const { throw transport_error(who() + what); }
+  // Ends the communicator's pending work and the communicator; later calls throw.
+  void abort_communicator() {
+    ncclCommAbort(comm);
+    comm = nullptr;
   }
   void check(ncclResult_t status, const char* call) const {
     if (status != ncclSuccess) fail(std::string(call) + ": " + ncclGetErrorString(status));
@@ -77,17 +85,24 @@ struct nccl_transport::impl {
   }
 
   // Waits for the stream while watching NCCL's asynchronous errors (a dead peer), which a
-  // plain cudaStreamSynchronize would wait on forever.
+  // plain cudaStreamSynchronize would wait on forever, and interrupt(). Calls on one
+  // communicator must not race, so the abort happens here, on the thread that drives the
+  // transport, never in interrupt() itself. Not covered: NCCL calls that block on the host
+  // (ncclCommInitRank, and ncclGroupEnd while it connects to a peer for the first
+  // point-to-point exchange); an interrupt takes effect once they return.
   void wait() {
     for (;;) {
       const cudaError_t query = cudaStreamQuery(stream);
       if (query == cudaSuccess) return;
       if (query != cudaErrorNotReady) fail(std::string("CUDA stream: ") + cudaGetErrorString(query));
+      if (interruption->raised()) {
+        abort_communicator();
+        throw transport_error(interruption->message(who()));
+      }
       ncclResult_t async = ncclSuccess;
       check(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError");
       if (async != ncclSuccess && async != ncclInProgress) {
-        ncclCommAbort(comm);
-        comm = nullptr;
+        abort_communicator();
         fail(std::string("communicator failed: ") + ncclGetErrorString(async));
       }
       std::this_thread::yield();
@@ -105,8 +120,12 @@ struct nccl_transport::impl {
   void copy_in(void* device_data, const void* host, std::size_t bytes) {
     if (bytes) cuda_check(cudaMemcpyAsync(device_data, host, bytes, cudaMemcpyHostToDevice, stream), "copy in");
   }
+  // A copy to pageable host memory blocks the thread until the stream reaches it, out of
+  // sight of wait()'s watch, so the stream's earlier work is waited for first.
   void copy_out(void* host, const void* device_data, std::size_t bytes) {
-    if (bytes) cuda_check(cudaMemcpyAsync(host, device_data, bytes, cudaMemcpyDeviceToHost, stream), "copy out");
+    if (!bytes) return;
+    wait();
+    cuda_check(cudaMemcpyAsync(host, device_data, bytes, cudaMemcpyDeviceToHost, stream), "copy out");
   }
 
   // The ring's volume for a collective moving `chunks` chunks of `chunk_bytes` per rank.
@@ -195,7 +214,7 @@ nccl_unique_id make_nccl_unique_id() {
   return bytes;
 }
 
-nccl_transport::nccl_transport(const nccl_unique_id& id, int rank, int size, int device) {
+nccl_transport::nccl_transport(const nccl_unique_id& id, int rank, int size, int device) : transport("nccl") {
   if (size < 1 || rank < 0 || rank >= size)
     throw std::invalid_argument("nccl_transport: rank " + std::to_string(rank) + " of " + std::to_string(size));
   if (device < 0 || device >= cuda_device_count())
@@ -204,9 +223,12 @@ nccl_transport::nccl_transport(const nccl_unique_id& id, int rank, int size, int
   ncclUniqueId nccl_id;
   std::memcpy(&nccl_id, id.data(), sizeof nccl_id);
   impl_ = std::make_unique<impl>(device, nullptr, &nccl_id, rank, size);
+  impl_->interruption = &interruption();
 }
 
-nccl_transport::nccl_transport(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+nccl_transport::nccl_transport(std::unique_ptr<impl> state) : transport("nccl"), impl_(std::move(state)) {
+  impl_->interruption = &interruption();
+}
 nccl_transport::~nccl_transport() = default;
 
 std::vector<std::unique_ptr<nccl_transport>> make_nccl_group(std::span<const int> devices) {
@@ -236,6 +258,7 @@ int nccl_transport::device() const { return impl_->device; }
 transfer_stats nccl_transport::stats() const { return impl_->stats; }
 
 void nccl_transport::send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
+  throw_if_interrupted();
   impl& s = *impl_;
   s.check_peer(peer, "send");
   s.activate();
@@ -246,6 +269,7 @@ void nccl_transport::send(int peer, std::uint64_t tag, std::span<const std::byte
 }
 
 void nccl_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> data) {
+  throw_if_interrupted();
   impl& s = *impl_;
   s.check_peer(peer, "recv");
   s.activate();
@@ -257,6 +281,7 @@ void nccl_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> data
 
 void nccl_transport::send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
                                std::uint64_t tag) {
+  throw_if_interrupted();
   impl& s = *impl_;
   s.check_peer(to, "send_recv");
   s.check_peer(from, "send_recv");
@@ -271,6 +296,7 @@ void nccl_transport::send_recv(int to, std::span<const std::byte> out, int from,
 
 template <class T>
 void nccl_transport::all_reduce_host(std::span<T> data) {
+  throw_if_interrupted();
   impl& s = *impl_;
   if (data.empty()) return;
   s.activate();
@@ -286,6 +312,7 @@ void nccl_transport::all_reduce(std::span<float> data) { all_reduce_host(data); 
 void nccl_transport::all_reduce(std::span<double> data) { all_reduce_host(data); }
 
 void nccl_transport::reduce_scatter(std::span<float> data) {
+  throw_if_interrupted();
   impl& s = *impl_;
   if (data.empty()) return;
   s.activate();
@@ -300,6 +327,7 @@ void nccl_transport::reduce_scatter(std::span<float> data) {
 }
 
 void nccl_transport::all_gather(std::span<float> data) {
+  throw_if_interrupted();
   impl& s = *impl_;
   if (data.empty()) return;
   s.activate();
@@ -313,6 +341,7 @@ void nccl_transport::all_gather(std::span<float> data) {
 }
 
 void nccl_transport::all_reduce_device(std::span<float> data) {
+  throw_if_interrupted();
   impl& s = *impl_;
   if (data.empty()) return;
   s.activate();
@@ -323,6 +352,7 @@ void nccl_transport::all_reduce_device(std::span<float> data) {
 }
 
 void nccl_transport::reduce_scatter_device(std::span<float> data) {
+  throw_if_interrupted();
   impl& s = *impl_;
   if (data.empty()) return;
   s.activate();
@@ -332,6 +362,7 @@ void nccl_transport::reduce_scatter_device(std::span<float> data) {
 }
 
 void nccl_transport::all_gather_device(std::span<float> data) {
+  throw_if_interrupted();
   impl& s = *impl_;
   if (data.empty()) return;
   s.activate();
@@ -360,6 +391,7 @@ std::uint64_t* nccl_transport::exchange_votes(std::span<const std::uint64_t> sig
 
 void nccl_transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t count, std::uint64_t round,
                                    std::span<std::uint64_t> result) {
+  throw_if_interrupted();
   check_sign_majority("nccl", signs, count, result);
   impl& s = *impl_;
   if (signs.empty()) return;
@@ -380,6 +412,7 @@ void nccl_transport::sign_majority(std::span<const std::uint64_t> signs, std::si
 
 void nccl_transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t count,
                                  std::span<std::uint16_t> plus_votes) {
+  throw_if_interrupted();
   check_sign_counts("nccl", signs, count, plus_votes);
   impl& s = *impl_;
   if (signs.empty()) return;

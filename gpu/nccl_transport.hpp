@@ -10,6 +10,10 @@
 // The sign vote never sums packed bits: packed words go all-to-all (ncclSend/ncclRecv), each
 // owner counts the votes of its word shard, and the result (majority bits, or the counts as
 // ceil(log2(size+1)) bit planes) is all-gathered.
+//
+// interrupt(): a call waiting for its stream notices it at once, aborts the communicator
+// (ncclCommAbort) and throws; a call blocked inside NCCL on the host notices it only once that
+// returns (see impl::wait).
 #include <array>
 #include <cstddef>
 #include <memory>

@@ -1,5 +1,6 @@
 // The in-process transport: the conformance suite on an unlimited and on a limited link, then
-// what only it has (the link model, fail(), the receive timeout) and the sign-vote helpers.
+// what only it has (the link model, fail(), interrupt() next to fail(), the receive timeout)
+// and the sign-vote helpers.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -167,6 +168,19 @@ TEST_CASE("a recv waiting on a peer that fails is woken with a transport_error")
   CHECK_FALSE(errors[0]);
   REQUIRE(errors[1]);
   CHECK_THROWS_WITH_AS(std::rethrow_exception(errors[1]), doctest::Contains("peer 0 failed while this rank waited for tag 2"),
+                       transport_error);
+}
+
+TEST_CASE("interrupt fails only the interrupted endpoint's calls, unlike fail()") {
+  inproc_fabric fabric(2);
+  std::vector<std::unique_ptr<transport>> endpoints = fabric.endpoints();
+  endpoints[0]->interrupt("member lost");
+  std::byte byte{};
+  CHECK_THROWS_WITH_AS(endpoints[0]->recv(1, 1, std::span(&byte, 1)), "rank 0: interrupted: member lost",
+                       transport_error);
+  endpoints[1]->send(0, 2, std::span(&byte, 1));  // the interrupted rank is not failed for its peers
+  endpoints[0].reset();
+  CHECK_THROWS_WITH_AS(endpoints[1]->recv(0, 3, std::span(&byte, 1)), doctest::Contains("peer 0 closed its endpoint"),
                        transport_error);
 }
 

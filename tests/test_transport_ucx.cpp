@@ -266,6 +266,38 @@ TEST_CASE("ucx: processes started at different times on fixed ports find each ot
   }
 }
 
+TEST_CASE("ucx: the epoch given to connect goes into the hellos; ranks of different epochs do not connect") {
+  ucx_options options;
+  options.net_devices = "lo";
+  options.connect_timeout = 2s;
+  // Made and published before the epoch is known, as in an elastic job.
+  std::vector<ucx_listener> listeners;
+  listeners.emplace_back("127.0.0.1:0", options);
+  listeners.emplace_back("127.0.0.1:0", options);
+  const std::vector<std::string> addresses{listeners[0].address(), listeners[1].address()};
+
+  SUBCASE("the same epoch") {
+    auto rank1 = std::async(std::launch::async, [&] {
+      auto t = std::move(listeners[1]).connect(1, addresses, 5);
+      t->send(0, 1, testing::byte_pattern(5, 1));
+    });
+    auto rank0 = std::move(listeners[0]).connect(0, addresses, 5);
+    std::vector<std::byte> in(5);
+    rank0->recv(1, 1, in);
+    rank1.get();
+    CHECK(in == testing::byte_pattern(5, 1));
+  }
+  SUBCASE("epoch 1 against epoch 2") {
+    auto rank1 = std::async(std::launch::async,
+                            [&] { return error_of([&] { std::move(listeners[1]).connect(1, addresses, 1); }); });
+    const std::string refused = error_of([&] { std::move(listeners[0]).connect(0, addresses, 2); });
+    CHECK(refused.find("ucx rank 0: connection from 127.0.0.1:") == 0);
+    CHECK_MESSAGE(refused.find("belongs to job 0 epoch 1, expected job 0 epoch 2") != std::string::npos, refused);
+    const std::string unanswered = rank1.get();  // its hello was never answered
+    CHECK_MESSAGE(unanswered.find("ucx rank 1: connection setup timed out after 2 s") == 0, unanswered);
+  }
+}
+
 TEST_CASE("ucx: a peer that closes turns the wait for it into an error, not a hang") {
   ucx_options options;
   options.operation_timeout = 5s;

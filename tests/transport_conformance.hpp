@@ -15,15 +15,20 @@
 //   recv from it throws transport_error instead of waiting. run_ranks relies on this to turn a
 //   failing rank into errors on its peers rather than a hang.
 // - transfer_stats count payload bytes; a backend may add a little framing, not much more.
+// - interrupt() from another thread wakes a blocked call within well under a second.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <future>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -478,6 +483,103 @@ inline void check_peer_failure(const transport_factory& make) {
   }
 }
 
+// The result of `call`, which must finish within a generous 10 s. A thread stuck in a transport
+// call cannot be cancelled, so a hang ends the test run with a message instead of blocking it.
+template <class T>
+T within_hang_guard(std::future<T>& call, const char* what) {
+  if (call.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    std::fprintf(stderr, "hang guard: %s did not finish within 10 s\n", what);
+    std::abort();
+  }
+  return call.get();
+}
+
+inline std::string transport_error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const transport_error& e) {
+    return e.what();
+  }
+  return "no transport_error";
+}
+
+// Runs blocked(endpoint) for each of `ranks` on its own thread, interrupts those endpoints from
+// this thread once the calls had ~100 ms to block, and returns their errors.
+inline std::vector<std::string> interrupt_blocked_calls(world_endpoints& endpoints, const std::vector<int>& ranks,
+                                                        const std::function<void(transport&)>& blocked) {
+  std::vector<std::future<std::string>> calls;
+  for (int rank : ranks)
+    calls.push_back(std::async(std::launch::async, [&, rank] {
+      return transport_error_of([&] { blocked(*endpoints[rank]); });
+    }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int rank : ranks) endpoints[rank]->interrupt("member lost");
+  std::vector<std::string> errors;
+  for (auto& call : calls) errors.push_back(within_hang_guard(call, "an interrupted call"));
+  return errors;
+}
+
+inline void destroy_within_hang_guard(world_endpoints& endpoints) {
+  auto teardown = std::async(std::launch::async, [&] { endpoints.clear(); });
+  within_hang_guard(teardown, "destroying the endpoints");
+}
+
+inline void check_interrupt(const transport_factory& make) {
+  const auto names_reason = [](const std::string& error) {
+    CHECK_MESSAGE(error.find("interrupted: member lost") != std::string::npos, error);
+  };
+  SUBCASE("interrupt wakes a recv from a silent peer; later calls throw; the others carry on") {
+    world_endpoints endpoints = make_world(make, 3);
+    const auto errors = interrupt_blocked_calls(endpoints, {0}, [](transport& t) {
+      std::vector<std::byte> never(8);
+      t.recv(1, 3, never);
+    });
+    names_reason(errors[0]);
+
+    transport& interrupted = *endpoints[0];
+    std::vector<std::byte> bytes(8);
+    std::vector<float> floats(10, 1.0f);
+    names_reason(transport_error_of([&] { interrupted.recv(1, 3, bytes); }));
+    names_reason(transport_error_of([&] { interrupted.send(2, 3, bytes); }));
+    names_reason(transport_error_of([&] { interrupted.all_reduce(floats); }));
+
+    // Only rank 0 was interrupted: ranks 1 and 2 still talk to each other.
+    auto echo = std::async(std::launch::async, [&] {
+      std::vector<std::byte> got(8);
+      endpoints[2]->recv(1, 4, got);
+      endpoints[2]->send(1, 5, got);
+    });
+    std::vector<std::byte> echoed(8);
+    endpoints[1]->send(2, 4, byte_pattern(8, 4));
+    endpoints[1]->recv(2, 5, echoed);
+    within_hang_guard(echo, "rank 2's echo");
+    CHECK(echoed == byte_pattern(8, 4));
+    destroy_within_hang_guard(endpoints);
+  }
+  SUBCASE("interrupt wakes an all_reduce blocked on a silent rank") {
+    world_endpoints endpoints = make_world(make, 3);
+    // Large enough for several ring pieces and, on UCX, rendezvous sends left in flight.
+    const auto errors = interrupt_blocked_calls(endpoints, {0, 1}, [](transport& t) {
+      std::vector<float> data(3 * 600'000, 1.0f);
+      t.all_reduce(data);
+    });
+    for (const std::string& error : errors) names_reason(error);
+    std::vector<float> floats(10, 1.0f);
+    for (int rank : {0, 1}) names_reason(transport_error_of([&] { endpoints[rank]->all_reduce(floats); }));
+    destroy_within_hang_guard(endpoints);
+  }
+  SUBCASE("a world of one: after interrupt its collectives throw too") {
+    world_endpoints endpoints = make_world(make, 1);
+    endpoints[0]->interrupt("member lost");
+    endpoints[0]->interrupt("a later reason");
+    std::vector<float> floats(10, 1.0f);
+    const std::vector<std::uint64_t> signs(1);
+    std::vector<std::uint64_t> majority(1);
+    names_reason(transport_error_of([&] { endpoints[0]->all_reduce(floats); }));
+    names_reason(transport_error_of([&] { endpoints[0]->sign_majority(signs, 10, 0, majority); }));
+  }
+}
+
 // The whole suite against one backend configuration.
 inline void run_transport_conformance(const char* backend_name, const transport_factory& make) {
   INFO("backend: " << backend_name);
@@ -486,6 +588,7 @@ inline void run_transport_conformance(const char* backend_name, const transport_
   SUBCASE("sign votes") { check_sign_votes(make); }
   SUBCASE("traffic") { check_traffic(make); }
   SUBCASE("peer failure") { check_peer_failure(make); }
+  SUBCASE("interrupt") { check_interrupt(make); }
 }
 
 }  // namespace accord::testing

@@ -163,6 +163,24 @@ void count_votes(transport& t, std::span<const std::uint64_t> signs, std::uint64
 
 }  // namespace
 
+void interrupt_flag::raise(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  if (raised_.load(std::memory_order_relaxed)) return;
+  why_ = why;
+  raised_.store(true, std::memory_order_release);
+}
+
+std::string interrupt_flag::message(std::string_view who) const {
+  std::lock_guard lock(mutex_);
+  return std::string(who) + "interrupted: " + why_;
+}
+
+void transport::interrupt(const std::string& why) { interruption_.raise(why); }
+
+void transport::throw_if_interrupted() const {
+  interruption_.throw_if_raised((backend_.empty() ? "" : backend_ + " ") + "rank " + std::to_string(rank()) + ": ");
+}
+
 void transport::check_sign_majority(std::string_view backend, std::span<const std::uint64_t> signs,
                                     std::size_t count, std::span<const std::uint64_t> result) {
   expect_words(backend, "sign_majority", "signs", signs.size(), count);
@@ -185,20 +203,24 @@ void transport::send_recv(int to, std::span<const std::byte> out, int from, std:
 }
 
 void transport::reduce_scatter(std::span<float> data) {
+  throw_if_interrupted();
   if (size() > 1) ring_reduce_scatter(*this, data, next_collective_tag());
 }
 
 void transport::all_gather(std::span<float> data) {
+  throw_if_interrupted();
   if (size() > 1) ring_all_gather(*this, data, 1, next_collective_tag());
 }
 
 void transport::all_reduce(std::span<float> data) {
+  throw_if_interrupted();
   if (size() == 1) return;
   const std::uint64_t scatter_tag = next_collective_tag();
   ring_all_reduce(*this, data, scatter_tag, next_collective_tag());
 }
 
 void transport::all_reduce(std::span<double> data) {
+  throw_if_interrupted();
   if (size() == 1) return;
   const std::uint64_t scatter_tag = next_collective_tag();
   ring_all_reduce(*this, data, scatter_tag, next_collective_tag());
@@ -206,6 +228,7 @@ void transport::all_reduce(std::span<double> data) {
 
 void transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t count, std::uint64_t round,
                               std::span<std::uint64_t> result) {
+  throw_if_interrupted();
   check_sign_majority("", signs, count, result);
   const int world = size(), bits = count_bits(world);
   const shard mine = shard_of(signs.size(), world, rank());
@@ -235,6 +258,7 @@ void transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t 
 
 void transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t count,
                             std::span<std::uint16_t> plus_votes) {
+  throw_if_interrupted();
   check_sign_counts("", signs, count, plus_votes);
   const int world = size(), bits = count_bits(world);
   if (world > 65535) throw std::invalid_argument("sign_counts: " + std::to_string(world) + " ranks overflow 16-bit vote counts");

@@ -117,7 +117,16 @@ inproc_transport::~inproc_transport() {
 
 int inproc_transport::size() const { return hub_->world; }
 
+void inproc_transport::interrupt(const std::string& why) {
+  transport::interrupt(why);
+  // Taking the lock orders the flag before a waiting recv's next check of its condition.
+  auto& box = *hub_->mailboxes[rank_];
+  { std::lock_guard lock(box.mutex); }
+  box.changed.notify_all();
+}
+
 void inproc_transport::check_peer(int peer, const char* operation) const {
+  throw_if_interrupted();
   if (hub_->state(rank_) != rank_state::alive)
     throw transport_error("rank " + std::to_string(rank_) + ": cannot " + operation + ", this rank " +
                           down_reason(hub_->state(rank_)));
@@ -158,7 +167,7 @@ void inproc_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> da
     std::unique_lock lock(box.mutex);
     const auto settled = [&] {
       return box.queues.contains(key) || hub_->state(peer) != rank_state::alive ||
-             hub_->state(rank_) != rank_state::alive;
+             hub_->state(rank_) != rank_state::alive || interruption().raised();
     };
     if (hub_->receive_timeout == std::chrono::milliseconds::zero())
       box.changed.wait(lock, settled);
@@ -166,6 +175,7 @@ void inproc_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> da
       throw transport_error("rank " + std::to_string(rank_) + ": no message with " + describe_tag(tag) +
                             " from peer " + std::to_string(peer) + " within " +
                             std::to_string(hub_->receive_timeout.count()) + " ms");
+    throw_if_interrupted();
     if (const rank_state state = hub_->state(rank_); state != rank_state::alive)
       throw transport_error("rank " + std::to_string(rank_) + ": cannot receive, this rank " + down_reason(state));
     const auto queue = box.queues.find(key);

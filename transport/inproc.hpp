@@ -59,6 +59,9 @@ public:
   void send(int peer, std::uint64_t tag, std::span<const std::byte> data) override;
   void recv(int peer, std::uint64_t tag, std::span<std::byte> data) override;
   transfer_stats stats() const override;
+  // Also wakes a recv waiting on this rank's mailbox. Unlike inproc_fabric::fail, peers are
+  // not told: their recvs from this rank keep waiting until it closes or fails.
+  void interrupt(const std::string& why) override;
 
   // When the link model delivered the last message this endpoint received (the send time
   // itself on an unlimited link); recv never returns before it.

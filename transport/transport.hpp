@@ -3,9 +3,11 @@
 // messages carry raw bytes; collectives default to ring algorithms written once over
 // send/recv (transport/collectives.cpp) and a backend with native collectives overrides them.
 // All calls block the calling thread: the communicator actor runs detached on its own thread,
-// and an endpoint is used by one thread at a time.
+// and an endpoint is used by one thread at a time; interrupt() is the one exception.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -39,6 +41,26 @@ inline std::string describe_tag(std::uint64_t tag) {
                                 : "tag " + std::to_string(tag);
 }
 
+// The state behind transport::interrupt(): raised from any thread, read by the thread that
+// drives the transport (a backend's wait loop may hold a pointer to it).
+class interrupt_flag {
+public:
+  // Records why; the first reason wins.
+  void raise(const std::string& why);
+  // One atomic load: cheap enough for every turn of a wait loop.
+  bool raised() const noexcept { return raised_.load(std::memory_order_acquire); }
+  // "<who>interrupted: <why>", `who` being a prefix such as "ucx rank 1: "; call once raised.
+  std::string message(std::string_view who) const;
+  void throw_if_raised(std::string_view who) const {
+    if (raised()) throw transport_error(message(who));
+  }
+
+private:
+  std::atomic<bool> raised_{false};
+  mutable std::mutex mutex_;  // guards why_
+  std::string why_;
+};
+
 class transport {
 public:
   virtual ~transport() = default;
@@ -56,6 +78,16 @@ public:
                          std::uint64_t tag);
 
   virtual transfer_stats stats() const = 0;
+
+  // Unblocks the owner thread, e.g. from a thread that learned that a peer it waits on is gone;
+  // the one call another thread may make while the owner is blocked in a call. That call and
+  // every later send, recv and collective throw a transport_error whose message contains `why`
+  // ("ucx rank 1: interrupted: member lost"); then the transport can be destroyed. Only this
+  // endpoint is interrupted: its peers see no more than this rank going silent. Callable more
+  // than once (the first reason wins). The default records the reason, which suffices for a
+  // backend whose waits check interruption() every few milliseconds; one that sleeps on
+  // something else overrides this to wake that sleep too, after calling the default.
+  virtual void interrupt(const std::string& why);
 
   // Ring collectives move each step in pieces of this size: small pieces let an emulated link
   // interleave messages; a backend with a costly per-message handshake (UCX rendezvous) wants
@@ -88,6 +120,15 @@ public:
                            std::span<std::uint16_t> plus_votes);
 
 protected:
+  // `backend` prefixes the rank in error messages ("ucx" gives "ucx rank 1: ..."); empty gives
+  // "rank 1: ...".
+  explicit transport(std::string_view backend = {}) : backend_(backend) {}
+
+  const interrupt_flag& interruption() const { return interruption_; }
+  // Throws "<backend> rank <r>: interrupted: <why>" once interrupt() was called; every call
+  // that communicates starts with it.
+  void throw_if_interrupted() const;
+
   // Argument checks of the sign votes, shared by every backend (std::invalid_argument naming
   // the collective, prefixed by `backend` and a space when it is not empty).
   static void check_sign_majority(std::string_view backend, std::span<const std::uint64_t> signs,
@@ -100,6 +141,8 @@ protected:
   std::uint64_t next_collective_tag() { return (1ull << 63) | collective_sequence_++; }
 
 private:
+  std::string backend_;
+  interrupt_flag interruption_;
   std::uint64_t collective_sequence_ = 0;
 };
 

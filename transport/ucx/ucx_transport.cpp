@@ -156,6 +156,7 @@ struct ucx_worker {
   std::vector<link*> peers;                  // by rank; null for this rank
   std::vector<std::string> peer_addresses;
   std::string broken;  // why the transport became unusable, empty while healthy
+  const interrupt_flag* interruption = nullptr;  // the owning transport's, once connected
 
   std::atomic<std::uint64_t> bytes_sent{0};
   std::atomic<std::uint64_t> bytes_received{0};
@@ -601,6 +602,7 @@ void ucx_worker::wait(std::span<operation> ops) {
       if (error.empty()) error = problem;
     }
     if (!pending) break;
+    if (interruption && interruption->raised()) abandon(ops, interruption->message(who()));
 
     const auto stuck = std::ranges::find_if(ops, [&](const operation& op) {
       return op.request && peers[static_cast<std::size_t>(op.peer)]->failure != UCS_OK;
@@ -641,25 +643,32 @@ ucx_listener::~ucx_listener() = default;
 
 const std::string& ucx_listener::address() const { return worker_->listen_address; }
 
-std::unique_ptr<ucx_transport> ucx_listener::connect(int rank, const std::vector<std::string>& addresses) && {
+std::unique_ptr<ucx_transport> ucx_listener::connect(int rank, const std::vector<std::string>& addresses,
+                                                     std::optional<std::uint64_t> epoch) && {
   if (!worker_) throw std::logic_error("ucx_listener::connect: listener already used");
+  if (epoch) worker_->options.epoch = *epoch;
   worker_->connect(rank, addresses);
   return std::unique_ptr<ucx_transport>(new ucx_transport(std::move(worker_)));
 }
 
-ucx_transport::ucx_transport(std::unique_ptr<detail::ucx_worker> worker) : worker_(std::move(worker)) {}
+ucx_transport::ucx_transport(std::unique_ptr<detail::ucx_worker> worker)
+    : transport("ucx"), worker_(std::move(worker)) {
+  worker_->interruption = &interruption();
+}
 ucx_transport::~ucx_transport() = default;
 
 int ucx_transport::rank() const { return worker_->rank; }
 int ucx_transport::size() const { return worker_->world; }
 
 void ucx_transport::send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
+  throw_if_interrupted();
   detail::ucx_worker::operation op;
   worker_->post_send(op, peer, tag, data);
   worker_->wait({&op, 1});
 }
 
 void ucx_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> data) {
+  throw_if_interrupted();
   detail::ucx_worker::operation op;
   worker_->post_receive(op, peer, tag, data);
   worker_->wait({&op, 1});
@@ -667,6 +676,7 @@ void ucx_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> data)
 
 void ucx_transport::send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
                               std::uint64_t tag) {
+  throw_if_interrupted();
   detail::ucx_worker::operation ops[2];
   worker_->post_receive(ops[0], from, tag, in);
   try {

@@ -16,9 +16,14 @@
 // ~4-6 GB/s. The default is false: peers on the same machine keep shared-memory bandwidth, a
 // closed peer is still reported by the connection manager, and a crashed or hung one by
 // operation_timeout. Multi-machine jobs over tcp lose nothing by turning it on.
+//
+// interrupt(): the wait loop checks the flag between idle sleeps of at most 20 ms on the
+// worker's event fd, then cancels the receives in flight and gives up on the sends in flight
+// (as when a peer fails), so the blocked call returns promptly and destruction is safe.
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,8 +65,11 @@ public:
   const std::string& address() const;
 
   // Second half: connects to every other rank of `addresses` (indexed by rank; this rank's
-  // entry is not dialled) and returns the ready transport. Consumes the listener.
-  std::unique_ptr<ucx_transport> connect(int rank, const std::vector<std::string>& addresses) &&;
+  // entry is not dialled) and returns the ready transport. Consumes the listener. `epoch`,
+  // when given, replaces options.epoch in the hellos: an elastic job creates and publishes the
+  // listener before the membership epoch it will connect for is known.
+  std::unique_ptr<ucx_transport> connect(int rank, const std::vector<std::string>& addresses,
+                                         std::optional<std::uint64_t> epoch = {}) &&;
 
 private:
   std::unique_ptr<detail::ucx_worker> worker_;
