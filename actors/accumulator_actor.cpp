@@ -94,6 +94,7 @@ void launch_round(self_pointer self) {
   request.learning_rate = setup.learning_rate(step_of_round(setup.pipe, s.round));
   request.local = s.totals;
   request.snapshot = setup.wants_snapshot && setup.wants_snapshot(s.round);
+  request.keep = setup.wants_kept && setup.wants_kept(s.round);
   if (keeps_accumulation(setup.pipe, s.round)) {
     // ACCO's estimate round: g̃ goes on the wire and also stays for the real round.
     request.buffer = take_zeroed(s);
@@ -116,7 +117,7 @@ void finish_round(self_pointer self) {
   s.in_flight = false;
   stop_idling(s);
 
-  const bool last = r.round + 1 == s.setup.rounds;
+  const bool last = r.round + 1 == s.setup.rounds || r.last_of_epoch;
   if (last && s.setup.on_final_parameters) s.setup.on_final_parameters(*r.parameters);
   round_report report;
   report.rank = s.setup.rank;
@@ -130,6 +131,7 @@ void finish_round(self_pointer self) {
   report.traffic = r.traffic;
   report.consumed = s.consumed;
   report.state = std::move(r.state);
+  report.kept = r.kept;
   if (s.setup.wants_parameters(r.round)) report.parameters = make_tensor(*r.parameters, s.setup.meter);
   self->send(s.setup.coordinator, std::move(report));
 

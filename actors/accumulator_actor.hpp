@@ -19,7 +19,7 @@ struct accumulator_setup {
   int rank = 0;
   pipeline pipe = pipeline::synchronous;
   std::uint64_t first_round = 0;      // > 0 when resuming from a checkpoint
-  std::uint64_t rounds = 0;           // the round to stop before
+  std::uint64_t rounds = 0;           // the round to stop before (or earlier, when an epoch ends)
   std::uint64_t dpu_warmup = 0;
   std::size_t accumulation = 1;       // micro-batches per round at least
   std::size_t max_accumulation = 0;   // overlapped rounds: at most (0: no cap)
@@ -27,6 +27,7 @@ struct accumulator_setup {
   std::function<float(std::uint64_t)> learning_rate;  // per optimizer step
   std::function<bool(std::uint64_t)> wants_parameters;  // round → attach a copy to the report
   std::function<bool(std::uint64_t)> wants_snapshot;    // round → attach the optimizer state
+  std::function<bool(std::uint64_t)> wants_kept;        // round → keep the step's state (elastic)
   std::function<void(const std::vector<float>&)> on_final_parameters;  // optional
   compute_actor compute;
   communicator_actor communicator;

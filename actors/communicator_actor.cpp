@@ -9,6 +9,20 @@ struct communicator_state {
   std::shared_ptr<communicator_setup> setup;
 };
 
+// Keeps the state after `round` (a real round: its step is complete); stored only once the
+// buddy's copy arrived, so a death mid-replication leaves the previous generations intact.
+void keep_step(communicator_setup& s, const std::vector<float>& parameters, std::uint64_t round) {
+  kept_state kept;
+  kept.layout = s.layout;
+  kept.world = s.link->size();
+  kept.rank = s.link->rank();
+  kept.steps = step_of_round(s.pipe, round) + 1;
+  kept.own = s.rule->snapshot();
+  if (s.replicate && kept.world > 1) kept.buddy = replicate_to_buddy(*s.link, kept.own, parameters.size());
+  kept.parameters = parameters;
+  s.keeper->keep(std::move(kept));
+}
+
 communicator_actor::behavior_type communicator_behavior(
     communicator_actor::stateful_pointer<communicator_state> self,
     std::shared_ptr<communicator_setup> setup) {
@@ -24,14 +38,21 @@ communicator_actor::behavior_type communicator_behavior(
         }
         const auto start = std::chrono::steady_clock::now();
         try {
-          double totals[3] = {request.local.micro_batches, request.local.loss_sum, request.local.items};
+          const bool change = s.change_epoch && s.layout > 0 && s.change_epoch->load() >= s.layout;
+          double totals[4] = {request.local.micro_batches, request.local.loss_sum, request.local.items,
+                              change ? 1.0 : 0.0};
           s.link->all_reduce(std::span<double>(totals));
-          const round_totals global{totals[0], totals[1], totals[2]};
+          const round_totals global{totals[0], totals[1], totals[2], totals[3]};
           s.rule->apply(*s.link, *request.buffer, request.local, global, request.learning_rate,
                         request.round, request.estimate);
           round_result result;
           result.round = request.round;
           result.global = global;
+          result.last_of_epoch = global.changes > 0 && !request.estimate;
+          if (s.keeper && (request.keep || result.last_of_epoch)) {
+            keep_step(s, *request.buffer, request.round);
+            result.kept = true;
+          }
           if (s.hash_interval && request.round % s.hash_interval == 0)
             result.parameter_hash = hash_parameters(*request.buffer);
           if (request.snapshot) result.state = s.rule->snapshot();

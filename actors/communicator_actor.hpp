@@ -3,21 +3,34 @@
 // algorithm's update rule over the transport (collectives + optimizer shard step). Spawned
 // detached because collectives block their thread while bytes are on the wire; the compute
 // and accumulator actors of the same worker keep running meanwhile.
+#include "actors/elastic_state.hpp"
 #include "actors/messages.hpp"
 #include "actors/update_rule.hpp"
+
+#include <atomic>
 
 namespace accord {
 
 using communicator_actor = caf::typed_actor<caf::replies_to<round_request>::with<round_result>>;
 
 struct communicator_setup {
-  std::unique_ptr<transport> link;
+  // Shared with the process that built it, which may interrupt() it from another thread.
+  std::shared_ptr<transport> link;
   std::unique_ptr<update_rule> rule;
   std::uint64_t hash_interval = 1;  // rounds between parameter hashes (0: never)
   // Emulated crash (elastic tests and demos): at the start of `crash_round` this worker's
   // transport dies, mid-round for its peers.
   std::function<void()> crash;
   std::uint64_t crash_round = 0;
+  // Elastic jobs between processes: rounds whose request says `keep`, and the last round of an
+  // epoch, leave their step's state in `keeper` (shards also replicated to the buddy when
+  // `replicate`); once `change_epoch` (the latest epoch a membership change was announced to)
+  // reaches this one, the worker votes for ending the epoch at the current step.
+  std::shared_ptr<state_keeper> keeper;
+  pipeline pipe = pipeline::synchronous;
+  std::uint64_t layout = 0;  // this epoch, whose shard layout the kept state follows
+  bool replicate = false;
+  std::shared_ptr<const std::atomic<std::uint64_t>> change_epoch;
 };
 
 communicator_actor spawn_communicator_actor(caf::actor_system& system,

@@ -32,12 +32,12 @@ struct round_progress {
   tensor parameters;
   std::vector<rule_state> states;    // every worker's, when a checkpoint is due
   std::uint64_t fewest_consumed = ~0ull;
+  bool kept = false;
 };
 
 struct coordinator_state {
   coordinator_setup setup;
-  clock_type::time_point started = clock_type::now();
-  clock_type::time_point last_step = started;
+  clock_type::time_point last_step = clock_type::now();
   std::map<std::uint64_t, round_progress> rounds;
   std::vector<worker_marks> marks;
   // Sums over workers since the last completed step (ACCO: its estimate round included).
@@ -48,11 +48,6 @@ struct coordinator_state {
   std::uint64_t completed_rounds = 0;
   std::ofstream metrics;
   std::vector<caf::typed_response_promise<bool>> waiters;
-  // Worker processes registered so far (multi-process jobs), and who waits for the address list.
-  std::vector<std::string> addresses;
-  std::vector<bool> joined;
-  std::vector<caf::typed_response_promise<std::vector<std::string>>> registered;
-  std::map<caf::actor_addr, int> rank_of_process;
   std::optional<std::string> failure;
   bool done = false;
 };
@@ -65,13 +60,12 @@ void finish_if_done(self_pointer self) {
   if (s.failure) {
     s.done = true;
     for (auto& w : s.waiters) w.deliver(caf::make_error(caf::sec::runtime_error, *s.failure));
-    for (auto& r : s.registered) r.deliver(caf::make_error(caf::sec::runtime_error, *s.failure));
     return;
   }
   if (s.completed_rounds == s.setup.rounds && s.pending.empty() && s.evaluations_running == 0) {
     s.done = true;
     auto& r = *s.setup.result;
-    r.seconds = std::chrono::duration<double>(clock_type::now() - s.started).count();
+    r.seconds = std::chrono::duration<double>(clock_type::now() - s.setup.started).count();
     const double n = s.setup.workers;
     double compute = 0, communication = 0, wait = 0;
     for (const auto& m : s.marks) {
@@ -117,7 +111,8 @@ void flush_steps(self_pointer self) {
                              {"bits_per_parameter", m.bits_per_parameter},
                              {"hidden_fraction", m.hidden_fraction},
                              {"micro_batches", m.micro_batches},
-                             {"workers", m.workers}};
+                             {"workers", m.workers},
+                             {"epoch", m.epoch}};
       if (m.eval_loss >= 0) line["eval_loss"] = m.eval_loss;
       s.metrics << line.dump() << '\n' << std::flush;
     }
@@ -145,6 +140,13 @@ void evaluate(self_pointer self, std::uint64_t step, tensor parameters) {
           });
 }
 
+// Where every worker's stream can restart after this round: the slowest worker's count of
+// micro-batches, interleaved over the workers.
+std::uint64_t data_position(const coordinator_state& s, const round_progress& progress) {
+  return s.setup.data_offset +
+         progress.fewest_consumed * static_cast<std::uint64_t>(s.setup.workers) * s.setup.micro_batch;
+}
+
 // Reassembles the workers' states into one checkpoint: sharded optimizer slots go back to
 // their place in the flat buffer, Distributed Lion momenta are kept one per worker.
 void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress& progress) {
@@ -152,8 +154,7 @@ void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress
   const std::size_t n = s.setup.parameter_count;
   checkpoint c;
   c.steps = step_of_round(s.setup.pipe, round) + 1;
-  c.data_position = s.setup.data_offset + progress.fewest_consumed * static_cast<std::uint64_t>(s.setup.workers) *
-                                              s.setup.micro_batch;
+  c.data_position = data_position(s, progress);
   c.signature = s.setup.signature;
   c.algorithm = s.setup.algorithm;
   c.parameters = *progress.parameters;
@@ -186,14 +187,16 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
     }
   }
   if (is_estimate_round(s.setup.pipe, round)) return;  // its traffic counts towards the step
+  if (progress.kept && s.setup.on_kept) s.setup.on_kept(step_of_round(s.setup.pipe, round) + 1, data_position(s, progress));
 
   const auto now = clock_type::now();
   step_metrics m;
   m.step = step_of_round(s.setup.pipe, round) + 1;
   m.workers = s.setup.workers;
+  m.epoch = s.setup.epoch;
   m.train_loss = progress.global.micro_batches > 0 ? progress.global.loss_sum / progress.global.micro_batches : 0;
   m.micro_batches = static_cast<std::uint64_t>(progress.global.micro_batches);
-  m.seconds = std::chrono::duration<double>(now - s.started).count();
+  m.seconds = std::chrono::duration<double>(now - s.setup.started).count();
   const double step_seconds = std::chrono::duration<double>(now - s.last_step).count();
   m.items = progress.global.items;
   m.items_per_second = step_seconds > 0 ? m.items / step_seconds : 0;
@@ -208,6 +211,7 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
     evaluate(self, m.step, progress.parameters);
   }
   s.pending.push_back(m);
+  if (progress.global.changes > 0) s.setup.rounds = round + 1;  // the workers end the epoch here
   flush_steps(self);
 }
 
@@ -216,16 +220,8 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
   s.setup = std::move(setup);
   s.marks.resize(static_cast<std::size_t>(s.setup.workers));
   s.completed_rounds = s.setup.first_round;
-  s.addresses.resize(static_cast<std::size_t>(s.setup.workers));
-  s.joined.resize(static_cast<std::size_t>(s.setup.workers));
-  self->set_down_handler([self](const caf::down_msg& down) {
-    auto& s = self->state;
-    auto rank = s.rank_of_process.find(down.source);
-    if (rank == s.rank_of_process.end() || s.done) return;
-    fail_job(self, "the process of rank " + std::to_string(rank->second) + " went away before the job ended");
-  });
   if (!s.setup.metrics_path.empty()) {
-    s.metrics.open(s.setup.metrics_path);
+    s.metrics.open(s.setup.metrics_path, s.setup.append_metrics ? std::ios::app : std::ios::trunc);
     if (!s.metrics) s.failure = "cannot write metrics file " + s.setup.metrics_path;
   }
   return {
@@ -247,6 +243,7 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
           progress.states[static_cast<std::size_t>(report.rank)] = std::move(report.state);
         }
         if (report.parameters) progress.parameters = std::move(report.parameters);
+        progress.kept = progress.kept || report.kept;
         if (report.parameter_hash) {
           if (progress.hash_rank < 0) {
             progress.hash = report.parameter_hash;
@@ -266,34 +263,6 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
       },
       [self](const worker_failure& failure) {
         fail_job(self, "worker " + std::to_string(failure.rank) + " failed: " + failure.what);
-      },
-      [self](register_atom, const worker_registration& r)
-          -> caf::result<std::vector<std::string>> {
-        auto& s = self->state;
-        auto refuse = [&](const std::string& why) {
-          return caf::make_error(caf::sec::runtime_error, "rank " + std::to_string(r.rank) + " refused: " + why);
-        };
-        if (s.failure) return caf::make_error(caf::sec::runtime_error, *s.failure);
-        if (r.world != s.setup.workers)
-          return refuse("it expects " + std::to_string(r.world) + " workers, the job has " +
-                        std::to_string(s.setup.workers));
-        if (r.rank < 0 || r.rank >= s.setup.workers) return refuse("rank out of range");
-        if (r.fingerprint != s.setup.fingerprint)
-          return refuse("its model/configuration (" + r.fingerprint + ") differs from the job's (" +
-                        s.setup.fingerprint + ")");
-        if (s.joined[static_cast<std::size_t>(r.rank)]) return refuse("rank registered twice");
-        s.joined[static_cast<std::size_t>(r.rank)] = true;
-        s.addresses[static_cast<std::size_t>(r.rank)] = r.address;
-        // A worker process that goes away before the end fails the job instead of hanging it.
-        if (auto sender = caf::actor_cast<caf::actor>(self->current_sender())) {
-          self->monitor(sender);
-          s.rank_of_process[sender.address()] = r.rank;
-        }
-        s.registered.push_back(self->make_response_promise<std::vector<std::string>>());
-        auto promise = s.registered.back();
-        if (std::all_of(s.joined.begin(), s.joined.end(), [](bool j) { return j; }))
-          for (auto& p : s.registered) p.deliver(s.addresses);
-        return promise;
       },
       [self](wait_atom) -> caf::result<bool> {
         auto& s = self->state;

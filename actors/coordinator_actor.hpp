@@ -1,8 +1,10 @@
 #pragma once
-// The coordinator owns the round bookkeeping of a job: it collects every worker's round
-// report, compares replica hashes, turns rounds into step metrics (loss, throughput, bits per
-// parameter, hidden communication), asks the evaluator for held-out loss, writes the metrics
-// file and tells the waiting caller when the last round is done or a worker failed.
+// The coordinator owns the round bookkeeping of a job (or of one epoch of an elastic job): it
+// collects every worker's round report, compares replica hashes, turns rounds into step
+// metrics (loss, throughput, bits per parameter, hidden communication), asks the evaluator for
+// held-out loss, writes the metrics file and checkpoints, and tells the waiting caller when the
+// last round is done — the job's, or the one where the workers agreed to end the epoch — or a
+// worker failed.
 #include "actors/algorithm.hpp"
 #include "actors/compute_actor.hpp"
 #include "actors/messages.hpp"
@@ -11,16 +13,14 @@
 
 #include <accord/job.hpp>
 
+#include <chrono>
 #include <functional>
 
 namespace accord {
 
 using coordinator_actor = caf::typed_actor<
     caf::reacts_to<round_report>, caf::reacts_to<worker_failure>,
-    // A worker process joins the job; the reply, once every rank has registered, lists the
-    // transport addresses of all ranks. A mismatching registration gets an error naming it.
-    caf::replies_to<register_atom, worker_registration>::with<std::vector<std::string>>,
-    // Replies once the job is over (an error if it failed); any number of waiters.
+    // Replies once the job (or the epoch) is over, an error if it failed; any number of waiters.
     caf::replies_to<wait_atom>::with<bool>>;
 
 struct coordinator_setup {
@@ -42,7 +42,13 @@ struct coordinator_setup {
   std::function<void(const step_metrics&)> on_step;
   std::function<void()> abort;           // unblocks every transport after a failure
   std::shared_ptr<job_result> result;    // filled in as the job runs
-  std::string fingerprint;               // what registering worker processes must match
+  // Elastic jobs: the epoch these rounds belong to (in the metrics), whether the metrics file
+  // continues an earlier epoch's, and who hears of every step whose state the workers kept,
+  // with the data position to restart from there.
+  std::uint64_t epoch = 0;
+  bool append_metrics = false;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();  // of the job
+  std::function<void(std::uint64_t steps, std::uint64_t data_position)> on_kept;
 };
 
 // Whether `round` ends a step that is a multiple of `interval`, or the job's last step (the

@@ -7,6 +7,8 @@
 #include "actors/communicator_actor.hpp"
 #include "actors/compute_actor.hpp"
 #include "actors/coordinator_actor.hpp"
+#include "actors/elastic_state.hpp"
+#include "actors/membership_actor.hpp"
 #include "actors/update_rule.hpp"
 #include "optim/schedule.hpp"
 #include "transport/inproc.hpp"
@@ -82,8 +84,16 @@ struct job_plan {
   schedule_config schedule;
   std::uint64_t first_round = 0;           // > 0 when resuming
   std::uint64_t rounds = 0;
+  std::uint64_t data_position = 0;         // stream positions consumed before the first round
   std::vector<float> initial;
-  std::optional<checkpoint> resume;
+  std::optional<checkpoint> resume;        // where the optimizer state comes from, when resuming
+
+  bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
+  // Rank `rank` of `world`'s share of the resumed optimizer state (none when starting afresh).
+  std::optional<rule_state> state_of(int world, int rank) const {
+    if (!resume) return std::nullopt;
+    return slice_checkpoint(*resume, sharded(), world, rank);
+  }
 };
 
 // `state`: continue from this in-memory checkpoint (a membership change) instead of
@@ -122,6 +132,7 @@ job_plan plan_job(const model& prototype, const job_config& config, const checkp
                                   c.algorithm + "), " + plan.optimizer.kind + " needs " + std::to_string(slots));
   }
   plan.first_round = rounds_for_steps(plan.algo->pipe, c.steps);
+  plan.data_position = c.data_position;
   plan.initial = c.parameters;
   return plan;
 }
@@ -147,6 +158,7 @@ void configure_system(caf::actor_system_config& system_config) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   system_config.set("scheduler.max-threads", std::max(2, cores));
   add_control_message_types(system_config);
+  add_membership_message_types(system_config);
 }
 
 // The actors one process runs for a job, and what they account for.
@@ -176,12 +188,10 @@ struct local_actors {
   }
 };
 
-coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& local, const job_plan& plan,
-                                     const model& prototype, std::shared_ptr<const dataset> eval,
-                                     const job_config& config, std::function<void(const step_metrics&)> on_step,
-                                     std::function<void()> abort, std::shared_ptr<job_result> result,
-                                     std::string expected_fingerprint = {},
-                                     std::function<void(const checkpoint&)> on_checkpoint = {}) {
+// The coordinator of a job (or of an elastic job's epoch) as the plan and configuration say;
+// callers add what they observe (on_step, result, ...).
+coordinator_setup coordination_for(const job_plan& plan, const model& prototype, const job_config& config,
+                                   evaluator_actor evaluator) {
   coordinator_setup setup;
   setup.workers = config.workers;
   setup.pipe = plan.algo->pipe;
@@ -189,46 +199,67 @@ coordinator_actor spawn_coordination(caf::actor_system& system, local_actors& lo
   setup.rounds = plan.rounds;
   setup.parameter_count = plan.initial.size();
   setup.micro_batch = config.micro_batch;
-  setup.data_offset = plan.resume ? plan.resume->data_position : 0;
+  setup.data_offset = plan.data_position;
   setup.checkpoint_path = config.checkpoint_path;
   setup.checkpoint_interval = config.checkpoint_interval;
-  setup.on_checkpoint = std::move(on_checkpoint);
   setup.algorithm = plan.algo->name;
   setup.signature = prototype.signature();
   setup.eval_interval = config.eval_interval;
-  setup.evaluator = local.keep(
-      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.micro_batch, config.eval_batches));
+  setup.evaluator = std::move(evaluator);
   setup.metrics_path = config.metrics_path;
-  setup.on_step = std::move(on_step);
-  setup.abort = std::move(abort);
-  setup.result = std::move(result);
-  setup.fingerprint = std::move(expected_fingerprint);
-  return local.keep(spawn_coordinator_actor(system, std::move(setup)));
+  return setup;
 }
 
+evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local, const model& prototype,
+                                 std::shared_ptr<const dataset> eval, const job_config& config) {
+  return local.keep(
+      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.micro_batch, config.eval_batches));
+}
+
+// One worker of an epoch: where it sits and what it starts from.
+struct worker_spec {
+  int rank = 0;
+  std::shared_ptr<transport> link;
+  coordinator_actor coordinator;
+  std::optional<rule_state> state;  // its restored optimizer shard or momentum
+  // Snapshot the optimizer state at checkpoint steps even without a file (in-process elastic).
+  bool keeps_state = false;
+  // Emulated crash: this worker dies at the start of round `crash_round`.
+  std::function<void()> crash;
+  std::uint64_t crash_round = 0;
+  // Elastic between processes: keep every `keep_interval`-th step's state in `keeper` (layout:
+  // this epoch), and vote for ending the epoch once `change_epoch` names this epoch.
+  std::shared_ptr<state_keeper> keeper;
+  std::uint64_t layout = 0;
+  std::uint64_t keep_interval = 0;
+  std::shared_ptr<const std::atomic<std::uint64_t>> change_epoch;
+};
+
 // Spawns one worker's compute, communicator and accumulator actors.
-// `keeps_state`: snapshot the optimizer state at checkpoint steps even without a file.
-// `crash`: this worker dies at the start of round `crash_round` (emulated).
 accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
                                const model& prototype, std::shared_ptr<const dataset> train,
-                               const job_config& config, int rank, std::unique_ptr<transport> link,
-                               coordinator_actor coordinator, bool keeps_state = false,
-                               std::function<void()> crash = {}, std::uint64_t crash_round = 0) {
+                               const job_config& config, worker_spec spec) {
   const int workers = config.workers;
+  const int rank = spec.rank;
   auto compute = std::make_shared<compute_setup>();
   compute->net = prototype.clone();
   compute->data = std::move(train);
-  compute->stream = {rank, workers, config.micro_batch, plan.resume ? plan.resume->data_position : 0};
+  compute->stream = {rank, workers, config.micro_batch, plan.data_position};
   compute->parameters = make_tensor(plan.initial, local.meter);
   compute->meter = local.meter;
   compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
   auto communication = std::make_shared<communicator_setup>();
-  communication->link = std::move(link);
+  communication->link = std::move(spec.link);
   communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank,
-                                         plan.resume ? &*plan.resume : nullptr);
+                                         spec.state ? &*spec.state : nullptr);
   communication->hash_interval = config.replica_check_interval;
-  communication->crash = std::move(crash);
-  communication->crash_round = crash_round;
+  communication->crash = std::move(spec.crash);
+  communication->crash_round = spec.crash_round;
+  communication->keeper = spec.keeper;
+  communication->pipe = plan.algo->pipe;
+  communication->layout = spec.layout;
+  communication->replicate = plan.sharded();
+  communication->change_epoch = spec.change_epoch;
   local.state_bytes += communication->rule->state_bytes();
 
   accumulator_setup accumulation;
@@ -243,7 +274,7 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
     return learning_rate_at(schedule, step);
   };
-  const bool checkpoints = !config.checkpoint_path.empty() || keeps_state;
+  const bool checkpoints = !config.checkpoint_path.empty() || spec.keeps_state;
   auto checkpoint_due = [checkpoints, pipe = plan.algo->pipe, rounds = plan.rounds,
                          interval = config.checkpoint_interval](std::uint64_t round) {
     return checkpoints && step_due(pipe, round, rounds, interval);
@@ -253,22 +284,29 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
     return rank == 0 && (step_due(pipe, round, rounds, interval) || checkpoint_due(round));
   };
   accumulation.wants_snapshot = checkpoint_due;
+  if (spec.keeper && spec.keep_interval)
+    accumulation.wants_kept = [pipe = plan.algo->pipe, rounds = plan.rounds,
+                               interval = spec.keep_interval](std::uint64_t round) {
+      return step_due(pipe, round, rounds, interval);
+    };
   if (local.workers++ == 0)
     accumulation.on_final_parameters = [&local](const std::vector<float>& p) { local.final_parameters = p; };
   accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));
   accumulation.communicator = local.keep(spawn_communicator_actor(system, std::move(communication)));
-  accumulation.coordinator = coordinator;
+  accumulation.coordinator = spec.coordinator;
   accumulation.meter = local.meter;
   return local.keep(spawn_accumulator_actor(system, std::move(accumulation)));
 }
 
-// Starts the accumulators and waits for the coordinator's verdict: empty, or what failed.
+// Starts the accumulators and waits for the verdict of `judge` (the coordinator, or the agent
+// relaying it): empty, or what failed.
+template <class Judge, class... Ts>
 std::optional<std::string> run_to_end(caf::actor_system& system, caf::scoped_actor& self,
-                                      coordinator_actor coordinator,
-                                      const std::vector<accumulator_actor>& accumulators) {
+                                      const std::vector<accumulator_actor>& accumulators, Judge judge,
+                                      Ts... about) {
   std::optional<std::string> failure;
   for (auto& a : accumulators) self->send(a, start_atom::value);
-  self->request(coordinator, caf::infinite, wait_atom::value)
+  self->request(judge, caf::infinite, wait_atom::value, about...)
       .receive([](bool) {}, [&](caf::error& e) { failure = describe(system, e); });
   return failure;
 }
@@ -277,21 +315,23 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-// How the ranks of a multi-process job find each other's transport: each rank publishes an
-// address through the coordinator, then connects knowing everyone's.
+// How the ranks of an epoch find each other's transport: each member publishes an address
+// with its epoch request, then connects knowing everyone's.
 class transport_rendezvous {
 public:
   virtual ~transport_rendezvous() = default;
   virtual std::string address() const = 0;
-  virtual std::unique_ptr<transport> connect(const std::vector<std::string>& addresses) = 0;
+  virtual std::unique_ptr<transport> connect(int rank, const std::vector<std::string>& addresses,
+                                             std::uint64_t epoch) = 0;
 };
 
 class ucx_rendezvous final : public transport_rendezvous {
 public:
-  ucx_rendezvous(const process_group& group, const std::string& host) : rank_(group.rank), listener_(listen(group, host)) {}
+  ucx_rendezvous(const process_group& group, const std::string& host) : listener_(listen(group, host)) {}
   std::string address() const override { return listener_.address(); }
-  std::unique_ptr<transport> connect(const std::vector<std::string>& addresses) override {
-    return std::move(listener_).connect(rank_, addresses);
+  std::unique_ptr<transport> connect(int rank, const std::vector<std::string>& addresses,
+                                     std::uint64_t epoch) override {
+    return std::move(listener_).connect(rank, addresses, epoch);
   }
 
 private:
@@ -301,51 +341,129 @@ private:
     if (is_loopback(host) && !std::getenv("UCX_NET_DEVICES")) options.net_devices = "lo";
     return ucx_listener(host + ":0", options);
   }
-  int rank_;
   ucx_listener listener_;
 };
 
 #if ACCORD_HAVE_CUDA
-// NCCL needs one unique id for the whole communicator: rank 0 makes it and publishes it as its
-// "address" (hex); every rank then joins the communicator on its own GPU.
+// NCCL needs one unique id for the whole communicator: rank 0 of the epoch (always rank 0's
+// process) makes it and publishes it as its "address" (hex); every rank then joins the
+// communicator on its own GPU.
 class nccl_rendezvous final : public transport_rendezvous {
 public:
-  explicit nccl_rendezvous(const process_group& group) : group_(group) {
-    if (group.rank == 0) {
-      const nccl_unique_id id = make_nccl_unique_id();
-      static const char digits[] = "0123456789abcdef";
-      for (std::byte b : id) {
-        hex_ += digits[std::to_integer<int>(b) >> 4];
-        hex_ += digits[std::to_integer<int>(b) & 15];
-      }
+  nccl_rendezvous(const process_group& group, bool makes_id) : local_rank_(group.local_rank) {
+    if (!makes_id) return;
+    const nccl_unique_id id = make_nccl_unique_id();
+    static const char digits[] = "0123456789abcdef";
+    for (std::byte b : id) {
+      hex_ += digits[std::to_integer<int>(b) >> 4];
+      hex_ += digits[std::to_integer<int>(b) & 15];
     }
   }
   std::string address() const override { return hex_; }
-  std::unique_ptr<transport> connect(const std::vector<std::string>& addresses) override {
+  std::unique_ptr<transport> connect(int rank, const std::vector<std::string>& addresses, std::uint64_t) override {
     const std::string& hex = addresses.at(0);
     nccl_unique_id id{};
     if (hex.size() != 2 * id.size()) throw transport_error("rank 0 published a malformed NCCL unique id");
     for (std::size_t i = 0; i < id.size(); ++i)
       id[i] = static_cast<std::byte>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-    return std::make_unique<nccl_transport>(id, group_.rank, group_.world_size, group_.local_rank);
+    return std::make_unique<nccl_transport>(id, rank, static_cast<int>(addresses.size()), local_rank_);
   }
 
 private:
-  process_group group_;
+  int local_rank_;
   std::string hex_;
 };
 #endif
 
-std::unique_ptr<transport_rendezvous> make_rendezvous(const process_group& group, const std::string& host) {
+std::unique_ptr<transport_rendezvous> make_rendezvous(const process_group& group, const std::string& host,
+                                                      bool master) {
   if (group.transport == "ucx") return std::make_unique<ucx_rendezvous>(group, host);
   if (group.transport == "nccl") {
 #if ACCORD_HAVE_CUDA
-    return std::make_unique<nccl_rendezvous>(group);
+    return std::make_unique<nccl_rendezvous>(group, master);
 #else
+    (void)master;
     throw std::invalid_argument("transport nccl: this build has no CUDA/NCCL (nvcc was not found at configure time)");
 #endif
   }
   throw std::invalid_argument("unknown transport '" + group.transport + "' (expected ucx|nccl)");
+}
+
+// Averages of the per-step figures over a job's steps.
+void average_over_steps(job_result& r) {
+  r.bits_per_parameter_per_step = r.hidden_fraction = 0;
+  for (const auto& m : r.steps) {
+    r.bits_per_parameter_per_step += m.bits_per_parameter / static_cast<double>(r.steps.size());
+    r.hidden_fraction += m.hidden_fraction / static_cast<double>(r.steps.size());
+  }
+}
+
+// How long rank 0's process waits, at the end, for the other members to hear that the job is over.
+constexpr auto release_timeout = std::chrono::seconds(30);
+
+// What a worker process carries from epoch to epoch.
+struct process_member {
+  std::uint64_t id = 0;
+  membership_actor membership;
+  member_agent agent;
+  std::shared_ptr<state_keeper> keeper = std::make_shared<state_keeper>();
+  std::shared_ptr<std::atomic<std::uint64_t>> change_epoch = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::vector<float> parameters;  // the latest epoch's final parameters
+  local_actors last_epoch;        // for the memory figures
+};
+
+// Runs this process's worker for one epoch of `plan`. A failure (a peer lost, a transfer
+// broken) is the epoch's coordinator's to report; the process then asks for the next epoch.
+void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const model& prototype,
+                       std::shared_ptr<const dataset> train, const job_config& config, const job_plan& origin,
+                       const epoch_plan& plan, transport_rendezvous& rendezvous, bool elastic,
+                       process_member& me) {
+  job_config epoch_config = config;
+  epoch_config.workers = plan.world;
+  job_plan epoch = origin;
+  epoch.first_round = rounds_for_steps(origin.algo->pipe, plan.start_steps);
+  epoch.data_position = plan.data_position;
+  const std::size_t n = origin.initial.size();
+  std::shared_ptr<transport> link;
+  std::optional<rule_state> state;
+  try {
+    link = rendezvous.connect(plan.rank, plan.addresses, plan.epoch);
+    if (plan.from_origin) {
+      state = origin.state_of(plan.world, plan.rank);
+    } else {
+      restored_state restored = transfer_state(*link, plan.source, me.keeper->find(plan.source.layout, plan.source.steps),
+                                               n, origin.sharded());
+      epoch.initial = std::move(restored.parameters);
+      if (restored.own.present) state = std::move(restored.own);
+      self->send(me.membership, restored_atom::value,
+                 restored_report{plan.epoch, plan.rank, hash_parameters(epoch.initial),
+                                 state ? state_checksum(*state, n) : 0});
+    }
+  } catch (const std::exception& e) {
+    if (link) link->interrupt("epoch " + std::to_string(plan.epoch) + " failed to start");
+    self->send(plan.coordinator, worker_failure{plan.rank, std::string("epoch start: ") + e.what()});
+    return;
+  }
+  local_actors local;
+  worker_spec spec;
+  spec.rank = plan.rank;
+  spec.link = link;
+  spec.coordinator = plan.coordinator;
+  spec.state = std::move(state);
+  spec.keeper = me.keeper;
+  spec.layout = plan.epoch;
+  spec.keep_interval = elastic ? std::max<std::uint64_t>(1, config.keep_interval) : 0;
+  spec.change_epoch = me.change_epoch;
+  const std::vector<accumulator_actor> accumulators{
+      spawn_worker(system, local, epoch, prototype, std::move(train), epoch_config, std::move(spec))};
+  // After a failure the communicator may wait on a dead peer: unblock it before shutting down.
+  if (const auto failure = run_to_end(system, self, accumulators, me.agent, plan.coordinator))
+    link->interrupt("epoch " + std::to_string(plan.epoch) + " ended: " + *failure);
+  local.shut_down(self);
+  if (!local.final_parameters.empty()) me.parameters = std::move(local.final_parameters);
+  me.last_epoch.meter = local.meter;
+  me.last_epoch.state_bytes = local.state_bytes;
+  me.last_epoch.workers = local.workers;
 }
 
 }  // namespace
@@ -398,9 +516,13 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
         crash_gate.changed.notify_all();
       }
     };
-    auto coordinator = spawn_coordination(system, local, plan, prototype, eval ? eval : train, config,
-                                          std::move(on_step), fail_everyone, result, {},
-                                          keeps_state ? std::function<void(const checkpoint&)>(keep) : nullptr);
+    coordinator_setup setup =
+        coordination_for(plan, prototype, config, spawn_evaluation(system, local, prototype, eval ? eval : train, config));
+    setup.on_step = std::move(on_step);
+    setup.abort = fail_everyone;
+    setup.result = result;
+    if (keeps_state) setup.on_checkpoint = keep;
+    auto coordinator = local.keep(spawn_coordinator_actor(system, std::move(setup)));
     std::vector<accumulator_actor> accumulators;
     for (int rank = 0; rank < workers; ++rank) {
       std::function<void()> crash;
@@ -410,12 +532,18 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
           crash_gate.changed.wait_for(lock, std::chrono::minutes(2), [&] { return crash_gate.kept; });
           fabric.fail(rank);
         };
-      accumulators.push_back(spawn_worker(
-          system, local, plan, prototype, train, config, rank, fabric.endpoint(rank), coordinator, keeps_state,
-          std::move(crash), crash_after_step ? rounds_for_steps(plan.algo->pipe, *crash_after_step) : 0));
+      worker_spec spec;
+      spec.rank = rank;
+      spec.link = fabric.endpoint(rank);
+      spec.coordinator = coordinator;
+      spec.state = plan.state_of(workers, rank);
+      spec.keeps_state = keeps_state;
+      spec.crash = std::move(crash);
+      spec.crash_round = crash_after_step ? rounds_for_steps(plan.algo->pipe, *crash_after_step) : 0;
+      accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, std::move(spec)));
     }
     caf::scoped_actor self{system};
-    failure = run_to_end(system, self, coordinator, accumulators);
+    failure = run_to_end(system, self, accumulators, coordinator);
     if (failure) fail_everyone();
     local.shut_down(self);
   }
@@ -494,10 +622,7 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     }
   }
   total.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  for (const auto& m : total.steps) {
-    total.bits_per_parameter_per_step += m.bits_per_parameter / static_cast<double>(total.steps.size());
-    total.hidden_fraction += m.hidden_fraction / static_cast<double>(total.steps.size());
-  }
+  average_over_steps(total);
   return total;
 }
 
@@ -505,81 +630,133 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
                            std::shared_ptr<const dataset> eval, const job_config& config,
                            const process_group& group, std::function<void(const step_metrics&)> on_step) {
   if (!train) throw std::invalid_argument("no training data set");
-  require(group.world_size >= 1, "world size must be at least 1");
-  require(group.rank >= 0 && group.rank < group.world_size,
-          "rank " + std::to_string(group.rank) + " outside 0.." + std::to_string(group.world_size - 1));
-  require(config.workers == group.world_size, "workers (" + std::to_string(config.workers) +
-                                                  ") must equal the world size (" +
-                                                  std::to_string(group.world_size) + ")");
+  if (!group.join) {
+    require(group.world_size >= 1, "world size must be at least 1");
+    require(group.rank >= 0 && group.rank < group.world_size,
+            "rank " + std::to_string(group.rank) + " outside 0.." + std::to_string(group.world_size - 1));
+    require(config.workers == group.world_size, "workers (" + std::to_string(config.workers) +
+                                                    ") must equal the world size (" +
+                                                    std::to_string(group.world_size) + ")");
+  }
   require(group.master_port > 0 && group.master_port < 65536, "master port must be in 1..65535");
+  require(config.membership.empty(),
+          "membership changes are emulated in one process only; between processes, start (--join) and stop workers");
+  require(config.speed_factors.empty() || !(group.elastic || group.join),
+          "speed factors cannot be combined with an elastic job");
   std::string host = group.host;
   if (host.empty()) {
     require(is_loopback(group.master_addr),
             "process_group.host (this rank's reachable address) is required when the master is not on loopback");
     host = "127.0.0.1";
   }
-  const job_plan plan = plan_job(prototype, config);
+  const job_plan origin = plan_job(prototype, config);
   size_blas(config, 1);
-  auto result = std::make_shared<job_result>();
   caf::actor_system_config system_config;
   configure_system(system_config);
   system_config.load<caf::io::middleman>();
+  // Every process sends heartbeats; a peer silent for the timeout (hung, or its machine gone)
+  // loses its connection, and the membership actor hears of it as of a death.
+  const auto heartbeat = std::max(group.heartbeat_timeout, std::chrono::milliseconds(100));
+  system_config.set("middleman.heartbeat-interval", caf::timespan{heartbeat / 4});
+  system_config.set("middleman.connection-timeout", caf::timespan{heartbeat});
   // On failure the system is abandoned rather than destroyed: its destructor would wait for a
   // communicator that may stay blocked in a collective with a dead peer.
   auto system = std::make_unique<caf::actor_system>(system_config);
-  local_actors local;
+  const bool master = !group.join && group.rank == 0;
+  const std::string print = fingerprint(prototype, config, group.transport);
+  auto merged = std::make_shared<job_result>();
+  local_actors coordination;  // rank 0's process: the evaluator, the membership actor, the coordinators
+  process_member me;
   std::optional<std::string> failure;
+  const auto started = std::chrono::steady_clock::now();
   {
     caf::scoped_actor self{*system};
-    coordinator_actor coordinator;
-    if (group.rank == 0) {
-      coordinator = spawn_coordination(*system, local, plan, prototype, eval ? eval : train, config,
-                                       std::move(on_step), {}, result, fingerprint(prototype, config, group.transport));
-      auto port = system->middleman().publish(coordinator, static_cast<std::uint16_t>(group.master_port),
+    if (master) {
+      const evaluator_actor evaluator = spawn_evaluation(*system, coordination, prototype, eval ? eval : train, config);
+      membership_setup setup;
+      setup.initial_world = group.world_size;
+      setup.elastic = group.elastic;
+      setup.sharded = origin.sharded();
+      setup.fingerprint = print;
+      setup.pipe = origin.algo->pipe;
+      setup.total_rounds = origin.rounds;
+      setup.origin_steps = origin.resume ? origin.resume->steps : 0;
+      setup.origin_data_position = origin.data_position;
+      setup.on_event = group.on_event;
+      setup.result = merged;
+      setup.spawn_coordinator = [&, evaluator](const epoch_spec& spec, std::shared_ptr<job_result> result,
+                                              std::function<void(std::uint64_t, std::uint64_t)> on_kept) {
+        job_config epoch_config = config;
+        epoch_config.workers = spec.workers;
+        job_plan epoch_plan_ = origin;
+        epoch_plan_.first_round = rounds_for_steps(origin.algo->pipe, spec.start_steps);
+        epoch_plan_.data_position = spec.data_position;
+        coordinator_setup c = coordination_for(epoch_plan_, prototype, epoch_config, evaluator);
+        c.on_step = on_step;
+        c.result = std::move(result);
+        c.epoch = spec.epoch;
+        c.append_metrics = spec.epoch > 1;
+        c.started = started;
+        c.on_kept = std::move(on_kept);
+        return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
+      };
+      me.membership = coordination.keep(spawn_membership_actor(*system, std::move(setup)));
+      auto port = system->middleman().publish(me.membership, static_cast<std::uint16_t>(group.master_port),
                                               nullptr, true);
       if (!port) {
-        local.shut_down(self);
+        coordination.shut_down(self);
         throw std::runtime_error("rank 0: cannot listen for workers on port " + std::to_string(group.master_port) +
                                  ": " + system->render(port.error()));
       }
     } else {
+      const std::string who = group.join ? "joiner" : "rank " + std::to_string(group.rank);
       const auto deadline = std::chrono::steady_clock::now() + group.connect_timeout;
       for (;;) {
-        auto found = system->middleman().remote_actor<coordinator_actor>(
+        auto found = system->middleman().remote_actor<membership_actor>(
             group.master_addr, static_cast<std::uint16_t>(group.master_port));
         if (found) {
-          coordinator = *found;
+          me.membership = *found;
           break;
         }
         if (std::chrono::steady_clock::now() > deadline)
-          throw std::runtime_error("rank " + std::to_string(group.rank) + ": no coordinator at " +
-                                   group.master_addr + ":" + std::to_string(group.master_port) + " within " +
+          throw std::runtime_error(who + ": no coordinator at " + group.master_addr + ":" +
+                                   std::to_string(group.master_port) + " within " +
                                    std::to_string(group.connect_timeout.count()) + " ms: " +
                                    system->render(found.error()));
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
     }
-    const auto rendezvous = make_rendezvous(group, host);
-    std::vector<std::string> addresses;
-    self->request(coordinator, caf::infinite, register_atom::value,
-                  worker_registration{group.rank, group.world_size, rendezvous->address(),
-                                      fingerprint(prototype, config, group.transport)})
-        .receive([&](std::vector<std::string>& all) { addresses = std::move(all); },
-                 [&](caf::error& e) { failure = describe(*system, e); });
-    if (!failure) {
-      auto link = rendezvous->connect(addresses);
-      std::vector<accumulator_actor> accumulators{
-          spawn_worker(*system, local, plan, prototype, train, config, group.rank, std::move(link), coordinator)};
-      failure = run_to_end(*system, self, coordinator, accumulators);
+    me.agent = spawn_member_agent(*system, me.change_epoch, group.leave_requested, me.membership);
+    self->request(me.agent, caf::infinite, hello_atom::value,
+                  member_hello{group.join ? -1 : group.rank, group.world_size, print, host})
+        .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
+    while (!failure) {
+      const auto rendezvous = make_rendezvous(group, host, master);
+      epoch_plan plan;
+      self->request(me.agent, caf::infinite, epoch_atom::value,
+                    epoch_request{me.id, rendezvous->address(), me.keeper->summaries()})
+          .receive([&](epoch_plan& p) { plan = std::move(p); },
+                   [&](caf::error& e) { failure = describe(*system, e); });
+      if (failure || plan.finished) break;
+      run_process_epoch(*system, self, prototype, train, config, origin, plan, *rendezvous,
+                        group.elastic || group.join, me);
     }
-    local.shut_down(self);
+    // Rank 0's process stays until every member has heard that the job is over.
+    if (master)
+      self->request(me.membership, release_timeout, wait_atom::value).receive([](bool) {}, [](caf::error&) {});
+    self->send_exit(me.agent, caf::exit_reason::user_shutdown);
+    coordination.shut_down(self);
   }
   if (failure) {
     (void)system.release();
     throw std::runtime_error(*failure);
   }
-  local.account(*result, plan.initial.size());
-  return std::move(*result);
+  job_result result = master ? std::move(*merged) : job_result{};
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  average_over_steps(result);
+  if (me.last_epoch.workers) me.last_epoch.account(result, origin.initial.size());
+  result.parameters = std::move(me.parameters);
+  return result;
 }
 
 }  // namespace accord

@@ -29,8 +29,6 @@ void add_control_message_types(caf::actor_system_config& config) {
   config.add_message_type<rule_state>("accord::rule_state");
   config.add_message_type<round_report>("accord::round_report");
   config.add_message_type<worker_failure>("accord::worker_failure");
-  config.add_message_type<worker_registration>("accord::worker_registration");
-  config.add_message_type<std::vector<std::string>>("std::vector<std::string>");
 }
 
 std::uint64_t hash_parameters(const std::vector<float>& parameters) {

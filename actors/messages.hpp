@@ -56,6 +56,9 @@ struct round_totals {
   double micro_batches = 0;
   double loss_sum = 0;
   double items = 0;
+  // Workers that know of a membership change waiting for the next epoch: summed in the same
+  // all-reduce, so every worker agrees on which step is the epoch's last.
+  double changes = 0;
 };
 
 // A worker's accumulated gradient handed to its communicator for round `round`.
@@ -66,6 +69,7 @@ struct round_request {
   round_totals local;
   float learning_rate = 0;
   bool snapshot = false;        // return the update rule's state (a checkpoint is due)
+  bool keep = false;            // elastic: keep this step's state in the process (and its buddy)
 };
 
 struct round_result {
@@ -76,6 +80,8 @@ struct round_result {
   std::uint64_t parameter_hash = 0;
   transfer_stats traffic;       // cumulative bytes of this worker's transport
   rule_state state;             // present when the request asked for a snapshot
+  bool kept = false;            // this step's state was kept (elastic jobs)
+  bool last_of_epoch = false;   // a membership change ends the epoch after this round
 };
 
 // What the accumulator tells the coordinator after each round.
@@ -91,6 +97,7 @@ struct round_report {
   transfer_stats traffic;
   std::uint64_t consumed = 0;   // micro-batches of its stream this worker has taken
   rule_state state;             // present when a checkpoint is due
+  bool kept = false;            // the worker kept this step's state (elastic jobs)
   tensor parameters;            // set by rank 0 for evaluations, checkpoints and the end
 };
 
@@ -99,28 +106,18 @@ struct worker_failure {
   std::string what;
 };
 
-// A worker process announcing itself to the coordinator: where its transport listens, and a
-// fingerprint of its model and job configuration, which must equal everyone else's.
-struct worker_registration {
-  int rank = 0;
-  int world = 0;
-  std::string address;
-  std::string fingerprint;
-};
-
 using compute_atom = caf::atom_constant<caf::atom("compute")>;
 using params_atom = caf::atom_constant<caf::atom("params")>;
 using recycle_atom = caf::atom_constant<caf::atom("recycle")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 using wait_atom = caf::atom_constant<caf::atom("wait")>;
-using register_atom = caf::atom_constant<caf::atom("register")>;
 
 // Wire formats of the control messages that cross processes (CAF's middleman). Tensors never
 // do: a report's parameters are attached only by rank 0, which shares the coordinator's process.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_totals& x) {
-  return f(caf::meta::type_name("round_totals"), x.micro_batches, x.loss_sum, x.items);
+  return f(caf::meta::type_name("round_totals"), x.micro_batches, x.loss_sum, x.items, x.changes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_stats& x) {
@@ -135,15 +132,11 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_report& x) {
   return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
            x.compute_seconds, x.communication_seconds, x.wait_seconds, x.parameter_hash, x.traffic,
-           x.consumed, x.state);
+           x.consumed, x.state, x.kept);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {
   return f(caf::meta::type_name("worker_failure"), x.rank, x.what);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, worker_registration& x) {
-  return f(caf::meta::type_name("worker_registration"), x.rank, x.world, x.address, x.fingerprint);
 }
 
 // Registers the control messages with an actor system configuration (needed to cross processes).

@@ -11,20 +11,20 @@ namespace {
 class sharded_optimizer_rule final : public update_rule {
 public:
   sharded_optimizer_rule(const optimizer_config& config, std::span<const float> initial, int world,
-                         int rank, const checkpoint* resume)
+                         int rank, const rule_state* resume)
       : own_(shard_of(initial.size(), world, rank)),
         master_(initial.begin() + own_.begin, initial.begin() + own_.end),
         optimizer_(make_optimizer(config, own_.size())) {
     if (!resume) return;
-    // Re-shard: this worker's slice of every slot of the reassembled state.
     optimizer_state state = optimizer_->state();
-    if (resume->slots != state.slots)
-      throw std::invalid_argument("checkpoint holds " + std::to_string(resume->slots) +
-                                  " optimizer slots, " + config.kind + " needs " + std::to_string(state.slots));
+    if (!resume->present || resume->momentum || resume->slots != state.slots || resume->begin != own_.begin ||
+        resume->values.size() != state.values.size())
+      throw std::invalid_argument("restored optimizer state does not fit rank " + std::to_string(rank) + "'s shard (" +
+                                  std::to_string(resume->slots) + " slots from " + std::to_string(resume->begin) +
+                                  ", " + config.kind + " needs " + std::to_string(state.slots) + " from " +
+                                  std::to_string(own_.begin) + ")");
     state.step = resume->optimizer_step;
-    for (std::size_t slot = 0; slot < state.slots; ++slot)
-      std::copy_n(resume->optimizer.begin() + static_cast<std::ptrdiff_t>(slot * initial.size() + own_.begin),
-                  own_.size(), state.values.begin() + static_cast<std::ptrdiff_t>(slot * own_.size()));
+    state.values = resume->values;
     optimizer_->restore(std::move(state));
   }
 
@@ -67,13 +67,18 @@ private:
 
 class sign_vote_rule final : public update_rule {
 public:
-  sign_vote_rule(aggregation vote, const optimizer_config& lion, std::span<const float> initial, int rank,
-                 const checkpoint* resume)
+  sign_vote_rule(aggregation vote, const optimizer_config& lion, std::span<const float> initial,
+                 const rule_state* resume)
       : vote_(vote), config_(lion), parameters_(initial.begin(), initial.end()),
         momentum_(initial.size(), 0.f), signs_(packed_words(initial.size())),
         voted_(packed_words(initial.size())) {
     if (vote_ == aggregation::sign_average) plus_votes_.resize(initial.size());
-    if (resume && static_cast<std::size_t>(rank) < resume->momenta.size()) momentum_ = resume->momenta[rank];
+    if (resume && resume->present) {
+      if (!resume->momentum || resume->values.size() != momentum_.size())
+        throw std::invalid_argument("restored state is not a Lion momentum of " + std::to_string(momentum_.size()) +
+                                    " values");
+      momentum_ = resume->values;
+    }
   }
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local,
@@ -125,22 +130,22 @@ private:
 
 std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,
                                                          std::span<const float> initial,
-                                                         int world, int rank, const checkpoint* resume) {
+                                                         int world, int rank, const rule_state* resume) {
   return std::make_unique<sharded_optimizer_rule>(config, initial, world, rank, resume);
 }
 
 std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimizer_config& lion,
-                                                 std::span<const float> initial, int rank,
-                                                 const checkpoint* resume) {
-  return std::make_unique<sign_vote_rule>(vote, lion, initial, rank, resume);
+                                                 std::span<const float> initial,
+                                                 const rule_state* resume) {
+  return std::make_unique<sign_vote_rule>(vote, lion, initial, resume);
 }
 
 std::unique_ptr<update_rule> make_update_rule(aggregation aggregate, const optimizer_config& config,
                                               std::span<const float> initial, int world, int rank,
-                                              const checkpoint* resume) {
+                                              const rule_state* resume) {
   if (aggregate == aggregation::sharded_optimizer)
     return make_sharded_optimizer_rule(config, initial, world, rank, resume);
-  return make_sign_vote_rule(aggregate, config, initial, rank, resume);
+  return make_sign_vote_rule(aggregate, config, initial, resume);
 }
 
 }  // namespace accord

@@ -4,7 +4,6 @@
 // optimizer shard and master weights, or its Lion momentum). Plain C++, no actors: the
 // algorithms are testable on their own.
 #include "actors/algorithm.hpp"
-#include "actors/checkpoint.hpp"
 #include "actors/messages.hpp"
 #include "optim/optimizer.hpp"
 #include "transport/shard.hpp"
@@ -32,21 +31,22 @@ public:
 
 // ZeRO-1: reduce-scatter the gradient sums, divide by the global micro-batch count, step the
 // own shard's fp32 master weights with the optimizer, all-gather the parameters.
-// With `resume`, the state comes from a checkpoint taken with any number of workers.
+// With `resume`, the shard's optimizer state is restored from it (a slice of a checkpoint or a
+// shard transferred to this rank); it must cover exactly this rank's shard.
 std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,
                                                          std::span<const float> initial,
                                                          int world, int rank,
-                                                         const checkpoint* resume = nullptr);
+                                                         const rule_state* resume = nullptr);
 
 // Distributed Lion: local mean gradient → local Lion direction with this worker's own momentum
 // → packed sign vote (majority or average) → the same update x -= lr (Δ + wd x) everywhere.
-// With `resume`, worker `rank` takes the checkpoint's momentum `rank` if there is one.
+// With a present `resume`, the worker continues with that momentum; else it starts from zero.
 std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimizer_config& lion,
-                                                 std::span<const float> initial, int rank = 0,
-                                                 const checkpoint* resume = nullptr);
+                                                 std::span<const float> initial,
+                                                 const rule_state* resume = nullptr);
 
 std::unique_ptr<update_rule> make_update_rule(aggregation aggregate, const optimizer_config& config,
                                               std::span<const float> initial, int world, int rank,
-                                              const checkpoint* resume = nullptr);
+                                              const rule_state* resume = nullptr);
 
 }  // namespace accord

@@ -3,6 +3,9 @@
 #include "apps/launch_env.hpp"
 #include "apps/training_options.hpp"
 
+#include <atomic>
+#include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -50,6 +53,20 @@ void save_parameters(const std::string& path, const std::vector<float>& paramete
   if (!out) throw std::runtime_error(path + ": cannot write the parameters");
 }
 
+// Set by SIGTERM in an elastic worker: it leaves at the next step boundary instead of dying.
+std::atomic<bool> leave_requested{false};
+
+// "HOST:PORT" of --join.
+std::pair<std::string, int> parse_host_port(const std::string& text) {
+  const auto colon = text.rfind(':');
+  int port = 0;
+  const char* end = text.data() + text.size();
+  if (colon == std::string::npos || colon == 0 ||
+      std::from_chars(text.data() + colon + 1, end, port).ptr != end || port < 1 || port > 65535)
+    throw std::invalid_argument("--join: '" + text + "' (expected HOST:PORT, port 1..65535)");
+  return {text.substr(0, colon), port};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -58,7 +75,15 @@ int main(int argc, char** argv) {
       ("log-interval", po::value<std::uint64_t>()->default_value(10), "progress line every this many steps")
       ("save-parameters", po::value<std::string>(), "write the final parameters (raw float32) to this file")
       ("transport", po::value<std::string>()->default_value("ucx"),
-       "between processes: ucx | nccl (GPU to GPU; device = LOCAL_RANK)");
+       "between processes: ucx | nccl (GPU to GPU; device = LOCAL_RANK)")
+      ("elastic", po::bool_switch(),
+       "between processes: go on when a worker dies or leaves (SIGTERM: leave at the next step), admit "
+       "joiners (also set by ACCORD_ELASTIC=1, as accord-launch --elastic does)")
+      ("join", po::value<std::string>(), "join the running elastic job whose rank 0 listens at HOST:PORT")
+      ("keep-interval", po::value<std::uint64_t>()->default_value(1),
+       "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)")
+      ("heartbeat-timeout", po::value<double>()->default_value(30),
+       "between processes: seconds of silence after which a worker process counts as dead");
   add_training_options(options, default_job());
   try {
     const auto flags = parse_flags(argc, argv, options,
@@ -67,10 +92,28 @@ int main(int argc, char** argv) {
                                    "accumulator and a communicator actor. In one process the workers talk\n"
                                    "over an emulated link (--link); started with RANK, WORLD_SIZE,\n"
                                    "MASTER_ADDR and MASTER_PORT set (accord-launch, torchrun-style, or\n"
-                                   "Slurm's srun), each process is one worker and tensors travel over UCX.");
+                                   "Slurm's srun), each process is one worker and tensors travel over UCX.\n"
+                                   "With --elastic the job survives workers that die or leave and admits\n"
+                                   "new ones started with --join HOST:PORT (rank 0's MASTER_ADDR:MASTER_PORT).");
     training_setup setup = make_training_setup(flags);
-    const std::optional<rendezvous_info> place = rendezvous_from_environment();
-    if (place) {
+    setup.job.keep_interval = flags["keep-interval"].as<std::uint64_t>();
+    if (setup.job.keep_interval < 1) throw std::invalid_argument("--keep-interval must be at least 1");
+    const double heartbeat = flags["heartbeat-timeout"].as<double>();
+    if (!(heartbeat >= 0.1)) throw std::invalid_argument("--heartbeat-timeout must be at least 0.1 seconds");
+    const char* elastic_variable = std::getenv("ACCORD_ELASTIC");
+    const bool elastic = flags["elastic"].as<bool>() || (elastic_variable && std::string(elastic_variable) == "1");
+    std::optional<rendezvous_info> place = rendezvous_from_environment();
+    const bool joining = flags.count("join") > 0;
+    if (joining) {
+      const auto [address, port] = parse_host_port(flags["join"].as<std::string>());
+      rendezvous_info joiner;
+      joiner.rank = -1;
+      joiner.world_size = 0;
+      joiner.local_rank = place ? place->local_rank : 0;
+      joiner.master_addr = address;
+      joiner.master_port = port;
+      place = joiner;
+    } else if (place) {
       if (flags["workers"].defaulted())
         setup.job.workers = place->world_size;
       else if (setup.job.workers != place->world_size)
@@ -78,6 +121,11 @@ int main(int argc, char** argv) {
                                     std::to_string(place->world_size));
     }
     const bool leader = !place || place->rank == 0;
+    // An elastic worker other than rank 0 leaves gracefully on SIGTERM (a second one kills it).
+    if (place && (elastic || joining) && !leader)
+      std::signal(SIGTERM, [](int) {
+        if (leave_requested.exchange(true)) std::_Exit(128 + SIGTERM);
+      });
     const std::uint64_t log_interval = leader ? flags["log-interval"].as<std::uint64_t>() : 0;
     const job_config& job = setup.job;
     const bool language_model = flags["model"].as<std::string>() == "gpt";
@@ -85,7 +133,8 @@ int main(int argc, char** argv) {
       std::printf("accord-train: %s, %d workers, %s, %zu parameters\n  data: %s\n  link: %s, device: %s\n",
                   job.algorithm.c_str(), job.workers, setup.net->signature().c_str(), setup.net->parameter_count(),
                   setup.data_description.c_str(),
-                  place ? ("UCX between processes, master " + place->master_addr + ":" + std::to_string(place->master_port)).c_str()
+                  place ? ("UCX between processes, master " + place->master_addr + ":" +
+                           std::to_string(place->master_port) + (elastic ? ", elastic" : "")).c_str()
                         : job.link.c_str(),
                   setup.device_description.c_str());
       std::fflush(stdout);
@@ -118,12 +167,23 @@ int main(int argc, char** argv) {
       group.host = local_address_towards(place->master_addr, place->master_port);
       group.transport = flags["transport"].as<std::string>();
       group.local_rank = place->local_rank;
+      group.elastic = elastic || joining;
+      group.join = joining;
+      group.leave_requested = &leave_requested;
+      group.heartbeat_timeout = std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
+      group.on_event = [](const std::string& line) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      };
       result = run_job_process(*setup.net, setup.train, setup.eval, job, group, progress);
     } else {
       result = run_job(*setup.net, setup.train, setup.eval, job, progress);
     }
     if (flags.count("save-parameters")) save_parameters(flags["save-parameters"].as<std::string>(), result.parameters);
-    if (!leader) return 0;
+    if (!leader) {
+      if (leave_requested) std::printf("left the job\n");
+      return 0;
+    }
     std::printf("done: %llu steps in %.1fs | final eval loss %.4f | compute %.1fs, communication %.1fs, "
                 "waiting %.1fs per worker | %.1f%% of communication hidden | %.2f bits/param/step | "
                 "replicas %s\n",

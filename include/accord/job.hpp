@@ -4,6 +4,7 @@
 // supplies a model and data sets, picks an algorithm and a link, and gets metrics back.
 #include <accord/model.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -59,6 +60,10 @@ struct job_config {
   std::uint64_t checkpoint_interval = 0;  // 0: only at the end
   std::string resume_path;
   std::vector<membership_change> membership;  // in step order; empty: a fixed worker set
+  // Elastic jobs between processes: every this many steps each worker keeps the step's state
+  // in memory and sends its optimizer shard to its buddy, so a crash loses at most the steps
+  // since (redone by the survivors). Each keep costs one more optimizer shard on the wire.
+  std::uint64_t keep_interval = 1;
   int blas_threads = 0;              // per compute actor; 0: cores / workers
 };
 
@@ -74,6 +79,7 @@ struct step_metrics {
   double hidden_fraction = 0;      // of communication time that compute kept busy
   std::uint64_t micro_batches = 0; // summed over workers for this step
   int workers = 0;
+  std::uint64_t epoch = 0;         // membership epoch (elastic jobs between processes)
 };
 
 struct job_result {
@@ -122,13 +128,28 @@ struct process_group {
   // GPUs, this process using CUDA device `local_rank` (builds with CUDA only).
   std::string transport = "ucx";
   int local_rank = 0;
+
+  // Elastic (actors/membership_actor.hpp): the job goes on when a worker process dies or
+  // leaves, and admits joiners; otherwise any lost process fails the job. Rank 0's process
+  // must stay either way: it hosts the coordinator.
+  bool elastic = false;
+  // This process joins a running elastic job at master_addr:master_port (rank and world_size
+  // are ignored): it gets the current parameters and its share of the optimizer state, and
+  // contributes from the next epoch.
+  bool join = false;
+  // Set it (from a signal handler, say) and this worker leaves at the next step boundary,
+  // handing its optimizer shard to the others; run_job_process then returns. May be null.
+  const std::atomic<bool>* leave_requested = nullptr;
+  // A process silent this long (hung, or its machine gone) counts as dead.
+  std::chrono::milliseconds heartbeat_timeout{30'000};
+  // Rank 0: one line per membership event (epochs formed, state restored and verified).
+  std::function<void(const std::string&)> on_event;
 };
 
 // Runs this process's worker of a multi-process job; every process must pass the same model
-// and configuration (checked when it registers), and config.workers must equal world_size.
-// Rank 0's result holds the step metrics; every rank's holds the final parameters. After a
-// failure it throws, and the calling process should exit: a transport blocked in a peer's
-// collective cannot be unwound from outside.
+// and configuration (checked when it says hello), and config.workers must equal world_size
+// (except for a joiner). Rank 0's result holds the step metrics; every rank's holds the final
+// parameters. After a failure it throws, and the calling process should exit.
 job_result run_job_process(const model& prototype, std::shared_ptr<const dataset> train,
                            std::shared_ptr<const dataset> eval, const job_config& config,
                            const process_group& group,

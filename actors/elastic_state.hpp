@@ -1,0 +1,114 @@
+#pragma once
+// State that survives a member's death in an elastic multi-process job.
+//
+// At kept step boundaries every worker process keeps, in its own memory, the parameters and its
+// optimizer shard, and (ZeRO-1 algorithms) sends its shard to its buddy — the next rank of the
+// ring — which keeps that copy beside its own. A dead or departed member's shard is then still
+// held by a survivor. When the next epoch forms, the coordinator picks the newest kept step
+// whose every shard some member of the new epoch holds, and each new rank collects its new
+// shard straight from the holders of the old shards it overlaps (striped over the holders, not
+// all from one); a joiner gets the parameters in pieces from every holder.
+#include "actors/checkpoint.hpp"
+#include "actors/messages.hpp"
+#include "transport/transport.hpp"
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace accord {
+
+// One step boundary's state as one worker kept it.
+struct kept_state {
+  std::uint64_t layout = 0;  // the epoch whose shard layout `own` and `buddy` follow
+  int world = 0;
+  int rank = 0;              // in that epoch
+  std::uint64_t steps = 0;   // optimizer steps completed
+  std::vector<float> parameters;
+  rule_state own;            // this worker's shard, or its Distributed Lion momentum
+  rule_state buddy;          // the shard of rank (rank + world - 1) % world, when replicated
+};
+
+// Rank whose shard a worker keeps as its buddy, and the reverse.
+inline int buddy_source(int rank, int world) { return (rank + world - 1) % world; }
+
+// Layout-independent checksum of optimizer shards: a wrapping sum over (slot, index, value)
+// terms, so the checksums of any sharding of the same state add up to the same number.
+std::uint64_t state_checksum(const rule_state& state, std::size_t parameter_count);
+
+// What a worker tells the coordinator of a kept generation (no tensors travel).
+struct kept_summary {
+  std::uint64_t layout = 0;
+  std::uint64_t steps = 0;
+  int rank = 0;
+  int world = 0;
+  bool has_buddy = false;
+  std::uint64_t optimizer_step = 0;
+  std::uint32_t slots = 0;
+  std::uint64_t parameter_hash = 0;
+  std::uint64_t own_checksum = 0;
+  std::uint64_t buddy_checksum = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kept_summary& x) {
+  return f(caf::meta::type_name("kept_summary"), x.layout, x.steps, x.rank, x.world, x.has_buddy,
+           x.optimizer_step, x.slots, x.parameter_hash, x.own_checksum, x.buddy_checksum);
+}
+
+// The two newest complete generations of one worker process. Two, because a death during the
+// replication of step s leaves some survivors holding step s and others only s - 1; a
+// generation is stored only once its replication completed, so an incomplete one never
+// pushes out a complete one.
+class state_keeper {
+public:
+  void keep(kept_state state);
+  std::vector<kept_summary> summaries() const;
+  // The generation kept at (layout, steps), or empty.
+  std::optional<kept_state> find(std::uint64_t layout, std::uint64_t steps) const;
+
+private:
+  mutable std::mutex mutex_;
+  std::array<std::optional<kept_state>, 2> generations_;  // [0] newest
+};
+
+// Replicates `own` to the buddy: sends it to rank + 1 and returns rank - 1's shard.
+rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_t parameter_count);
+
+// Where a new epoch's state comes from, decided by the coordinator from the kept summaries.
+struct state_source {
+  std::uint64_t layout = 0;
+  std::uint64_t steps = 0;
+  int world = 0;                       // worker count of that layout
+  std::vector<int> shard_senders;      // by old shard: the new rank holding it (sharded rules)
+  std::vector<int> parameter_holders;  // new ranks holding the generation, ascending
+  std::uint64_t optimizer_step = 0;
+  std::uint32_t slots = 0;
+  std::uint64_t parameter_hash = 0;    // of the kept parameters
+  std::uint64_t state_checksum = 0;    // sum over the old shards (sharded rules)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_source& x) {
+  return f(caf::meta::type_name("state_source"), x.layout, x.steps, x.world, x.shard_senders,
+           x.parameter_holders, x.optimizer_step, x.slots, x.parameter_hash, x.state_checksum);
+}
+
+struct restored_state {
+  std::vector<float> parameters;
+  rule_state own;  // this rank's new shard; for sign votes its kept momentum, or none
+};
+
+// Every rank of the new epoch calls this with the generation `source` names (empty when it
+// holds none, e.g. a joiner). Transfers run one at a time in one global order, which cannot
+// deadlock even where a send waits for its receiver.
+restored_state transfer_state(transport& link, const state_source& source, const std::optional<kept_state>& held,
+                              std::size_t parameter_count, bool sharded);
+
+// Rank `rank` of `world`'s share of a checkpoint's optimizer state: its ZeRO-1 shard of every
+// slot, or its Distributed Lion momentum (none when the checkpoint has fewer momenta).
+rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank);
+
+}  // namespace accord

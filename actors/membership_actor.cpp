@@ -1,0 +1,604 @@
+#include "actors/membership_actor.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <sstream>
+
+namespace accord {
+namespace {
+
+struct member {
+  std::uint64_t id = 0;
+  int initial_rank = -1;  // -1: joined later
+  member_agent agent;
+  std::string host;
+  bool alive = true;
+  bool leaving = false;
+  int rank = -1;  // in the running epoch; -1 when not in it
+  std::optional<epoch_request> request;
+  std::optional<caf::typed_response_promise<epoch_plan>> promise;
+  bool released = false;  // told that the job is over (or failed)
+
+  std::string name() const {
+    return (initial_rank >= 0 ? "rank " + std::to_string(initial_rank) : "member " + std::to_string(id)) +
+           (host.empty() ? "" : " (" + host + ")");
+  }
+};
+
+enum class phase { starting, running, forming, finished, failed };
+
+struct restore_check {
+  int reports = 0;
+  std::uint64_t checksum = 0;
+  std::optional<std::string> mismatch;
+};
+
+struct membership_state {
+  membership_setup setup;
+  std::map<std::uint64_t, member> members;
+  std::uint64_t next_id = 0;
+  int initial_hellos = 0;
+  phase now = phase::starting;
+  std::uint64_t epoch = 0;       // the running (or last) epoch
+  int epoch_workers = 0;
+  std::uint64_t epoch_start = 0;
+  coordinator_actor coordinator;
+  std::shared_ptr<job_result> epoch_result;
+  bool lost_in_epoch = false;    // a member of the running epoch went away
+  std::optional<std::string> epoch_failure;
+  std::optional<std::string> failure;  // the job's
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> kept_positions;  // (epoch, steps) → data
+  bool anything_kept = false;
+  std::optional<state_source> restoring;  // what the running epoch restored, to be verified
+  restore_check check;
+  std::string pending_reason;    // why the next epoch forms
+  std::vector<caf::typed_response_promise<bool>> waiters;  // for every member's release
+};
+
+using self_pointer = membership_actor::stateful_pointer<membership_state>;
+
+void event(self_pointer self, const std::string& line) {
+  if (self->state.setup.on_event) self->state.setup.on_event(line);
+}
+
+// Answers the waiters once the job is over and every member alive has heard so.
+void check_released(self_pointer self) {
+  auto& s = self->state;
+  if (s.now != phase::finished && s.now != phase::failed) return;
+  for (const auto& [id, m] : s.members)
+    if (m.alive && !m.released) return;
+  for (auto& w : s.waiters) w.deliver(true);
+  s.waiters.clear();
+}
+
+epoch_plan job_over() {
+  epoch_plan plan;
+  plan.finished = true;
+  return plan;
+}
+
+void answer(member& m, epoch_plan plan) {
+  if (!m.promise) return;
+  m.released = plan.finished;
+  m.promise->deliver(std::move(plan));
+  m.promise.reset();
+  m.request.reset();
+}
+
+void fail_job(self_pointer self, const std::string& why) {
+  auto& s = self->state;
+  if (s.failure) return;
+  s.failure = why;
+  s.now = phase::failed;
+  if (s.coordinator) self->send(s.coordinator, worker_failure{0, why});
+  for (auto& [id, m] : s.members)
+    if (m.promise) {
+      m.promise->deliver(caf::make_error(caf::sec::runtime_error, why));
+      m.promise.reset();
+      m.released = true;
+    }
+  check_released(self);
+}
+
+void finish_job(self_pointer self) {
+  auto& s = self->state;
+  s.now = phase::finished;
+  for (auto& [id, m] : s.members) answer(m, job_over());
+  check_released(self);
+}
+
+// Tells the running epoch's members that a change waits for the next step boundary.
+void announce_change(self_pointer self, const std::string& reason) {
+  auto& s = self->state;
+  s.pending_reason += (s.pending_reason.empty() ? "" : "; ") + reason;
+  if (s.now != phase::running) return;
+  for (auto& [id, m] : s.members)
+    if (m.alive && m.rank >= 0) self->send(m.agent, change_atom::value, s.epoch);
+}
+
+void merge_epoch_result(membership_state& s, const job_result& part) {
+  job_result& total = *s.setup.result;
+  for (const auto& m : part.steps) total.steps.push_back(m);
+  if (part.final_eval_loss >= 0) total.final_eval_loss = part.final_eval_loss;
+  total.compute_seconds += part.compute_seconds;
+  total.communication_seconds += part.communication_seconds;
+  total.wait_seconds += part.wait_seconds;
+  total.bytes_sent += part.bytes_sent;
+  total.rounds = part.rounds;
+  total.replicas_identical = total.replicas_identical && part.replicas_identical;
+}
+
+// The newest kept step the members can rebuild completely, or none.
+std::optional<state_source> choose_source(const membership_state& s, const std::vector<member*>& order) {
+  struct candidate {
+    int world = 0;
+    std::map<int, int> own_holder, buddy_holder;  // old shard → new rank
+    std::vector<int> holders;
+    const kept_summary* any = nullptr;
+  };
+  std::map<std::pair<std::uint64_t, std::uint64_t>, candidate> found;  // (steps, layout)
+  for (std::size_t rank = 0; rank < order.size(); ++rank) {
+    if (!order[rank]->request) continue;
+    for (const kept_summary& k : order[rank]->request->kept) {
+      candidate& c = found[{k.steps, k.layout}];
+      c.world = k.world;
+      c.any = &k;
+      c.holders.push_back(static_cast<int>(rank));
+      c.own_holder.emplace(k.rank, static_cast<int>(rank));
+      if (k.has_buddy) {
+        const int from = buddy_source(k.rank, k.world);
+        c.buddy_holder.emplace(from, static_cast<int>(rank));
+      }
+    }
+  }
+  for (auto it = found.rbegin(); it != found.rend(); ++it) {
+    const auto [steps, layout] = it->first;
+    candidate& c = it->second;
+    const auto position = s.kept_positions.find({layout, steps});
+    if (position == s.kept_positions.end()) continue;  // the coordinator never completed that step
+    state_source source;
+    source.layout = layout;
+    source.steps = steps;
+    source.world = c.world;
+    source.parameter_holders = c.holders;
+    source.optimizer_step = c.any->optimizer_step;
+    source.slots = c.any->slots;
+    source.parameter_hash = c.any->parameter_hash;
+    bool complete = true;
+    if (s.setup.sharded) {
+      source.state_checksum = 0;
+      for (int shard = 0; shard < c.world && complete; ++shard) {
+        if (auto own = c.own_holder.find(shard); own != c.own_holder.end()) {
+          source.shard_senders.push_back(own->second);
+          continue;
+        }
+        auto buddy = c.buddy_holder.find(shard);
+        if (buddy == c.buddy_holder.end()) {
+          complete = false;
+          break;
+        }
+        source.shard_senders.push_back(buddy->second);
+      }
+      if (!complete) continue;
+      // Sum of the old shards' checksums, each from whoever sends it.
+      for (int shard = 0; shard < c.world; ++shard) {
+        const int sender = source.shard_senders[static_cast<std::size_t>(shard)];
+        for (const kept_summary& k : order[static_cast<std::size_t>(sender)]->request->kept) {
+          if (k.layout != layout || k.steps != steps) continue;
+          source.state_checksum += k.rank == shard ? k.own_checksum : k.buddy_checksum;
+        }
+      }
+    }
+    return source;
+  }
+  return std::nullopt;
+}
+
+void try_form(self_pointer self);
+
+void epoch_ended(self_pointer self, std::uint64_t epoch, std::optional<std::string> failure) {
+  auto& s = self->state;
+  if (epoch != s.epoch || s.now != phase::running) return;
+  merge_epoch_result(s, *s.epoch_result);
+  for (auto& [id, m] : s.members) m.rank = -1;
+  if (!failure) {
+    if (s.epoch_result->rounds >= s.setup.total_rounds) {
+      finish_job(self);
+      return;
+    }
+    s.now = phase::forming;
+    try_form(self);
+    return;
+  }
+  if (!s.setup.elastic) {
+    fail_job(self, *failure);
+    return;
+  }
+  s.epoch_failure = failure;
+  s.now = phase::forming;
+  if (!s.lost_in_epoch) self->delayed_send(self, s.setup.loss_grace, grace_atom::value, epoch);
+  try_form(self);
+}
+
+void start_epoch(self_pointer self, std::vector<member*> order, std::optional<state_source> source) {
+  auto& s = self->state;
+  const int before = s.epoch_workers;
+  ++s.epoch;
+  s.epoch_workers = static_cast<int>(order.size());
+  epoch_spec spec;
+  spec.epoch = s.epoch;
+  spec.workers = s.epoch_workers;
+  spec.start_steps = source ? source->steps : s.setup.origin_steps;
+  spec.data_position = source ? s.kept_positions.at({source->layout, source->steps}) : s.setup.origin_data_position;
+  s.epoch_start = spec.start_steps;
+  // Steps after the restart point are redone: drop them from the merged metrics.
+  auto& steps = s.setup.result->steps;
+  while (!steps.empty() && steps.back().step > spec.start_steps) steps.pop_back();
+  s.epoch_result = std::make_shared<job_result>();
+  s.coordinator = s.setup.spawn_coordinator(
+      spec, s.epoch_result,
+      [membership = caf::actor_cast<membership_actor>(self), epoch = s.epoch](std::uint64_t steps,
+                                                                               std::uint64_t position) {
+        caf::anon_send(membership, kept_atom::value, epoch, steps, position);
+      });
+  s.lost_in_epoch = false;
+  s.epoch_failure.reset();
+  s.restoring = source;
+  s.check = {};
+
+  std::vector<std::string> addresses;
+  for (member* m : order) addresses.push_back(m->request->address);
+  bool leavers_stay = false;
+  for (std::size_t rank = 0; rank < order.size(); ++rank) {
+    member& m = *order[rank];
+    m.rank = static_cast<int>(rank);
+    leavers_stay = leavers_stay || m.leaving;
+    epoch_plan plan;
+    plan.epoch = s.epoch;
+    plan.rank = m.rank;
+    plan.world = s.epoch_workers;
+    plan.addresses = addresses;
+    plan.coordinator = s.coordinator;
+    plan.start_steps = spec.start_steps;
+    plan.data_position = spec.data_position;
+    plan.from_origin = !source;
+    if (source) plan.source = *source;
+    answer(m, std::move(plan));
+  }
+  s.now = phase::running;
+  if (s.epoch > 1) {
+    std::ostringstream line;
+    line << "membership: epoch " << s.epoch << ", " << before << " -> " << s.epoch_workers << " workers from step "
+         << spec.start_steps + 1;
+    if (!s.pending_reason.empty()) line << " (" << s.pending_reason << ")";
+    event(self, line.str());
+  }
+  s.pending_reason.clear();
+  self->request(s.coordinator, caf::infinite, wait_atom::value)
+      .then([self, epoch = s.epoch](bool) { epoch_ended(self, epoch, std::nullopt); },
+            [self, epoch = s.epoch](caf::error& e) { epoch_ended(self, epoch, describe(self->system(), e)); });
+  // A leaver kept for its shard, or a joiner that came while the epoch formed, ends it at once.
+  if (leavers_stay) announce_change(self, "a leaving member stays one more epoch for its shard");
+  for (auto& [id, m] : s.members)
+    if (m.alive && m.rank < 0 && !m.leaving) announce_change(self, m.name() + " joins");
+}
+
+void try_form(self_pointer self) {
+  auto& s = self->state;
+  if (s.now != phase::starting && s.now != phase::forming) return;
+  if (s.now == phase::starting && s.initial_hellos < s.setup.initial_world) return;
+  for (auto& [id, m] : s.members)
+    if (m.alive && !m.request) return;  // everyone alive takes part in forming
+  if (s.epoch_failure && !s.lost_in_epoch) return;  // wait for the death that explains it
+
+  // The members the job started with in their RANK order (rank 0's process, which hosts the
+  // coordinator, first), then joiners by arrival.
+  std::vector<member*> staying, leaving;
+  for (auto& [id, m] : s.members) {
+    if (!m.alive) continue;
+    (m.leaving ? leaving : staying).push_back(&m);
+  }
+  auto order_key = [](const member* m) {
+    return std::make_pair(m->initial_rank >= 0 ? m->initial_rank : INT_MAX, m->id);
+  };
+  std::sort(staying.begin(), staying.end(), [&](member* a, member* b) { return order_key(a) < order_key(b); });
+  if (staying.empty() || staying.front()->initial_rank != 0) {
+    fail_job(self, "rank 0's process is not a member any more");
+    return;
+  }
+  std::optional<state_source> source;
+  if (s.epoch > 0) {
+    source = choose_source(s, staying);
+    if (!source && !leaving.empty()) {
+      // A leaver whose shard nobody else holds stays for one more epoch.
+      std::vector<member*> with_leavers = staying;
+      with_leavers.insert(with_leavers.end(), leaving.begin(), leaving.end());
+      source = choose_source(s, with_leavers);
+      if (source) {
+        staying = with_leavers;
+        leaving.clear();
+      }
+    }
+    if (!source && s.anything_kept) {
+      fail_job(self, "the state after step " + std::to_string(s.epoch_start) +
+                         " cannot be rebuilt: no surviving member holds some optimizer shard" +
+                         (s.epoch_failure ? " (the epoch failed: " + *s.epoch_failure + ")" : ""));
+      return;
+    }
+  }
+  for (member* m : leaving) {
+    answer(*m, job_over());
+    m->alive = false;  // gone from the job; its down message changes nothing
+  }
+  start_epoch(self, std::move(staying), source);
+}
+
+void member_lost(self_pointer self, member& m, const std::string& why) {
+  auto& s = self->state;
+  if (!m.alive) return;
+  m.alive = false;
+  m.promise.reset();
+  m.request.reset();
+  if (s.now == phase::finished || s.now == phase::failed) {
+    check_released(self);
+    return;
+  }
+  const bool in_epoch = s.now == phase::running && m.rank >= 0;
+  if (!s.setup.elastic) {
+    fail_job(self, "the process of " + m.name() + " " + why + " before the job ended");
+    return;
+  }
+  if (in_epoch || (s.now == phase::forming && s.epoch_failure)) s.lost_in_epoch = true;
+  s.pending_reason += (s.pending_reason.empty() ? "" : "; ") + m.name() + " lost";
+  if (in_epoch) self->send(s.coordinator, worker_failure{m.rank, "its process " + why + " (member lost)"});
+  try_form(self);
+}
+
+void check_restored(self_pointer self, const restored_report& r) {
+  auto& s = self->state;
+  if (r.epoch != s.epoch || !s.restoring || s.now != phase::running) return;
+  const state_source& source = *s.restoring;
+  if (r.parameter_hash != source.parameter_hash)
+    s.check.mismatch = "rank " + std::to_string(r.rank) + " restored other parameters than were kept";
+  s.check.checksum += r.state_checksum;
+  if (++s.check.reports < s.epoch_workers) return;
+  if (s.setup.sharded && s.check.checksum != source.state_checksum && !s.check.mismatch)
+    s.check.mismatch = "the optimizer state's checksum changed in the transfer";
+  if (s.check.mismatch) {
+    fail_job(self, "epoch " + std::to_string(s.epoch) + ": " + *s.check.mismatch);
+    return;
+  }
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "membership: epoch %llu restored the state of step %llu on %d workers from %zu holders; optimizer "
+                "state checksum %016llx before the transfer, %016llx after",
+                static_cast<unsigned long long>(s.epoch), static_cast<unsigned long long>(source.steps),
+                s.epoch_workers, source.parameter_holders.size(),
+                static_cast<unsigned long long>(source.state_checksum),
+                static_cast<unsigned long long>(s.check.checksum));
+  event(self, line);
+}
+
+membership_actor::behavior_type membership_behavior(self_pointer self, membership_setup setup) {
+  self->state.setup = std::move(setup);
+  self->set_down_handler([self](const caf::down_msg& down) {
+    for (auto& [id, m] : self->state.members)
+      if (m.agent && m.agent.address() == down.source) member_lost(self, m, "went away");
+  });
+  return {
+      [self](hello_atom, const member_hello& hello, member_agent agent) -> caf::result<std::uint64_t> {
+        auto& s = self->state;
+        auto refuse = [&](const std::string& why) {
+          const std::string who = hello.rank >= 0 ? "rank " + std::to_string(hello.rank)
+                                                  : "a joiner" + (hello.host.empty() ? "" : " at " + hello.host);
+          return caf::make_error(caf::sec::runtime_error, who + " refused: " + why);
+        };
+        if (s.failure) return caf::make_error(caf::sec::runtime_error, *s.failure);
+        if (s.now == phase::finished) return refuse("the job is already over");
+        if (hello.fingerprint != s.setup.fingerprint)
+          return refuse("its model/configuration (" + hello.fingerprint + ") differs from the job's (" +
+                        s.setup.fingerprint + ")");
+        if (hello.rank >= 0) {
+          if (s.now != phase::starting) return refuse("the job has started; a new worker joins with --join");
+          if (hello.world != s.setup.initial_world)
+            return refuse("it expects " + std::to_string(hello.world) + " workers, the job has " +
+                          std::to_string(s.setup.initial_world));
+          if (hello.rank >= s.setup.initial_world) return refuse("rank out of range");
+          for (const auto& [id, m] : s.members)
+            if (m.initial_rank == hello.rank) return refuse("rank registered twice");
+          ++s.initial_hellos;
+        } else if (!s.setup.elastic) {
+          return refuse("the job is not elastic (start it with --elastic to admit joiners)");
+        }
+        member m;
+        m.id = s.next_id++;
+        m.initial_rank = hello.rank;
+        m.agent = agent;
+        m.host = hello.host;
+        self->monitor(agent);
+        const std::string name = m.name();
+        s.members.emplace(m.id, std::move(m));
+        if (hello.rank < 0) announce_change(self, name + " joins");
+        return s.members.rbegin()->first;
+      },
+      [self](epoch_atom, epoch_request& request) -> caf::result<epoch_plan> {
+        auto& s = self->state;
+        auto found = s.members.find(request.member);
+        if (found == s.members.end()) return job_over();
+        member& m = found->second;
+        if (s.failure || s.now == phase::finished || !m.alive) {
+          m.released = true;
+          check_released(self);
+          if (s.failure) return caf::make_error(caf::sec::runtime_error, *s.failure);
+          return job_over();
+        }
+        m.promise = self->make_response_promise<epoch_plan>();
+        auto promise = *m.promise;
+        m.request = std::move(request);
+        try_form(self);
+        return promise;
+      },
+      [self](leave_atom, std::uint64_t id) {
+        auto& s = self->state;
+        auto found = s.members.find(id);
+        if (found == s.members.end() || !found->second.alive || found->second.leaving) return;
+        if (found->second.initial_rank == 0) {
+          event(self, "membership: rank 0 hosts the coordinator and cannot leave; ignored");
+          return;
+        }
+        found->second.leaving = true;
+        announce_change(self, found->second.name() + " leaves");
+        try_form(self);
+      },
+      [self](restored_atom, const restored_report& report) { check_restored(self, report); },
+      [self](kept_atom, std::uint64_t epoch, std::uint64_t steps, std::uint64_t data_position) {
+        self->state.kept_positions[{epoch, steps}] = data_position;
+        self->state.anything_kept = true;
+      },
+      [self](grace_atom, std::uint64_t epoch) {
+        auto& s = self->state;
+        if (epoch == s.epoch && s.now == phase::forming && s.epoch_failure && !s.lost_in_epoch)
+          fail_job(self, *s.epoch_failure);
+      },
+      [self](wait_atom) -> caf::result<bool> {
+        self->state.waiters.push_back(self->make_response_promise<bool>());
+        auto promise = self->state.waiters.back();
+        check_released(self);
+        return promise;
+      },
+  };
+}
+
+// Promises of requests the agent relays, answered by the relayed reply or by the loss of rank
+// 0's process, whichever comes first.
+template <class T>
+struct relayed {
+  std::map<std::uint64_t, caf::typed_response_promise<T>> open;
+  std::uint64_t next = 0;
+};
+
+struct agent_state {
+  std::shared_ptr<std::atomic<std::uint64_t>> change_epoch;
+  const std::atomic<bool>* leave_requested = nullptr;
+  membership_actor membership;
+  std::optional<std::uint64_t> member;
+  bool asked_to_leave = false;
+  std::optional<std::string> master_lost;
+  relayed<std::uint64_t> hellos;
+  relayed<epoch_plan> plans;
+  relayed<bool> waits;
+};
+
+using agent_pointer = member_agent::stateful_pointer<agent_state>;
+
+constexpr auto leave_poll = std::chrono::milliseconds(100);
+
+// Relays `request` (already sent) and answers `promise` with its outcome, once.
+template <class T, class Request, class OnValue>
+caf::typed_response_promise<T> relay(agent_pointer self, relayed<T>& table, Request request, OnValue on_value) {
+  auto promise = self->template make_response_promise<T>();
+  if (self->state.master_lost) {
+    promise.deliver(caf::make_error(caf::sec::runtime_error, *self->state.master_lost));
+    return promise;
+  }
+  const std::uint64_t key = table.next++;
+  table.open.emplace(key, promise);
+  request.then(
+      [self, &table, key, on_value](T& value) {
+        auto found = table.open.find(key);
+        if (found == table.open.end()) return;
+        on_value(value);
+        found->second.deliver(std::move(value));
+        table.open.erase(found);
+      },
+      [&table, key](caf::error& e) {
+        auto found = table.open.find(key);
+        if (found == table.open.end()) return;
+        found->second.deliver(std::move(e));
+        table.open.erase(found);
+      });
+  return promise;
+}
+
+template <class T>
+void fail_all(relayed<T>& table, const std::string& why) {
+  for (auto& [key, promise] : table.open) promise.deliver(caf::make_error(caf::sec::runtime_error, why));
+  table.open.clear();
+}
+
+member_agent::behavior_type agent_behavior(agent_pointer self, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
+                                           const std::atomic<bool>* leave_requested, membership_actor membership) {
+  self->state.change_epoch = std::move(change_epoch);
+  self->state.leave_requested = leave_requested;
+  self->state.membership = std::move(membership);
+  self->monitor(self->state.membership);
+  self->set_down_handler([self](const caf::down_msg&) {
+    auto& s = self->state;
+    s.master_lost = "rank 0's process (the coordinator) went away";
+    fail_all(s.hellos, *s.master_lost);
+    fail_all(s.plans, *s.master_lost);
+    fail_all(s.waits, *s.master_lost);
+  });
+  return {
+      [self](change_atom, std::uint64_t epoch) {
+        auto& current = *self->state.change_epoch;
+        if (epoch > current.load()) current.store(epoch);
+      },
+      [self](leave_atom) {
+        auto& s = self->state;
+        if (s.asked_to_leave || s.master_lost) return;
+        if (s.leave_requested->load()) {
+          s.asked_to_leave = true;
+          self->send(s.membership, leave_atom::value, *s.member);
+          return;
+        }
+        self->delayed_send(self, leave_poll, leave_atom::value);
+      },
+      [self](hello_atom, member_hello& hello) {
+        auto& s = self->state;
+        return relay(self, s.hellos,
+                     self->request(s.membership, caf::infinite, hello_atom::value, std::move(hello),
+                                   caf::actor_cast<member_agent>(self)),
+                     [self](std::uint64_t id) {
+                       self->state.member = id;
+                       if (self->state.leave_requested) self->send(self, leave_atom::value);
+                     });
+      },
+      [self](epoch_atom, epoch_request& request) {
+        auto& s = self->state;
+        return relay(self, s.plans, self->request(s.membership, caf::infinite, epoch_atom::value, std::move(request)),
+                     [](const epoch_plan&) {});
+      },
+      [self](wait_atom, coordinator_actor coordinator) {
+        return relay(self, self->state.waits, self->request(coordinator, caf::infinite, wait_atom::value),
+                     [](bool) {});
+      },
+  };
+}
+
+}  // namespace
+
+membership_actor spawn_membership_actor(caf::actor_system& system, membership_setup setup) {
+  return system.spawn(membership_behavior, std::move(setup));
+}
+
+member_agent spawn_member_agent(caf::actor_system& system, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
+                                const std::atomic<bool>* leave_requested, membership_actor membership) {
+  return system.spawn(agent_behavior, std::move(change_epoch), leave_requested, std::move(membership));
+}
+
+void add_membership_message_types(caf::actor_system_config& config) {
+  config.add_message_type<kept_summary>("accord::kept_summary");
+  config.add_message_type<state_source>("accord::state_source");
+  config.add_message_type<member_hello>("accord::member_hello");
+  config.add_message_type<epoch_request>("accord::epoch_request");
+  config.add_message_type<epoch_plan>("accord::epoch_plan");
+  config.add_message_type<restored_report>("accord::restored_report");
+  config.add_message_type<member_agent>("accord::member_agent");
+  config.add_message_type<coordinator_actor>("accord::coordinator_actor");
+}
+
+}  // namespace accord

@@ -1,0 +1,148 @@
+#pragma once
+// Membership of a job that spans processes: which worker processes train together, epoch by
+// epoch. The membership actor lives in rank 0's process (published at MASTER_PORT); every
+// worker process, rank 0's included, says hello, then asks for each epoch's plan.
+//
+// An epoch is a fixed member set with its own transport, its own coordinator and a start step.
+// It ends when the job is done, when a membership change is waiting (a joiner said hello or a
+// member asked to leave: every member's agent hears of it, the workers vote for it in the next
+// round's all-reduce and all stop after the same step, keeping that step's state), or when it
+// fails (a member's process went away: CAF's down message, with the middleman's heartbeat
+// timeout for a hung one). The next epoch then forms from the members alive and staying: it
+// starts from the newest kept step whose every optimizer shard a member holds (its own or its
+// buddy's copy) — after a failure the steps after that one are redone, never half-applied —
+// and each new rank collects its state from the holders (actors/elastic_state.hpp). A failure
+// without a lost member (a model error, say) ends the job; so does any failure when the job
+// is not elastic. Rank 0's process must stay: it hosts this actor and the coordinators.
+#include "actors/coordinator_actor.hpp"
+#include "actors/elastic_state.hpp"
+
+#include <accord/job.hpp>
+
+#include <functional>
+#include <memory>
+
+namespace accord {
+
+using change_atom = caf::atom_constant<caf::atom("change")>;
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using epoch_atom = caf::atom_constant<caf::atom("epoch")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using kept_atom = caf::atom_constant<caf::atom("kept")>;
+using restored_atom = caf::atom_constant<caf::atom("restored")>;
+using grace_atom = caf::atom_constant<caf::atom("grace")>;
+
+struct member_hello {
+  int rank = -1;  // RANK among the members the job starts with; -1 for a joiner
+  int world = 0;  // WORLD_SIZE it was started with (ignored for a joiner)
+  std::string fingerprint;
+  std::string host;
+};
+
+struct epoch_request {
+  std::uint64_t member = 0;
+  std::string address;  // where this member's transport listens for the epoch
+  std::vector<kept_summary> kept;
+};
+
+struct epoch_plan {
+  bool finished = false;  // the job is over, or this member has left: stop
+  std::uint64_t epoch = 0;
+  int rank = 0;
+  int world = 0;
+  std::vector<std::string> addresses;  // by rank
+  coordinator_actor coordinator;
+  std::uint64_t start_steps = 0;
+  std::uint64_t data_position = 0;
+  bool from_origin = true;  // start as the job starts (the seeded or resumed state)
+  state_source source;      // else the kept state every rank restores
+};
+
+// A rank's view of the state it restored, to compare with what was kept.
+struct restored_report {
+  std::uint64_t epoch = 0;
+  int rank = 0;
+  std::uint64_t parameter_hash = 0;
+  std::uint64_t state_checksum = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, member_hello& x) {
+  return f(caf::meta::type_name("member_hello"), x.rank, x.world, x.fingerprint, x.host);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, epoch_request& x) {
+  return f(caf::meta::type_name("epoch_request"), x.member, x.address, x.kept);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, epoch_plan& x) {
+  return f(caf::meta::type_name("epoch_plan"), x.finished, x.epoch, x.rank, x.world, x.addresses, x.coordinator,
+           x.start_steps, x.data_position, x.from_origin, x.source);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, restored_report& x) {
+  return f(caf::meta::type_name("restored_report"), x.epoch, x.rank, x.parameter_hash, x.state_checksum);
+}
+
+// One per worker process, next to its main thread: it hears that a membership change waits for
+// the end of an epoch, asks the membership actor to let the process leave when told to, and
+// relays the main thread's requests to rank 0's process — so that when that process goes away,
+// they are answered with an error instead of never.
+using member_agent = caf::typed_actor<
+    caf::reacts_to<change_atom, std::uint64_t>,
+    caf::reacts_to<leave_atom>,  // polls the leave request
+    caf::replies_to<hello_atom, member_hello>::with<std::uint64_t>,
+    caf::replies_to<epoch_atom, epoch_request>::with<epoch_plan>,
+    caf::replies_to<wait_atom, coordinator_actor>::with<bool>>;
+
+using membership_actor = caf::typed_actor<
+    // Admits a worker process (refused with an error naming why); replies its member id.
+    caf::replies_to<hello_atom, member_hello, member_agent>::with<std::uint64_t>,
+    // Replies once the member's next epoch has formed (or the job is over, or failed).
+    caf::replies_to<epoch_atom, epoch_request>::with<epoch_plan>,
+    caf::reacts_to<leave_atom, std::uint64_t>,
+    caf::reacts_to<restored_atom, restored_report>,
+    // From the epochs' coordinators: the workers kept the state after `steps`, restartable at
+    // `data_position` (epoch, steps, data position).
+    caf::reacts_to<kept_atom, std::uint64_t, std::uint64_t, std::uint64_t>,
+    caf::reacts_to<grace_atom, std::uint64_t>,
+    // Replies once the job is over and every member still alive has been told so.
+    caf::replies_to<wait_atom>::with<bool>>;
+
+// What the membership actor needs to start an epoch's coordinator in its own process.
+struct epoch_spec {
+  std::uint64_t epoch = 0;
+  int workers = 0;
+  std::uint64_t start_steps = 0;
+  std::uint64_t data_position = 0;
+};
+
+struct membership_setup {
+  int initial_world = 0;
+  bool elastic = false;
+  bool sharded = false;               // ZeRO-1 shards to cover (else only parameters matter)
+  std::string fingerprint;            // what every member's model and configuration must match
+  pipeline pipe = pipeline::synchronous;
+  std::uint64_t total_rounds = 0;
+  std::uint64_t origin_steps = 0;     // where the job starts (> 0 when resumed)
+  std::uint64_t origin_data_position = 0;
+  // Spawns the epoch's coordinator, which fills `result` and reports kept steps to `on_kept`.
+  std::function<coordinator_actor(const epoch_spec&, std::shared_ptr<job_result> result,
+                                  std::function<void(std::uint64_t steps, std::uint64_t data_position)> on_kept)>
+      spawn_coordinator;
+  std::function<void(const std::string&)> on_event;  // one line per membership event
+  std::shared_ptr<job_result> result;  // the whole job's, merged over epochs
+  // Time a failed epoch waits for the death that may explain it before the job fails.
+  std::chrono::milliseconds loss_grace{3000};
+};
+
+membership_actor spawn_membership_actor(caf::actor_system& system, membership_setup setup);
+
+// The agent of a worker process: raises `change_epoch` to the epoch a change was announced to;
+// once admitted, polls `leave_requested` (may be null) and asks `membership` to let it leave.
+member_agent spawn_member_agent(caf::actor_system& system, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
+                                const std::atomic<bool>* leave_requested, membership_actor membership);
+
+void add_membership_message_types(caf::actor_system_config& config);
+
+}  // namespace accord
