@@ -1,0 +1,300 @@
+// Elastic state: the layout-independent checksum, buddy replication, the state keeper's two
+// generations, and transfer_state re-sharding a kept step onto a smaller or larger epoch
+// (ZeRO-1 shards) or handing the parameters to a joiner (sign votes). One thread per rank over
+// an in-process fabric whose receive timeout turns a hang into an error.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "actors/elastic_state.hpp"
+#include "transport/inproc.hpp"
+#include "transport/shard.hpp"
+#include "transport_conformance.hpp"
+
+using namespace accord;
+using accord::testing::run_ranks;
+
+namespace {
+
+// Does not divide by 3 or 4, so the last shard of either world is short.
+constexpr std::size_t parameter_count = 1003;
+constexpr std::uint32_t adamw_slots = 2;
+constexpr std::uint64_t kept_layout = 7;
+constexpr std::uint64_t kept_steps = 120;
+
+std::vector<float> random_floats(std::mt19937& generator, std::size_t count) {
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  std::vector<float> values(count);
+  for (float& v : values) v = uniform(generator);
+  return values;
+}
+
+// A full job state as a checkpoint holds it: AdamW's two slots, and one Lion momentum per worker.
+checkpoint random_checkpoint(std::uint32_t seed, int momenta = 0) {
+  std::mt19937 generator(seed);
+  checkpoint c;
+  c.steps = kept_steps;
+  c.parameters = random_floats(generator, parameter_count);
+  c.optimizer_step = kept_steps;
+  c.slots = adamw_slots;
+  c.optimizer = random_floats(generator, adamw_slots * parameter_count);
+  for (int m = 0; m < momenta; ++m) c.momenta.push_back(random_floats(generator, parameter_count));
+  return c;
+}
+
+// One fabric per world; a recv waiting on a peer that will never send fails instead of hanging.
+std::vector<std::unique_ptr<transport>> world_of(int world) {
+  return inproc_fabric(world, {}, std::chrono::seconds(5)).endpoints();
+}
+
+void check_same_state(const rule_state& actual, const rule_state& expected) {
+  CHECK(actual.present == expected.present);
+  CHECK(actual.momentum == expected.momentum);
+  CHECK(actual.optimizer_step == expected.optimizer_step);
+  CHECK(actual.slots == expected.slots);
+  CHECK(actual.begin == expected.begin);
+  CHECK(actual.values == expected.values);
+}
+
+std::uint64_t sharded_checksum(const checkpoint& c, int world) {
+  std::uint64_t sum = 0;
+  for (int rank = 0; rank < world; ++rank)
+    sum += state_checksum(slice_checkpoint(c, true, world, rank), c.parameters.size());
+  return sum;
+}
+
+// What every worker of a ZeRO-1 epoch of `world` keeps at a step boundary: the parameters, its
+// shard, and the buddy shard that replicate_to_buddy brought it.
+std::vector<kept_state> replicated_world(const checkpoint& c, int world) {
+  std::vector<kept_state> kept(static_cast<std::size_t>(world));
+  auto endpoints = world_of(world);
+  run_ranks(endpoints, [&](transport& link) {
+    kept_state& state = kept[static_cast<std::size_t>(link.rank())];
+    state.layout = kept_layout;
+    state.world = world;
+    state.rank = link.rank();
+    state.steps = kept_steps;
+    state.parameters = c.parameters;
+    state.own = slice_checkpoint(c, true, world, link.rank());
+    state.buddy = replicate_to_buddy(link, state.own, c.parameters.size());
+  });
+  return kept;
+}
+
+// Runs transfer_state on a fresh epoch of held.size() ranks, new rank r holding held[r].
+std::vector<restored_state> transfer(const state_source& source, const std::vector<std::optional<kept_state>>& held,
+                                     bool sharded, std::vector<transfer_stats>* traffic = nullptr) {
+  const int world = static_cast<int>(held.size());
+  std::vector<restored_state> restored(held.size());
+  if (traffic) traffic->assign(held.size(), {});
+  auto endpoints = world_of(world);
+  run_ranks(endpoints, [&](transport& link) {
+    const auto rank = static_cast<std::size_t>(link.rank());
+    restored[rank] = transfer_state(link, source, held[rank], parameter_count, sharded);
+    if (traffic) (*traffic)[rank] = link.stats();
+  });
+  return restored;
+}
+
+state_source source_of(const checkpoint& c, int old_world, std::vector<int> shard_senders,
+                       std::vector<int> parameter_holders) {
+  state_source source;
+  source.layout = kept_layout;
+  source.steps = kept_steps;
+  source.world = old_world;
+  source.shard_senders = std::move(shard_senders);
+  source.parameter_holders = std::move(parameter_holders);
+  source.optimizer_step = c.optimizer_step;
+  source.slots = c.slots;
+  source.parameter_hash = hash_parameters(c.parameters);
+  source.state_checksum = sharded_checksum(c, old_world);
+  return source;
+}
+
+// Every new rank holds the kept parameters and exactly its shard of the new world.
+void check_resharded(const checkpoint& c, const std::vector<restored_state>& restored, std::uint64_t old_checksum) {
+  const int world = static_cast<int>(restored.size());
+  std::uint64_t new_checksum = 0;
+  for (int rank = 0; rank < world; ++rank) {
+    CAPTURE(rank);
+    const restored_state& state = restored[static_cast<std::size_t>(rank)];
+    CHECK(state.parameters == c.parameters);
+    check_same_state(state.own, slice_checkpoint(c, true, world, rank));
+    new_checksum += state_checksum(state.own, parameter_count);
+  }
+  CHECK(new_checksum == old_checksum);
+}
+
+}  // namespace
+
+TEST_CASE("state_checksum of any sharding adds up to the same sum, and sees a one-ulp change") {
+  checkpoint c = random_checkpoint(11);
+  const std::uint64_t four = sharded_checksum(c, 4);
+  CHECK(four != 0);
+  CHECK(four == sharded_checksum(c, 3));
+  CHECK(four == sharded_checksum(c, 1));
+
+  float& second_slot_value = c.optimizer[parameter_count + 500];
+  second_slot_value = std::nextafter(second_slot_value, 2.f);
+  CHECK(sharded_checksum(c, 4) != four);
+  CHECK(sharded_checksum(c, 4) == sharded_checksum(c, 3));
+}
+
+TEST_CASE("replicate_to_buddy brings each rank the shard of the rank before it") {
+  const checkpoint c = random_checkpoint(12);
+  const int world = 4;
+  const std::vector<kept_state> kept = replicated_world(c, world);
+  for (int rank = 0; rank < world; ++rank) {
+    CAPTURE(rank);
+    const kept_state& state = kept[static_cast<std::size_t>(rank)];
+    check_same_state(state.own, slice_checkpoint(c, true, world, rank));
+    check_same_state(state.buddy, slice_checkpoint(c, true, world, (rank - 1 + world) % world));
+  }
+}
+
+TEST_CASE("transfer_state re-shards world 4 onto world 3 after rank 2 died, shard 2 from its buddy") {
+  const checkpoint c = random_checkpoint(13);
+  const std::vector<kept_state> old = replicated_world(c, 4);
+  // New ranks 0, 1, 2 are old ranks 0, 1, 3; old rank 3 keeps shard 2 as its buddy copy.
+  const std::vector<std::optional<kept_state>> held{old[0], old[1], old[3]};
+  const state_source source = source_of(c, 4, {0, 1, 2, 2}, {0, 1, 2});
+  check_resharded(c, transfer(source, held, true), source.state_checksum);
+}
+
+TEST_CASE("transfer_state brings a joiner the parameters and its shard when world 3 grows to 4") {
+  const checkpoint c = random_checkpoint(14);
+  const std::vector<kept_state> old = replicated_world(c, 3);
+  const std::vector<std::optional<kept_state>> held{old[0], old[1], old[2], std::nullopt};
+  const state_source source = source_of(c, 3, {0, 1, 2}, {0, 1, 2});
+  std::vector<transfer_stats> traffic;
+  check_resharded(c, transfer(source, held, true, &traffic), source.state_checksum);
+  // The joiner received the parameters and its own shard, nothing more.
+  const std::size_t joiner_shard = shard_of(parameter_count, 4, 3).size();
+  CHECK(traffic[3].bytes_received == sizeof(float) * (parameter_count + adamw_slots * joiner_shard));
+  CHECK(traffic[3].bytes_sent == 0);
+}
+
+TEST_CASE("sign votes: transfer_state stripes the parameters to a joiner and holders keep their momentum") {
+  const int old_world = 3;
+  const checkpoint c = random_checkpoint(15, old_world);
+  // Old ranks 0, 1, 2 are new ranks 1, 2, 3; the joiner is new rank 0.
+  std::vector<std::optional<kept_state>> held(4);
+  for (int old_rank = 0; old_rank < old_world; ++old_rank) {
+    kept_state state;
+    state.layout = kept_layout;
+    state.world = old_world;
+    state.rank = old_rank;
+    state.steps = kept_steps;
+    state.parameters = c.parameters;
+    state.own = slice_checkpoint(c, false, old_world, old_rank);
+    held[static_cast<std::size_t>(old_rank + 1)] = std::move(state);
+  }
+  state_source source = source_of(c, old_world, {}, {1, 2, 3});
+  source.slots = 1;
+  source.state_checksum = 0;
+
+  std::vector<transfer_stats> traffic;
+  const std::vector<restored_state> restored = transfer(source, held, false, &traffic);
+  for (int rank = 0; rank < 4; ++rank) {
+    CAPTURE(rank);
+    CHECK(restored[static_cast<std::size_t>(rank)].parameters == c.parameters);
+  }
+  CHECK_FALSE(restored[0].own.present);
+  for (int holder = 1; holder <= old_world; ++holder) {
+    CAPTURE(holder);
+    const rule_state& own = restored[static_cast<std::size_t>(holder)].own;
+    CHECK(own.present);
+    CHECK(own.momentum);
+    CHECK(own.values == c.momenta[static_cast<std::size_t>(holder - 1)]);
+    // Striped: holder p of the three sent piece p of the parameters, and nothing else.
+    CHECK(traffic[static_cast<std::size_t>(holder)].bytes_sent ==
+          sizeof(float) * shard_of(parameter_count, old_world, holder - 1).size());
+  }
+  CHECK(traffic[0].bytes_received == sizeof(float) * parameter_count);
+}
+
+TEST_CASE("state_keeper keeps the two newest generations and describes them") {
+  const checkpoint c = random_checkpoint(16);
+  const std::vector<kept_state> replicated = replicated_world(c, 4);
+  state_keeper keeper;
+  CHECK(keeper.summaries().empty());
+
+  // Three generations of rank 1; the newest two differ in layout, steps, parameters and buddy.
+  const auto generation = [&](std::uint64_t layout, std::uint64_t steps, float shift, bool with_buddy) {
+    kept_state state = replicated[1];
+    state.layout = layout;
+    state.steps = steps;
+    for (float& p : state.parameters) p += shift;
+    if (!with_buddy) state.buddy = {};
+    return state;
+  };
+  keeper.keep(generation(5, 100, 0.f, true));
+  keeper.keep(generation(5, 110, 1.f, false));
+  keeper.keep(generation(6, 120, 2.f, true));
+
+  CHECK_FALSE(keeper.find(5, 100));
+  CHECK_FALSE(keeper.find(6, 110));
+  const std::optional<kept_state> older = keeper.find(5, 110);
+  const std::optional<kept_state> newest = keeper.find(6, 120);
+  REQUIRE(older);
+  REQUIRE(newest);
+  CHECK(older->parameters == generation(5, 110, 1.f, false).parameters);
+  CHECK_FALSE(older->buddy.present);
+  CHECK(newest->parameters == generation(6, 120, 2.f, true).parameters);
+  check_same_state(newest->own, replicated[1].own);
+  check_same_state(newest->buddy, replicated[1].buddy);
+
+  const std::vector<kept_summary> summaries = keeper.summaries();
+  REQUIRE(summaries.size() == 2);
+  for (const auto& [summary, kept] : {std::pair{summaries[0], *newest}, std::pair{summaries[1], *older}}) {
+    CAPTURE(summary.steps);
+    CHECK(summary.layout == kept.layout);
+    CHECK(summary.steps == kept.steps);
+    CHECK(summary.rank == 1);
+    CHECK(summary.world == 4);
+    CHECK(summary.has_buddy == kept.buddy.present);
+    CHECK(summary.optimizer_step == c.optimizer_step);
+    CHECK(summary.slots == adamw_slots);
+    CHECK(summary.parameter_hash == hash_parameters(kept.parameters));
+    CHECK(summary.own_checksum == state_checksum(kept.own, parameter_count));
+    CHECK(summary.own_checksum != 0);
+    CHECK(summary.buddy_checksum == state_checksum(kept.buddy, parameter_count));
+  }
+  CHECK(summaries[0].steps == 120);
+  CHECK(summaries[0].buddy_checksum != 0);
+  CHECK(summaries[1].buddy_checksum == 0);
+  CHECK(summaries[0].parameter_hash != summaries[1].parameter_hash);
+}
+
+TEST_CASE("transfer_state rejects a source naming a rank that does not keep what it should send") {
+  const checkpoint c = random_checkpoint(17);
+  auto endpoints = world_of(1);
+  transport& link = *endpoints[0];
+
+  SUBCASE("a parameter holder without kept state") {
+    const state_source source = source_of(c, 1, {0}, {0});
+    CHECK_THROWS_AS(transfer_state(link, source, std::nullopt, parameter_count, true), std::logic_error);
+    CHECK_THROWS_AS(transfer_state(link, source, std::nullopt, parameter_count, false), std::logic_error);
+  }
+  SUBCASE("a shard sender that keeps neither that shard nor its buddy copy") {
+    kept_state state;
+    state.layout = kept_layout;
+    state.world = 2;
+    state.rank = 0;
+    state.steps = kept_steps;
+    state.parameters = c.parameters;
+    state.own = slice_checkpoint(c, true, 2, 0);
+    const state_source source = source_of(c, 2, {0, 0}, {0});
+    CHECK_THROWS_AS(transfer_state(link, source, state, parameter_count, true), std::logic_error);
+  }
+  SUBCASE("nobody holding the parameters") {
+    const state_source source = source_of(c, 1, {0}, {});
+    CHECK_THROWS_AS(transfer_state(link, source, std::nullopt, parameter_count, true), std::invalid_argument);
+  }
+}
