@@ -371,14 +371,22 @@ void check_restored(self_pointer self, const restored_report& r) {
     fail_job(self, "epoch " + std::to_string(s.epoch) + ": " + *s.check.mismatch);
     return;
   }
-  char line[200];
-  std::snprintf(line, sizeof line,
-                "membership: epoch %llu restored the state of step %llu on %d workers from %zu holders; optimizer "
-                "state checksum %016llx before the transfer, %016llx after",
-                static_cast<unsigned long long>(s.epoch), static_cast<unsigned long long>(source.steps),
-                s.epoch_workers, source.parameter_holders.size(),
-                static_cast<unsigned long long>(source.state_checksum),
-                static_cast<unsigned long long>(s.check.checksum));
+  char line[240];
+  if (s.setup.sharded)
+    std::snprintf(line, sizeof line,
+                  "membership: epoch %llu restored the state of step %llu on %d workers from %zu holders; optimizer "
+                  "state checksum %016llx before the transfer, %016llx after",
+                  static_cast<unsigned long long>(s.epoch), static_cast<unsigned long long>(source.steps),
+                  s.epoch_workers, source.parameter_holders.size(),
+                  static_cast<unsigned long long>(source.state_checksum),
+                  static_cast<unsigned long long>(s.check.checksum));
+  else
+    std::snprintf(line, sizeof line,
+                  "membership: epoch %llu restored the parameters of step %llu on %d workers from %zu holders "
+                  "(hash %016llx everywhere); Lion momenta stay with their workers, joiners start from zero",
+                  static_cast<unsigned long long>(s.epoch), static_cast<unsigned long long>(source.steps),
+                  s.epoch_workers, source.parameter_holders.size(),
+                  static_cast<unsigned long long>(source.parameter_hash));
   event(self, line);
 }
 

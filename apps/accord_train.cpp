@@ -142,7 +142,8 @@ int main(int argc, char** argv) {
     double last_eval = -1;
     int last_workers = job.workers;
     auto progress = [&](const step_metrics& m) {
-          if (m.workers != last_workers && log_interval) {
+          // Between processes the membership actor's own lines tell of each change.
+          if (m.workers != last_workers && log_interval && !place) {
             std::printf("membership: %d -> %d workers from step %llu\n", last_workers, m.workers,
                         static_cast<unsigned long long>(m.step));
             last_workers = m.workers;

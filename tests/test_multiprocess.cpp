@@ -2,13 +2,23 @@
 // the coordinator (CAF middleman) and exchange tensors over UCX on loopback.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <string>
-#include <sys/wait.h>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -131,4 +141,146 @@ TEST_CASE("--transport nccl without usable GPUs fails with one line instead of h
   CHECK(out.status != 0);
   CHECK(out.text.find("accord-train: ") != std::string::npos);
   CHECK((out.text.find("nccl") != std::string::npos || out.text.find("NCCL") != std::string::npos));
+}
+
+namespace {
+
+// A port that was free a moment ago, for a rank 0 that a joiner must find.
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  socklen_t length = sizeof address;
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+// The newest metrics line's step and epoch (0, 0 before the first).
+std::pair<std::uint64_t, std::uint64_t> progress_of(const std::string& metrics) {
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty() && line.back() == '}') last = line;
+  auto field = [&](const std::string& name) -> std::uint64_t {
+    const auto at = last.find("\"" + name + "\":");
+    return at == std::string::npos ? 0 : std::stoull(last.substr(at + name.size() + 3));
+  };
+  return {field("step"), field("epoch")};
+}
+
+// Waits until the job's metrics reach `step` in epoch `epoch` or later; false after 3 minutes.
+bool wait_for(const std::string& metrics, std::uint64_t step, std::uint64_t epoch) {
+  for (int i = 0; i < 9000; ++i) {
+    const auto [at, in] = progress_of(metrics);
+    if (in >= epoch && at >= step) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+int read_pid(const std::string& path) {
+  std::ifstream in(path);
+  int pid = 0;
+  in >> pid;
+  return pid;
+}
+
+// "checksum A before the transfer, B after" lines of rank 0's output.
+std::vector<std::pair<std::string, std::string>> transfer_checksums(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> found;
+  const std::regex line("checksum ([0-9a-f]+) before the transfer, ([0-9a-f]+) after");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it)
+    found.emplace_back((*it)[1], (*it)[2]);
+  return found;
+}
+
+double final_eval_loss(const std::string& text) {
+  const auto at = text.find("final eval loss ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(text.substr(at + 16));
+}
+
+const std::string elastic_flags =
+    " --width 64 --layers 1 --heads 2 --context 32 --micro-batch 4 --steps 800 --eval-interval 0"
+    " --eval-batches 8 --log-interval 100 --blas-threads 1";
+
+}  // namespace
+
+TEST_CASE("an elastic job loses a worker to SIGKILL, lets one leave, admits a joiner and refuses a mismatched one") {
+  for (const char* algo : {"acco", "dlion-mavo"}) {
+    CAPTURE(algo);
+    const std::string flags = elastic_flags + " --algo " + algo;
+    const std::string metrics = std::string("elastic_") + algo + ".jsonl";
+    std::remove(metrics.c_str());
+    const int port = free_port();
+    // Each worker records its pid (exec keeps it) so that the test can kill rank 2 and stop rank 3.
+    std::thread job_thread;
+    run_output job;
+    job_thread = std::thread([&] {
+      job = run(launch + "--elastic -n 4 --master-port " + std::to_string(port) +
+                " -- /bin/sh -c 'echo $$ > elastic_pid.$RANK; exec " + train + flags + " --metrics " + metrics + "'");
+    });
+    const std::string master = " --join 127.0.0.1:" + std::to_string(port);
+    run_output joiner, mismatched;
+    const bool reached_crash = wait_for(metrics, 40, 1);
+    if (reached_crash) kill(read_pid("elastic_pid.2"), SIGKILL);
+    const bool reached_leave = reached_crash && wait_for(metrics, 90, 2);
+    if (reached_leave) kill(read_pid("elastic_pid.3"), SIGTERM);
+    const bool reached_join = reached_leave && wait_for(metrics, 140, 3);
+    if (reached_join) {
+      mismatched = run(train + flags + " --untied-head" + master);
+      joiner = run(train + flags + master);
+    }
+    job_thread.join();
+    INFO(job.text);
+    INFO(joiner.text);
+    REQUIRE(reached_join);
+    CHECK(job.status == 0);
+    CHECK(job.text.find("rank 2 was killed by signal 9") != std::string::npos);
+    CHECK(job.text.find("[rank 3] left the job") != std::string::npos);
+    CHECK(job.text.find("4 -> 3 workers") != std::string::npos);
+    CHECK(job.text.find("3 -> 2 workers") != std::string::npos);
+    CHECK(job.text.find("2 -> 3 workers") != std::string::npos);
+    CHECK(job.text.find("replicas identical") != std::string::npos);
+    CHECK(mismatched.status == 2);
+    CHECK(mismatched.text.find("a joiner at 127.0.0.1 refused: its model/configuration") != std::string::npos);
+    CHECK(joiner.status == 0);
+    // Every epoch restored the kept state: the same parameters everywhere, and (ZeRO-1) the
+    // optimizer state's checksum unchanged by the re-sharding.
+    if (std::string(algo) == "acco") {
+      const auto checksums = transfer_checksums(job.text);
+      CHECK(checksums.size() >= 3);
+      for (const auto& [before, after] : checksums) CHECK(before == after);
+    } else {
+      CHECK(job.text.find("restored the parameters of step") != std::string::npos);
+    }
+
+    // Training went on as it would have: the final loss is in line with an undisturbed run.
+    const run_output undisturbed = run(launch + "-n 4 -- " + train + flags);
+    REQUIRE(undisturbed.status == 0);
+    MESSAGE(std::string(algo) << ": final eval loss " << final_eval_loss(job.text) << " with churn, "
+                 << final_eval_loss(undisturbed.text) << " undisturbed");
+    CHECK(std::abs(final_eval_loss(job.text) - final_eval_loss(undisturbed.text)) < 0.2);
+  }
+}
+
+TEST_CASE("without --elastic a joiner is refused and the job goes on") {
+  const int port = free_port();
+  std::remove("fixed_job.jsonl");
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(launch + "-n 2 --master-port " + std::to_string(port) + " -- " + train + elastic_flags +
+              " --metrics fixed_job.jsonl");
+  });
+  const bool started = wait_for("fixed_job.jsonl", 5, 1);
+  const run_output joiner = run(train + elastic_flags + " --join 127.0.0.1:" + std::to_string(port));
+  job_thread.join();
+  REQUIRE(started);
+  CHECK(joiner.status == 2);
+  CHECK(joiner.text.find("refused: the job is not elastic") != std::string::npos);
+  CHECK(job.status == 0);
 }
