@@ -63,7 +63,7 @@ std::pair<std::string, int> parse_host_port(const std::string& text) {
   const char* end = text.data() + text.size();
   if (colon == std::string::npos || colon == 0 ||
       std::from_chars(text.data() + colon + 1, end, port).ptr != end || port < 1 || port > 65535)
-    throw std::invalid_argument("--join: '" + text + "' (expected HOST:PORT, port 1..65535)");
+    throw std::invalid_argument("--join (or ACCORD_JOIN): '" + text + "' (expected HOST:PORT, port 1..65535)");
   return {text.substr(0, colon), port};
 }
 
@@ -79,7 +79,9 @@ int main(int argc, char** argv) {
       ("elastic", po::bool_switch(),
        "between processes: go on when a worker dies or leaves (SIGTERM: leave at the next step), admit "
        "joiners (also set by ACCORD_ELASTIC=1, as accord-launch --elastic does)")
-      ("join", po::value<std::string>(), "join the running elastic job whose rank 0 listens at HOST:PORT")
+      ("join", po::value<std::string>(),
+       "join the running elastic job whose rank 0 listens at HOST:PORT (also set by ACCORD_JOIN, as "
+       "accord-launch --join does)")
       ("keep-interval", po::value<std::uint64_t>()->default_value(1),
        "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)")
       ("heartbeat-timeout", po::value<double>()->default_value(30),
@@ -103,9 +105,14 @@ int main(int argc, char** argv) {
     const char* elastic_variable = std::getenv("ACCORD_ELASTIC");
     const bool elastic = flags["elastic"].as<bool>() || (elastic_variable && std::string(elastic_variable) == "1");
     std::optional<rendezvous_info> place = rendezvous_from_environment();
-    const bool joining = flags.count("join") > 0;
+    // --join, or ACCORD_JOIN as accord-launch --join sets it.
+    const char* join_variable = std::getenv("ACCORD_JOIN");
+    const std::string join_at = flags.count("join")                 ? flags["join"].as<std::string>()
+                                : join_variable && *join_variable ? join_variable
+                                                                  : "";
+    const bool joining = !join_at.empty();
     if (joining) {
-      const auto [address, port] = parse_host_port(flags["join"].as<std::string>());
+      const auto [address, port] = parse_host_port(join_at);
       rendezvous_info joiner;
       joiner.rank = -1;
       joiner.world_size = 0;
