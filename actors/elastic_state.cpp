@@ -65,6 +65,14 @@ std::optional<kept_state> state_keeper::find(std::uint64_t layout, std::uint64_t
   return std::nullopt;
 }
 
+std::size_t state_keeper::bytes() const {
+  std::lock_guard lock(mutex_);
+  std::size_t floats = 0;
+  for (const auto& g : generations_)
+    if (g) floats += g->parameters.size() + g->own.values.size() + g->buddy.values.size();
+  return floats * sizeof(float);
+}
+
 rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_t parameter_count) {
   const int world = link.size(), rank = link.rank();
   const int from = buddy_source(rank, world);

@@ -68,6 +68,7 @@ public:
   std::vector<kept_summary> summaries() const;
   // The generation kept at (layout, steps), or empty.
   std::optional<kept_state> find(std::uint64_t layout, std::uint64_t steps) const;
+  std::size_t bytes() const;  // of everything kept
 
 private:
   mutable std::mutex mutex_;

@@ -755,6 +755,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   average_over_steps(result);
   if (me.last_epoch.workers) me.last_epoch.account(result, origin.initial.size());
+  result.kept_bytes_per_worker = me.keeper->bytes();
   result.parameters = std::move(me.parameters);
   return result;
 }

@@ -56,6 +56,7 @@ struct membership_state {
   restore_check check;
   std::string pending_reason;    // why the next epoch forms
   std::vector<caf::typed_response_promise<bool>> waiters;  // for every member's release
+  std::chrono::steady_clock::time_point epoch_ended_at;    // when the last epoch ended
 };
 
 using self_pointer = membership_actor::stateful_pointer<membership_state>;
@@ -202,6 +203,7 @@ void try_form(self_pointer self);
 void epoch_ended(self_pointer self, std::uint64_t epoch, std::optional<std::string> failure) {
   auto& s = self->state;
   if (epoch != s.epoch || s.now != phase::running) return;
+  s.epoch_ended_at = std::chrono::steady_clock::now();
   merge_epoch_result(s, *s.epoch_result);
   for (auto& [id, m] : s.members) m.rank = -1;
   if (!failure) {
@@ -274,6 +276,10 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
     line << "membership: epoch " << s.epoch << ", " << before << " -> " << s.epoch_workers << " workers from step "
          << spec.start_steps + 1;
     if (!s.pending_reason.empty()) line << " (" << s.pending_reason << ")";
+    line.precision(2);
+    line << std::fixed << ", formed "
+         << std::chrono::duration<double>(std::chrono::steady_clock::now() - s.epoch_ended_at).count()
+         << " s after the last one ended";
     event(self, line.str());
   }
   s.pending_reason.clear();

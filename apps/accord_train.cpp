@@ -39,6 +39,12 @@ std::string format_rate(double per_second) {
   return text;
 }
 
+std::string format_megabytes(std::size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return text;
+}
+
 std::string format_loss(double loss) {
   char text[16];
   std::snprintf(text, sizeof text, "%.4f", loss);
@@ -199,6 +205,12 @@ int main(int argc, char** argv) {
                 result.compute_seconds, result.communication_seconds, result.wait_seconds,
                 100 * result.hidden_fraction, result.bits_per_parameter_per_step,
                 result.replicas_identical ? "identical" : "DIVERGED");
+    std::printf("memory per worker: %.1f MB peak (minimum %.1f MB: parameters, two gradient buffers, its optimizer "
+                "shard)%s\n",
+                result.peak_bytes_per_worker / 1e6, result.minimum_bytes_per_worker / 1e6,
+                result.kept_bytes_per_worker
+                    ? (", plus " + format_megabytes(result.kept_bytes_per_worker) + " kept for elastic recovery").c_str()
+                    : "");
     if (!job.metrics_path.empty()) std::printf("metrics: %s\n", job.metrics_path.c_str());
     return 0;
   } catch (const std::exception& e) {

@@ -101,6 +101,9 @@ struct job_result {
   std::size_t state_bytes_per_worker = 0;
   std::size_t peak_bytes_per_worker = 0;
   std::size_t minimum_bytes_per_worker = 0;
+  // Elastic jobs between processes: what this worker keeps so that a crash loses nothing (two
+  // generations of parameters, its optimizer shard and its buddy's copy), beyond the above.
+  std::size_t kept_bytes_per_worker = 0;
 };
 
 std::vector<std::string> algorithm_names();
