@@ -1,7 +1,8 @@
 // accord-launch: starts N worker processes on this machine with torchrun's rendezvous variables,
 // forwards their output line by line with a rank prefix, and fails fast: the first worker that
 // fails stops all the others, and its status becomes the launcher's. With --elastic only the RANK 0
-// worker (the coordinator) fails fast; the job goes on without any other worker that fails.
+// worker (the coordinator) fails fast; the job goes on without any other worker that fails. With
+// --join the workers join a running elastic job instead: they get no rank, and none fails fast.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -48,9 +49,13 @@ Each worker gets torchrun's variables (read them with accord::rendezvous_from_en
   LOCAL_WORLD_SIZE  N
   MASTER_ADDR       --master-addr
   MASTER_PORT       --master-port, or a port that was free here at launch
-  ACCORD_ELASTIC    1 with --elastic; removed from the workers' environment without it
+  ACCORD_ELASTIC    1 with --elastic or --join; removed from the workers' environment without them
+  ACCORD_JOIN       HOST:PORT with --join; removed from the workers' environment without it
+With --join the workers get ACCORD_JOIN, ACCORD_ELASTIC, LOCAL_RANK and LOCAL_WORLD_SIZE only, and
+RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are removed: a joiner gets its rank from the job.
 Their stdin is /dev/null; each line a worker writes to stdout (stderr) appears on the launcher's
-stdout (stderr) as "[rank R] line", whole lines only.
+stdout (stderr) as "[rank R] line", whole lines only; with --join as "[join L] line", L being the
+worker's LOCAL_RANK.
 
 When a worker exits non-zero or dies of a signal, one line names its rank and status, the others
 get SIGTERM, then SIGKILL after the grace period, and the launcher exits with that worker's exit
@@ -60,7 +65,8 @@ second one sends SIGKILL at once.
 
 With --elastic only the RANK 0 worker (it hosts the coordinator) stops the job that way. Any other
 worker that exits non-zero or dies of a signal is named in one line and the others go on; the
-launcher waits until every worker has exited.
+launcher waits until every worker has exited. With --join no worker is RANK 0, so none of them
+stops the job.
 
 options:
   -n, --nproc-per-node N   workers to start here (at least 1)
@@ -73,16 +79,21 @@ options:
   --grace SECONDS          time between SIGTERM and SIGKILL when stopping workers (default 5)
   --elastic                only the RANK 0 worker's failure stops the job; other workers may fail
                            or leave while the rest go on; sets ACCORD_ELASTIC=1 for the workers
+  --join HOST:PORT         start N more workers for the running elastic job whose RANK 0 listens at
+                           HOST:PORT (its MASTER_ADDR:MASTER_PORT); implies --elastic; conflicts
+                           with --master-addr, --master-port, --rank-offset and --world-size
   -h, --help               show this help
 
 exit status: 0 when every worker exits 0; the first failed worker's status; 124 on timeout;
 128 + signal when the launcher was interrupted; 2 for bad flags; 127 when PROGRAM cannot be run.
-With --elastic: the RANK 0 worker's status; on a machine without RANK 0 (--rank-offset > 0), 0 when
-at least one worker exited 0, else the status of the last worker that failed.
+With --elastic: the RANK 0 worker's status; on a machine without RANK 0 (--rank-offset > 0, or
+--join), 0 when at least one worker exited 0, else the status of the last worker that failed.
 
 multi-machine example (2 machines x 4 workers, rank 0 on host-a):
   host-a$ accord-launch -n 4 --world-size 8 --rank-offset 0 --master-addr host-a --master-port 29500 -- accord-train ...
   host-b$ accord-launch -n 4 --world-size 8 --rank-offset 4 --master-addr host-a --master-port 29500 -- accord-train ...
+adding a machine to a running elastic job (started with --elastic, RANK 0 on host-a, port 29500):
+  host-c$ accord-launch -n 4 --join host-a:29500 -- accord-train ...
 Under Slurm, `srun accord-train ...` needs no launcher: workers read SLURM_PROCID and friends.
 )";
 
@@ -105,7 +116,11 @@ struct launch_options {
   std::optional<double> timeout_seconds;
   double grace_seconds = 5.0;
   bool elastic = false;
+  std::optional<std::string> join_address;  // HOST:PORT of a running elastic job's RANK 0
   std::vector<std::string> command;
+
+  // The coordinator is RANK 0; a machine whose workers join a running job has none.
+  bool hosts_coordinator() const { return !join_address && rank_offset == 0; }
 };
 
 int parse_int_flag(std::string_view flag, std::string_view text, int low, int high) {
@@ -130,11 +145,24 @@ double parse_seconds_flag(std::string_view flag, std::string_view text, bool all
   return value;
 }
 
+std::string parse_join_flag(std::string_view text) {
+  const auto colon = text.rfind(':');
+  const bool valid = colon != std::string_view::npos && colon > 0 && [&] {
+    int port = 0;
+    const std::string_view digits = text.substr(colon + 1);
+    const auto [stop, error] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+    return error == std::errc{} && stop == digits.data() + digits.size() && port >= 1 && port <= 65535;
+  }();
+  if (!valid) throw usage_error("--join expects HOST:PORT with a port in 1..65535, got '" + std::string(text) + "'");
+  return std::string(text);
+}
+
 // Returns nullopt for --help.
 std::optional<launch_options> parse_command_line(int argc, char** argv) {
   launch_options options;
   bool saw_workers = false;
   bool saw_separator = false;
+  std::vector<std::string> placement_flags;  // those that --join leaves to the running job
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--") {
@@ -161,12 +189,18 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
     } else if (flag == "--master-addr") {
       options.master_addr = value();
       if (options.master_addr.empty()) throw usage_error("--master-addr must not be empty");
+      placement_flags.emplace_back(flag);
     } else if (flag == "--master-port") {
       options.master_port = parse_int_flag(flag, value(), 1, 65535);
+      placement_flags.emplace_back(flag);
     } else if (flag == "--rank-offset") {
       options.rank_offset = parse_int_flag(flag, value(), 0, 1 << 30);
+      placement_flags.emplace_back(flag);
     } else if (flag == "--world-size") {
       options.world_size = parse_int_flag(flag, value(), 1, 1 << 30);
+      placement_flags.emplace_back(flag);
+    } else if (flag == "--join") {
+      options.join_address = parse_join_flag(value());
     } else if (flag == "--timeout") {
       options.timeout_seconds = parse_seconds_flag(flag, value(), false);
     } else if (flag == "--grace") {
@@ -181,6 +215,12 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
   if (!saw_workers) throw usage_error("-n N is required (see --help)");
   if (!saw_separator) throw usage_error("missing '--' before the program to launch");
   if (options.command.empty()) throw usage_error("no program given after '--'");
+  if (options.join_address) {
+    if (!placement_flags.empty())
+      throw usage_error("--join conflicts with " + placement_flags.front() +
+                        " (joiners get their rank and master from the running job)");
+    options.elastic = true;  // a joiner is a worker of an elastic job
+  }
   const int world = options.world_size.value_or(options.rank_offset + options.workers);
   if (options.rank_offset + options.workers > world)
     throw usage_error("--rank-offset " + std::to_string(options.rank_offset) + " + -n " +
@@ -316,36 +356,44 @@ struct output_stream {
 };
 
 struct worker {
-  int rank = 0;
+  int number = 0;  // its rank; for a joiner, which has no rank until the job gives it one, its local rank
   pid_t pid = -1;  // also its process group
   bool running = false;
   output_stream out;
   output_stream err;
 };
 
-constexpr std::string_view elastic_variable = "ACCORD_ELASTIC";
+// Every variable the launcher sets for some mode. Inherited values of these never reach a worker:
+// an inherited ACCORD_ELASTIC must not make workers elastic under a fail-fast launcher, nor an
+// inherited RANK give a joiner a rank, nor an inherited ACCORD_JOIN turn ranked workers into joiners.
+constexpr std::string_view launcher_variables[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE",
+                                                   "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                                   "ACCORD_ELASTIC", "ACCORD_JOIN"};
 
-std::vector<std::string> worker_environment(const launch_options& options, int local_rank, int master_port) {
+// master_port is nullopt for joiners, which learn their master from the job.
+std::vector<std::string> worker_environment(const launch_options& options, int local_rank,
+                                            std::optional<int> master_port) {
   std::vector<std::pair<std::string_view, std::string>> assigned = {
-      {"RANK", std::to_string(options.rank_offset + local_rank)},
       {"LOCAL_RANK", std::to_string(local_rank)},
-      {"WORLD_SIZE", std::to_string(*options.world_size)},
       {"LOCAL_WORLD_SIZE", std::to_string(options.workers)},
-      {"MASTER_ADDR", options.master_addr},
-      {"MASTER_PORT", std::to_string(master_port)},
   };
-  if (options.elastic) assigned.emplace_back(elastic_variable, "1");
-  const auto is_named = [](std::string_view entry, std::string_view name) {
-    return entry.size() > name.size() && entry.starts_with(name) && entry[name.size()] == '=';
+  if (options.join_address) {
+    assigned.emplace_back("ACCORD_JOIN", *options.join_address);
+  } else {
+    assigned.emplace_back("RANK", std::to_string(options.rank_offset + local_rank));
+    assigned.emplace_back("WORLD_SIZE", std::to_string(*options.world_size));
+    assigned.emplace_back("MASTER_ADDR", options.master_addr);
+    assigned.emplace_back("MASTER_PORT", std::to_string(*master_port));
+  }
+  if (options.elastic) assigned.emplace_back("ACCORD_ELASTIC", "1");
+  const auto is_launcher_variable = [](std::string_view entry) {
+    return std::any_of(std::begin(launcher_variables), std::end(launcher_variables), [&](std::string_view name) {
+      return entry.size() > name.size() && entry.starts_with(name) && entry[name.size()] == '=';
+    });
   };
   std::vector<std::string> environment;
-  for (char** entry = environ; *entry != nullptr; ++entry) {
-    const std::string_view text = *entry;
-    const bool replaced = std::any_of(assigned.begin(), assigned.end(),
-                                      [&](const auto& pair) { return is_named(text, pair.first); });
-    // An inherited ACCORD_ELASTIC must not make workers elastic under a fail-fast launcher.
-    if (!replaced && !is_named(text, elastic_variable)) environment.emplace_back(text);
-  }
+  for (char** entry = environ; *entry != nullptr; ++entry)
+    if (!is_launcher_variable(*entry)) environment.emplace_back(*entry);
   for (const auto& [name, value] : assigned) environment.push_back(std::string(name) + "=" + value);
   return environment;
 }
@@ -359,8 +407,8 @@ std::vector<char*> as_pointers(std::vector<std::string>& strings) {
 
 // Forks and execs one worker in its own process group with stdout/stderr on fresh pipes. An exec
 // failure comes back over a close-on-exec pipe as errno and is thrown as cannot_run_error.
-void start_worker(worker& w, const std::string& program, std::vector<std::string> arguments,
-                  std::vector<std::string> environment) {
+void start_worker(worker& w, const std::string& prefix, const std::string& program,
+                  std::vector<std::string> arguments, std::vector<std::string> environment) {
   std::vector<char*> argv = as_pointers(arguments);
   std::vector<char*> envp = as_pointers(environment);
   int out[2], err[2], exec_status[2];
@@ -400,7 +448,6 @@ void start_worker(worker& w, const std::string& program, std::vector<std::string
   fcntl(err[0], F_SETFL, O_NONBLOCK);
   w.pid = pid;
   w.running = true;
-  const std::string prefix = "[rank " + std::to_string(w.rank) + "] ";
   w.out = output_stream{out[0], STDOUT_FILENO, prefix, {}};
   w.err = output_stream{err[0], STDERR_FILENO, prefix, {}};
   if (got == static_cast<ssize_t>(sizeof exec_error))
@@ -413,15 +460,18 @@ class supervisor {
 
   int run(const std::string& program) {
     install_signal_handlers();
-    const int master_port = options_.master_port ? *options_.master_port : find_free_port();
+    std::optional<int> master_port;
+    if (!options_.join_address) master_port = options_.master_port ? *options_.master_port : find_free_port();
     const auto started = clock_type::now();
     if (options_.timeout_seconds) job_deadline_ = started + to_duration(*options_.timeout_seconds);
     workers_.resize(static_cast<std::size_t>(options_.workers));
     for (int local = 0; local < options_.workers; ++local) {
       worker& w = workers_[static_cast<std::size_t>(local)];
-      w.rank = options_.rank_offset + local;
+      w.number = options_.join_address ? local : options_.rank_offset + local;
       try {
-        start_worker(w, program, options_.command, worker_environment(options_, local, master_port));
+        // append rather than "[" + label(w): GCC 12 gives a false -Wrestrict warning on that.
+        start_worker(w, std::string("[").append(label(w)).append("] "), program, options_.command,
+                     worker_environment(options_, local, master_port));
       } catch (const std::exception& error) {
         // Workers already running must not outlive a launch that failed halfway.
         say(error.what());
@@ -432,13 +482,18 @@ class supervisor {
     }
     supervise();
     // Without the coordinator here, an elastic machine did its part if any of its workers did.
-    const bool hosts_rank_zero = options_.rank_offset == 0;
-    if (options_.elastic && !hosts_rank_zero && exit_status_ == 0 && !any_worker_succeeded_ && last_failure_status_)
+    if (options_.elastic && !options_.hosts_coordinator() && exit_status_ == 0 && !any_worker_succeeded_ &&
+        last_failure_status_)
       exit_status_ = *last_failure_status_;
     return exit_status_;
   }
 
  private:
+  // What names a worker in its output prefix and the launcher's lines: "rank R", or "join L".
+  std::string_view kind() const { return options_.join_address ? "join" : "rank"; }
+  std::string label(const worker& w) const { return std::string(kind()) + " " + std::to_string(w.number); }
+  bool is_coordinator(const worker& w) const { return options_.hosts_coordinator() && w.number == 0; }
+
   static clock_type::duration to_duration(double seconds) {
     return std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
   }
@@ -540,12 +595,12 @@ class supervisor {
     }
     if (kill_deadline_ && now >= *kill_deadline_) {
       kill_deadline_.reset();
-      std::string ranks;
+      std::string numbers;
       for (const worker& w : workers_)
-        if (w.running) ranks += (ranks.empty() ? "" : ", ") + std::to_string(w.rank);
-      if (!ranks.empty()) {
-        say("rank(s) " + ranks + " still running " + format_seconds(options_.grace_seconds) +
-            " after being told to stop; sending SIGKILL");
+        if (w.running) numbers += (numbers.empty() ? "" : ", ") + std::to_string(w.number);
+      if (!numbers.empty()) {
+        say(std::string(kind()) + "(s) " + numbers + " still running " +
+            format_seconds(options_.grace_seconds) + " after being told to stop; sending SIGKILL");
         kill_running(SIGKILL);
       }
     }
@@ -572,11 +627,10 @@ class supervisor {
       w.err.read_available();
       const int worker_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       const std::string verdict =
-          "rank " + std::to_string(w.rank) +
-          (WIFEXITED(status) ? " exited with status " + std::to_string(WEXITSTATUS(status))
-                             : " was killed by " + describe_signal(WTERMSIG(status)));
-      if (options_.elastic && w.rank != 0) {
-        say(verdict + "; the job goes on without it (--elastic)");
+          label(w) + (WIFEXITED(status) ? " exited with status " + std::to_string(WEXITSTATUS(status))
+                                        : " was killed by " + describe_signal(WTERMSIG(status)));
+      if (options_.elastic && !is_coordinator(w)) {
+        say(verdict + "; the job goes on without it (" + (options_.join_address ? "--join" : "--elastic") + ")");
         last_failure_status_ = worker_status;
         continue;
       }
@@ -606,7 +660,7 @@ class supervisor {
   bool stopping_ = false;
   bool interrupted_ = false;
   bool any_worker_succeeded_ = false;
-  std::optional<int> last_failure_status_;  // of an elastic worker other than RANK 0
+  std::optional<int> last_failure_status_;  // of an elastic worker other than RANK 0, or a joiner
   std::optional<clock_type::time_point> job_deadline_;
   std::optional<clock_type::time_point> kill_deadline_;
 };

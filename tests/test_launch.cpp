@@ -1,6 +1,6 @@
 // Rendezvous variables (torchrun and Slurm forms, each bad value) and the real accord-launch binary:
 // rank-prefixed whole lines, the variables each worker sees, fail-fast shutdown, elastic mode,
-// bad flags.
+// joiners of a running elastic job (--join), bad flags.
 #include "apps/launch_env.hpp"
 
 #include <doctest/doctest.h>
@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -24,9 +23,10 @@ using namespace accord;
 
 namespace {
 
+// Also accord-launch's own ACCORD_ELASTIC and ACCORD_JOIN, which a test may set for the launcher.
 constexpr const char* rendezvous_variables[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-    "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODELIST", "SLURM_JOB_NODELIST"};
+    "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODELIST", "SLURM_JOB_NODELIST", "ACCORD_ELASTIC", "ACCORD_JOIN"};
 
 // Clears every rendezvous variable for one test case and puts the originals back afterwards.
 class scoped_environment {
@@ -426,58 +426,89 @@ TEST_CASE("--elastic: RANK 0 failing still stops the others and sets the launche
                                                                "accord-launch: stopping the other 2 worker(s)"});
 }
 
-TEST_CASE("--elastic without RANK 0 here: 0 if any worker exited 0, else the last failure's status") {
-  const std::vector<std::string> second_machine = {"-n", "2", "--rank-offset", "1", "--world-size", "3",
-                                                   "--master-port", "29555", "--elastic", "--timeout", "20",
-                                                   "--", "sh", "-c"};
-  SUBCASE("one worker exits 0") {
-    auto arguments = second_machine;
-    arguments.push_back("if [ $RANK = 2 ]; then exit 4; fi");
-    const auto result = run_launcher(arguments);
-    CHECK(result.exit_status == 0);
-    CHECK(launcher_lines(result.err) ==
-          std::vector<std::string>{"accord-launch: rank 2 exited with status 4; the job goes on without it (--elastic)"});
-  }
-  SUBCASE("every worker fails") {
-    // Rank 2 exits only once the launcher has reaped rank 1, so rank 2's failure is the last.
+TEST_CASE("without RANK 0 here (--elastic with --rank-offset, or --join): 0 if any worker exited 0, else the "
+          "last failure's status") {
+  struct machine {
+    std::vector<std::string> flags;
+    std::string first, second;  // how the launcher names LOCAL_RANK 0 and 1
+    std::string mode;
+  };
+  const machine machines[] = {
+      {{"--rank-offset", "1", "--world-size", "3", "--master-port", "29555", "--elastic"}, "rank 1", "rank 2",
+       "--elastic"},
+      {{"--join", "127.0.0.1:29555"}, "join 0", "join 1", "--join"},
+  };
+  for (const machine& here : machines) {
+    CAPTURE(here.mode);
+    const auto launch = [&](const std::string& script) {
+      std::vector<std::string> arguments = {"-n", "2"};
+      arguments.insert(arguments.end(), here.flags.begin(), here.flags.end());
+      arguments.insert(arguments.end(), {"--timeout", "20", "--", "sh", "-c", script});
+      return run_launcher(arguments);
+    };
+    const auto goes_on = [&](const std::string& name, int status) {
+      return "accord-launch: " + name + " exited with status " + std::to_string(status) +
+             "; the job goes on without it (" + here.mode + ")";
+    };
+
+    const auto one_succeeds = launch("if [ $LOCAL_RANK = 1 ]; then exit 4; fi");
+    CHECK(one_succeeds.exit_status == 0);
+    CHECK(launcher_lines(one_succeeds.err) == std::vector<std::string>{goes_on(here.second, 4)});
+
+    // LOCAL_RANK 1 exits only once the launcher has reaped LOCAL_RANK 0, so its failure is the last.
     char folder[] = "/tmp/accord-launch-test-XXXXXX";
     REQUIRE(mkdtemp(folder) != nullptr);
-    const std::string pid_file = std::string(folder) + "/rank1.pid";
-    auto arguments = second_machine;
-    arguments.push_back("if [ $RANK = 1 ]; then echo $$ > " + pid_file + "; exit 4; fi; "
-                        "while [ ! -s " + pid_file + " ]; do sleep 0.01; done; "
-                        "while kill -0 $(cat " + pid_file + ") 2>/dev/null; do sleep 0.01; done; exit 6");
-    const auto result = run_launcher(arguments);
+    const std::string pid_file = std::string(folder) + "/local0.pid";
+    const auto all_fail = launch("if [ $LOCAL_RANK = 0 ]; then echo $$ > " + pid_file + "; exit 4; fi; "
+                                 "while [ ! -s " + pid_file + " ]; do sleep 0.01; done; "
+                                 "while kill -0 $(cat " + pid_file + ") 2>/dev/null; do sleep 0.01; done; exit 6");
     std::remove(pid_file.c_str());
     rmdir(folder);
-    CHECK(result.exit_status == 6);
-    CHECK(launcher_lines(result.err) ==
-          std::vector<std::string>{"accord-launch: rank 1 exited with status 4; the job goes on without it (--elastic)",
-                                   "accord-launch: rank 2 exited with status 6; the job goes on without it (--elastic)"});
+    CHECK(all_fail.exit_status == 6);
+    CHECK(launcher_lines(all_fail.err) == std::vector<std::string>{goes_on(here.first, 4), goes_on(here.second, 6)});
   }
 }
 
-TEST_CASE("workers get ACCORD_ELASTIC=1 only with --elastic") {
-  const std::string show = "echo elastic=${ACCORD_ELASTIC-unset}";
-  const auto elastic = run_launcher({"-n", "2", "--elastic", "--", "sh", "-c", show});
-  CHECK(elastic.exit_status == 0);
+TEST_CASE("--join: each joiner gets ACCORD_JOIN, ACCORD_ELASTIC=1 and its local rank, but no rank or master") {
+  // Even when the launcher's own environment has them: a joiner gets its rank from the job.
+  scoped_environment env;
+  env.set("RANK", "0").set("WORLD_SIZE", "8").set("MASTER_ADDR", "10.9.9.9").set("MASTER_PORT", "1111");
+  env.set("ACCORD_JOIN", "elsewhere:2222").set("ACCORD_ELASTIC", "0");
+  const auto result = run_launcher(
+      {"-n", "2", "--join", "node1:29500", "--", "sh", "-c",
+       "echo join=$ACCORD_JOIN elastic=$ACCORD_ELASTIC local=$LOCAL_RANK/$LOCAL_WORLD_SIZE rank=${RANK-unset} "
+       "world=${WORLD_SIZE-unset} master=${MASTER_ADDR-unset}:${MASTER_PORT-unset}; echo bye >&2"});
+  CHECK(result.exit_status == 0);
   std::set<std::string> lines;
-  for (const auto& line : lines_of(elastic.out)) lines.insert(line);
-  CHECK(lines == std::set<std::string>{"[rank 0] elastic=1", "[rank 1] elastic=1"});
+  for (const auto& line : lines_of(result.out)) lines.insert(line);
+  CHECK(lines == std::set<std::string>{
+                     "[join 0] join=node1:29500 elastic=1 local=0/2 rank=unset world=unset master=unset:unset",
+                     "[join 1] join=node1:29500 elastic=1 local=1/2 rank=unset world=unset master=unset:unset"});
+  std::set<std::string> errors;
+  for (const auto& line : lines_of(result.err)) errors.insert(line);
+  CHECK(errors == std::set<std::string>{"[join 0] bye", "[join 1] bye"});
+}
 
-  // Even one inherited from the launcher's environment is removed without --elastic.
-  const char* inherited = std::getenv("ACCORD_ELASTIC");
-  const std::optional<std::string> saved = inherited ? std::optional<std::string>(inherited) : std::nullopt;
-  setenv("ACCORD_ELASTIC", "1", 1);
-  const auto fail_fast = run_launcher({"-n", "2", "--", "sh", "-c", show});
-  if (saved)
-    setenv("ACCORD_ELASTIC", saved->c_str(), 1);
-  else
-    unsetenv("ACCORD_ELASTIC");
-  CHECK(fail_fast.exit_status == 0);
-  lines.clear();
-  for (const auto& line : lines_of(fail_fast.out)) lines.insert(line);
-  CHECK(lines == std::set<std::string>{"[rank 0] elastic=unset", "[rank 1] elastic=unset"});
+TEST_CASE("workers get ACCORD_ELASTIC=1 only with --elastic, ACCORD_JOIN only with --join") {
+  const std::string show = "echo elastic=${ACCORD_ELASTIC-unset} join=${ACCORD_JOIN-unset}";
+  const auto lines_from = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> arguments = {"-n", "2"};
+    arguments.insert(arguments.end(), flags.begin(), flags.end());
+    arguments.insert(arguments.end(), {"--", "sh", "-c", show});
+    const auto result = run_launcher(arguments);
+    CHECK(result.exit_status == 0);
+    std::set<std::string> lines;
+    for (const auto& line : lines_of(result.out)) lines.insert(line);
+    return lines;
+  };
+  scoped_environment env;
+  CHECK(lines_from({"--elastic"}) ==
+        std::set<std::string>{"[rank 0] elastic=1 join=unset", "[rank 1] elastic=1 join=unset"});
+
+  // Even ones inherited from the launcher's environment are removed without their flags.
+  env.set("ACCORD_ELASTIC", "1").set("ACCORD_JOIN", "node1:29500");
+  CHECK(lines_from({}) ==
+        std::set<std::string>{"[rank 0] elastic=unset join=unset", "[rank 1] elastic=unset join=unset"});
 }
 
 TEST_CASE("accord-launch forwards SIGTERM to the workers and stops on its timeout") {
@@ -513,6 +544,24 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
        "--rank-offset 2 + -n 3 exceeds --world-size 4"},
       {{"-n", "2", "--master-addr"}, "--master-addr needs a value"},
       {{"-n", "2", "--elastic=yes", "--", "true"}, "--elastic takes no value, got '--elastic=yes'"},
+      {{"-n", "2", "--join", "node1", "--", "true"}, "--join expects HOST:PORT with a port in 1..65535, got 'node1'"},
+      {{"-n", "2", "--join", ":29500", "--", "true"}, "--join expects HOST:PORT with a port in 1..65535, got ':29500'"},
+      {{"-n", "2", "--join=node1:", "--", "true"}, "--join expects HOST:PORT with a port in 1..65535, got 'node1:'"},
+      {{"-n", "2", "--join", "node1:0", "--", "true"},
+       "--join expects HOST:PORT with a port in 1..65535, got 'node1:0'"},
+      {{"-n", "2", "--join", "node1:65536", "--", "true"},
+       "--join expects HOST:PORT with a port in 1..65535, got 'node1:65536'"},
+      {{"-n", "2", "--join", "node1:29500x", "--", "true"},
+       "--join expects HOST:PORT with a port in 1..65535, got 'node1:29500x'"},
+      {{"-n", "2", "--join"}, "--join needs a value"},
+      {{"-n", "2", "--join", "node1:29500", "--master-addr", "node1", "--", "true"},
+       "--join conflicts with --master-addr (joiners get their rank and master from the running job)"},
+      {{"-n", "2", "--master-port", "29500", "--join", "node1:29500", "--", "true"},
+       "--join conflicts with --master-port (joiners get their rank and master from the running job)"},
+      {{"-n", "2", "--join", "node1:29500", "--rank-offset=4", "--", "true"},
+       "--join conflicts with --rank-offset (joiners get their rank and master from the running job)"},
+      {{"-n", "2", "--join", "node1:29500", "--world-size", "8", "--", "true"},
+       "--join conflicts with --world-size (joiners get their rank and master from the running job)"},
       {{"-n", "2", "--", "accord-no-such-program"}, "program 'accord-no-such-program' not found in PATH"},
       {{"-n", "2", "--", "/nonexistent/worker"}, "program '/nonexistent/worker' is not an executable file"},
   };
@@ -527,7 +576,8 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
   CHECK(help.exit_status == 0);
   CHECK(help.out.find("usage: accord-launch -n N") == 0);
   for (const char* documented : {"--master-addr", "--master-port", "--rank-offset", "--world-size", "--timeout",
-                                 "--grace", "--elastic", "ACCORD_ELASTIC", "LOCAL_WORLD_SIZE", "SIGKILL"})
+                                 "--grace", "--elastic", "--join HOST:PORT", "ACCORD_ELASTIC", "ACCORD_JOIN",
+                                 "[join L]", "LOCAL_WORLD_SIZE", "SIGKILL"})
     CHECK(help.out.find(documented) != std::string::npos);
 }
 
