@@ -122,7 +122,13 @@ int main(int argc, char** argv) {
       rendezvous_info joiner;
       joiner.rank = -1;
       joiner.world_size = 0;
-      joiner.local_rank = place ? place->local_rank : 0;
+      // A joiner has no RANK, so LOCAL_RANK (which GPU to take) is read on its own.
+      if (const char* local_rank = std::getenv("LOCAL_RANK")) {
+        const std::string text = local_rank;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), joiner.local_rank);
+        if (error != std::errc{} || end != text.data() + text.size() || joiner.local_rank < 0)
+          throw std::invalid_argument("LOCAL_RANK='" + text + "' is not a non-negative integer");
+      }
       joiner.master_addr = address;
       joiner.master_port = port;
       place = joiner;

@@ -268,7 +268,9 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
     REQUIRE(undisturbed.status == 0);
     MESSAGE(std::string(algo) << ": final eval loss " << final_eval_loss(job.text) << " with churn, "
                  << final_eval_loss(undisturbed.text) << " undisturbed");
-    CHECK(std::abs(final_eval_loss(job.text) - final_eval_loss(undisturbed.text)) < 0.2);
+    // Workers were fewer for a while (fewer tokens per step), so the loss may lag a little.
+    CHECK(std::abs(final_eval_loss(job.text) - final_eval_loss(undisturbed.text)) <
+          0.15 * final_eval_loss(undisturbed.text));
   }
 }
 
