@@ -204,6 +204,9 @@ double final_eval_loss(const std::string& text) {
   return std::stod(text.substr(at + 16));
 }
 
+// Churned jobs run 800 steps and several epochs: a generous limit for a loaded machine.
+const std::string elastic_launch = std::string(ACCORD_LAUNCH_BINARY) + " --timeout 400 ";
+
 const std::string elastic_flags =
     " --width 64 --layers 1 --heads 2 --context 32 --micro-batch 4 --steps 800 --eval-interval 0"
     " --eval-batches 8 --log-interval 100 --blas-threads 1";
@@ -224,7 +227,7 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
     std::thread job_thread;
     run_output job;
     job_thread = std::thread([&] {
-      job = run(launch + "--elastic -n 4 --master-port " + std::to_string(port) +
+      job = run(elastic_launch + "--elastic -n 4 --master-port " + std::to_string(port) +
                 " -- /bin/sh -c 'echo $$ > elastic_pid.$RANK; exec " + train + flags + " --metrics " + metrics + "'");
     });
     const std::string master = " --join 127.0.0.1:" + std::to_string(port);
@@ -264,7 +267,7 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
     }
 
     // Training went on as it would have: the final loss is in line with an undisturbed run.
-    const run_output undisturbed = run(launch + "-n 4 -- " + train + flags);
+    const run_output undisturbed = run(elastic_launch + "-n 4 -- " + train + flags);
     REQUIRE(undisturbed.status == 0);
     MESSAGE(std::string(algo) << ": final eval loss " << final_eval_loss(job.text) << " with churn, "
                  << final_eval_loss(undisturbed.text) << " undisturbed");
