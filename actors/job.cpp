@@ -323,6 +323,8 @@ public:
   virtual std::string address() const = 0;
   virtual std::unique_ptr<transport> connect(int rank, const std::vector<std::string>& addresses,
                                              std::uint64_t epoch) = 0;
+  // From another thread: a connect() waiting for a peer that died gives up.
+  virtual void interrupt(const std::string& why) = 0;
 };
 
 class ucx_rendezvous final : public transport_rendezvous {
@@ -333,6 +335,7 @@ public:
                                      std::uint64_t epoch) override {
     return std::move(listener_).connect(rank, addresses, epoch);
   }
+  void interrupt(const std::string& why) override { listener_.interrupt(why); }
 
 private:
   static ucx_listener listen(const process_group& group, const std::string& host) {
@@ -368,6 +371,8 @@ public:
       id[i] = static_cast<std::byte>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
     return std::make_unique<nccl_transport>(id, rank, static_cast<int>(addresses.size()), local_rank_);
   }
+  // ncclCommInitRank blocks on the host and cannot be interrupted (gpu/nccl_transport.hpp).
+  void interrupt(const std::string&) override {}
 
 private:
   int local_rank_;
@@ -408,6 +413,7 @@ struct process_member {
   member_agent agent;
   std::shared_ptr<state_keeper> keeper = std::make_shared<state_keeper>();
   std::shared_ptr<std::atomic<std::uint64_t>> change_epoch = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::shared_ptr<epoch_link> link = std::make_shared<epoch_link>();
   std::vector<float> parameters;  // the latest epoch's final parameters
   local_actors last_epoch;        // for the memory figures
 };
@@ -427,7 +433,9 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   std::shared_ptr<transport> link;
   std::optional<rule_state> state;
   try {
+    me.link->set(plan.epoch, [&rendezvous](const std::string& why) { rendezvous.interrupt(why); });
     link = rendezvous.connect(plan.rank, plan.addresses, plan.epoch);
+    me.link->set(plan.epoch, [link](const std::string& why) { link->interrupt(why); });
     if (plan.from_origin) {
       state = origin.state_of(plan.world, plan.rank);
     } else {
@@ -441,6 +449,7 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
     }
   } catch (const std::exception& e) {
     if (link) link->interrupt("epoch " + std::to_string(plan.epoch) + " failed to start");
+    me.link->set(0, {});
     self->send(plan.coordinator, worker_failure{plan.rank, std::string("epoch start: ") + e.what()});
     return;
   }
@@ -460,6 +469,7 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   if (const auto failure = run_to_end(system, self, accumulators, me.agent, plan.coordinator))
     link->interrupt("epoch " + std::to_string(plan.epoch) + " ended: " + *failure);
   local.shut_down(self);
+  me.link->set(0, {});
   if (!local.final_parameters.empty()) me.parameters = std::move(local.final_parameters);
   me.last_epoch.meter = local.meter;
   me.last_epoch.state_bytes = local.state_bytes;
@@ -726,7 +736,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
     }
-    me.agent = spawn_member_agent(*system, me.change_epoch, group.leave_requested, me.membership);
+    me.agent = spawn_member_agent(*system, me.change_epoch, me.link, group.leave_requested, me.membership);
     self->request(me.agent, caf::infinite, hello_atom::value,
                   member_hello{group.join ? -1 : group.rank, group.world_size, print, host})
         .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });

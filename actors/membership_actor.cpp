@@ -120,6 +120,13 @@ void announce_change(self_pointer self, const std::string& reason) {
     if (m.alive && m.rank >= 0) self->send(m.agent, change_atom::value, s.epoch);
 }
 
+// Interrupts the transports of the running epoch's members: they may be blocked on a dead one.
+void abort_epoch(self_pointer self, const std::string& why) {
+  auto& s = self->state;
+  for (auto& [id, m] : s.members)
+    if (m.alive && m.rank >= 0) self->send(m.agent, abort_atom::value, s.epoch, why);
+}
+
 void merge_epoch_result(membership_state& s, const job_result& part) {
   job_result& total = *s.setup.result;
   for (const auto& m : part.steps) total.steps.push_back(m);
@@ -204,6 +211,7 @@ void epoch_ended(self_pointer self, std::uint64_t epoch, std::optional<std::stri
   auto& s = self->state;
   if (epoch != s.epoch || s.now != phase::running) return;
   s.epoch_ended_at = std::chrono::steady_clock::now();
+  if (failure) abort_epoch(self, *failure);
   merge_epoch_result(s, *s.epoch_result);
   for (auto& [id, m] : s.members) m.rank = -1;
   if (!failure) {
@@ -359,7 +367,11 @@ void member_lost(self_pointer self, member& m, const std::string& why) {
   }
   if (in_epoch || (s.now == phase::forming && s.epoch_failure)) s.lost_in_epoch = true;
   s.pending_reason += (s.pending_reason.empty() ? "" : "; ") + m.name() + " lost";
-  if (in_epoch) self->send(s.coordinator, worker_failure{m.rank, "its process " + why + " (member lost)"});
+  if (in_epoch) {
+    const std::string lost = "its process " + why + " (member lost)";
+    abort_epoch(self, m.name() + ": " + lost);
+    self->send(s.coordinator, worker_failure{m.rank, lost});
+  }
   try_form(self);
 }
 
@@ -496,6 +508,7 @@ struct relayed {
 
 struct agent_state {
   std::shared_ptr<std::atomic<std::uint64_t>> change_epoch;
+  std::shared_ptr<epoch_link> link;
   const std::atomic<bool>* leave_requested = nullptr;
   membership_actor membership;
   std::optional<std::uint64_t> member;
@@ -544,8 +557,10 @@ void fail_all(relayed<T>& table, const std::string& why) {
 }
 
 member_agent::behavior_type agent_behavior(agent_pointer self, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
-                                           const std::atomic<bool>* leave_requested, membership_actor membership) {
+                                           std::shared_ptr<epoch_link> link, const std::atomic<bool>* leave_requested,
+                                           membership_actor membership) {
   self->state.change_epoch = std::move(change_epoch);
+  self->state.link = std::move(link);
   self->state.leave_requested = leave_requested;
   self->state.membership = std::move(membership);
   self->monitor(self->state.membership);
@@ -561,6 +576,7 @@ member_agent::behavior_type agent_behavior(agent_pointer self, std::shared_ptr<s
         auto& current = *self->state.change_epoch;
         if (epoch > current.load()) current.store(epoch);
       },
+      [self](abort_atom, std::uint64_t epoch, const std::string& why) { self->state.link->interrupt(epoch, why); },
       [self](leave_atom) {
         auto& s = self->state;
         if (s.asked_to_leave || s.master_lost) return;
@@ -600,8 +616,21 @@ membership_actor spawn_membership_actor(caf::actor_system& system, membership_se
 }
 
 member_agent spawn_member_agent(caf::actor_system& system, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
-                                const std::atomic<bool>* leave_requested, membership_actor membership) {
-  return system.spawn(agent_behavior, std::move(change_epoch), leave_requested, std::move(membership));
+                                std::shared_ptr<epoch_link> link, const std::atomic<bool>* leave_requested,
+                                membership_actor membership) {
+  return system.spawn(agent_behavior, std::move(change_epoch), std::move(link), leave_requested,
+                      std::move(membership));
+}
+
+void epoch_link::set(std::uint64_t epoch, interrupter interrupt) {
+  std::lock_guard lock(mutex_);
+  epoch_ = epoch;
+  interrupt_ = std::move(interrupt);
+}
+
+void epoch_link::interrupt(std::uint64_t epoch, const std::string& why) {
+  std::lock_guard lock(mutex_);
+  if (interrupt_ && epoch_ == epoch) interrupt_(why);
 }
 
 void add_membership_message_types(caf::actor_system_config& config) {

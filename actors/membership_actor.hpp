@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 
 namespace accord {
 
@@ -31,6 +32,22 @@ using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using kept_atom = caf::atom_constant<caf::atom("kept")>;
 using restored_atom = caf::atom_constant<caf::atom("restored")>;
 using grace_atom = caf::atom_constant<caf::atom("grace")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
+
+// How to interrupt the transport of a worker process's current epoch (its connection setup,
+// then the transport itself). The agent does so when the epoch fails, wherever the process is
+// blocked on it: connecting to a peer that died, the state transfer, a collective.
+class epoch_link {
+public:
+  using interrupter = std::function<void(const std::string& why)>;
+  void set(std::uint64_t epoch, interrupter interrupt);  // {} once the epoch is over
+  void interrupt(std::uint64_t epoch, const std::string& why);
+
+private:
+  std::mutex mutex_;
+  std::uint64_t epoch_ = 0;
+  interrupter interrupt_;
+};
 
 struct member_hello {
   int rank = -1;  // RANK among the members the job starts with; -1 for a joiner
@@ -90,6 +107,7 @@ typename Inspector::result_type inspect(Inspector& f, restored_report& x) {
 // they are answered with an error instead of never.
 using member_agent = caf::typed_actor<
     caf::reacts_to<change_atom, std::uint64_t>,
+    caf::reacts_to<abort_atom, std::uint64_t, std::string>,  // that epoch failed
     caf::reacts_to<leave_atom>,  // polls the leave request
     caf::replies_to<hello_atom, member_hello>::with<std::uint64_t>,
     caf::replies_to<epoch_atom, epoch_request>::with<epoch_plan>,
@@ -138,10 +156,12 @@ struct membership_setup {
 
 membership_actor spawn_membership_actor(caf::actor_system& system, membership_setup setup);
 
-// The agent of a worker process: raises `change_epoch` to the epoch a change was announced to;
-// once admitted, polls `leave_requested` (may be null) and asks `membership` to let it leave.
+// The agent of a worker process: raises `change_epoch` to the epoch a change was announced to,
+// interrupts `link` when its epoch fails, and once admitted, polls `leave_requested` (may be
+// null) and asks `membership` to let it leave.
 member_agent spawn_member_agent(caf::actor_system& system, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
-                                const std::atomic<bool>* leave_requested, membership_actor membership);
+                                std::shared_ptr<epoch_link> link, const std::atomic<bool>* leave_requested,
+                                membership_actor membership);
 
 void add_membership_message_types(caf::actor_system_config& config);
 

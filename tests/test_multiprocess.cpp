@@ -293,3 +293,32 @@ TEST_CASE("without --elastic a joiner is refused and the job goes on") {
   CHECK(joiner.text.find("refused: the job is not elastic") != std::string::npos);
   CHECK(job.status == 0);
 }
+
+TEST_CASE("a joiner killed while its epoch starts leaves the job to the others, state intact") {
+  const int port = free_port();
+  const std::string flags = elastic_flags + " --algo acco --heartbeat-timeout 2";
+  const std::string log = "joiner_killed_job.log";
+  run_output job;
+  std::thread job_thread([&] {  // the output goes to `log`, which the joiner's script watches
+    job = run(elastic_launch + "--elastic -n 3 --master-port " + std::to_string(port) + " -- " + train + flags +
+              " --metrics joiner_killed.jsonl > " + log);
+    const std::vector<char> text = read_all(log);
+    job.text.assign(text.begin(), text.end());
+  });
+  std::remove("joiner_killed.jsonl");
+  // The joiner dies as soon as rank 0 announces the epoch it joins: the others are connecting
+  // to it, or restoring the state with it, or in its first rounds.
+  const bool started = wait_for("joiner_killed.jsonl", 20, 1);
+  const run_output joiner = run("/bin/sh -c '" + train + flags + " --join 127.0.0.1:" + std::to_string(port) +
+                                " & pid=$!; for i in $(seq 3000); do grep -q joins " + log +
+                                " && break; sleep 0.02; done; kill -9 $pid; wait $pid'");
+  job_thread.join();
+  INFO(job.text);
+  REQUIRE(started);
+  CHECK(joiner.status == 128 + 9);
+  CHECK(job.status == 0);
+  CHECK(job.text.find("3 -> 4 workers") != std::string::npos);
+  CHECK(job.text.find("4 -> 3 workers") != std::string::npos);
+  CHECK(job.text.find("replicas identical") != std::string::npos);
+  for (const auto& [before, after] : transfer_checksums(job.text)) CHECK(before == after);
+}

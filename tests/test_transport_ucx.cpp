@@ -245,6 +245,21 @@ TEST_CASE("ucx: dialling a port nobody listens on fails within connect_timeout, 
   CHECK(error.find("cannot connect to rank 0 at " + dead) != std::string::npos);
 }
 
+TEST_CASE("ucx: a connect waiting for a peer that never comes gives up when interrupted from another thread") {
+  ucx_options options;
+  options.connect_timeout = 60s;  // far longer than the test may take: only the interrupt ends the wait
+  options.net_devices = "lo";
+  ucx_listener listener("127.0.0.1:0", options);
+  std::thread interrupter([&] {
+    std::this_thread::sleep_for(200ms);
+    listener.interrupt("member lost");
+  });
+  const std::string error =
+      error_of([&] { std::move(listener).connect(1, {unused_address(), "127.0.0.1:0"}, std::uint64_t{3}); });
+  interrupter.join();
+  CHECK(error.find("ucx rank 1: interrupted: member lost") != std::string::npos);
+}
+
 TEST_CASE("ucx: processes started at different times on fixed ports find each other, twice in a row") {
   // Fixed ports exercise redialling (rank 1 starts first) and port reuse after close.
   const std::vector<std::string> addresses{unused_address(), unused_address()};

@@ -157,6 +157,8 @@ struct ucx_worker {
   std::vector<std::string> peer_addresses;
   std::string broken;  // why the transport became unusable, empty while healthy
   const interrupt_flag* interruption = nullptr;  // the owning transport's, once connected
+  // The listener's, while connecting: another thread may give up on a peer that never comes.
+  std::shared_ptr<interrupt_flag> setup_interruption = std::make_shared<interrupt_flag>();
 
   std::atomic<std::uint64_t> bytes_sent{0};
   std::atomic<std::uint64_t> bytes_received{0};
@@ -470,6 +472,7 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
         std::ranges::none_of(accepts, [](const auto& a) { return a->answer_send != nullptr; });
     if (all_connected && handshakes_done) break;
 
+    setup_interruption->throw_if_raised(who());
     if (steady::now() >= deadline) {
       std::string missing;
       for (const dial& d : dials)
@@ -636,12 +639,17 @@ void ucx_worker::wait(std::span<operation> ops) {
 }  // namespace detail
 
 ucx_listener::ucx_listener(const std::string& listen_address, ucx_options options)
-    : worker_(std::make_unique<detail::ucx_worker>(listen_address, std::move(options))) {}
+    : worker_(std::make_unique<detail::ucx_worker>(listen_address, std::move(options))),
+      setup_interruption_(worker_->setup_interruption) {}
 ucx_listener::ucx_listener(ucx_listener&&) noexcept = default;
 ucx_listener& ucx_listener::operator=(ucx_listener&&) noexcept = default;
 ucx_listener::~ucx_listener() = default;
 
 const std::string& ucx_listener::address() const { return worker_->listen_address; }
+
+void ucx_listener::interrupt(const std::string& why) {
+  if (setup_interruption_) setup_interruption_->raise(why);
+}
 
 std::unique_ptr<ucx_transport> ucx_listener::connect(int rank, const std::vector<std::string>& addresses,
                                                      std::optional<std::uint64_t> epoch) && {

@@ -70,9 +70,13 @@ public:
   // listener before the membership epoch it will connect for is known.
   std::unique_ptr<ucx_transport> connect(int rank, const std::vector<std::string>& addresses,
                                          std::optional<std::uint64_t> epoch = {}) &&;
+  // From another thread: a connect() in progress (or to come) throws transport_error naming
+  // `why` instead of waiting for peers until connect_timeout.
+  void interrupt(const std::string& why);
 
 private:
   std::unique_ptr<detail::ucx_worker> worker_;
+  std::shared_ptr<interrupt_flag> setup_interruption_;
 };
 
 class ucx_transport final : public transport {
