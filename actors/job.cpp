@@ -489,12 +489,12 @@ namespace {
 // One epoch of an in-process job: a fixed worker set from `state` (or the start, or
 // config.resume_path) to config.steps. With `keep_state`, every step's state is handed to it;
 // with `crash_after_step`, the last worker dies in the round after that step, once the state
-// after that step has been kept.
+// after that step has been kept. `epoch` numbers it in the metrics.
 job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> train,
                      std::shared_ptr<const dataset> eval, const job_config& config,
                      std::function<void(const step_metrics&)> on_step, const checkpoint* state = nullptr,
                      std::function<void(const checkpoint&)> keep_state = {},
-                     std::optional<std::uint64_t> crash_after_step = {}) {
+                     std::optional<std::uint64_t> crash_after_step = {}, std::uint64_t epoch = 1) {
   const job_plan plan = plan_job(prototype, config, state);
   const int workers = config.workers;
   size_blas(config, workers);
@@ -529,6 +529,8 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
     coordinator_setup setup =
         coordination_for(plan, prototype, config, spawn_evaluation(system, local, prototype, eval ? eval : train, config));
     setup.on_step = std::move(on_step);
+    setup.epoch = epoch;
+    setup.append_metrics = epoch > 1;  // the file continues the earlier epochs'
     setup.abort = fail_everyone;
     setup.result = result;
     if (keeps_state) setup.on_checkpoint = keep;
@@ -606,7 +608,7 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     const checkpoint* from = state ? &*state : nullptr;
     std::string crash_report;
     try {
-      job_result part = run_epoch(prototype, train, eval, epoch, record, from, keep, crash_after);
+      job_result part = run_epoch(prototype, train, eval, epoch, record, from, keep, crash_after, e + 1);
       total.parameters = std::move(part.parameters);
       total.final_eval_loss = part.final_eval_loss;
       total.compute_seconds += part.compute_seconds;

@@ -465,10 +465,21 @@ TEST_CASE("workers leave, join and crash in a running job: deterministic, nothin
     job.eval_batches = 1;
     // 4 → 3 (leave) → 5 (join) → 2 (crash: a worker dies mid-round, three others leave with it).
     job.membership = {{2, 3, false}, {4, 5, false}, {7, 2, true}};
+    job.metrics_path = std::string("churn_") + algorithm + ".jsonl";
     std::vector<int> workers_per_step;
     const job_result first = run_job(net, data, data, job, [&](const step_metrics& m) {
       workers_per_step.push_back(m.workers);
     });
+    // The metrics file holds every epoch's lines, each with its epoch (the crashed epoch's
+    // partial step, if its line was written, comes again with the next epoch).
+    std::ifstream metrics(job.metrics_path);
+    std::string line, last;
+    int lines = 0;
+    while (std::getline(metrics, line)) ++lines, last = line;
+    CHECK(lines >= 10);
+    CHECK(last.find("\"epoch\":4") != std::string::npos);
+    CHECK(last.find("\"step\":10") != std::string::npos);
+    job.metrics_path.clear();
     const job_result second = run_job(net, data, data, job);
     CHECK(first.parameters == second.parameters);  // replayed: bit-identical
     REQUIRE(first.steps.size() == 10);
