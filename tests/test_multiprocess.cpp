@@ -322,3 +322,17 @@ TEST_CASE("a joiner killed while its epoch starts leaves the job to the others, 
   CHECK(job.text.find("replicas identical") != std::string::npos);
   for (const auto& [before, after] : transfer_checksums(job.text)) CHECK(before == after);
 }
+
+TEST_CASE("keeping state and replicating shards changes nothing: an elastic job without churn equals a fixed one") {
+  for (const char* algo : {"acco", "ddp"}) {
+    CAPTURE(algo);
+    const std::string flags = train_flags + " --steps 6 --algo " + algo + " --save-parameters ";
+    const run_output fixed = run(launch + "-n 3 -- " + train + flags + "kept_fixed.f32");
+    const run_output elastic = run(launch + "--elastic -n 3 -- " + train + flags + "kept_elastic.f32");
+    INFO(elastic.text);
+    REQUIRE(fixed.status == 0);
+    REQUIRE(elastic.status == 0);
+    CHECK(read_all("kept_fixed.f32") == read_all("kept_elastic.f32"));
+    CHECK(elastic.text.find("kept for elastic recovery") != std::string::npos);
+  }
+}
