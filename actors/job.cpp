@@ -743,7 +743,14 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
                   member_hello{group.join ? -1 : group.rank, group.world_size, print, host})
         .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
     while (!failure) {
-      const auto rendezvous = make_rendezvous(group, host, master);
+      // A throw here would leave the actors running and the system's destructor waiting on them.
+      std::unique_ptr<transport_rendezvous> rendezvous;
+      try {
+        rendezvous = make_rendezvous(group, host, master);
+      } catch (const std::exception& e) {
+        failure = e.what();
+        break;
+      }
       epoch_plan plan;
       self->request(me.agent, caf::infinite, epoch_atom::value,
                     epoch_request{me.id, rendezvous->address(), me.keeper->summaries()})

@@ -338,7 +338,8 @@ void try_form(self_pointer self) {
     }
     if (!source && s.anything_kept) {
       fail_job(self, "the state after step " + std::to_string(s.epoch_start) +
-                         " cannot be rebuilt: no surviving member holds some optimizer shard" +
+                         " cannot be rebuilt: no surviving member holds some optimizer shard (" +
+                         s.pending_reason + ")" +
                          (s.epoch_failure ? " (the epoch failed: " + *s.epoch_failure + ")" : ""));
       return;
     }
