@@ -291,4 +291,18 @@ coordinator_actor spawn_coordinator_actor(caf::actor_system& system, coordinator
   return system.spawn(coordinator_behavior, std::move(setup));
 }
 
+void add_epoch_result(job_result& total, job_result&& epoch) {
+  if (!epoch.parameters.empty()) total.parameters = std::move(epoch.parameters);
+  if (epoch.final_eval_loss >= 0) total.final_eval_loss = epoch.final_eval_loss;
+  total.compute_seconds += epoch.compute_seconds;
+  total.communication_seconds += epoch.communication_seconds;
+  total.wait_seconds += epoch.wait_seconds;
+  total.bytes_sent += epoch.bytes_sent;
+  total.rounds = epoch.rounds;  // counted from the job's start
+  total.replicas_identical = total.replicas_identical && epoch.replicas_identical;
+  total.state_bytes_per_worker = epoch.state_bytes_per_worker;
+  total.peak_bytes_per_worker = std::max(total.peak_bytes_per_worker, epoch.peak_bytes_per_worker);
+  total.minimum_bytes_per_worker = epoch.minimum_bytes_per_worker;
+}
+
 }  // namespace accord

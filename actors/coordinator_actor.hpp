@@ -57,4 +57,8 @@ bool step_due(pipeline pipe, std::uint64_t round, std::uint64_t rounds, std::uin
 
 coordinator_actor spawn_coordinator_actor(caf::actor_system& system, coordinator_setup setup);
 
+// Adds an epoch's result (everything but its steps) to an elastic job's: times and bytes add
+// up, rounds and the latest parameters, eval loss and memory figures carry over.
+void add_epoch_result(job_result& total, job_result&& epoch);
+
 }  // namespace accord

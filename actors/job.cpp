@@ -89,6 +89,19 @@ struct job_plan {
   std::optional<checkpoint> resume;        // where the optimizer state comes from, when resuming
 
   bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
+  // The same job continued from `parameters` after `steps` steps, at `position` in the data
+  // (an elastic epoch's plan; its optimizer state comes separately).
+  job_plan continued(std::uint64_t steps, std::uint64_t position, std::vector<float> parameters) const {
+    job_plan next;
+    next.algo = algo;
+    next.optimizer = optimizer;
+    next.schedule = schedule;
+    next.rounds = rounds;
+    next.first_round = rounds_for_steps(algo->pipe, steps);
+    next.data_position = position;
+    next.initial = std::move(parameters);
+    return next;
+  }
   // Rank `rank` of `world`'s share of the resumed optimizer state (none when starting afresh).
   std::optional<rule_state> state_of(int world, int rank) const {
     if (!resume) return std::nullopt;
@@ -426,25 +439,24 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
                        process_member& me) {
   job_config epoch_config = config;
   epoch_config.workers = plan.world;
-  job_plan epoch = origin;
-  epoch.first_round = rounds_for_steps(origin.algo->pipe, plan.start_steps);
-  epoch.data_position = plan.data_position;
   const std::size_t n = origin.initial.size();
   std::shared_ptr<transport> link;
+  std::vector<float> parameters;
   std::optional<rule_state> state;
   try {
     me.link->set(plan.epoch, [&rendezvous](const std::string& why) { rendezvous.interrupt(why); });
     link = rendezvous.connect(plan.rank, plan.addresses, plan.epoch);
     me.link->set(plan.epoch, [link](const std::string& why) { link->interrupt(why); });
     if (plan.from_origin) {
+      parameters = origin.initial;
       state = origin.state_of(plan.world, plan.rank);
     } else {
       restored_state restored = transfer_state(*link, plan.source, me.keeper->find(plan.source.layout, plan.source.steps),
                                                n, origin.sharded());
-      epoch.initial = std::move(restored.parameters);
+      parameters = std::move(restored.parameters);
       if (restored.own.present) state = std::move(restored.own);
       self->send(me.membership, restored_atom::value,
-                 restored_report{plan.epoch, plan.rank, hash_parameters(epoch.initial),
+                 restored_report{plan.epoch, plan.rank, hash_parameters(parameters),
                                  state ? state_checksum(*state, n) : 0});
     }
   } catch (const std::exception& e) {
@@ -453,6 +465,7 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
     self->send(plan.coordinator, worker_failure{plan.rank, std::string("epoch start: ") + e.what()});
     return;
   }
+  const job_plan epoch = origin.continued(plan.start_steps, plan.data_position, std::move(parameters));
   local_actors local;
   worker_spec spec;
   spec.rank = plan.rank;
@@ -608,18 +621,7 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     const checkpoint* from = state ? &*state : nullptr;
     std::string crash_report;
     try {
-      job_result part = run_epoch(prototype, train, eval, epoch, record, from, keep, crash_after, e + 1);
-      total.parameters = std::move(part.parameters);
-      total.final_eval_loss = part.final_eval_loss;
-      total.compute_seconds += part.compute_seconds;
-      total.communication_seconds += part.communication_seconds;
-      total.wait_seconds += part.wait_seconds;
-      total.bytes_sent += part.bytes_sent;
-      total.rounds += part.rounds;
-      total.replicas_identical = total.replicas_identical && part.replicas_identical;
-      total.state_bytes_per_worker = part.state_bytes_per_worker;
-      total.peak_bytes_per_worker = std::max(total.peak_bytes_per_worker, part.peak_bytes_per_worker);
-      total.minimum_bytes_per_worker = part.minimum_bytes_per_worker;
+      add_epoch_result(total, run_epoch(prototype, train, eval, epoch, record, from, keep, crash_after, e + 1));
     } catch (const std::runtime_error& e) {
       if (!crash_after) throw;  // only the scripted crash is survivable here
       crash_report = e.what();
@@ -700,10 +702,9 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
                                               std::function<void(std::uint64_t, std::uint64_t)> on_kept) {
         job_config epoch_config = config;
         epoch_config.workers = spec.workers;
-        job_plan epoch_plan_ = origin;
-        epoch_plan_.first_round = rounds_for_steps(origin.algo->pipe, spec.start_steps);
-        epoch_plan_.data_position = spec.data_position;
-        coordinator_setup c = coordination_for(epoch_plan_, prototype, epoch_config, evaluator);
+        coordinator_setup c = coordination_for(origin, prototype, epoch_config, evaluator);
+        c.first_round = rounds_for_steps(origin.algo->pipe, spec.start_steps);
+        c.data_offset = spec.data_position;
         c.on_step = on_step;
         c.result = std::move(result);
         c.epoch = spec.epoch;

@@ -127,16 +127,10 @@ void abort_epoch(self_pointer self, const std::string& why) {
     if (m.alive && m.rank >= 0) self->send(m.agent, abort_atom::value, s.epoch, why);
 }
 
-void merge_epoch_result(membership_state& s, const job_result& part) {
+void merge_epoch_result(membership_state& s, job_result&& part) {
   job_result& total = *s.setup.result;
   for (const auto& m : part.steps) total.steps.push_back(m);
-  if (part.final_eval_loss >= 0) total.final_eval_loss = part.final_eval_loss;
-  total.compute_seconds += part.compute_seconds;
-  total.communication_seconds += part.communication_seconds;
-  total.wait_seconds += part.wait_seconds;
-  total.bytes_sent += part.bytes_sent;
-  total.rounds = part.rounds;
-  total.replicas_identical = total.replicas_identical && part.replicas_identical;
+  add_epoch_result(total, std::move(part));
 }
 
 // The newest kept step the members can rebuild completely, or none.
@@ -212,7 +206,7 @@ void epoch_ended(self_pointer self, std::uint64_t epoch, std::optional<std::stri
   if (epoch != s.epoch || s.now != phase::running) return;
   s.epoch_ended_at = std::chrono::steady_clock::now();
   if (failure) abort_epoch(self, *failure);
-  merge_epoch_result(s, *s.epoch_result);
+  merge_epoch_result(s, std::move(*s.epoch_result));
   for (auto& [id, m] : s.members) m.rank = -1;
   if (!failure) {
     if (s.epoch_result->rounds >= s.setup.total_rounds) {
