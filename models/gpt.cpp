@@ -273,4 +273,18 @@ double gpt::forward_backward(std::span<const float> parameters, const batch& inp
 
 std::unique_ptr<model> make_gpt(const gpt_config& config) { return std::make_unique<gpt>(config); }
 
+// Mirrors the constructor's layout and the sizes prepare() gives the activations.
+double gpt_parameter_estimate(const gpt_config& config) {
+  const double C = config.width, V = config.vocab, L = config.layers;
+  return V * C + double(config.context) * C + L * (12 * C * C + 13 * C) + 2 * C + (config.tied_head ? 0 : V * C);
+}
+
+double gpt_activation_bytes(const gpt_config& config, double examples) {
+  const double C = config.width, V = config.vocab, L = config.layers, T = config.context;
+  const double rows = examples * T;
+  const double kept = rows * C * (16 * L + 2) + rows * (4 * L + 2) + L * examples * config.heads * T * T + rows * V;
+  const double scratch = rows * C * 14 + rows * V;
+  return sizeof(float) * (kept + scratch);
+}
+
 }  // namespace accord

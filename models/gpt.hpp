@@ -99,4 +99,10 @@ private:
 
 std::unique_ptr<model> make_gpt(const gpt_config& config);
 
+// Sizes of a GPT of this shape without building one, as doubles (models/memory.hpp): its
+// parameter count, and the bytes one instance allocates for a forward and backward pass over
+// `examples` full-context sequences (activations kept for the backward pass, and its scratch).
+double gpt_parameter_estimate(const gpt_config& config);
+double gpt_activation_bytes(const gpt_config& config, double examples);
+
 }  // namespace accord

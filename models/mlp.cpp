@@ -152,4 +152,22 @@ double mlp::forward_backward(std::span<const float> parameters, const batch& inp
 
 std::unique_ptr<model> make_mlp(const mlp_config& config) { return std::make_unique<mlp>(config); }
 
+double mlp_parameter_estimate(const mlp_config& config) {
+  double parameters = 0, inputs = config.inputs;
+  for (const int width : config.hidden) {
+    parameters += (inputs + 1) * width;
+    inputs = width;
+  }
+  return parameters + (inputs + 1) * config.classes;
+}
+
+double mlp_activation_bytes(const mlp_config& config, double examples) {
+  double outputs = config.classes, widest = std::max(config.inputs, config.classes);
+  for (const int width : config.hidden) {
+    outputs += width;
+    widest = std::max<double>(widest, width);
+  }
+  return sizeof(float) * examples * (outputs + 2 * widest);
+}
+
 }  // namespace accord

@@ -61,4 +61,10 @@ private:
 
 std::unique_ptr<model> make_mlp(const mlp_config& config);
 
+// Sizes of an MLP of this shape without building one, as doubles (models/memory.hpp): its
+// parameter count, and the bytes one instance allocates for a forward and backward pass over
+// `examples` examples (each layer's outputs and the gradient scratch).
+double mlp_parameter_estimate(const mlp_config& config);
+double mlp_activation_bytes(const mlp_config& config, double examples);
+
 }  // namespace accord
