@@ -10,6 +10,7 @@
 #include "actors/elastic_state.hpp"
 #include "actors/membership_actor.hpp"
 #include "actors/update_rule.hpp"
+#include "models/memory.hpp"
 #include "optim/schedule.hpp"
 #include "transport/inproc.hpp"
 #include "transport/link_model.hpp"
@@ -23,7 +24,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -37,8 +40,12 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
 
+// Every field of a job, before any actor system exists: an exception while actors run must
+// stay the exception, not the rule.
 void validate(const job_config& c) {
   require(c.workers >= 1, "workers must be at least 1 (got " + std::to_string(c.workers) + ")");
+  require(c.workers <= 65535, "workers must be at most 65535 (votes are counted in 16 bits; got " +
+                                  std::to_string(c.workers) + ")");
   require(c.steps >= 1, "steps must be at least 1");
   require(c.micro_batch >= 1, "micro-batch must be at least 1");
   require(c.accumulation >= 1, "accumulation must be at least 1");
@@ -48,10 +55,45 @@ void validate(const job_config& c) {
           "speed factors: expected " + std::to_string(c.workers) + " values (one per worker), got " +
               std::to_string(c.speed_factors.size()));
   for (double f : c.speed_factors)
-    require(f >= 1.0, "speed factors must be >= 1 (a factor f makes a worker f times slower)");
-  require(c.learning_rate >= 0, "learning rate must not be negative");
+    require(f >= 1.0 && f <= 1000.0, "speed factors must be in [1, 1000] (a factor f makes a worker f times slower)");
+  require(std::isfinite(c.learning_rate) && c.learning_rate >= 0,
+          "learning_rate must be a finite number >= 0 (0: the optimizer's default)");
+  for (const auto& [name, beta] : {std::pair{"beta1", c.beta1}, std::pair{"beta2", c.beta2}})
+    require(!beta || (*beta >= 0 && *beta <= 1), std::string(name) + " must be in [0, 1] (unset: the optimizer's default)");
+  require(std::isfinite(c.epsilon) && c.epsilon > 0, "epsilon must be a finite number > 0");
+  require(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay must be a finite number >= 0");
+  require(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]");
   require(c.eval_batches >= 1, "eval batches must be at least 1");
 }
+
+// Each in-process worker runs two threads (its compute and communicator actors).
+constexpr int max_workers_in_process = 1024;
+
+// The floor of what `workers` workers of `prototype` hold in this process: four parameter-sized
+// buffers each (replica, gradient being filled, gradient on the wire, a spare) and the initial
+// parameters. Checked before any of it is allocated.
+void require_worker_memory(const model& prototype, int workers) {
+  const double parameters = static_cast<double>(prototype.parameter_count());
+  require_memory((4.0 * workers + 1) * sizeof(float) * parameters,
+                 "workers: " + std::to_string(workers) + " of a model with " +
+                     std::to_string(prototype.parameter_count()) + " parameters");
+}
+
+// Runs `stop(unwinding)` when the scope ends, by an exception too. Actor handles held outside
+// an actor system's scope keep their actors running, and the system's destructor waits for
+// every running actor: an exception that skipped their shutdown used to hang the process there.
+template <class Stop>
+class scope_exit {
+public:
+  explicit scope_exit(Stop stop) : stop_(std::move(stop)) {}
+  scope_exit(const scope_exit&) = delete;
+  scope_exit& operator=(const scope_exit&) = delete;
+  ~scope_exit() { stop_(std::uncaught_exceptions() > exceptions_); }
+
+private:
+  Stop stop_;
+  int exceptions_ = std::uncaught_exceptions();
+};
 
 optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
   optimizer_config o;
@@ -70,8 +112,10 @@ optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
     throw std::invalid_argument("unknown optimizer '" + o.kind + "' (expected adamw|lion|sgd)");
   }
   if (c.learning_rate > 0) o.learning_rate = c.learning_rate;
-  if (c.beta1 >= 0) o.beta1 = c.beta1;
-  if (c.beta2 >= 0) o.beta2 = c.beta2;
+  o.beta1 = c.beta1.value_or(o.beta1);
+  o.beta2 = c.beta2.value_or(o.beta2);
+  // AdamW's bias correction divides by 1 - beta^t.
+  require(o.kind != "adamw" || (o.beta1 < 1 && o.beta2 < 1), "beta1 and beta2 must be below 1 for adamw");
   o.epsilon = c.epsilon;
   o.weight_decay = c.weight_decay;
   return o;
@@ -116,6 +160,7 @@ job_plan plan_job(const model& prototype, const job_config& config, const checkp
   job_plan plan;
   plan.algo = &find_algorithm(config.algorithm);
   plan.optimizer = optimizer_for(*plan.algo, config);
+  make_optimizer(plan.optimizer, 0);  // its own checks (AdamW's betas below 1, ...) before any actor starts
   plan.schedule.kind = config.cosine ? "cosine" : "constant";
   plan.schedule.peak_learning_rate = plan.optimizer.learning_rate;
   plan.schedule.warmup_steps = config.warmup_steps;
@@ -156,7 +201,7 @@ std::string fingerprint(const model& prototype, const job_config& c, const std::
   f << prototype.signature() << " algo=" << c.algorithm << " steps=" << c.steps << " micro-batch=" << c.micro_batch
     << " accumulation=" << c.accumulation << "/" << c.max_accumulation << " seed=" << c.seed
     << " optimizer=" << c.optimizer << " lr=" << c.learning_rate << " wd=" << c.weight_decay
-    << " betas=" << c.beta1 << "," << c.beta2 << " warmup=" << c.warmup_steps << " cosine=" << c.cosine
+    << " betas=" << c.beta1.value_or(-1) << "," << c.beta2.value_or(-1) << " warmup=" << c.warmup_steps << " cosine=" << c.cosine
     << " dpu-warmup=" << c.dpu_warmup << " transport=" << transport;
   return f.str();
 }
@@ -467,6 +512,11 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   }
   const job_plan epoch = origin.continued(plan.start_steps, plan.data_position, std::move(parameters));
   local_actors local;
+  const scope_exit stop_on_exception([&](bool unwinding) {
+    if (!unwinding) return;
+    link->interrupt("epoch " + std::to_string(plan.epoch) + " failed");
+    local.shut_down(self);
+  });
   worker_spec spec;
   spec.rank = plan.rank;
   spec.link = link;
@@ -523,6 +573,12 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
   std::optional<std::string> failure;
   {
     caf::actor_system system{system_config};
+    caf::scoped_actor self{system};
+    const scope_exit stop_on_exception([&](bool unwinding) {
+      if (!unwinding) return;
+      fail_everyone();  // no communicator may stay blocked in a collective
+      local.shut_down(self);
+    });
     const bool keeps_state = static_cast<bool>(keep_state);
     // The emulated crash waits until the state after `crash_after_step` is kept: the workers
     // run ahead of the coordinator, and a death noticed first would fail the epoch before it.
@@ -567,7 +623,6 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
       spec.crash_round = crash_after_step ? rounds_for_steps(plan.algo->pipe, *crash_after_step) : 0;
       accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, std::move(spec)));
     }
-    caf::scoped_actor self{system};
     failure = run_to_end(system, self, accumulators, coordinator);
     if (failure) fail_everyone();
     local.shut_down(self);
@@ -583,20 +638,30 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
                    std::shared_ptr<const dataset> eval, const job_config& config,
                    std::function<void(const step_metrics&)> on_step) {
   if (!train) throw std::invalid_argument("no training data set");
-  if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step));
-
-  // Elastic: one epoch per worker set, each continuing from the state the previous one left.
-  require(config.speed_factors.empty(), "speed factors cannot be combined with membership changes");
-  int workers = config.workers;
+  validate(config);
+  const std::string in_process_limit =
+      " in one process exceed " + std::to_string(max_workers_in_process) + " (each runs two threads)";
+  require(config.workers <= max_workers_in_process, "workers: " + std::to_string(config.workers) + in_process_limit);
+  // Membership changes, all checked before the first epoch starts.
+  require(config.membership.empty() || config.speed_factors.empty(),
+          "speed factors cannot be combined with membership changes");
+  int workers = config.workers, most_at_once = config.workers;
   std::uint64_t last = 0;
   for (const auto& change : config.membership) {
     require(change.step > last && change.step < config.steps,
             "membership changes must come at increasing steps inside 1.." + std::to_string(config.steps - 1));
     require(change.workers >= 1, "a membership change must leave at least 1 worker");
+    require(change.workers <= max_workers_in_process,
+            "membership: " + std::to_string(change.workers) + " workers" + in_process_limit);
     require(!change.crash || change.workers < workers, "a crash must leave fewer workers");
     last = change.step;
     workers = change.workers;
+    most_at_once = std::max(most_at_once, workers);
   }
+  require_worker_memory(prototype, most_at_once);
+  if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step));
+
+  // Elastic: one epoch per worker set, each continuing from the state the previous one left.
   job_result total;
   std::optional<checkpoint> state;
   auto keep = [&state](const checkpoint& c) { state = c; };
@@ -663,6 +728,9 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
             "process_group.host (this rank's reachable address) is required when the master is not on loopback");
     host = "127.0.0.1";
   }
+  require(group.transport == "ucx" || group.transport == "nccl",
+          "unknown transport '" + group.transport + "' (expected ucx|nccl)");
+  require_worker_memory(prototype, 1);
   const job_plan origin = plan_job(prototype, config);
   size_blas(config, 1);
   caf::actor_system_config system_config;
@@ -685,6 +753,12 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   const auto started = std::chrono::steady_clock::now();
   {
     caf::scoped_actor self{*system};
+    const scope_exit stop_on_exception([&](bool unwinding) {
+      if (!unwinding) return;
+      if (me.agent) self->send_exit(me.agent, caf::exit_reason::user_shutdown);
+      coordination.shut_down(self);
+      (void)system.release();  // abandoned, as after a failure: a communicator may be blocked on a peer
+    });
     if (master) {
       const evaluator_actor evaluator = spawn_evaluation(*system, coordination, prototype, eval ? eval : train, config);
       membership_setup setup;

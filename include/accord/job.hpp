@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ struct job_config {
   int workers = 4;
   // Per worker slowdown: a factor f makes a worker take f times its measured compute time
   // (emulates heterogeneous hardware). Empty: all 1.
-  std::vector<double> speed_factors;
+  std::vector<double> speed_factors;  // each in [1, 1000]
 
   std::uint64_t steps = 100;         // optimizer steps (ACCO: each takes two rounds)
   std::size_t micro_batch = 8;       // examples per micro-batch
@@ -41,11 +42,11 @@ struct job_config {
   // Optimizer (kind: adamw | lion | sgd; the algorithm may impose one, e.g. dlion → lion).
   std::string optimizer = "";        // empty: the algorithm's default
   float learning_rate = 0;           // 0: the optimizer's default for this algorithm
-  float beta1 = -1, beta2 = -1;      // negative: the optimizer's default
+  std::optional<float> beta1, beta2; // unset: the optimizer's default; in [0, 1]
   float epsilon = 1e-8f;
   float weight_decay = 0.0f;
   std::uint64_t warmup_steps = 0;    // linear warm-up, then cosine to min_lr_ratio * lr
-  float min_lr_ratio = 0.1f;
+  float min_lr_ratio = 0.1f;         // in [0, 1]
   bool cosine = true;
 
   std::string link = "unlimited";    // in-process link model, e.g. "1gbit,50us"
@@ -108,8 +109,11 @@ struct job_result {
 
 std::vector<std::string> algorithm_names();
 
-// Runs the job to completion on this process's threads. Throws std::invalid_argument for a bad
-// configuration and std::runtime_error when a worker fails. `on_step` is called from the
+// Runs the job to completion on this process's threads. Throws std::invalid_argument naming the
+// field for a bad configuration (before any actor starts; also when the workers' buffers cannot
+// fit in this machine's memory) and std::runtime_error when a worker fails, also when a training
+// loss or the parameters stop being finite (the message names the step and the worker; the last
+// checkpoint written stays the last good one). `on_step` is called from the
 // coordinator for every step (do not block in it).
 job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
                    std::shared_ptr<const dataset> eval, const job_config& config,
