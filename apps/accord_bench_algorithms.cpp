@@ -3,8 +3,9 @@
 // communication was hidden, bits per parameter on the wire, and memory per worker.
 #include "apps/training_options.hpp"
 
+#include <algorithm>
 #include <cstdio>
-#include <sstream>
+#include <stdexcept>
 
 namespace po = boost::program_options;
 using namespace accord;
@@ -30,24 +31,28 @@ int main(int argc, char** argv) {
         "compute and communication time, hidden fraction, bits/param/step and memory per worker.\n"
         "Synchronous algorithms accumulate --accumulation micro-batches per step; ACCO-style\n"
         "ones half of it per stage (two stages per step), as in the ACCO paper.");
-    std::vector<std::string> names;
-    {
-      std::stringstream in(flags["algos"].as<std::string>());
-      for (std::string name; std::getline(in, name, ',');) names.push_back(name);
-    }
+    const std::vector<std::string> known = algorithm_names();
+    std::string expected;
+    for (const auto& name : known) expected += (expected.empty() ? "" : "|") + name;
+    const std::vector<std::string> names = list_items("--algos", flags["algos"].as<std::string>(), expected);
+    for (const auto& name : names)
+      if (std::find(known.begin(), known.end(), name) == known.end())
+        throw std::invalid_argument("--algos: '" + name + "' is not " + expected);
+    warn_ignored(flags, "accord-bench-algorithms", {{"algo", "here (--algos lists the algorithms)"}});
+    warn_ignored_training_flags(flags, "accord-bench-algorithms");
+    const training_setup setup = make_training_setup(flags);  // model and data serve every algorithm
     const std::uint64_t baseline_accumulation = flags["accumulation"].as<std::size_t>();
     std::printf("%-11s %9s %6s %11s %11s %9s %7s %11s %8s %8s %9s %9s %9s\n", "algorithm", "step ms",
                 "xbase", "compute ms", "comm ms", "step/max", "hidden", "bits/param", "mb/step",
                 "eval", "peak MB", "min MB", "items/s");
     double baseline_step = 0;
     for (const auto& name : names) {
-      po::variables_map run_flags = flags;
-      training_setup setup = make_training_setup(run_flags);
-      setup.job.algorithm = name;
-      setup.job.eval_interval = 0;
+      job_config job = setup.job;
+      job.algorithm = name;
+      job.eval_interval = 0;
       const bool staged = name.rfind("acco", 0) == 0;
-      setup.job.accumulation = staged ? std::max<std::uint64_t>(1, baseline_accumulation / 2) : baseline_accumulation;
-      const job_result r = run_job(*setup.net, setup.train, setup.eval, setup.job);
+      job.accumulation = staged ? std::max<std::uint64_t>(1, baseline_accumulation / 2) : baseline_accumulation;
+      const job_result r = run_job(*setup.net, setup.train, setup.eval, job);
       const double steps = static_cast<double>(r.steps.size());
       const double step_ms = 1e3 * r.seconds / steps;
       const double compute_ms = 1e3 * r.compute_seconds / steps;

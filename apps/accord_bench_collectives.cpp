@@ -14,8 +14,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <boost/program_options.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "apps/flags.hpp"
+#include "models/memory.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
 namespace po = boost::program_options;
@@ -105,42 +105,40 @@ std::optional<double> perftest_bandwidth(std::size_t bytes, int iterations, cons
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ranks = 2;
-  std::size_t min_bytes = 0, max_bytes = 0;
-  double volume_mib = 0;
   ucx_options options;
   po::options_description flags(
       "accord-bench-collectives: bus bandwidth of all_reduce / reduce_scatter / sign_majority over UCX on\n"
       "loopback (ranks as threads), beside raw UCX point-to-point bandwidth from the same run.\nOptions");
   flags.add_options()("help,h", "print this help")
-      ("ranks,n", po::value(&ranks)->default_value(2), "number of ranks (threads), 2..64")
-      ("min-bytes", po::value(&min_bytes)->default_value(1 << 12), "smallest message size in bytes")
-      ("max-bytes", po::value(&max_bytes)->default_value(64 << 20), "largest message size in bytes (sizes step x4)")
-      ("volume-mib", po::value(&volume_mib)->default_value(512),
+      ("ranks,n", number_flag(2, 64, 2), "number of ranks (threads), 2..64")
+      ("min-bytes", number_flag<std::size_t>(8, std::size_t{1} << 34, 1 << 12), "smallest message size in bytes")
+      ("max-bytes", number_flag<std::size_t>(8, std::size_t{1} << 34, 64 << 20),
+       "largest message size in bytes (sizes step x4)")
+      ("volume-mib", number_flag(number_range<double>{0, 1e6, true}, 512.0),
        "bytes per measurement and size, in MiB (sets the repetitions; at least 3)")
       ("detect-peer-failure", po::bool_switch(&options.detect_peer_failure),
        "UCX error mode PEER: tcp only, no shared memory (see transport/ucx/ucx_transport.hpp)")
       ("net-devices", po::value(&options.net_devices)->default_value(""),
        "UCX_NET_DEVICES for the ranks (default: lo, or the environment's)");
-  po::variables_map args;
+  int ranks = 0;
+  std::size_t min_bytes = 0, max_bytes = 0;
+  double volume_mib = 0;
   try {
-    po::store(po::parse_command_line(argc, argv, flags), args);
-    po::notify(args);
-  } catch (const po::error& e) {
+    const po::variables_map args = parse_flags(argc, argv, flags, "usage: accord-bench-collectives [options]");
+    ranks = args["ranks"].as<int>();
+    min_bytes = args["min-bytes"].as<std::size_t>();
+    max_bytes = args["max-bytes"].as<std::size_t>();
+    volume_mib = args["volume-mib"].as<double>();
+    if (options.net_devices.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:,.-") != std::string::npos)
+      throw std::invalid_argument("--net-devices '" + options.net_devices + "' is not a device list");
+    if (max_bytes < min_bytes)
+      throw std::invalid_argument("--max-bytes " + std::to_string(max_bytes) + " is below --min-bytes " +
+                                  std::to_string(min_bytes));
+    // Per rank at the largest size: the byte buffers out and in, the floats, the votes and the majority.
+    require_memory(double(ranks) * 5 * double(max_bytes), "--max-bytes " + std::to_string(max_bytes));
+  } catch (const std::exception& e) {
     std::cerr << "accord-bench-collectives: " << e.what() << "\n";
-    return 2;
-  }
-  if (args.count("help")) {
-    std::cout << flags << "\n";
-    return 0;
-  }
-  if (options.net_devices.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:,.-") !=
-      std::string::npos) {
-    std::cerr << "accord-bench-collectives: --net-devices '" << options.net_devices << "' is not a device list\n";
-    return 2;
-  }
-  if (ranks < 2 || ranks > 64 || min_bytes < 8 || max_bytes < min_bytes || volume_mib <= 0) {
-    std::cerr << "accord-bench-collectives: need 2 <= --ranks <= 64, 8 <= --min-bytes <= --max-bytes, --volume-mib > 0\n";
     return 2;
   }
 

@@ -1,7 +1,5 @@
 // accord-bench-gpu: bandwidth of the training-loop kernels against the device's peak memory
 // bandwidth, the NCCL all-reduce over the local GPUs, and GPT training steps per second.
-#include <boost/program_options.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -9,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "apps/flags.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernels.hpp"
 #include "gpu/model_factory.hpp"
 #include "models/gpt.hpp"
+#include "models/memory.hpp"
 #include "transport/transport.hpp"
 #if ACCORD_HAVE_CUDA
 #include "gpu/nccl_transport.hpp"
@@ -141,20 +141,17 @@ int main(int argc, char** argv) try {
   po::options_description options("accord-bench-gpu: kernel bandwidth vs peak, NCCL all-reduce, GPT steps/s");
   options.add_options()("help", "show this help")
       ("device", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
-      ("elements", po::value<std::size_t>()->default_value(std::size_t{1} << 26), "floats per kernel call")
-      ("iterations", po::value<int>()->default_value(20), "timed calls per kernel")
-      ("gpt-steps", po::value<int>()->default_value(5), "timed GPT steps (0: skip)");
-  po::variables_map vm;
-  po::store(po::parse_command_line(argc, argv, options), vm);
-  if (vm.count("help")) {
-    std::cout << options;
-    return 0;
-  }
-  po::notify(vm);
+      ("elements", number_flag<std::size_t>(1, std::size_t{1} << 36, std::size_t{1} << 26), "floats per kernel call")
+      ("iterations", number_flag(1, 1'000'000, 20), "timed calls per kernel")
+      ("gpt-steps", number_flag(0, 1'000'000, 5), "timed GPT steps (0: skip)");
+  const po::variables_map vm = parse_flags(argc, argv, options, "usage: accord-bench-gpu [options]");
   const device_kind device = parse_device(vm["device"].as<std::string>());
   const std::size_t n = vm["elements"].as<std::size_t>();
   const int iterations = vm["iterations"].as<int>();
-  if (n == 0 || iterations < 1) throw std::invalid_argument("--elements and --iterations must be positive");
+  // Host bytes per element: its float; on the cpu also the four float arrays, the packed signs
+  // (one word set and eight voters' ones) and the 16-bit vote counts.
+  const double bytes_per_element = device == device_kind::cpu ? 5 * sizeof(float) + 9.0 / 8 + 2 : sizeof(float);
+  require_memory(static_cast<double>(n) * bytes_per_element, "--elements " + std::to_string(n));
   std::printf("device: %s\n", describe_device(device).c_str());
   bench_kernels(device, n, iterations);
   if (device == device_kind::cuda) bench_nccl(n, iterations);

@@ -1,9 +1,10 @@
 // accord-bench-models: CPU compute speed of the built-in models and of the BLAS path under
 // them, printed as tables so later work (threading, kernels, GPU) can be compared against it.
+#include "apps/flags.hpp"
 #include "models/gpt.hpp"
+#include "models/memory.hpp"
 #include "models/mlp.hpp"
 
-#include <boost/program_options.hpp>
 #include <cblas.h>
 
 #include <chrono>
@@ -90,36 +91,42 @@ void bench_mlp(const mlp_config& config, std::size_t examples, double budget) {
               double(examples) / t.seconds_per_call, t.seconds_per_call * 1e3);
 }
 
+// The GPT rows of the table.
+const gpt_config gpt_sizes[] = {
+    {.context = 64, .layers = 2, .heads = 4, .width = 64},
+    {.context = 64, .layers = 2, .heads = 4, .width = 128},
+    {.context = 64, .layers = 2, .heads = 4, .width = 256},
+    {.context = 64, .layers = 4, .heads = 4, .width = 128},
+    {.context = 128, .layers = 2, .heads = 4, .width = 128},
+    {.context = 128, .layers = 4, .heads = 8, .width = 256},
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 1;
-  double budget = 0.5;
-  std::size_t examples = 8;
   po::options_description options(
       "accord-bench-models: forward+backward throughput of the built-in models on the CPU and\n"
       "GFLOP/s of the sgemm path beneath them (figures, not tests)\n\nOptions");
   options.add_options()("help,h", "print this help")(
-      "threads", po::value<int>(&threads)->default_value(threads),
-      "OpenBLAS threads for the matrix products")(
-      "seconds", po::value<double>(&budget)->default_value(budget),
-      "time spent measuring each row, after one warm-up call")(
-      "examples", po::value<std::size_t>(&examples)->default_value(examples),
-      "GPT sequences per forward+backward step");
-  po::variables_map flags;
+      "threads", number_flag(1, 1024, 1), "OpenBLAS threads for the matrix products")(
+      "seconds", number_flag(number_range<double>{0, 3600, true}, 0.5), "time spent measuring each row, after one warm-up call")(
+      "examples", number_flag<std::size_t>(1, 1'000'000, 8), "GPT sequences per forward+backward step");
+  int threads = 0;
+  double budget = 0;
+  std::size_t examples = 0;
   try {
-    po::store(po::parse_command_line(argc, argv, options), flags);
-    po::notify(flags);
-    if (threads < 1) throw po::error("--threads must be at least 1");
-    if (budget <= 0.0) throw po::error("--seconds must be positive");
-    if (examples < 1) throw po::error("--examples must be at least 1");
-  } catch (const po::error& e) {
+    const po::variables_map flags = parse_flags(argc, argv, options, "usage: accord-bench-models [options]");
+    threads = flags["threads"].as<int>();
+    budget = flags["seconds"].as<double>();
+    examples = flags["examples"].as<std::size_t>();
+    // Every GPT row must fit: its activations for --examples, its parameters and gradients.
+    for (const gpt_config& config : gpt_sizes)
+      require_memory(gpt_activation_bytes(config, static_cast<double>(examples)) +
+                         2 * sizeof(float) * gpt_parameter_estimate(config),
+                     "--examples " + std::to_string(examples));
+  } catch (const std::exception& e) {
     std::cerr << "accord-bench-models: " << e.what() << "\n";
     return 2;
-  }
-  if (flags.count("help")) {
-    std::cout << options << "\n";
-    return 0;
   }
   openblas_set_num_threads(threads);
   std::printf("OpenBLAS threads: %d, %.2f s per row\n\n", threads, budget);
@@ -127,15 +134,7 @@ int main(int argc, char** argv) {
   std::printf("GPT forward+backward (byte-level, vocab 256, tied head)\n");
   std::printf("%6s %6s %6s %8s %9s %6s %10s %9s\n", "layers", "width", "heads", "context",
               "params", "batch", "tokens/s", "ms/step");
-  const gpt_config sizes[] = {
-      {.context = 64, .layers = 2, .heads = 4, .width = 64},
-      {.context = 64, .layers = 2, .heads = 4, .width = 128},
-      {.context = 64, .layers = 2, .heads = 4, .width = 256},
-      {.context = 64, .layers = 4, .heads = 4, .width = 128},
-      {.context = 128, .layers = 2, .heads = 4, .width = 128},
-      {.context = 128, .layers = 4, .heads = 8, .width = 256},
-  };
-  for (const gpt_config& config : sizes) bench_gpt(config, examples, budget);
+  for (const gpt_config& config : gpt_sizes) bench_gpt(config, examples, budget);
 
   std::printf("\nsgemm C[m,n] = A[m,k] B[k,n]\n%6s %6s %6s %10s %9s\n", "m", "n", "k", "GFLOP/s",
               "ms/call");

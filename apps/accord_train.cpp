@@ -78,8 +78,10 @@ std::pair<std::string, int> parse_host_port(const std::string& text) {
 int main(int argc, char** argv) {
   po::options_description options("accord-train options");
   options.add_options()("help,h", "show this help")
-      ("log-interval", po::value<std::uint64_t>()->default_value(10), "progress line every this many steps")
-      ("save-parameters", po::value<std::string>(), "write the final parameters (raw float32) to this file")
+      ("log-interval", number_flag<std::uint64_t>(0, 1'000'000'000, 10), "progress line every this many steps (0: none)")
+      ("save-parameters", po::value<std::string>(),
+       "write the final parameters (raw float32) to this file; between processes rank 0 writes it (every rank "
+       "holds the same parameters)")
       ("transport", po::value<std::string>()->default_value("ucx"),
        "between processes: ucx | nccl (GPU to GPU; device = LOCAL_RANK)")
       ("elastic", po::bool_switch(),
@@ -88,9 +90,9 @@ int main(int argc, char** argv) {
       ("join", po::value<std::string>(),
        "join the running elastic job whose rank 0 listens at HOST:PORT (also set by ACCORD_JOIN, as "
        "accord-launch --join does)")
-      ("keep-interval", po::value<std::uint64_t>()->default_value(1),
+      ("keep-interval", number_flag<std::uint64_t>(1, 1'000'000'000, 1),
        "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)")
-      ("heartbeat-timeout", po::value<double>()->default_value(30),
+      ("heartbeat-timeout", number_flag(0.1, 86400.0, 30.0),
        "between processes: seconds of silence after which a worker process counts as dead");
   add_training_options(options, default_job());
   try {
@@ -103,11 +105,10 @@ int main(int argc, char** argv) {
                                    "Slurm's srun), each process is one worker and tensors travel over UCX.\n"
                                    "With --elastic the job survives workers that die or leave and admits\n"
                                    "new ones started with --join HOST:PORT (rank 0's MASTER_ADDR:MASTER_PORT).");
-    training_setup setup = make_training_setup(flags);
-    setup.job.keep_interval = flags["keep-interval"].as<std::uint64_t>();
-    if (setup.job.keep_interval < 1) throw std::invalid_argument("--keep-interval must be at least 1");
+    const std::string transport = flags["transport"].as<std::string>();
+    if (transport != "ucx" && transport != "nccl")
+      throw std::invalid_argument("--transport: '" + transport + "' (expected ucx|nccl)");
     const double heartbeat = flags["heartbeat-timeout"].as<double>();
-    if (!(heartbeat >= 0.1)) throw std::invalid_argument("--heartbeat-timeout must be at least 0.1 seconds");
     const char* elastic_variable = std::getenv("ACCORD_ELASTIC");
     const bool elastic = flags["elastic"].as<bool>() || (elastic_variable && std::string(elastic_variable) == "1");
     std::optional<rendezvous_info> place = rendezvous_from_environment();
@@ -132,7 +133,19 @@ int main(int argc, char** argv) {
       joiner.master_addr = address;
       joiner.master_port = port;
       place = joiner;
-    } else if (place) {
+    }
+    // Between processes each process runs one worker; in one process, all of them.
+    training_setup setup = make_training_setup(flags, place ? 1 : 0);
+    warn_ignored_training_flags(flags, "accord-train");
+    setup.job.keep_interval = flags["keep-interval"].as<std::uint64_t>();
+    if (place) {
+      warn_ignored(flags, "accord-train", {{"link", "between processes (the network is real)"}});
+      if (!elastic && !joining) warn_ignored(flags, "accord-train", {{"keep-interval", "without --elastic"}});
+    } else {
+      for (const char* flag : {"transport", "elastic", "keep-interval", "heartbeat-timeout"})
+        warn_ignored(flags, "accord-train", {{flag, "in one process (it applies between processes)"}});
+    }
+    if (!joining && place) {
       if (flags["workers"].defaulted())
         setup.job.workers = place->world_size;
       else if (setup.job.workers != place->world_size)
@@ -185,7 +198,7 @@ int main(int argc, char** argv) {
       group.master_addr = place->master_addr;
       group.master_port = place->master_port;
       group.host = local_address_towards(place->master_addr, place->master_port);
-      group.transport = flags["transport"].as<std::string>();
+      group.transport = transport;
       group.local_rank = place->local_rank;
       group.elastic = elastic || joining;
       group.join = joining;
@@ -199,7 +212,9 @@ int main(int argc, char** argv) {
     } else {
       result = run_job(*setup.net, setup.train, setup.eval, job, progress);
     }
-    if (flags.count("save-parameters")) save_parameters(flags["save-parameters"].as<std::string>(), result.parameters);
+    // Every rank holds the same parameters: one file, from rank 0, instead of every rank racing to write it.
+    if (flags.count("save-parameters") && leader)
+      save_parameters(flags["save-parameters"].as<std::string>(), result.parameters);
     if (!leader) {
       if (leave_requested) std::printf("left the job\n");
       return 0;

@@ -4,65 +4,68 @@
 #include "data/text.hpp"
 #include "gpu/model_factory.hpp"
 #include "models/gpt.hpp"
+#include "models/memory.hpp"
 #include "models/mlp.hpp"
 
-#include <cstdlib>
-#include <iostream>
-#include <sstream>
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
 
 namespace po = boost::program_options;
 
 namespace accord {
 namespace {
 
-// A comma-separated list for `flag`: `parse` turns one item into a value and throws when the
-// item is not acceptable; the error names the flag, the item and what was `expected`.
+// Upper bounds of the job's numbers: far beyond any sensible run, low enough that nothing
+// downstream overflows or allocates absurdly before the memory estimate speaks.
+constexpr std::uint64_t most_steps = 1'000'000'000;
+constexpr std::size_t most_examples = 1'000'000;
+constexpr int most_workers = 65535;  // Distributed Lion counts votes in 16 bits
+constexpr float most_learning_rate = 1e6f;
+constexpr double slowest_speed = 1000;
+
+// A comma-separated list for `flag`, each item parsed by `parse` (nullopt: not acceptable);
+// the error names the flag, the item and what was `expected`.
 template <class T, class Parse>
-std::vector<T> parse_list(const std::string& flag, const std::string& list, const std::string& expected,
-                          Parse parse) {
+std::vector<T> parse_list(const std::string& flag, const std::string& list, const std::string& expected, Parse parse) {
   std::vector<T> values;
-  std::stringstream in(list);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    try {
-      std::size_t used = 0;
-      values.push_back(parse(item, used));
-      if (used != item.size()) throw std::invalid_argument(item);
-    } catch (const std::exception&) {
-      throw std::invalid_argument(flag + ": '" + item + "' is not " + expected);
-    }
+  for (const std::string& item : list_items(flag, list, expected)) {
+    const std::optional<T> value = parse(item);
+    if (!value) throw std::invalid_argument(flag + ": '" + item + "' is not " + expected);
+    values.push_back(*value);
   }
   return values;
 }
 
 std::vector<double> parse_speed_factors(const std::string& list) {
-  return parse_list<double>("--speed", list, "a number (expected e.g. 1,1,1,4)",
-                            [](const std::string& item, std::size_t& used) { return std::stod(item, &used); });
+  const number_range<double> factors{1, slowest_speed};
+  return parse_list<double>("--speed", list, factors.describe() + " (e.g. 1,1,1,4)",
+                            [&](const std::string& item) { return factors.parse(item); });
 }
 
 std::vector<int> parse_sizes(const std::string& flag, const std::string& list) {
-  return parse_list<int>(flag, list, "a positive integer", [](const std::string& item, std::size_t& used) {
-    const int v = std::stoi(item, &used);
-    if (v <= 0) throw std::invalid_argument(item);
-    return v;
-  });
+  const number_range<int> sizes{1, 1 << 30};
+  return parse_list<int>(flag, list, sizes.describe(), [&](const std::string& item) { return sizes.parse(item); });
 }
 
 std::vector<membership_change> parse_membership(const std::string& list) {
   return parse_list<membership_change>(
-      "--membership", list, "STEP:WORKERS or STEP:WORKERS:crash", [](const std::string& item, std::size_t& used) {
+      "--membership", list, "STEP:WORKERS or STEP:WORKERS:crash (STEP 1..steps-1, WORKERS 1.." +
+                                std::to_string(most_workers) + ")",
+      [](const std::string& item) -> std::optional<membership_change> {
+        const auto colon = item.find(':');
+        if (colon == std::string::npos) return std::nullopt;
+        std::string workers = item.substr(colon + 1);
         membership_change change;
-        std::size_t at = 0;
-        change.step = std::stoull(item, &at);
-        if (at >= item.size() || item[at] != ':') throw std::invalid_argument(item);
-        std::size_t more = 0;
-        change.workers = std::stoi(item.substr(at + 1), &more);
-        at += 1 + more;
-        if (item.compare(at, std::string::npos, ":crash") == 0) {
+        if (workers.size() > 6 && workers.compare(workers.size() - 6, 6, ":crash") == 0) {
           change.crash = true;
-          at = item.size();
+          workers.resize(workers.size() - 6);
         }
-        used = at;
+        const auto step = number_range<std::uint64_t>{1, most_steps}.parse(item.substr(0, colon));
+        const auto count = number_range<int>{1, most_workers}.parse(workers);
+        if (!step || !count) return std::nullopt;
+        change.step = *step;
+        change.workers = *count;
         return change;
       });
 }
@@ -71,66 +74,126 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// What decides the memory of a job in one process.
+struct job_shape {
+  bool language_model = true;
+  bool activations_on_host = true;  // false: a GPU holds them
+  gpt_config gpt;
+  mlp_config mlp;
+  double micro_batch = 1;
+  double workers = 1;  // in this process
+};
+
+// A floor of the bytes a job needs in one process: per worker four parameter-sized buffers
+// (its replica, the gradient being filled, the one on the wire, a spare) and one model
+// instance's activations, plus the initial parameters and the evaluator's model. Refuses only
+// what cannot fit; optimizer state and data come on top.
+double job_bytes(const job_shape& s) {
+  const double parameters =
+      s.language_model ? gpt_parameter_estimate(s.gpt) : mlp_parameter_estimate(s.mlp);
+  const double activations = !s.activations_on_host ? 0
+                             : s.language_model     ? gpt_activation_bytes(s.gpt, s.micro_batch)
+                                                    : mlp_activation_bytes(s.mlp, s.micro_batch);
+  return (s.workers + 1) * activations + (4 * s.workers + 1) * sizeof(float) * parameters;
+}
+
+// Refuses a job that cannot fit in this machine's memory, naming the size flag whose smallest
+// value would shrink the estimate most (the one that makes the job too big). `workers_flag`:
+// what sets the number of workers in this process ("--workers 8"), empty when that is one.
+void require_job_memory(const po::variables_map& flags, const job_shape& shape, const std::string& workers_flag) {
+  const double needed = job_bytes(shape);
+  if (needed <= available_memory_bytes()) return;
+  auto given = [&](const char* flag) {
+    const auto& value = flags[flag].value();
+    return std::string("--") + flag + " " +
+           (value.type() == typeid(int) ? std::to_string(flags[flag].as<int>()) : flags[flag].as<std::string>());
+  };
+  using shrink = void (*)(job_shape&);
+  std::vector<std::pair<std::string, shrink>> candidates = {
+      {"--micro-batch " + std::to_string(flags["micro-batch"].as<std::size_t>()),
+       [](job_shape& s) { s.micro_batch = 1; }}};
+  if (!workers_flag.empty()) candidates.emplace_back(workers_flag, [](job_shape& s) { s.workers = 1; });
+  if (shape.language_model) {
+    candidates.emplace_back(given("width"), [](job_shape& s) { s.gpt.width = s.gpt.heads; });
+    candidates.emplace_back(given("layers"), [](job_shape& s) { s.gpt.layers = 1; });
+    candidates.emplace_back(given("context"), [](job_shape& s) { s.gpt.context = 1; });
+    candidates.emplace_back(given("heads"), [](job_shape& s) { s.gpt.heads = 1; });
+  } else {
+    candidates.emplace_back(given("hidden"), [](job_shape& s) { s.mlp.hidden.assign(1, 1); });
+  }
+  std::string culprit = candidates.front().first;
+  double smallest = needed;
+  for (const auto& [flag, shrink_it] : candidates) {
+    job_shape smaller = shape;
+    shrink_it(smaller);
+    if (const double bytes = job_bytes(smaller); bytes < smallest) {
+      smallest = bytes;
+      culprit = flag;
+    }
+  }
+  require_memory(needed, culprit);
+}
+
 }  // namespace
 
 void add_training_options(po::options_description& options, const job_config& d) {
   static const std::string data_help =
       "gpt: a text file, or an llm.c .bin token shard (default: the fortunes corpus); "
       "mlp: a Fashion-MNIST directory (default: " + std::string(default_fashion_mnist_directory) + ")";
+  constexpr std::uint64_t most = most_steps;  // also the bound of intervals and warm-ups
   options.add_options()
       ("algo", po::value<std::string>()->default_value(d.algorithm),
        "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion")
-      ("workers", po::value<int>()->default_value(d.workers), "data-parallel workers")
+      ("workers", number_flag(1, most_workers, d.workers), "data-parallel workers")
       ("speed", po::value<std::string>(),
-       "per-worker slowdown factors, e.g. 1,1,1,4 (emulates heterogeneous hardware)")
-      ("steps", po::value<std::uint64_t>()->default_value(d.steps), "optimizer steps")
-      ("micro-batch", po::value<std::size_t>()->default_value(d.micro_batch), "examples per micro-batch")
-      ("accumulation", po::value<std::size_t>()->default_value(d.accumulation),
+       "per-worker slowdown factors in [1, 1000], e.g. 1,1,1,4 (emulates heterogeneous hardware)")
+      ("steps", number_flag<std::uint64_t>(1, most, d.steps), "optimizer steps")
+      ("micro-batch", number_flag<std::size_t>(1, most_examples, d.micro_batch), "examples per micro-batch")
+      ("accumulation", number_flag<std::size_t>(1, most_examples, d.accumulation),
        "micro-batches per round at least (ACCO: per stage)")
-      ("max-accumulation", po::value<std::size_t>()->default_value(d.max_accumulation),
+      ("max-accumulation", number_flag<std::size_t>(0, most_examples, d.max_accumulation),
        "overlapped algorithms: at most this many micro-batches per round (0: no cap)")
-      ("dpu-warmup", po::value<std::uint64_t>()->default_value(d.dpu_warmup),
-       "DPU: synchronous rounds before overlapping")
-      ("seed", po::value<std::uint64_t>()->default_value(d.seed), "initialisation and data order")
+      ("dpu-warmup", number_flag<std::uint64_t>(0, most, d.dpu_warmup), "DPU: synchronous rounds before overlapping")
+      ("seed", number_flag<std::uint64_t>(0, ~std::uint64_t{0}, d.seed), "initialisation and data order")
       ("model", po::value<std::string>()->default_value("gpt"), "gpt (byte-level transformer) | mlp (classifier)")
       ("device", po::value<std::string>()->default_value("auto"),
-       "where compute actors run the model: cpu | cuda | auto (cuda when a GPU exists)")
+       "where compute actors run the gpt: cpu | cuda | auto (cuda when a GPU exists); the mlp runs on the cpu")
       ("data", po::value<std::string>(), data_help.c_str())
-      ("context", po::value<int>()->default_value(64), "gpt: context length")
-      ("layers", po::value<int>()->default_value(2), "gpt: transformer blocks")
-      ("heads", po::value<int>()->default_value(4), "gpt: attention heads")
-      ("width", po::value<int>()->default_value(128), "gpt: embedding width")
+      ("context", number_flag(1, 1 << 20, 64), "gpt: context length")
+      ("layers", number_flag(1, 1 << 20, 2), "gpt: transformer blocks")
+      ("heads", number_flag(1, 1 << 20, 4), "gpt: attention heads")
+      ("width", number_flag(1, 1 << 30, 128), "gpt: embedding width")
       ("untied-head", po::bool_switch(), "gpt: separate output head instead of the token embedding")
       ("hidden", po::value<std::string>()->default_value("256,128"), "mlp: hidden layer widths")
       ("optimizer", po::value<std::string>(), "adamw | lion | sgd (default: the algorithm's)")
-      ("lr", po::value<float>(), "peak learning rate (default: adamw 3e-3, lion 3e-4, sgd 0.05)")
-      ("beta1", po::value<float>(), "first moment / momentum coefficient")
-      ("beta2", po::value<float>(), "second moment coefficient (Lion: momentum update)")
-      ("weight-decay", po::value<float>()->default_value(d.weight_decay), "decoupled weight decay")
-      ("warmup", po::value<std::uint64_t>()->default_value(d.warmup_steps), "linear warm-up steps")
+      ("lr", number_flag(number_range<float>{0, most_learning_rate, true}), "peak learning rate (default: adamw 3e-3, lion 3e-4, sgd 0.05)")
+      ("beta1", number_flag(0.0f, 1.0f), "first moment / momentum coefficient (default: the optimizer's)")
+      ("beta2", number_flag(0.0f, 1.0f), "second moment coefficient (Lion: momentum update; default: the optimizer's)")
+      ("weight-decay", number_flag(0.0f, most_learning_rate, d.weight_decay), "decoupled weight decay")
+      ("warmup", number_flag<std::uint64_t>(0, most, d.warmup_steps), "linear warm-up steps")
       ("schedule", po::value<std::string>()->default_value(d.cosine ? "cosine" : "constant"),
        "cosine (to --min-lr-ratio x lr) | constant")
-      ("min-lr-ratio", po::value<float>()->default_value(d.min_lr_ratio), "cosine floor as a fraction of lr")
+      ("min-lr-ratio", number_flag(0.0f, 1.0f, d.min_lr_ratio), "cosine floor as a fraction of lr")
       ("link", po::value<std::string>()->default_value(d.link),
        "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited")
-      ("eval-interval", po::value<std::uint64_t>()->default_value(d.eval_interval),
+      ("eval-interval", number_flag<std::uint64_t>(0, most, d.eval_interval),
        "held-out loss every this many steps (0: only at the end)")
-      ("eval-batches", po::value<std::size_t>()->default_value(d.eval_batches), "micro-batches per evaluation")
-      ("replica-check", po::value<std::uint64_t>()->default_value(d.replica_check_interval),
+      ("eval-batches", number_flag<std::size_t>(1, most_examples, d.eval_batches), "micro-batches per evaluation")
+      ("replica-check", number_flag<std::uint64_t>(0, most, d.replica_check_interval),
        "compare parameter hashes of all replicas every this many rounds (0: never)")
       ("metrics", po::value<std::string>(), "write one JSON line per step to this file")
       ("checkpoint", po::value<std::string>(),
        "write parameters, optimizer state and data position to this file (at the end, and every --checkpoint-interval steps)")
-      ("checkpoint-interval", po::value<std::uint64_t>()->default_value(d.checkpoint_interval),
+      ("checkpoint-interval", number_flag<std::uint64_t>(0, most, d.checkpoint_interval),
        "steps between checkpoints (0: only at the end)")
       ("resume", po::value<std::string>(), "continue from a checkpoint, with any number of workers, up to --steps")
       ("membership", po::value<std::string>(),
        "elastic run in one process: STEP:WORKERS[:crash],... e.g. 50:3,100:5,150:2:crash "
        "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
-      ("blas-threads", po::value<int>()->default_value(d.blas_threads), "BLAS threads per worker (0: cores/workers)");
+      ("blas-threads", number_flag(0, 1024, d.blas_threads), "BLAS threads per worker (0: cores/workers)");
 }
 
-training_setup make_training_setup(const po::variables_map& flags) {
+training_setup make_training_setup(const po::variables_map& flags, int local_workers) {
   training_setup setup;
   job_config& job = setup.job;
   job.algorithm = flags["algo"].as<std::string>();
@@ -143,10 +206,7 @@ training_setup make_training_setup(const po::variables_map& flags) {
   job.dpu_warmup = flags["dpu-warmup"].as<std::uint64_t>();
   job.seed = flags["seed"].as<std::uint64_t>();
   if (flags.count("optimizer")) job.optimizer = flags["optimizer"].as<std::string>();
-  if (flags.count("lr")) {
-    job.learning_rate = flags["lr"].as<float>();
-    if (job.learning_rate <= 0) throw std::invalid_argument("--lr must be positive");
-  }
+  if (flags.count("lr")) job.learning_rate = flags["lr"].as<float>();
   if (flags.count("beta1")) job.beta1 = flags["beta1"].as<float>();
   if (flags.count("beta2")) job.beta2 = flags["beta2"].as<float>();
   job.weight_decay = flags["weight-decay"].as<float>();
@@ -168,16 +228,35 @@ training_setup make_training_setup(const po::variables_map& flags) {
   job.blas_threads = flags["blas-threads"].as<int>();
 
   const std::string kind = flags["model"].as<std::string>();
-  const device_kind device = parse_device(flags["device"].as<std::string>());
+  if (kind != "gpt" && kind != "mlp") throw std::invalid_argument("--model: '" + kind + "' (expected gpt|mlp)");
+  const std::string device_name = flags["device"].as<std::string>();
+  device_kind device = parse_device(device_name);
+  // The MLP has no CUDA path: auto means the cpu for it, and cuda is a mistake.
+  if (kind == "mlp") {
+    if (device_name == "cuda") throw std::invalid_argument("--device cuda: --model mlp runs on the cpu only");
+    device = device_kind::cpu;
+  }
   setup.device_description = describe_device(device);
+
+  job_shape shape;
+  shape.language_model = kind == "gpt";
+  shape.activations_on_host = device == device_kind::cpu;
+  shape.micro_batch = static_cast<double>(job.micro_batch);
+  int most_at_once = job.workers;
+  for (const auto& change : job.membership) most_at_once = std::max(most_at_once, change.workers);
+  shape.workers = local_workers > 0 ? local_workers : most_at_once;
+  const std::string workers_flag = shape.workers == 1              ? ""
+                                   : most_at_once > job.workers ? "--membership " + flags["membership"].as<std::string>()
+                                                                : "--workers " + std::to_string(job.workers);
   const std::string data = flags.count("data") ? flags["data"].as<std::string>() : "";
   if (kind == "gpt") {
-    gpt_config config;
+    gpt_config& config = shape.gpt;
     config.context = flags["context"].as<int>();
     config.layers = flags["layers"].as<int>();
     config.heads = flags["heads"].as<int>();
     config.width = flags["width"].as<int>();
     config.tied_head = !flags["untied-head"].as<bool>();
+    require_job_memory(flags, shape, workers_flag);
     std::shared_ptr<const token_dataset> train, eval;
     if (data.empty()) {
       train = load_default_corpus(config.context, true, job.seed);
@@ -193,35 +272,29 @@ training_setup make_training_setup(const po::variables_map& flags) {
     setup.net = make_gpt_on(device, config);
     setup.train = train;
     setup.eval = eval;
-  } else if (kind == "mlp") {
-    if (device != device_kind::cpu) throw std::invalid_argument("--model mlp runs on the cpu only (use --device cpu)");
-    mlp_config config;
+  } else {
+    mlp_config& config = shape.mlp;
     config.hidden = parse_sizes("--hidden", flags["hidden"].as<std::string>());
+    require_job_memory(flags, shape, workers_flag);
     const std::string directory = data.empty() ? default_fashion_mnist_directory : data;
     setup.net = std::make_unique<mlp>(config);
     setup.train = load_fashion_mnist(directory, true, job.seed);
     setup.eval = load_fashion_mnist(directory, false, job.seed);
-  } else {
-    throw std::invalid_argument("--model: '" + kind + "' (expected gpt|mlp)");
   }
   setup.data_description = setup.train->describe();
   return setup;
 }
 
-po::variables_map parse_flags(int argc, char** argv, const po::options_description& options,
-                              const std::string& usage) {
-  po::variables_map flags;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), flags);
-    po::notify(flags);
-  } catch (const po::error& e) {
-    throw std::invalid_argument(e.what());
+void warn_ignored_training_flags(const po::variables_map& flags, const std::string& program) {
+  if (flags["model"].as<std::string>() == "gpt") {
+    warn_ignored(flags, program, {{"hidden", "with --model gpt"}});
+  } else {
+    for (const char* flag : {"context", "layers", "heads", "width", "untied-head"})
+      warn_ignored(flags, program, {{flag, "with --model mlp"}});
   }
-  if (flags.count("help")) {
-    std::cout << usage << "\n\n" << options << std::endl;
-    std::exit(0);
-  }
-  return flags;
+  if (flags["algo"].as<std::string>() != "dpu") warn_ignored(flags, program, {{"dpu-warmup", "without --algo dpu"}});
+  if (flags["schedule"].as<std::string>() != "cosine")
+    warn_ignored(flags, program, {{"min-lr-ratio", "without --schedule cosine"}});
 }
 
 }  // namespace accord

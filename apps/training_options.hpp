@@ -1,10 +1,10 @@
 #pragma once
 // Command-line flags shared by the programs that train (accord-train, accord-bench-algorithms):
 // the model, the data and the job, parsed once into what run_job needs.
+#include "apps/flags.hpp"
+
 #include <accord/job.hpp>
 #include <accord/model.hpp>
-
-#include <boost/program_options.hpp>
 
 #include <memory>
 #include <string>
@@ -24,13 +24,13 @@ struct training_setup {
 void add_training_options(boost::program_options::options_description& options,
                           const job_config& defaults);
 // Builds the model and data sets and fills the job from parsed flags. Throws
-// std::invalid_argument / std::runtime_error with a one-line message naming the bad flag or file.
-training_setup make_training_setup(const boost::program_options::variables_map& flags);
+// std::invalid_argument / std::runtime_error with a one-line message naming the bad flag or file,
+// also when the job cannot fit in this machine's memory with `local_workers` of its workers in
+// this process (0: all of them, as run_job runs them).
+training_setup make_training_setup(const boost::program_options::variables_map& flags, int local_workers = 0);
 
-// Parses argv against `options`; prints `usage` + options and exits 0 on --help; throws
-// std::invalid_argument with a one-line message on an unknown or malformed flag.
-boost::program_options::variables_map parse_flags(int argc, char** argv,
-                                                  const boost::program_options::options_description& options,
-                                                  const std::string& usage);
+// One warning line on stderr for each given flag that the chosen model, algorithm or schedule
+// leaves unused (e.g. --width with --model mlp).
+void warn_ignored_training_flags(const boost::program_options::variables_map& flags, const std::string& program);
 
 }  // namespace accord

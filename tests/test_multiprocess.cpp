@@ -100,7 +100,7 @@ TEST_CASE("accord-train rejects bad flags and environments with one line") {
     CHECK(out.text.find(expected) != std::string::npos);
   };
   bad("--algo sgd-async", "unknown algorithm 'sgd-async'");
-  bad("--workers 0", "workers must be at least 1");
+  bad("--workers 0", "--workers: '0' is not a whole number in 1..65535");
   bad("--speed 1,x", "--speed: 'x' is not a number");
   bad("--link 3parsecs", "3parsecs");
   bad("--model resnet", "--model: 'resnet'");
