@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <string>
 #include <optional>
 
 namespace accord {
@@ -42,6 +44,13 @@ void fail(self_pointer self, const std::string& what) {
   self->send(self->state.setup.coordinator, worker_failure{self->state.setup.rank, what});
 }
 
+// A diverged job stops at the first non-finite loss or parameter, before that state reaches a
+// checkpoint: the last one written stays the last good one.
+std::string divergence(const accumulator_state& s, std::uint64_t round, const std::string& what) {
+  return "step " + std::to_string(step_of_round(s.setup.pipe, round) + 1) + ": " + what +
+         " (the training diverged; a lower learning rate may help)";
+}
+
 void stop_idling(accumulator_state& s) {
   if (!s.idle_since) return;
   s.wait_seconds += std::chrono::duration<double>(clock_type::now() - *s.idle_since).count();
@@ -55,6 +64,8 @@ void on_gradient(self_pointer self, gradient_result& g) {
   s.computing = false;
   s.compute_seconds += g.seconds;
   s.consumed = g.position;
+  if (!s.finished && !std::isfinite(g.loss))
+    fail(self, divergence(s, s.round, "the training loss is not finite"));
   if (!s.finished) {
     if (!s.accumulated) s.accumulated = take_zeroed(s);
     auto& acc = *s.accumulated;
@@ -117,6 +128,10 @@ void finish_round(self_pointer self) {
   s.in_flight = false;
   stop_idling(s);
 
+  if (!std::all_of(r.parameters->begin(), r.parameters->end(), [](float p) { return std::isfinite(p); })) {
+    fail(self, divergence(s, r.round, "the parameters are not finite after the update"));
+    return;
+  }
   const bool last = r.round + 1 == s.setup.rounds || r.last_of_epoch;
   if (last && s.setup.on_final_parameters) s.setup.on_final_parameters(*r.parameters);
   round_report report;
