@@ -237,10 +237,11 @@ bool is_executable_file(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && access(path.c_str(), X_OK) == 0;
 }
 
-// Resolves the program like execvp would, but up front so a typo is one clear line.
+// Resolves the program like execvp would, but up front so a typo is one clear line (and exit
+// status 127, as a shell gives for a command it cannot run).
 std::string find_program(const std::string& name) {
   if (name.find('/') != std::string::npos) {
-    if (!is_executable_file(name)) throw usage_error("program '" + name + "' is not an executable file");
+    if (!is_executable_file(name)) throw cannot_run_error("program '" + name + "' is not an executable file");
     return name;
   }
   const char* path_variable = std::getenv("PATH");
@@ -253,7 +254,7 @@ std::string find_program(const std::string& name) {
     if (const std::string candidate = folder + "/" + name; is_executable_file(candidate)) return candidate;
     begin = end + 1;
   }
-  throw usage_error("program '" + name + "' not found in PATH");
+  throw cannot_run_error("program '" + name + "' not found in PATH");
 }
 
 // A port nobody listens on right now; rank 0 binds it moments later (torchrun does the same).
@@ -679,6 +680,9 @@ int main(int argc, char** argv) {
   } catch (const usage_error& error) {
     say(error.what());
     return usage_exit;
+  } catch (const cannot_run_error& error) {
+    say(error.what());
+    return cannot_run_exit;
   } catch (const std::exception& error) {
     say(error.what());
     return 1;

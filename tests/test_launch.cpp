@@ -562,14 +562,20 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
        "--join conflicts with --rank-offset (joiners get their rank and master from the running job)"},
       {{"-n", "2", "--join", "node1:29500", "--world-size", "8", "--", "true"},
        "--join conflicts with --world-size (joiners get their rank and master from the running job)"},
-      {{"-n", "2", "--", "accord-no-such-program"}, "program 'accord-no-such-program' not found in PATH"},
-      {{"-n", "2", "--", "/nonexistent/worker"}, "program '/nonexistent/worker' is not an executable file"},
   };
   for (const auto& [arguments, message] : cases) {
     CAPTURE(message);
     const auto result = run_launcher(arguments);
     CHECK(result.exit_status == 2);
     CHECK(result.out.empty());
+    CHECK(result.err == "accord-launch: " + message + "\n");
+  }
+  // A program that cannot be run: 127, as the help says (and as a shell gives).
+  for (const auto& [program, message] : std::vector<std::pair<std::string, std::string>>{
+           {"accord-no-such-program", "program 'accord-no-such-program' not found in PATH"},
+           {"/nonexistent/worker", "program '/nonexistent/worker' is not an executable file"}}) {
+    const auto result = run_launcher({"-n", "2", "--", program});
+    CHECK(result.exit_status == 127);
     CHECK(result.err == "accord-launch: " + message + "\n");
   }
   const auto help = run_launcher({"--help"});
