@@ -1,0 +1,466 @@
+// Bad input to every program in apps/ and to run_job: each refusal is one line on stderr naming
+// the flag (or field), a non-zero exit (2 for a bad command line, 127 for a program the launcher
+// cannot run), and nothing hangs: every program runs under a deadline and is killed past it.
+#include <doctest/doctest.h>
+
+#include <accord/job.hpp>
+
+#include "actors/checkpoint.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+using namespace accord;
+
+namespace {
+
+struct program_run {
+  int exit_status = -1;  // 128 + signal when it died of one
+  bool timed_out = false;
+  std::string out, err;
+};
+
+// Runs `program` with `arguments` and `environment` entries ("NAME=value") added to a copy of
+// this process's environment without any launcher variable; kills it after `deadline`.
+program_run run_program(const std::string& program, const std::vector<std::string>& arguments,
+                        const std::vector<std::string>& environment = {},
+                        std::chrono::seconds deadline = std::chrono::seconds(20)) {
+  static const char* const inherited_out[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=",
+                                              "SLURM_PROCID=", "ACCORD_ELASTIC=", "ACCORD_JOIN="};
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry; ++entry) {
+    const std::string text = *entry;
+    if (std::none_of(std::begin(inherited_out), std::end(inherited_out),
+                     [&](const char* name) { return text.rfind(name, 0) == 0; }))
+      env.push_back(text);
+  }
+  env.insert(env.end(), environment.begin(), environment.end());
+  std::vector<char*> argv{const_cast<char*>(program.c_str())}, envp;
+  for (const auto& a : arguments) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int out[2], err[2];
+  REQUIRE(pipe(out) == 0);
+  REQUIRE(pipe(err) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    close(out[0]);
+    close(err[0]);
+    execve(program.c_str(), argv.data(), envp.data());
+    _exit(99);
+  }
+  close(out[1]);
+  close(err[1]);
+  program_run result;
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  pollfd streams[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* sinks[2] = {&result.out, &result.err};
+  for (int open = 2; open > 0;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      result.timed_out = true;
+      kill(pid, SIGKILL);
+      break;
+    }
+    poll(streams, 2, static_cast<int>(left.count()));
+    for (int i = 0; i < 2; ++i) {
+      if (streams[i].fd < 0 || streams[i].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t got = read(streams[i].fd, buffer, sizeof buffer);
+      if (got > 0) {
+        sinks[i]->append(buffer, static_cast<std::size_t>(got));
+      } else {
+        close(streams[i].fd);
+        streams[i].fd = -1;
+        --open;
+      }
+    }
+  }
+  for (auto& s : streams)
+    if (s.fd >= 0) close(s.fd);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+struct bad_case {
+  std::string program;
+  std::string arguments;  // split at spaces; "''" stands for an empty argument
+  std::string names;      // the error line must contain this (the flag, variable or value)
+  int exit_status = 2;
+  std::vector<std::string> environment = {};
+};
+
+void check_refused(const bad_case& c) {
+  std::vector<std::string> arguments = split_words(c.arguments);
+  for (auto& a : arguments)
+    if (a == "''") a.clear();
+  const program_run run = run_program(c.program, arguments, c.environment);
+  const std::string program_name = c.program.substr(c.program.rfind('/') + 1);
+  INFO(program_name << " " << c.arguments << "\nstderr: " << run.err);
+  CHECK_FALSE(run.timed_out);
+  CHECK(run.exit_status == c.exit_status);
+  const auto lines = lines_of(run.err);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].rfind(program_name + ": ", 0) == 0);
+  CHECK(lines[0].find(c.names) != std::string::npos);
+}
+
+const std::string train = ACCORD_TRAIN_BINARY;
+const std::string launch = ACCORD_LAUNCH_BINARY;
+const std::string bench_algorithms = ACCORD_BENCH_ALGORITHMS_BINARY;
+const std::string bench_models = ACCORD_BENCH_MODELS_BINARY;
+const std::string bench_gpu = ACCORD_BENCH_GPU_BINARY;
+const std::string bench_collectives = ACCORD_BENCH_COLLECTIVES_BINARY;
+
+// A job small enough that the refusals that come after loading the data stay quick.
+const std::string tiny = " --width 16 --heads 2 --layers 1 --context 8 --steps 2";
+
+}  // namespace
+
+TEST_CASE("accord-train refuses out-of-range numbers naming the flag") {
+  const std::vector<bad_case> cases = {
+      {train, "--steps -1", "--steps: '-1'"},
+      {train, "--steps 0", "--steps"},
+      {train, "--steps 1e12", "--steps"},
+      {train, "--steps 2.5", "--steps"},
+      {train, "--steps abc", "--steps"},
+      {train, "--steps 2 --steps 3", "--steps"},
+      {train, "--micro-batch -1", "--micro-batch"},
+      {train, "--micro-batch 0", "--micro-batch"},
+      {train, "--workers 0", "--workers"},
+      {train, "--workers -4", "--workers"},
+      {train, "--workers 100000", "--workers"},
+      {train, "--accumulation 0", "--accumulation"},
+      {train, "--max-accumulation -1", "--max-accumulation"},
+      {train, "--dpu-warmup -1", "--dpu-warmup"},
+      {train, "--seed -3", "--seed"},
+      {train, "--context 0", "--context"},
+      {train, "--layers -1", "--layers"},
+      {train, "--heads 0", "--heads"},
+      {train, "--width 0", "--width"},
+      {train, "--lr nan", "--lr: 'nan'"},
+      {train, "--lr inf", "--lr"},
+      {train, "--lr 0", "--lr"},
+      {train, "--lr -1", "--lr"},
+      {train, "--beta1 2", "--beta1"},
+      {train, "--beta1 -5", "--beta1"},
+      {train, "--beta2 1.5", "--beta2"},
+      {train, "--beta2 nan", "--beta2"},
+      {train, "--weight-decay -1", "--weight-decay"},
+      {train, "--weight-decay inf", "--weight-decay"},
+      {train, "--min-lr-ratio 5", "--min-lr-ratio"},
+      {train, "--min-lr-ratio -1", "--min-lr-ratio"},
+      {train, "--warmup -1", "--warmup"},
+      {train, "--eval-interval -1", "--eval-interval"},
+      {train, "--eval-batches 0", "--eval-batches"},
+      {train, "--replica-check -2", "--replica-check"},
+      {train, "--checkpoint-interval -1", "--checkpoint-interval"},
+      {train, "--blas-threads -1", "--blas-threads"},
+      {train, "--blas-threads 100000", "--blas-threads"},
+      {train, "--log-interval -1", "--log-interval"},
+      {train, "--keep-interval 0", "--keep-interval"},
+      {train, "--heartbeat-timeout 0", "--heartbeat-timeout"},
+      {train, "--heartbeat-timeout nan", "--heartbeat-timeout"},
+      {train, "--speed 1e300,1 --workers 2", "--speed: '1e300'"},
+      {train, "--speed 0.5,1 --workers 2", "--speed"},
+      {train, "--speed ''", "--speed"},
+      {train, "--speed 1,,1", "--speed"},
+      {train, "--membership 1:100000", "--membership"},
+      {train, "--membership 1:-1", "--membership"},
+      {train, "--membership -1:2", "--membership"},
+      {train, "--model mlp --hidden 0", "--hidden"},
+      {train, "--model mlp --hidden ''", "--hidden"},
+  };
+  for (const auto& c : cases) check_refused(c);
+}
+
+TEST_CASE("accord-train refuses what cannot fit in memory naming the flag, before allocating") {
+  const std::vector<bad_case> cases = {
+      {train, "--width 1000000", "--width 1000000: needs about"},
+      {train, "--layers 100000", "--layers 100000"},
+      {train, "--context 1000000", "--context 1000000"},
+      {train, "--model mlp --hidden 100000000", "--hidden 100000000"},
+      {train, "--micro-batch 1000000", "--micro-batch 1000000"},
+      {train, "--workers 60000", "--workers 60000"},
+      {train, "--membership 1:60000", "--membership 1:60000"},
+  };
+  for (const auto& c : cases) check_refused(c);
+}
+
+TEST_CASE("accord-train refuses bad words, stray arguments and bad environments with one line") {
+  const std::vector<bad_case> cases = {
+      {train, "train", "unexpected argument 'train'"},
+      {train, "--steps 5 more", "'more'"},
+      {train, "--frobnicate", "frobnicate"},
+      {train, "--transport nope", "--transport: 'nope'"},
+      {train, "--model resnet", "--model"},
+      {train, "--schedule linear", "--schedule"},
+      {train, "--device tpu", "--device"},
+      {train, "--device cuda --model mlp", "--device cuda"},
+      {train, "--join nohost", "--join"},
+      {train, "--link 3parsecs" + tiny, "3parsecs"},
+      {train, "--data /nonexistent/corpus.txt" + tiny, "/nonexistent/corpus.txt"},
+      {train, "--resume /nonexistent/state.ckpt" + tiny, "/nonexistent/state.ckpt"},
+      {train, "--optimizer rmsprop" + tiny, "rmsprop"},
+      {train, "--algo sgd-async" + tiny, "sgd-async"},
+      {train, "--beta1 1" + tiny, "beta1"},
+      {train, "--warmup 10" + tiny, "warmup"},
+      {train, "--speed 1,1" + tiny, "speed factors"},
+      {train, "--membership 5:2" + tiny, "membership"},
+      {train, "--steps 1", "RANK=5", 2, {"RANK=5", "WORLD_SIZE=2"}},
+      {train, "--steps 1", "WORLD_SIZE", 2, {"RANK=0", "WORLD_SIZE=0"}},
+      {train, "--steps 1", "MASTER_PORT", 2, {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=99999"}},
+      {train, "--steps 1", "LOCAL_RANK", 2, {"ACCORD_JOIN=127.0.0.1:29500", "LOCAL_RANK=x"}},
+      {train, "--steps 1", "ACCORD_JOIN", 2, {"ACCORD_JOIN=nohost"}},
+  };
+  for (const auto& c : cases) check_refused(c);
+}
+
+TEST_CASE("a flag that does nothing where it is given gets one warning line, and the job runs") {
+  const program_run run =
+      run_program(train, split_words("--transport ucx --elastic --model gpt --hidden 8 --log-interval 0 --link unlimited" + tiny));
+  INFO(run.err);
+  CHECK(run.exit_status == 0);
+  CHECK(lines_of(run.err) ==
+        std::vector<std::string>{"accord-train: warning: --hidden does nothing with --model gpt; ignored",
+                                 "accord-train: warning: --transport does nothing in one process (it applies "
+                                 "between processes); ignored",
+                                 "accord-train: warning: --elastic does nothing in one process (it applies "
+                                 "between processes); ignored"});
+}
+
+TEST_CASE("--help shows defaults as written") {
+  const program_run run = run_program(train, {"--help"});
+  CHECK(run.exit_status == 0);
+  CHECK(run.out.find("(=0.1)") != std::string::npos);
+  CHECK(run.out.find("0.100000001") == std::string::npos);
+}
+
+TEST_CASE("accord-launch refuses bad flags (2) and programs it cannot run (127)") {
+  const std::vector<bad_case> cases = {
+      {launch, "-n 0 -- true", "-n"},
+      {launch, "-n -1 -- true", "-n"},
+      {launch, "-n 2 --timeout nan -- true", "--timeout"},
+      {launch, "-n 2 --grace -1 -- true", "--grace"},
+      {launch, "-n 2 --master-port 70000 -- true", "--master-port"},
+      {launch, "-n 2 stray -- true", "'stray'"},
+      {launch, "-n 2 true", "'true'"},
+      {launch, "-n 2 -- /nonexistent/worker", "/nonexistent/worker", 127},
+      {launch, "-n 2 -- accord-no-such-program", "accord-no-such-program", 127},
+  };
+  for (const auto& c : cases) check_refused(c);
+}
+
+TEST_CASE("a bad flag under accord-launch fails every rank quickly and names the flag") {
+  for (const char* flag : {"--beta1", "--workers"}) {
+    const std::string value = std::string(flag) == "--beta1" ? "2" : "100000";
+    const program_run run = run_program(launch, {"-n", "2", "--", train, flag, value, "--steps", "2"});
+    INFO(run.err);
+    CHECK_FALSE(run.timed_out);
+    CHECK(run.exit_status == 2);
+    CHECK(run.err.find(std::string("accord-train: ") + flag + ": '" + value + "'") != std::string::npos);
+  }
+}
+
+TEST_CASE("the benchmarks refuse bad flags naming them") {
+  const std::vector<bad_case> cases = {
+      {bench_algorithms, "--algos ''", "--algos"},
+      {bench_algorithms, "--algos ddp,,acco", "--algos"},
+      {bench_algorithms, "--algos nope", "--algos: 'nope'"},
+      {bench_algorithms, "--steps -1", "--steps"},
+      {bench_algorithms, "--width 1000000", "--width"},
+      {bench_algorithms, "extra", "'extra'"},
+      {bench_models, "--seconds nan", "--seconds"},
+      {bench_models, "--seconds 0", "--seconds"},
+      {bench_models, "--examples -1", "--examples"},
+      {bench_models, "--examples 1000000", "--examples 1000000"},
+      {bench_models, "--threads 0", "--threads"},
+      {bench_models, "extra", "'extra'"},
+      {bench_gpu, "--gpt-steps -1", "--gpt-steps"},
+      {bench_gpu, "--elements 0", "--elements"},
+      {bench_gpu, "--elements 68719476736", "--elements 68719476736"},
+      {bench_gpu, "--iterations 0", "--iterations"},
+      {bench_gpu, "--device tpu", "--device"},
+      {bench_collectives, "--ranks 1", "--ranks"},
+      {bench_collectives, "--min-bytes 4", "--min-bytes"},
+      {bench_collectives, "--min-bytes 4096 --max-bytes 1024", "--max-bytes"},
+      {bench_collectives, "--volume-mib nan", "--volume-mib"},
+      {bench_collectives, "--max-bytes 17179869184 --ranks 64", "--max-bytes"},
+  };
+  for (const auto& c : cases) check_refused(c);
+}
+
+namespace {
+
+// ½‖θ‖² with a gradient θ, except that `poison` makes it diverge after `good_calls` calls (shared
+// by every clone): a NaN loss, or a gradient so large that one update overflows the parameters.
+// `clones_allowed` makes clone() throw once exceeded, like a device that runs out mid-spawn.
+class fragile final : public model {
+public:
+  enum class poison { none, loss, gradient };
+  fragile(poison p, int good_calls, int clones_allowed = 1 << 30)
+      : poison_(p),
+        calls_left_(std::make_shared<std::atomic<int>>(good_calls)),
+        clones_left_(std::make_shared<std::atomic<int>>(clones_allowed)) {}
+  std::string signature() const override { return "fragile"; }
+  std::size_t parameter_count() const override { return 4; }
+  void initialize(std::span<float> p, std::uint64_t) const override { std::fill(p.begin(), p.end(), 1.0f); }
+  double forward_backward(std::span<const float> p, const batch&, std::span<float> g) override {
+    const bool poisoned = --*calls_left_ < 0;
+    double loss = 0;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      g[i] = poisoned && poison_ == poison::gradient ? 3e38f : p[i];
+      loss += 0.5 * p[i] * p[i];
+    }
+    return poisoned && poison_ == poison::loss ? std::numeric_limits<double>::quiet_NaN() : loss;
+  }
+  double evaluate(std::span<const float> p, const batch& b) override {
+    std::vector<float> g(p.size());
+    return forward_backward(p, b, g);
+  }
+  std::unique_ptr<model> clone() const override {
+    if (--*clones_left_ < 0) throw std::runtime_error("clone: out of device memory");
+    return std::make_unique<fragile>(*this);
+  }
+
+private:
+  poison poison_;
+  std::shared_ptr<std::atomic<int>> calls_left_, clones_left_;
+};
+
+class constant_data final : public dataset {
+public:
+  std::string describe() const override { return "constant"; }
+  std::uint64_t size() const override { return 1u << 20; }
+  batch examples(std::uint64_t, std::size_t count) const override {
+    batch b;
+    b.examples = count;
+    b.features.assign(count * 4, 0.0f);
+    b.targets.assign(count, 0);
+    return b;
+  }
+};
+
+job_config small_job() {
+  job_config job;
+  job.algorithm = "ddp";
+  job.workers = 2;
+  job.steps = 6;
+  job.micro_batch = 2;
+  job.optimizer = "sgd";
+  job.learning_rate = 1e-3f;
+  job.cosine = false;
+  job.eval_interval = 0;
+  return job;
+}
+
+std::string invalid_argument_of(job_config job) {
+  fragile net(fragile::poison::none, 1 << 30);
+  auto data = std::make_shared<constant_data>();
+  try {
+    run_job(net, data, data, job);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+}  // namespace
+
+TEST_CASE("run_job refuses bad job_config fields with std::invalid_argument naming the field") {
+  struct field_case {
+    const char* field;
+    void (*spoil)(job_config&);
+  };
+  const field_case cases[] = {
+      {"beta1", [](job_config& j) { j.beta1 = 2.0f; }},
+      {"beta2", [](job_config& j) { j.beta2 = -5.0f; }},
+      {"min_lr_ratio", [](job_config& j) { j.min_lr_ratio = 5.0f; }},
+      {"learning_rate", [](job_config& j) { j.learning_rate = std::numeric_limits<float>::quiet_NaN(); }},
+      {"weight_decay", [](job_config& j) { j.weight_decay = -1.0f; }},
+      {"epsilon", [](job_config& j) { j.epsilon = 0.0f; }},
+      {"speed factors", [](job_config& j) { j.speed_factors = {1e300, 1}; }},
+      {"workers", [](job_config& j) { j.workers = 100000; }},
+      {"workers", [](job_config& j) { j.workers = 2000; }},
+      {"micro-batch", [](job_config& j) { j.micro_batch = 0; }},
+      {"membership", [](job_config& j) { j.membership = {{1, 100000, false}}; }},
+  };
+  for (const auto& c : cases) {
+    job_config job = small_job();
+    c.spoil(job);
+    const std::string message = invalid_argument_of(job);
+    CAPTURE(message);
+    CHECK(message.find(c.field) != std::string::npos);
+  }
+}
+
+TEST_CASE("an exception while the actors exist comes out of run_job instead of hanging it") {
+  // The coordinator's evaluator and the first worker get their clones; the second worker's fails.
+  fragile net(fragile::poison::none, 1 << 30, 2);
+  auto data = std::make_shared<constant_data>();
+  CHECK_THROWS_WITH_AS(run_job(net, data, data, small_job()), "clone: out of device memory", std::runtime_error);
+}
+
+TEST_CASE("a diverged job stops naming the step and the worker, keeping the last good checkpoint") {
+  const std::string path = "bad_input_divergence.ckpt";
+  for (const auto poison : {fragile::poison::loss, fragile::poison::gradient}) {
+    std::remove(path.c_str());
+    job_config job = small_job();
+    job.checkpoint_path = path;
+    job.checkpoint_interval = 1;
+    fragile net(poison, 6);  // two workers, one micro-batch per step: three good steps
+    auto data = std::make_shared<constant_data>();
+    std::string message;
+    try {
+      run_job(net, data, data, job);
+    } catch (const std::runtime_error& e) {
+      message = e.what();
+    }
+    CAPTURE(message);
+    CHECK(message.find("worker ") != std::string::npos);
+    CHECK(message.find("step 4: ") != std::string::npos);
+    CHECK(message.find(poison == fragile::poison::loss ? "training loss is not finite"
+                                                       : "parameters are not finite") != std::string::npos);
+    // Step 3's checkpoint, unless the failure reached the coordinator before the last report of step 3.
+    const checkpoint kept = read_checkpoint(path);
+    CHECK((kept.steps == 2 || kept.steps == 3));
+    CHECK(std::all_of(kept.parameters.begin(), kept.parameters.end(), [](float p) { return std::isfinite(p); }));
+  }
+  std::remove(path.c_str());
+}
