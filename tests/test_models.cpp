@@ -4,6 +4,7 @@
 
 #include "models/gpt.hpp"
 #include "models/layers.hpp"
+#include "models/memory.hpp"
 #include "models/mlp.hpp"
 
 #include <algorithm>
@@ -562,4 +563,26 @@ TEST_CASE("bad batches and buffers are rejected with a message naming the proble
   CHECK_THROWS_WITH_AS(classifier.evaluate(weights, images),
                        "mlp: batch target 2 at index 1 is outside the classes [0, 2)",
                        std::invalid_argument);
+}
+
+TEST_CASE("memory estimates: parameter counts from the config match the models, absurd sizes stay finite") {
+  for (const gpt_config& config : {gpt_config{}, gpt_config{.vocab = 50, .context = 7, .layers = 3, .heads = 2,
+                                                              .width = 6, .tied_head = false}}) {
+    CHECK(gpt_parameter_estimate(config) == static_cast<double>(gpt(config).parameter_count()));
+    CHECK(gpt_activation_bytes(config, 8) == doctest::Approx(2 * gpt_activation_bytes(config, 4)));
+  }
+  for (const mlp_config& config : {mlp_config{}, mlp_config{.inputs = 3, .hidden = {5, 7, 2}, .classes = 4}}) {
+    CHECK(mlp_parameter_estimate(config) == static_cast<double>(mlp(config).parameter_count()));
+    CHECK(mlp_activation_bytes(config, 6) > 0);
+  }
+  const gpt_config absurd{.context = 1 << 20, .layers = 1 << 20, .heads = 1 << 20, .width = 1 << 30};
+  CHECK(std::isfinite(gpt_activation_bytes(absurd, 1e6)));
+  CHECK(gpt_parameter_estimate(absurd) > 1e20);
+
+  CHECK(available_memory_bytes() > 0);
+  CHECK_NOTHROW(require_memory(1, "a byte"));
+  CHECK_THROWS_WITH_AS(require_memory(1e30, "--width 7"), doctest::Contains("--width 7: needs about 1.0e+12 EB"),
+                       std::invalid_argument);
+  CHECK(format_bytes(999) == "999 bytes");
+  CHECK(format_bytes(1.5e9) == "1.5 GB");
 }
