@@ -733,17 +733,22 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   require_worker_memory(prototype, 1);
   const job_plan origin = plan_job(prototype, config);
   size_blas(config, 1);
-  caf::actor_system_config system_config;
-  configure_system(system_config);
-  system_config.load<caf::io::middleman>();
+  auto system_config = std::make_unique<caf::actor_system_config>();
+  configure_system(*system_config);
+  system_config->load<caf::io::middleman>();
   // Every process sends heartbeats; a peer silent for the timeout (hung, or its machine gone)
   // loses its connection, and the membership actor hears of it as of a death.
   const auto heartbeat = std::max(group.heartbeat_timeout, std::chrono::milliseconds(100));
-  system_config.set("middleman.heartbeat-interval", caf::timespan{heartbeat / 4});
-  system_config.set("middleman.connection-timeout", caf::timespan{heartbeat});
+  system_config->set("middleman.heartbeat-interval", caf::timespan{heartbeat / 4});
+  system_config->set("middleman.connection-timeout", caf::timespan{heartbeat});
   // On failure the system is abandoned rather than destroyed: its destructor would wait for a
-  // communicator that may stay blocked in a collective with a dead peer.
-  auto system = std::make_unique<caf::actor_system>(system_config);
+  // communicator that may stay blocked in a collective with a dead peer. Its configuration goes
+  // with it: the system's threads read it until the last one ends (thread hooks).
+  auto system = std::make_unique<caf::actor_system>(*system_config);
+  auto abandon_system = [&] {
+    (void)system.release();
+    (void)system_config.release();
+  };
   const bool master = !group.join && group.rank == 0;
   const std::string print = fingerprint(prototype, config, group.transport);
   auto merged = std::make_shared<job_result>();
@@ -757,7 +762,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
       if (!unwinding) return;
       if (me.agent) self->send_exit(me.agent, caf::exit_reason::user_shutdown);
       coordination.shut_down(self);
-      (void)system.release();  // abandoned, as after a failure: a communicator may be blocked on a peer
+      abandon_system();  // as after a failure: a communicator may be blocked on a peer
     });
     if (master) {
       const evaluator_actor evaluator = spawn_evaluation(*system, coordination, prototype, eval ? eval : train, config);
@@ -842,7 +847,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
     coordination.shut_down(self);
   }
   if (failure) {
-    (void)system.release();
+    abandon_system();
     throw std::runtime_error(*failure);
   }
   job_result result = master ? std::move(*merged) : job_result{};

@@ -7,7 +7,10 @@
 
 #include "actors/checkpoint.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -435,6 +438,26 @@ TEST_CASE("an exception while the actors exist comes out of run_job instead of h
   fragile net(fragile::poison::none, 1 << 30, 2);
   auto data = std::make_shared<constant_data>();
   CHECK_THROWS_WITH_AS(run_job(net, data, data, small_job()), "clone: out of device memory", std::runtime_error);
+}
+
+TEST_CASE("an exception while a process's actors exist comes out of run_job_process instead of hanging it") {
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  REQUIRE(bind(probe, reinterpret_cast<sockaddr*>(&address), length) == 0);
+  REQUIRE(getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  close(probe);
+  process_group group;
+  group.master_port = ntohs(address.sin_port);
+  job_config job = small_job();
+  job.workers = 1;
+  // Rank 0's evaluator gets its clone; its worker's fails once the epoch has begun.
+  fragile net(fragile::poison::none, 1 << 30, 1);
+  auto data = std::make_shared<constant_data>();
+  CHECK_THROWS_WITH_AS(run_job_process(net, data, data, job, group), "clone: out of device memory",
+                       std::runtime_error);
 }
 
 TEST_CASE("a diverged job stops naming the step and the worker, keeping the last good checkpoint") {
