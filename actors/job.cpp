@@ -88,7 +88,12 @@ public:
   explicit scope_exit(Stop stop) : stop_(std::move(stop)) {}
   scope_exit(const scope_exit&) = delete;
   scope_exit& operator=(const scope_exit&) = delete;
-  ~scope_exit() { stop_(std::uncaught_exceptions() > exceptions_); }
+  ~scope_exit() {
+    try {
+      stop_(std::uncaught_exceptions() > exceptions_);
+    } catch (...) {  // cleaning up after a failure must not replace it (or terminate the process)
+    }
+  }
 
 private:
   Stop stop_;
