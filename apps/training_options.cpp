@@ -230,12 +230,11 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   const std::string kind = flags["model"].as<std::string>();
   if (kind != "gpt" && kind != "mlp") throw std::invalid_argument("--model: '" + kind + "' (expected gpt|mlp)");
   const std::string device_name = flags["device"].as<std::string>();
-  device_kind device = parse_device(device_name);
   // The MLP has no CUDA path: auto means the cpu for it, and cuda is a mistake.
-  if (kind == "mlp") {
-    if (device_name == "cuda") throw std::invalid_argument("--device cuda: --model mlp runs on the cpu only");
-    device = device_kind::cpu;
-  }
+  if (kind == "mlp" && device_name == "cuda")
+    throw std::invalid_argument("--device cuda: --model mlp runs on the cpu only");
+  device_kind device = parse_device(device_name);  // also refuses an unknown name for the mlp
+  if (kind == "mlp") device = device_kind::cpu;
   setup.device_description = describe_device(device);
 
   job_shape shape;

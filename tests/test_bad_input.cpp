@@ -235,7 +235,7 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--model resnet", "--model"},
       {train, "--schedule linear", "--schedule"},
       {train, "--device tpu", "--device"},
-      {train, "--device cuda --model mlp", "--device cuda"},
+      {train, "--device cuda --model mlp", "--device cuda: --model mlp runs on the cpu only"},
       {train, "--join nohost", "--join"},
       {train, "--link 3parsecs" + tiny, "3parsecs"},
       {train, "--data /nonexistent/corpus.txt" + tiny, "/nonexistent/corpus.txt"},
