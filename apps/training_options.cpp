@@ -84,10 +84,11 @@ struct job_shape {
   double workers = 1;  // in this process
 };
 
-// A floor of the bytes a job needs in one process: per worker four parameter-sized buffers
+// The bulk of the bytes a job needs in one process: per worker four parameter-sized buffers
 // (its replica, the gradient being filled, the one on the wire, a spare) and one model
-// instance's activations, plus the initial parameters and the evaluator's model. Refuses only
-// what cannot fit; optimizer state and data come on top.
+// instance's activations, plus the initial parameters and the evaluator's model; optimizer
+// state and data come on top. (A 4-worker 3.3M-parameter GPT at micro-batch 64 x 128 tokens:
+// 4.3 GB estimated, 3.6 GB resident before its first evaluation.)
 double job_bytes(const job_shape& s) {
   const double parameters =
       s.language_model ? gpt_parameter_estimate(s.gpt) : mlp_parameter_estimate(s.mlp);
