@@ -45,6 +45,7 @@ public:
   }
   void floats(const std::vector<float>& v) { bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)); }
   void bytes(const char* data, std::size_t n) {
+    if (n == 0) return;  // crc32 of a null buffer would restart the crc
     crc_ = crc32_z(crc_, reinterpret_cast<const Bytef*>(data), n);
     while (n > 0) {
       const std::size_t take = std::min(n, chunk_bytes - buffer_.size());
