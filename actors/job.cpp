@@ -784,21 +784,25 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
       const std::string at = group.master_addr + ":" + std::to_string(group.master_port);
       const auto deadline = std::chrono::steady_clock::now() + group.connect_timeout;
       for (;;) {
-        const auto left = std::max(std::chrono::milliseconds(1),
-                                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       deadline - std::chrono::steady_clock::now()));
-        auto found = find_membership(*system, group.master_addr, group.master_port, left);
+        // A listening rank 0 answers CAF's handshake within milliseconds, however busy the job.
+        const auto handshake = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              deadline - std::chrono::steady_clock::now()),
+                                          std::chrono::milliseconds(1), std::chrono::milliseconds(10'000));
+        auto found = find_membership(*system, group.master_addr, group.master_port, handshake);
         if (found) {
           me.membership = *found;
           break;
         }
-        if (found.error() == caf::sec::request_timeout) {
-          // The middleman still waits on that connection: leave the system to the exit.
+        if (found.error() == caf::sec::request_timeout || found.error() == caf::sec::connection_timeout ||
+            found.error() == caf::sec::disconnect_during_handshake) {
+          const std::string why = system->render(found.error());
+          // The middleman may still wait on that connection: leave the system to the exit.
           (void)system.release();
           throw std::runtime_error(who + ": the master port " + at + " accepted the connection but did not answer "
-                                   "the handshake within " + std::to_string(group.connect_timeout.count() / 1000) +
-                                   " s (is an accord job's rank 0 listening there?)");
+                                   "the handshake (is an accord job's rank 0 listening there?): " + why);
         }
+        if (config.stop_requested && config.stop_requested->load())
+          throw std::runtime_error(who + ": asked to stop while waiting for rank 0 at " + at);
         if (std::chrono::steady_clock::now() > deadline)
           throw std::runtime_error(who + ": no coordinator at " + at + " within " +
                                    std::to_string(group.connect_timeout.count()) + " ms: " +
