@@ -113,7 +113,9 @@ int main(int argc, char** argv) {
                                    "MASTER_ADDR and MASTER_PORT set (accord-launch, torchrun-style, or\n"
                                    "Slurm's srun), each process is one worker and tensors travel over UCX.\n"
                                    "With --elastic the job survives workers that die or leave and admits\n"
-                                   "new ones started with --join HOST:PORT (rank 0's MASTER_ADDR:MASTER_PORT).");
+                                   "new ones started with --join HOST:PORT (rank 0's MASTER_ADDR:MASTER_PORT).\n"
+                                   "SIGTERM or SIGINT stops a job that is not elastic after the current step,\n"
+                                   "writes --checkpoint and exits 128+signal (143, 130); a second one kills.");
     training_setup setup = make_training_setup(flags);
     setup.job.keep_interval = flags["keep-interval"].as<std::uint64_t>();
     if (setup.job.keep_interval < 1) throw std::invalid_argument("--keep-interval must be at least 1");
