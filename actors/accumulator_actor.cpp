@@ -147,7 +147,7 @@ void finish_round(self_pointer self) {
   report.consumed = s.consumed;
   report.state = std::move(r.state);
   report.kept = r.kept;
-  if (s.setup.wants_parameters(r.round)) report.parameters = make_tensor(*r.parameters, s.setup.meter);
+  if (s.setup.wants_parameters(r.round) || r.last_of_epoch) report.parameters = make_tensor(*r.parameters, s.setup.meter);
   self->send(s.setup.coordinator, std::move(report));
 
   // Between two micro-batches (compute is idle now): the new parameters take effect.

@@ -1,12 +1,14 @@
 #pragma once
 // Checkpoints: everything a job needs to continue, with any number of workers.
 //
-// File format (little-endian, version 1):
+// File format (little-endian, version 2):
 //   "ACCORDCK"                        8 bytes magic
 //   u32 version, u32 reserved (0)
 //   u64 steps                          optimizer steps completed
 //   u64 data_position                  stream positions every worker has consumed
 //   u64 parameter_count
+//   f64 seconds                        the job's wall clock at that step (resumed jobs go on from it)
+//   u64 data_hash                      content hash of the training data (0: not recorded)
 //   u32 length + bytes                 model signature
 //   u32 length + bytes                 algorithm name
 //   f32 × parameter_count              parameters
@@ -14,10 +16,14 @@
 //   f32 × slots × parameter_count        slot after slot (AdamW m then v; Lion m; SGD momentum)
 //   u32 momenta                        Distributed Lion: each worker's own momentum
 //   f32 × momenta × parameter_count
+//   u32 crc32                          zlib's crc32 of every byte before it
+// Version 1 (no seconds, data hash or crc) is refused with a message naming it: resume such a
+// run from its start, or with the build that wrote it.
 // A resumed job re-shards the optimizer state for its own worker count; worker r of a resumed
 // Distributed Lion job takes momentum r if the checkpoint has one, else starts from zero.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace accord {
@@ -25,6 +31,8 @@ namespace accord {
 struct checkpoint {
   std::uint64_t steps = 0;
   std::uint64_t data_position = 0;
+  double seconds = 0;
+  std::uint64_t data_hash = 0;
   std::string signature;
   std::string algorithm;
   std::vector<float> parameters;
@@ -32,11 +40,20 @@ struct checkpoint {
   std::uint32_t slots = 0;
   std::vector<float> optimizer;       // slots × parameters.size()
   std::vector<std::vector<float>> momenta;
+  std::uint32_t crc = 0;              // of the file it was read from (set by the readers)
 };
 
-// Writes atomically (a temporary file renamed over `path`); throws std::runtime_error naming the path.
+// Writes atomically and durably: a temporary file, fsync'ed, renamed over `path`, and the
+// directory fsync'ed. Throws std::runtime_error naming the path.
 void write_checkpoint(const std::string& path, const checkpoint& c);
-// Throws std::runtime_error "<path>: <problem>" for a missing, truncated or malformed file.
+// Throws std::runtime_error "<path>: <problem>" for a missing, truncated, corrupt (crc) or
+// malformed file, or one whose values cannot be trained from (non-finite numbers, negative
+// AdamW second moments, an optimizer step beyond the step count). Claimed sizes are checked
+// against the file's size before anything is allocated.
 checkpoint read_checkpoint(const std::string& path);
+// The same from bytes in memory (`name` stands for the path in messages).
+checkpoint parse_checkpoint(std::string_view bytes, const std::string& name);
+// Fails with one line, before a job trains, when no checkpoint can be written at `path`.
+void check_checkpoint_path(const std::string& path);
 
 }  // namespace accord

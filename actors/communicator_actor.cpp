@@ -38,7 +38,8 @@ communicator_actor::behavior_type communicator_behavior(
         }
         const auto start = std::chrono::steady_clock::now();
         try {
-          const bool change = s.change_epoch && s.layout > 0 && s.change_epoch->load() >= s.layout;
+          const bool change = (s.change_epoch && s.layout > 0 && s.change_epoch->load() >= s.layout) ||
+                              (s.stop_requested && s.stop_requested->load());
           double totals[4] = {request.local.micro_batches, request.local.loss_sum, request.local.items,
                               change ? 1.0 : 0.0};
           s.link->all_reduce(std::span<double>(totals));
@@ -55,7 +56,8 @@ communicator_actor::behavior_type communicator_behavior(
           }
           if (s.hash_interval && request.round % s.hash_interval == 0)
             result.parameter_hash = hash_parameters(*request.buffer);
-          if (request.snapshot) result.state = s.rule->snapshot();
+          // The last round of an epoch or of a stopped job is where a checkpoint is due.
+          if (request.snapshot || result.last_of_epoch) result.state = s.rule->snapshot();
           result.parameters = std::move(request.buffer);
           result.traffic = s.link->stats();
           result.seconds =

@@ -31,6 +31,8 @@ struct communicator_setup {
   std::uint64_t layout = 0;  // this epoch, whose shard layout the kept state follows
   bool replicate = false;
   std::shared_ptr<const std::atomic<std::uint64_t>> change_epoch;
+  // Once set, the worker votes for ending the job at the current step (job_config::stop_requested).
+  const std::atomic<bool>* stop_requested = nullptr;
 };
 
 communicator_actor spawn_communicator_actor(caf::actor_system& system,

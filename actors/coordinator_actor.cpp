@@ -157,6 +157,8 @@ void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress
   c.data_position = data_position(s, progress);
   c.signature = s.setup.signature;
   c.algorithm = s.setup.algorithm;
+  c.seconds = std::chrono::duration<double>(clock_type::now() - s.setup.started).count();
+  c.data_hash = s.setup.data_hash;
   c.parameters = *progress.parameters;
   for (const rule_state& state : progress.states) {
     if (state.momentum) {

@@ -36,6 +36,7 @@ struct coordinator_setup {
   std::function<void(const checkpoint&)> on_checkpoint;  // in-memory copy, when set
   std::string algorithm;
   std::string signature;
+  std::uint64_t data_hash = 0;           // of the training data, recorded in checkpoints
   std::uint64_t eval_interval = 0;
   evaluator_actor evaluator;
   std::string metrics_path;
@@ -47,7 +48,8 @@ struct coordinator_setup {
   // with the data position to restart from there.
   std::uint64_t epoch = 0;
   bool append_metrics = false;
-  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();  // of the job
+  // Of the job (earlier for a resumed one: its clock goes on from the checkpoint's).
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::function<void(std::uint64_t steps, std::uint64_t data_position)> on_kept;
 };
 

@@ -8,6 +8,7 @@
 #include "actors/compute_actor.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/elastic_state.hpp"
+#include "actors/fingerprint.hpp"
 #include "actors/membership_actor.hpp"
 #include "actors/update_rule.hpp"
 #include "models/memory.hpp"
@@ -26,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -38,6 +40,12 @@ namespace {
 
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
+}
+
+std::string hex(std::uint64_t value) {
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
 }
 
 // Every field of a job, before any actor system exists: an exception while actors run must
@@ -136,6 +144,7 @@ struct job_plan {
   std::uint64_t data_position = 0;         // stream positions consumed before the first round
   std::vector<float> initial;
   std::optional<checkpoint> resume;        // where the optimizer state comes from, when resuming
+  std::uint64_t data_hash = 0;             // of the training data, recorded in checkpoints
 
   bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
   // The same job continued from `parameters` after `steps` steps, at `position` in the data
@@ -149,7 +158,21 @@ struct job_plan {
     next.first_round = rounds_for_steps(algo->pipe, steps);
     next.data_position = position;
     next.initial = std::move(parameters);
+    next.data_hash = data_hash;
     return next;
+  }
+  // The job's clock at the first step: a resumed job goes on from its checkpoint's.
+  std::chrono::steady_clock::duration clock_before() const {
+    return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(resume ? resume->seconds : 0));
+  }
+  // How every process describes what it resumes from (in the fingerprint).
+  std::string resumed_from() const {
+    if (!resume) return {};
+    char text[64];
+    std::snprintf(text, sizeof text, "step %llu, crc32 %08x", static_cast<unsigned long long>(resume->steps),
+                  static_cast<unsigned>(resume->crc));
+    return text;
   }
   // Rank `rank` of `world`'s share of the resumed optimizer state (none when starting afresh).
   std::optional<rule_state> state_of(int world, int rank) const {
@@ -160,9 +183,11 @@ struct job_plan {
 
 // `state`: continue from this in-memory checkpoint (a membership change) instead of
 // config.resume_path.
-job_plan plan_job(const model& prototype, const job_config& config, const checkpoint* state = nullptr) {
+job_plan plan_job(const model& prototype, const dataset& train, const job_config& config,
+                  const checkpoint* state = nullptr) {
   validate(config);
   job_plan plan;
+  plan.data_hash = data_hash(train);
   plan.algo = &find_algorithm(config.algorithm);
   plan.optimizer = optimizer_for(*plan.algo, config);
   make_optimizer(plan.optimizer, 0);  // its own checks (AdamW's betas below 1, ...) before any actor starts
@@ -185,8 +210,14 @@ job_plan plan_job(const model& prototype, const job_config& config, const checkp
   require(c.signature == prototype.signature(),
           from + ": the checkpoint's model " + c.signature + " is not " + prototype.signature());
   require(c.parameters.size() == prototype.parameter_count(), from + ": wrong parameter count");
+  if (!state && c.steps == config.steps)
+    throw job_already_finished(from + ": the checkpoint is at step " + std::to_string(c.steps) + " of " +
+                               std::to_string(config.steps) + ": the job already finished, nothing to do");
   require(c.steps < config.steps, from + ": the checkpoint is at step " + std::to_string(c.steps) +
-                                       ", nothing left to do for --steps " + std::to_string(config.steps));
+                                       ", beyond the job's " + std::to_string(config.steps) + " steps");
+  require(state || c.data_hash == plan.data_hash,
+          from + ": the checkpoint was written training on other data (content hash " + hex(c.data_hash) +
+              ", this job's data has " + hex(plan.data_hash) + "): resume with the data it was written with");
   require((plan.algo->aggregate == aggregation::sharded_optimizer) == (c.slots > 0 || c.momenta.empty()),
           from + ": a " + c.algorithm + " checkpoint cannot resume a " + plan.algo->name + " job");
   if (plan.algo->aggregate == aggregation::sharded_optimizer) {
@@ -198,17 +229,6 @@ job_plan plan_job(const model& prototype, const job_config& config, const checkp
   plan.data_position = c.data_position;
   plan.initial = c.parameters;
   return plan;
-}
-
-// What two worker processes must agree on to train together.
-std::string fingerprint(const model& prototype, const job_config& c, const std::string& transport) {
-  std::ostringstream f;
-  f << prototype.signature() << " algo=" << c.algorithm << " steps=" << c.steps << " micro-batch=" << c.micro_batch
-    << " accumulation=" << c.accumulation << "/" << c.max_accumulation << " seed=" << c.seed
-    << " optimizer=" << c.optimizer << " lr=" << c.learning_rate << " wd=" << c.weight_decay
-    << " betas=" << c.beta1.value_or(-1) << "," << c.beta2.value_or(-1) << " warmup=" << c.warmup_steps << " cosine=" << c.cosine
-    << " dpu-warmup=" << c.dpu_warmup << " transport=" << transport;
-  return f.str();
 }
 
 // Each compute actor stands for one device: BLAS threads share the cores among them.
@@ -270,6 +290,9 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
   setup.eval_interval = config.eval_interval;
   setup.evaluator = std::move(evaluator);
   setup.metrics_path = config.metrics_path;
+  setup.append_metrics = plan.resume.has_value();  // a resumed job's file goes on
+  setup.data_hash = plan.data_hash;
+  setup.started = std::chrono::steady_clock::now() - plan.clock_before();
   return setup;
 }
 
@@ -323,6 +346,7 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   communication->layout = spec.layout;
   communication->replicate = plan.sharded();
   communication->change_epoch = spec.change_epoch;
+  communication->stop_requested = config.stop_requested;
   local.state_bytes += communication->rule->state_bytes();
 
   accumulator_setup accumulation;
@@ -376,6 +400,28 @@ std::optional<std::string> run_to_end(caf::actor_system& system, caf::scoped_act
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// Rank 0's membership actor at host:port. Unlike middleman::remote_actor, gives up after
+// `timeout` when the port accepts the connection but never answers CAF's handshake.
+caf::expected<membership_actor> find_membership(caf::actor_system& system, const std::string& host, int port,
+                                                std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{system};
+  caf::expected<membership_actor> result{caf::sec::request_timeout};
+  self->request(system.middleman().actor_handle(), timeout, caf::connect_atom::value, host,
+                static_cast<std::uint16_t>(port))
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& found, const std::set<std::string>& interface) {
+            if (!found)
+              result = caf::make_error(caf::sec::no_actor_published_at_port, "no actor published at the port");
+            else if (!system.assignable<membership_actor>(interface))
+              result = caf::make_error(caf::sec::unexpected_actor_messaging_interface,
+                                       "the actor at the port is not an accord membership actor");
+            else
+              result = caf::actor_cast<membership_actor>(std::move(found));
+          },
+          [&](caf::error& e) { result = std::move(e); });
+  return result;
 }
 
 // How the ranks of an epoch find each other's transport: each member publishes an address
@@ -563,7 +609,7 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
                      std::function<void(const step_metrics&)> on_step, const checkpoint* state = nullptr,
                      std::function<void(const checkpoint&)> keep_state = {},
                      std::optional<std::uint64_t> crash_after_step = {}, std::uint64_t epoch = 1) {
-  const job_plan plan = plan_job(prototype, config, state);
+  const job_plan plan = plan_job(prototype, *train, config, state);
   const int workers = config.workers;
   size_blas(config, workers);
   inproc_fabric fabric(workers, link_model::parse(config.link));
@@ -604,7 +650,7 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
         coordination_for(plan, prototype, config, spawn_evaluation(system, local, prototype, eval ? eval : train, config));
     setup.on_step = std::move(on_step);
     setup.epoch = epoch;
-    setup.append_metrics = epoch > 1;  // the file continues the earlier epochs'
+    setup.append_metrics = setup.append_metrics || epoch > 1;  // the file continues the earlier epochs'
     setup.abort = fail_everyone;
     setup.result = result;
     if (keeps_state) setup.on_checkpoint = keep;
@@ -644,6 +690,7 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
                    std::function<void(const step_metrics&)> on_step) {
   if (!train) throw std::invalid_argument("no training data set");
   validate(config);
+  if (!config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
   const std::string in_process_limit =
       " in one process exceed " + std::to_string(max_workers_in_process) + " (each runs two threads)";
   require(config.workers <= max_workers_in_process, "workers: " + std::to_string(config.workers) + in_process_limit);
@@ -697,6 +744,7 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
       crash_report = e.what();
       while (!total.steps.empty() && total.steps.back().step > change->step) total.steps.pop_back();
     }
+    if (config.stop_requested && config.stop_requested->load()) break;
     if (change) {
       if (!state || state->steps != change->step)
         throw std::runtime_error("no state was kept at step " + std::to_string(change->step) +
@@ -727,6 +775,8 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
           "membership changes are emulated in one process only; between processes, start (--join) and stop workers");
   require(config.speed_factors.empty() || !(group.elastic || group.join),
           "speed factors cannot be combined with an elastic job");
+  require(!config.stop_requested || !(group.elastic || group.join),
+          "an elastic job's workers leave (process_group::leave_requested) rather than stop the job");
   std::string host = group.host;
   if (host.empty()) {
     require(is_loopback(group.master_addr),
@@ -736,7 +786,9 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   require(group.transport == "ucx" || group.transport == "nccl",
           "unknown transport '" + group.transport + "' (expected ucx|nccl)");
   require_worker_memory(prototype, 1);
-  const job_plan origin = plan_job(prototype, config);
+  const job_plan origin = plan_job(prototype, *train, config);
+  const bool master = !group.join && group.rank == 0;
+  if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
   size_blas(config, 1);
   auto system_config = std::make_unique<caf::actor_system_config>();
   configure_system(*system_config);
@@ -754,12 +806,15 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
     (void)system.release();
     (void)system_config.release();
   };
-  const bool master = !group.join && group.rank == 0;
-  const std::string print = fingerprint(prototype, config, group.transport);
+  const std::string job_id = !group.job_id.empty() || group.join
+                                 ? group.job_id
+                                 : group.master_addr + ":" + std::to_string(group.master_port);
+  const std::string print = job_fingerprint(prototype, *train, config, group.transport, origin.resumed_from());
   auto merged = std::make_shared<job_result>();
   local_actors coordination;  // rank 0's process: the evaluator, the membership actor, the coordinators
   process_member me;
   std::optional<std::string> failure;
+  bool failed_here = false;  // by this process's own fault, not the job's
   const auto started = std::chrono::steady_clock::now();
   {
     caf::scoped_actor self{*system};
@@ -776,6 +831,8 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
       setup.elastic = group.elastic;
       setup.sharded = origin.sharded();
       setup.fingerprint = print;
+      setup.job_id = job_id;
+      setup.rendezvous_timeout = group.rendezvous_timeout;
       setup.pipe = origin.algo->pipe;
       setup.total_rounds = origin.rounds;
       setup.origin_steps = origin.resume ? origin.resume->steps : 0;
@@ -792,8 +849,8 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
         c.on_step = on_step;
         c.result = std::move(result);
         c.epoch = spec.epoch;
-        c.append_metrics = spec.epoch > 1;
-        c.started = started;
+        c.append_metrics = c.append_metrics || spec.epoch > 1;
+        c.started = started - origin.clock_before();
         c.on_kept = std::move(on_kept);
         return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
       };
@@ -802,22 +859,36 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
                                               nullptr, true);
       if (!port) {
         coordination.shut_down(self);
-        throw std::runtime_error("rank 0: cannot listen for workers on port " + std::to_string(group.master_port) +
-                                 ": " + system->render(port.error()));
+        throw std::runtime_error("rank 0: port " + std::to_string(group.master_port) +
+                                 " is in use by another job or program (cannot listen for workers there: " +
+                                 system->render(port.error()) + ")");
       }
     } else {
       const std::string who = group.join ? "joiner" : "rank " + std::to_string(group.rank);
+      const std::string at = group.master_addr + ":" + std::to_string(group.master_port);
       const auto deadline = std::chrono::steady_clock::now() + group.connect_timeout;
       for (;;) {
-        auto found = system->middleman().remote_actor<membership_actor>(
-            group.master_addr, static_cast<std::uint16_t>(group.master_port));
+        // A listening rank 0 answers CAF's handshake within milliseconds, however busy the job.
+        const auto handshake = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              deadline - std::chrono::steady_clock::now()),
+                                          std::chrono::milliseconds(1), std::chrono::milliseconds(10'000));
+        auto found = find_membership(*system, group.master_addr, group.master_port, handshake);
         if (found) {
           me.membership = *found;
           break;
         }
+        if (found.error() == caf::sec::request_timeout || found.error() == caf::sec::connection_timeout ||
+            found.error() == caf::sec::disconnect_during_handshake) {
+          const std::string why = system->render(found.error());
+          // The middleman may still wait on that connection: leave the system to the exit.
+          abandon_system();
+          throw std::runtime_error(who + ": the master port " + at + " accepted the connection but did not answer "
+                                   "the handshake (is an accord job's rank 0 listening there?): " + why);
+        }
+        if (config.stop_requested && config.stop_requested->load())
+          throw std::runtime_error(who + ": asked to stop while waiting for rank 0 at " + at);
         if (std::chrono::steady_clock::now() > deadline)
-          throw std::runtime_error(who + ": no coordinator at " + group.master_addr + ":" +
-                                   std::to_string(group.master_port) + " within " +
+          throw std::runtime_error(who + ": no coordinator at " + at + " within " +
                                    std::to_string(group.connect_timeout.count()) + " ms: " +
                                    system->render(found.error()));
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -825,7 +896,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
     }
     me.agent = spawn_member_agent(*system, me.change_epoch, me.link, group.leave_requested, me.membership);
     self->request(me.agent, caf::infinite, hello_atom::value,
-                  member_hello{group.join ? -1 : group.rank, group.world_size, print, host})
+                  member_hello{group.join ? -1 : group.rank, group.world_size, print, host, job_id})
         .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
     while (!failure) {
       // A throw here would leave the actors running and the system's destructor waiting on them.
@@ -834,6 +905,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
         rendezvous = make_rendezvous(group, host, master);
       } catch (const std::exception& e) {
         failure = e.what();
+        failed_here = true;
         break;
       }
       epoch_plan plan;
@@ -845,11 +917,21 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
       run_process_epoch(*system, self, prototype, train, config, origin, plan, *rendezvous,
                         group.elastic || group.join, me);
     }
-    // Rank 0's process stays until every member has heard that the job is over.
-    if (master)
+    // Rank 0's process stays until every member has heard that the job is over (unless it failed
+    // on its own, as every rank does with a broken UCX setup: nobody would hear of it).
+    if (master && !failed_here)
       self->request(me.membership, release_timeout, wait_atom::value).receive([](bool) {}, [](caf::error&) {});
     self->send_exit(me.agent, caf::exit_reason::user_shutdown);
     coordination.shut_down(self);
+  }
+  if (failure && *failure == coordinator_lost && !master) {
+    // Rank 0 may be fine and have dropped this worker: if it answers, it says why.
+    auto found = find_membership(*system, group.master_addr, group.master_port, std::chrono::seconds(5));
+    if (found) {
+      caf::scoped_actor self{*system};
+      self->request(*found, std::chrono::seconds(5), dropped_atom::value, me.id)
+          .receive([&](std::string& why) { if (!why.empty()) failure = why; }, [](caf::error&) {});
+    }
   }
   if (failure) {
     abandon_system();

@@ -1,5 +1,7 @@
 #include "actors/membership_actor.hpp"
 
+#include "actors/fingerprint.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -57,6 +59,8 @@ struct membership_state {
   std::string pending_reason;    // why the next epoch forms
   std::vector<caf::typed_response_promise<bool>> waiters;  // for every member's release
   std::chrono::steady_clock::time_point epoch_ended_at;    // when the last epoch ended
+  std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+  std::map<std::uint64_t, std::string> dropped;  // member → why the job went on without it
 };
 
 using self_pointer = membership_actor::stateful_pointer<membership_state>;
@@ -133,8 +137,17 @@ void merge_epoch_result(membership_state& s, job_result&& part) {
   add_epoch_result(total, std::move(part));
 }
 
-// The newest kept step the members can rebuild completely, or none.
-std::optional<state_source> choose_source(const membership_state& s, const std::vector<member*>& order) {
+// "ranks 2, 3" or "rank 2".
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  return text;
+}
+
+// The newest kept step the members can rebuild completely, or none; then `why_not` says why
+// the newest kept step cannot be.
+std::optional<state_source> choose_source(const membership_state& s, const std::vector<member*>& order,
+                                          std::string* why_not = nullptr) {
   struct candidate {
     int world = 0;
     std::map<int, int> own_holder, buddy_holder;  // old shard → new rank
@@ -159,8 +172,14 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
     const auto [steps, layout] = it->first;
     candidate& c = it->second;
+    const bool newest = it == found.rbegin();
     const auto position = s.kept_positions.find({layout, steps});
-    if (position == s.kept_positions.end()) continue;  // the coordinator never completed that step
+    if (position == s.kept_positions.end()) {  // the coordinator never completed that step
+      if (newest && why_not)
+        *why_not = "the newest state kept by a survivor, after step " + std::to_string(steps) +
+                   ", was never completed by every worker, and no older one is kept whole";
+      continue;
+    }
     state_source source;
     source.layout = layout;
     source.steps = steps;
@@ -184,7 +203,17 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
         }
         source.shard_senders.push_back(buddy->second);
       }
-      if (!complete) continue;
+      if (!complete) {
+        if (newest && why_not) {
+          std::vector<int> missing;
+          for (int shard = 0; shard < c.world; ++shard)
+            if (!c.own_holder.count(shard) && !c.buddy_holder.count(shard)) missing.push_back(shard);
+          *why_not = "the newest kept state, after step " + std::to_string(steps) + " (epoch " +
+                     std::to_string(layout) + ", " + std::to_string(c.world) + " workers), lacks the optimizer shard of " +
+                     list_ranks(missing) + ": the member holding it and its buddy (the next rank) are both gone";
+        }
+        continue;
+      }
       // Sum of the old shards' checksums, each from whoever sends it.
       for (int shard = 0; shard < c.world; ++shard) {
         const int sender = source.shard_senders[static_cast<std::size_t>(shard)];
@@ -210,6 +239,13 @@ void epoch_ended(self_pointer self, std::uint64_t epoch, std::optional<std::stri
   for (auto& [id, m] : s.members) m.rank = -1;
   if (!failure) {
     if (s.epoch_result->rounds >= s.setup.total_rounds) {
+      finish_job(self);
+      return;
+    }
+    if (!s.setup.elastic) {  // no membership changes: the workers voted to stop the job
+      event(self, "membership: the job stopped after step " +
+                      std::to_string(s.epoch_result->steps.empty() ? s.epoch_start : s.epoch_result->steps.back().step) +
+                      " (a worker was asked to stop)");
       finish_job(self);
       return;
     }
@@ -319,7 +355,8 @@ void try_form(self_pointer self) {
   }
   std::optional<state_source> source;
   if (s.epoch > 0) {
-    source = choose_source(s, staying);
+    std::string why_not;
+    source = choose_source(s, staying, &why_not);
     if (!source && !leaving.empty()) {
       // A leaver whose shard nobody else holds stays for one more epoch.
       std::vector<member*> with_leavers = staying;
@@ -331,9 +368,8 @@ void try_form(self_pointer self) {
       }
     }
     if (!source && s.anything_kept) {
-      fail_job(self, "the state after step " + std::to_string(s.epoch_start) +
-                         " cannot be rebuilt: no surviving member holds some optimizer shard (" +
-                         s.pending_reason + ")" +
+      fail_job(self, "the training state cannot be rebuilt after " + s.pending_reason + ": " +
+                         (why_not.empty() ? "no survivor kept any state" : why_not) +
                          (s.epoch_failure ? " (the epoch failed: " + *s.epoch_failure + ")" : ""));
       return;
     }
@@ -361,6 +397,9 @@ void member_lost(self_pointer self, member& m, const std::string& why) {
     return;
   }
   if (in_epoch || (s.now == phase::forming && s.epoch_failure)) s.lost_in_epoch = true;
+  s.dropped[m.id] = "this worker (" + m.name() + ") was dropped from the job in epoch " + std::to_string(s.epoch) +
+                    ": rank 0 lost its connection to this process (silent for longer than the heartbeat timeout, "
+                    "or the network failed); the job goes on without it";
   s.pending_reason += (s.pending_reason.empty() ? "" : "; ") + m.name() + " lost";
   if (in_epoch) {
     const std::string lost = "its process " + why + " (member lost)";
@@ -403,8 +442,34 @@ void check_restored(self_pointer self, const restored_report& r) {
   event(self, line);
 }
 
+// While the starting ranks say hello: names the missing ones every 10 s, fails after the timeout.
+void check_rendezvous(self_pointer self) {
+  constexpr auto report_every = std::chrono::seconds(10);
+  auto& s = self->state;
+  if (s.now != phase::starting) return;
+  std::vector<int> missing;
+  for (int rank = 0; rank < s.setup.initial_world; ++rank) {
+    const bool present = std::any_of(s.members.begin(), s.members.end(),
+                                     [rank](const auto& entry) { return entry.second.initial_rank == rank; });
+    if (!present) missing.push_back(rank);
+  }
+  const auto waited = std::chrono::steady_clock::now() - s.created;
+  const auto whole_seconds = std::chrono::duration_cast<std::chrono::seconds>(waited).count();
+  const std::string whom = list_ranks(missing) + " of " + std::to_string(s.setup.initial_world);
+  if (waited >= s.setup.rendezvous_timeout) {
+    fail_job(self, "rendezvous: " + whom + " did not say hello within " +
+                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(s.setup.rendezvous_timeout).count()) +
+                       " s (rendezvous timeout); is every rank started, with this MASTER_ADDR and MASTER_PORT?");
+    return;
+  }
+  if (whole_seconds > 0) event(self, "membership: waiting for " + whom + " (" + std::to_string(whole_seconds) + " s)");
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.setup.rendezvous_timeout - waited);
+  self->delayed_send(self, std::min<std::chrono::milliseconds>(left, report_every), rendezvous_atom::value);
+}
+
 membership_actor::behavior_type membership_behavior(self_pointer self, membership_setup setup) {
   self->state.setup = std::move(setup);
+  self->send(self, rendezvous_atom::value);
   self->set_down_handler([self](const caf::down_msg& down) {
     for (auto& [id, m] : self->state.members)
       if (m.agent && m.agent.address() == down.source) member_lost(self, m, "went away");
@@ -419,9 +484,12 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         };
         if (s.failure) return caf::make_error(caf::sec::runtime_error, *s.failure);
         if (s.now == phase::finished) return refuse("the job is already over");
-        if (hello.fingerprint != s.setup.fingerprint)
-          return refuse("its model/configuration (" + hello.fingerprint + ") differs from the job's (" +
-                        s.setup.fingerprint + ")");
+        if (!hello.job.empty() && hello.job != s.setup.job_id)
+          return refuse("it belongs to job '" + hello.job + "', but this master port is held by job '" +
+                        s.setup.job_id + "' (another job holds the port)");
+        if (const std::string difference = fingerprint_difference(s.setup.fingerprint, hello.fingerprint);
+            !difference.empty())
+          return refuse(difference);
         if (hello.rank >= 0) {
           if (s.now != phase::starting) return refuse("the job has started; a new worker joins with --join");
           if (hello.world != s.setup.initial_world)
@@ -483,6 +551,11 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         auto& s = self->state;
         if (epoch == s.epoch && s.now == phase::forming && s.epoch_failure && !s.lost_in_epoch)
           fail_job(self, *s.epoch_failure);
+      },
+      [self](rendezvous_atom) { check_rendezvous(self); },
+      [self](dropped_atom, std::uint64_t id) -> std::string {
+        const auto found = self->state.dropped.find(id);
+        return found == self->state.dropped.end() ? std::string() : found->second;
       },
       [self](wait_atom) -> caf::result<bool> {
         self->state.waiters.push_back(self->make_response_promise<bool>());
@@ -561,7 +634,7 @@ member_agent::behavior_type agent_behavior(agent_pointer self, std::shared_ptr<s
   self->monitor(self->state.membership);
   self->set_down_handler([self](const caf::down_msg&) {
     auto& s = self->state;
-    s.master_lost = "rank 0's process (the coordinator) went away";
+    s.master_lost = coordinator_lost;
     fail_all(s.hellos, *s.master_lost);
     fail_all(s.plans, *s.master_lost);
     fail_all(s.waits, *s.master_lost);

@@ -33,6 +33,8 @@ using kept_atom = caf::atom_constant<caf::atom("kept")>;
 using restored_atom = caf::atom_constant<caf::atom("restored")>;
 using grace_atom = caf::atom_constant<caf::atom("grace")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
+using rendezvous_atom = caf::atom_constant<caf::atom("rendezvous")>;
+using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
 
 // How to interrupt the transport of a worker process's current epoch (its connection setup,
 // then the transport itself). The agent does so when the epoch fails, wherever the process is
@@ -49,11 +51,15 @@ private:
   interrupter interrupt_;
 };
 
+// What a worker process hears when its connection to rank 0's process is gone.
+inline constexpr const char* coordinator_lost = "rank 0's process (the coordinator) went away";
+
 struct member_hello {
   int rank = -1;  // RANK among the members the job starts with; -1 for a joiner
   int world = 0;  // WORLD_SIZE it was started with (ignored for a joiner)
   std::string fingerprint;
   std::string host;
+  std::string job;  // process_group::job_id (empty: a joiner that did not name one)
 };
 
 struct epoch_request {
@@ -85,7 +91,7 @@ struct restored_report {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, member_hello& x) {
-  return f(caf::meta::type_name("member_hello"), x.rank, x.world, x.fingerprint, x.host);
+  return f(caf::meta::type_name("member_hello"), x.rank, x.world, x.fingerprint, x.host, x.job);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, epoch_request& x) {
@@ -124,6 +130,10 @@ using membership_actor = caf::typed_actor<
     // `data_position` (epoch, steps, data position).
     caf::reacts_to<kept_atom, std::uint64_t, std::uint64_t, std::uint64_t>,
     caf::reacts_to<grace_atom, std::uint64_t>,
+    caf::reacts_to<rendezvous_atom>,  // checks on the starting ranks' hellos
+    // Why a member was dropped from the job (asked by one that lost its connection to rank 0
+    // and reconnected); empty when it was not.
+    caf::replies_to<dropped_atom, std::uint64_t>::with<std::string>,
     // Replies once the job is over and every member still alive has been told so.
     caf::replies_to<wait_atom>::with<bool>>;
 
@@ -139,7 +149,11 @@ struct membership_setup {
   int initial_world = 0;
   bool elastic = false;
   bool sharded = false;               // ZeRO-1 shards to cover (else only parameters matter)
-  std::string fingerprint;            // what every member's model and configuration must match
+  std::string fingerprint;            // what every member's settings must match (actors/fingerprint.hpp)
+  std::string job_id;                 // what every member's hello must name (a joiner's may be empty)
+  // Until every starting rank said hello: a line naming the missing ones every 10 s, and after
+  // this long the job fails naming them.
+  std::chrono::milliseconds rendezvous_timeout{300'000};
   pipeline pipe = pipeline::synchronous;
   std::uint64_t total_rounds = 0;
   std::uint64_t origin_steps = 0;     // where the job starts (> 0 when resumed)

@@ -3,6 +3,8 @@
 // fails stops all the others, and its status becomes the launcher's. With --elastic only the RANK 0
 // worker (the coordinator) fails fast; the job goes on without any other worker that fails. With
 // --join the workers join a running elastic job instead: they get no rank, and none fails fast.
+#include "apps/launch_env.hpp"
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -51,6 +53,9 @@ Each worker gets torchrun's variables (read them with accord::rendezvous_from_en
   MASTER_PORT       --master-port, or a port that was free here at launch
   ACCORD_ELASTIC    1 with --elastic or --join; removed from the workers' environment without them
   ACCORD_JOIN       HOST:PORT with --join; removed from the workers' environment without it
+  ACCORD_JOB_ID      accord-launch:HOST:PID when this launcher starts the whole job and neither
+                    ACCORD_JOB_ID, TORCHELASTIC_RUN_ID nor SLURM_JOB_ID names it (another job's
+                    workers reaching the same master port are then refused as such)
 With --join the workers get ACCORD_JOIN, ACCORD_ELASTIC, LOCAL_RANK and LOCAL_WORLD_SIZE only, and
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are removed: a joiner gets its rank from the job.
 Their stdin is /dev/null; each line a worker writes to stdout (stderr) appears on the launcher's
@@ -387,6 +392,13 @@ std::vector<std::string> worker_environment(const launch_options& options, int l
     assigned.emplace_back("MASTER_PORT", std::to_string(*master_port));
   }
   if (options.elastic) assigned.emplace_back("ACCORD_ELASTIC", "1");
+  // A launcher that starts the whole job names it, so that another job's workers reaching the
+  // same master port are refused as such (unless the environment names the job already).
+  if (!options.join_address && *options.world_size == options.workers && accord::job_id_from_environment().empty()) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    assigned.emplace_back("ACCORD_JOB_ID", "accord-launch:" + std::string(host) + ":" + std::to_string(getpid()));
+  }
   const auto is_launcher_variable = [](std::string_view entry) {
     return std::any_of(std::begin(launcher_variables), std::end(launcher_variables), [&](std::string_view name) {
       return entry.size() > name.size() && entry.starts_with(name) && entry[name.size()] == '=';

@@ -61,6 +61,15 @@ void save_parameters(const std::string& path, const std::vector<float>& paramete
 
 // Set by SIGTERM in an elastic worker: it leaves at the next step boundary instead of dying.
 std::atomic<bool> leave_requested{false};
+// Set by SIGTERM or SIGINT in a job that is not elastic (Slurm preemption, Ctrl-C): every
+// worker stops after the same step and rank 0 writes the checkpoint; a second signal kills.
+std::atomic<bool> stop_requested{false};
+std::atomic<int> stop_signal{0};
+
+void request_stop(int signal) {
+  if (stop_requested.exchange(true)) std::_Exit(128 + signal);
+  stop_signal = signal;
+}
 
 // "HOST:PORT" of --join.
 std::pair<std::string, int> parse_host_port(const std::string& text) {
@@ -93,7 +102,9 @@ int main(int argc, char** argv) {
       ("keep-interval", number_flag<std::uint64_t>(1, 1'000'000'000, 1),
        "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)")
       ("heartbeat-timeout", number_flag(0.1, 86400.0, 30.0),
-       "between processes: seconds of silence after which a worker process counts as dead");
+       "between processes: seconds of silence after which a worker process counts as dead")
+      ("rendezvous-timeout", number_flag(0.1, 1e6, 300.0),
+       "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)");
   add_training_options(options, default_job());
   try {
     const auto flags = parse_flags(argc, argv, options,
@@ -104,11 +115,14 @@ int main(int argc, char** argv) {
                                    "MASTER_ADDR and MASTER_PORT set (accord-launch, torchrun-style, or\n"
                                    "Slurm's srun), each process is one worker and tensors travel over UCX.\n"
                                    "With --elastic the job survives workers that die or leave and admits\n"
-                                   "new ones started with --join HOST:PORT (rank 0's MASTER_ADDR:MASTER_PORT).");
+                                   "new ones started with --join HOST:PORT (rank 0's MASTER_ADDR:MASTER_PORT).\n"
+                                   "SIGTERM or SIGINT stops a job that is not elastic after the current step,\n"
+                                   "writes --checkpoint and exits 128+signal (143, 130); a second one kills.");
     const std::string transport = flags["transport"].as<std::string>();
     if (transport != "ucx" && transport != "nccl")
       throw std::invalid_argument("--transport: '" + transport + "' (expected ucx|nccl)");
     const double heartbeat = flags["heartbeat-timeout"].as<double>();
+    const double rendezvous_timeout = flags["rendezvous-timeout"].as<double>();
     const char* elastic_variable = std::getenv("ACCORD_ELASTIC");
     const bool elastic = flags["elastic"].as<bool>() || (elastic_variable && std::string(elastic_variable) == "1");
     std::optional<rendezvous_info> place = rendezvous_from_environment();
@@ -142,7 +156,7 @@ int main(int argc, char** argv) {
       warn_ignored(flags, "accord-train", {{"link", "between processes (the network is real)"}});
       if (!elastic && !joining) warn_ignored(flags, "accord-train", {{"keep-interval", "without --elastic"}});
     } else {
-      for (const char* flag : {"transport", "elastic", "keep-interval", "heartbeat-timeout"})
+      for (const char* flag : {"transport", "elastic", "keep-interval", "heartbeat-timeout", "rendezvous-timeout"})
         warn_ignored(flags, "accord-train", {{flag, "in one process (it applies between processes)"}});
     }
     if (!joining && place) {
@@ -158,6 +172,11 @@ int main(int argc, char** argv) {
       std::signal(SIGTERM, [](int) {
         if (leave_requested.exchange(true)) std::_Exit(128 + SIGTERM);
       });
+    if (!(place && (elastic || joining))) {
+      std::signal(SIGTERM, request_stop);
+      std::signal(SIGINT, request_stop);
+      setup.job.stop_requested = &stop_requested;
+    }
     const std::uint64_t log_interval = leader ? flags["log-interval"].as<std::uint64_t>() : 0;
     const job_config& job = setup.job;
     const bool language_model = flags["model"].as<std::string>() == "gpt";
@@ -173,6 +192,7 @@ int main(int argc, char** argv) {
     }
     double last_eval = -1;
     int last_workers = job.workers;
+    bool resumed_reported = false;
     auto progress = [&](const step_metrics& m) {
           // Between processes the membership actor's own lines tell of each change.
           if (m.workers != last_workers && log_interval && !place) {
@@ -181,6 +201,11 @@ int main(int argc, char** argv) {
             last_workers = m.workers;
           }
           if (m.eval_loss >= 0) last_eval = m.eval_loss;
+          if (!job.resume_path.empty() && !resumed_reported && log_interval) {
+            std::printf("resumed from step %llu (%s)\n", static_cast<unsigned long long>(m.step - 1),
+                        job.resume_path.c_str());
+            resumed_reported = true;
+          }
           const bool last = m.step == job.steps;
           if (!log_interval || (m.step % log_interval != 0 && m.step != 1 && !last)) return;
           std::printf("step %5llu/%llu | loss %.4f | eval %s | %s %s/s | %.1f bits/param | hidden %3.0f%% | %.1fs\n",
@@ -204,6 +229,10 @@ int main(int argc, char** argv) {
       group.join = joining;
       group.leave_requested = &leave_requested;
       group.heartbeat_timeout = std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
+      group.rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
+      // A joiner names its job only when told to; it named the job's address already.
+      const char* named_job = std::getenv("ACCORD_JOB_ID");
+      group.job_id = joining ? (named_job ? named_job : "") : job_id_from_environment();
       group.on_event = [](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
@@ -211,6 +240,22 @@ int main(int argc, char** argv) {
       result = run_job_process(*setup.net, setup.train, setup.eval, job, group, progress);
     } else {
       result = run_job(*setup.net, setup.train, setup.eval, job, progress);
+    }
+    // Stopped by a signal (here or, between processes, in another worker) before the last step.
+    const bool stopped = stop_requested || (leader && !result.steps.empty() && result.steps.back().step < job.steps);
+    if (stopped) {
+      const int status = 128 + (stop_signal ? stop_signal.load() : SIGTERM);
+      if (!leader) return status;
+      const auto step = static_cast<unsigned long long>(result.steps.empty() ? 0 : result.steps.back().step);
+      if (job.checkpoint_path.empty())
+        std::printf("stopped after step %llu of %llu: no --checkpoint was given, nothing is saved\n", step,
+                    static_cast<unsigned long long>(job.steps));
+      else
+        std::printf("stopped after step %llu of %llu: checkpoint %s written; continue with --resume %s\n", step,
+                    static_cast<unsigned long long>(job.steps), job.checkpoint_path.c_str(),
+                    job.checkpoint_path.c_str());
+      std::fflush(stdout);
+      return status;
     }
     // Every rank holds the same parameters: one file, from rank 0, instead of every rank racing to write it.
     if (flags.count("save-parameters") && leader)
@@ -233,6 +278,9 @@ int main(int argc, char** argv) {
                     ? (", plus " + format_megabytes(result.kept_bytes_per_worker) + " kept for elastic recovery").c_str()
                     : "");
     if (!job.metrics_path.empty()) std::printf("metrics: %s\n", job.metrics_path.c_str());
+    return 0;
+  } catch (const job_already_finished& e) {
+    std::printf("accord-train: %s\n", e.what());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "accord-train: %s\n", e.what());

@@ -111,6 +111,14 @@ std::string first_host_of_nodelist(std::string_view nodelist, std::string_view s
   return host;
 }
 
+std::string job_id_from_environment() {
+  for (const char* name : {"ACCORD_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"}) {
+    const char* value = std::getenv(name);
+    if (value && *value && std::string_view(value) != "none") return value;
+  }
+  return {};
+}
+
 std::optional<rendezvous_info> rendezvous_from_environment() {
   const char* rank = variable("RANK");
   const char* world = variable("WORLD_SIZE");

@@ -29,6 +29,10 @@ struct rendezvous_info {
 // a non-integer, a rank outside [0, world size), a world size below 1 or a port outside 1..65535.
 std::optional<rendezvous_info> rendezvous_from_environment();
 
+// The job's name from ACCORD_JOB_ID, else TORCHELASTIC_RUN_ID (unless torchrun's default
+// "none"), else SLURM_JOB_ID; empty when none is set.
+std::string job_id_from_environment();
+
 // rendezvous_from_environment(), or rank 0 of a world of 1 when the environment names no job.
 rendezvous_info rendezvous_or_single_process();
 

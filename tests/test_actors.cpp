@@ -8,8 +8,11 @@
 #include "data/text.hpp"
 #include "models/gpt.hpp"
 
+#include <zlib.h>
+
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <numeric>
@@ -17,6 +20,11 @@
 using namespace accord;
 
 namespace {
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 // f_x(θ) = ½‖θ − x‖² averaged over the batch: the gradient θ − mean(x) makes every update
 // of an algorithm checkable by hand.
@@ -49,20 +57,20 @@ private:
   std::size_t dim_;
 };
 
-// Example p is a fixed vector, different for every position.
+// Example p is a fixed vector, different for every position (and for every phase).
 class waves final : public dataset {
 public:
-  explicit waves(std::size_t dim) : dim_(dim) {}
+  explicit waves(std::size_t dim, double phase = 0) : dim_(dim), phase_(phase) {}
   std::string describe() const override { return "waves"; }
   std::uint64_t size() const override { return 1u << 20; }
-  static float value(std::uint64_t p, std::size_t i) {
-    return static_cast<float>(std::sin(0.7 * static_cast<double>(p) + static_cast<double>(i)));
+  static float value(std::uint64_t p, std::size_t i, double phase = 0) {
+    return static_cast<float>(std::sin(0.7 * static_cast<double>(p) + static_cast<double>(i) + phase));
   }
   batch examples(std::uint64_t first, std::size_t count) const override {
     batch b;
     b.examples = count;
     for (std::size_t e = 0; e < count; ++e) {
-      for (std::size_t i = 0; i < dim_; ++i) b.features.push_back(value(first + e, i));
+      for (std::size_t i = 0; i < dim_; ++i) b.features.push_back(value(first + e, i, phase_));
       b.targets.push_back(0);
     }
     return b;
@@ -70,6 +78,7 @@ public:
 
 private:
   std::size_t dim_;
+  double phase_;
 };
 
 constexpr std::size_t dim = 5;
@@ -366,16 +375,166 @@ TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the pro
       CHECK(std::string(e.what()) == bad + ": " + expected);
     }
   };
-  std::ifstream in(path, std::ios::binary);
-  const std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string whole = file_text(path);
   refused("NOTACKPT" + whole.substr(8), "not an accord checkpoint (bad magic)");
-  refused(whole.substr(0, whole.size() - 4), "truncated checkpoint (in the momenta)");
-  refused(whole + "x", "unexpected bytes after the checkpoint's end");
+  refused(whole.substr(0, 5), "truncated checkpoint (5 bytes, shorter than a header)");
+  std::string old_version = whole;
+  old_version[8] = 1;
+  refused(old_version, "checkpoint format version 1, this build reads version 2 only (start the run afresh, or "
+                       "resume it with the build that wrote it)");
   try {
     read_checkpoint("no/such/checkpoint.bin");
     FAIL("accepted");
   } catch (const std::runtime_error& e) {
     CHECK(std::string(e.what()) == "no/such/checkpoint.bin: cannot open the checkpoint");
+  }
+}
+
+// A checkpoint's bytes with a valid crc over whatever they say.
+std::string with_crc(std::string bytes) {
+  bytes.resize(bytes.size() - 4);
+  const std::uint32_t crc = static_cast<std::uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+  bytes.append(reinterpret_cast<const char*>(&crc), sizeof crc);
+  return bytes;
+}
+
+TEST_CASE("a damaged, truncated or forged checkpoint is refused before anything big is allocated" *
+          doctest::test_suite("pipeline")) {
+  checkpoint c;
+  c.steps = 4;
+  c.signature = "quadratic(3)";
+  c.algorithm = "ddp";
+  c.parameters = {1.f, 2.f, 3.f};
+  c.optimizer_step = 4;
+  c.slots = 2;
+  c.optimizer = {1, 2, 3, 4, 5, 6};
+  write_checkpoint("test_actors_forged.bin", c);
+  const std::string whole = file_text("test_actors_forged.bin");
+  auto refusal = [](const std::string& bytes) -> std::string {
+    try {
+      parse_checkpoint(bytes, "ck");
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  CHECK(refusal(whole) == "accepted");
+  // Every single flipped byte is caught (by the crc, or the magic and version before it).
+  for (std::size_t at = 12; at < whole.size(); ++at) {
+    std::string flipped = whole;
+    flipped[at] = static_cast<char>(flipped[at] ^ 0x10);
+    CAPTURE(at);
+    CHECK(refusal(flipped).find("ck: corrupt checkpoint: crc32") == 0);
+  }
+  CHECK(refusal(whole.substr(0, whole.size() - 9)).find("ck: corrupt checkpoint: crc32") == 0);
+  // 2^29 parameters claimed by a file of a few dozen bytes, crc and all.
+  std::string forged = whole;
+  const std::uint64_t huge = 1ull << 29;
+  std::memcpy(forged.data() + 32, &huge, sizeof huge);
+  CHECK(refusal(with_crc(forged)) ==
+        "ck: the parameters claim 536870912 values, more than the file holds (" + std::to_string(whole.size()) + " bytes)");
+  std::string slots = whole;  // the slot count sits after the parameters and the optimizer step
+  const std::size_t slots_at = whole.size() - 4 - 4 - 6 * 4 - 4;
+  const std::uint32_t many = 7;
+  std::memcpy(slots.data() + slots_at, &many, sizeof many);
+  CHECK(refusal(with_crc(slots)).find("ck: the optimizer state claim 21 values") == 0);
+}
+
+TEST_CASE("a checkpoint whose values cannot be trained from is refused naming the value" *
+          doctest::test_suite("pipeline")) {
+  checkpoint c;
+  c.steps = 4;
+  c.signature = "quadratic(3)";
+  c.algorithm = "ddp";
+  c.parameters = {1.f, 2.f, 3.f};
+  c.optimizer_step = 4;
+  c.slots = 2;
+  c.optimizer = {1, 2, 3, 4, 5, 6};
+  auto refusal = [](const checkpoint& bad) -> std::string {
+    write_checkpoint("test_actors_values.bin", bad);
+    try {
+      read_checkpoint("test_actors_values.bin");
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  CHECK(refusal(c) == "accepted");
+  checkpoint bad = c;
+  bad.parameters[1] = std::nanf("");
+  CHECK(refusal(bad) == "test_actors_values.bin: parameter 1 is not finite (nan)");
+  bad = c;
+  bad.optimizer[4] = -0.5f;  // v of parameter 1
+  CHECK(refusal(bad) == "test_actors_values.bin: AdamW second moment 1 is negative (-0.500000)");
+  bad = c;
+  bad.optimizer[0] = INFINITY;
+  CHECK(refusal(bad) == "test_actors_values.bin: optimizer state value 0 is not finite (inf)");
+  bad = c;
+  bad.optimizer_step = ~0ull;
+  CHECK(refusal(bad) == "test_actors_values.bin: optimizer step 18446744073709551615 is beyond the checkpoint's "
+                        "step count 4");
+}
+
+TEST_CASE("a job with an unwritable checkpoint path fails before training; a finished one says so" *
+          doctest::test_suite("pipeline")) {
+  quadratic net(dim);
+  auto data = std::make_shared<waves>(dim);
+  job_config job = sgd_job("ddp", 2, 2);
+  job.checkpoint_path = "no/such/directory/ck.bin";
+  CHECK_THROWS_WITH_AS(run_job(net, data, data, job),
+                       "checkpoint no/such/directory/ck.bin: cannot create a file there (No such file or directory)",
+                       std::invalid_argument);
+  job.checkpoint_path = "test_actors_finished.bin";
+  run_job(net, data, data, job);
+  job.resume_path = job.checkpoint_path;
+  CHECK_THROWS_WITH_AS(run_job(net, data, data, job),
+                       "test_actors_finished.bin: the checkpoint is at step 2 of 2: the job already finished, nothing "
+                       "to do",
+                       job_already_finished);
+  job.steps = 1;
+  CHECK_THROWS_WITH_AS(run_job(net, data, data, job),
+                       "test_actors_finished.bin: the checkpoint is at step 2, beyond the job's 1 steps",
+                       std::invalid_argument);
+  // Other data than the checkpoint was written with.
+  job.steps = 4;
+  auto other = std::make_shared<waves>(dim, 0.5);
+  try {
+    run_job(net, other, other, job);
+    FAIL("resumed on other data");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("test_actors_finished.bin: the checkpoint was written training on other data") == 0);
+  }
+}
+
+TEST_CASE("a stop request ends every worker after the same step with a checkpoint that resumes exactly" *
+          doctest::test_suite("pipeline")) {
+  quadratic net(dim);
+  auto data = std::make_shared<waves>(dim);
+  for (const char* algorithm : {"ddp", "acco", "dlion-mavo"}) {
+    CAPTURE(algorithm);
+    job_config job = sgd_job(algorithm, 3, 6);
+    if (std::string(algorithm) == "dlion-mavo") job.optimizer.clear();
+    job.metrics_path = "test_actors_stop.jsonl";
+    const job_result uninterrupted = run_job(net, data, data, job);
+
+    std::atomic<bool> stop{true};  // asked before the first step: the job stops after it
+    job.stop_requested = &stop;
+    job.checkpoint_path = "test_actors_stop.bin";
+    const job_result stopped = run_job(net, data, data, job);
+    REQUIRE(stopped.steps.size() == 1);
+    CHECK(read_checkpoint(job.checkpoint_path).steps == 1);
+
+    job.stop_requested = nullptr;
+    job.resume_path = job.checkpoint_path;
+    job.checkpoint_path.clear();
+    const job_result resumed = run_job(net, data, data, job);
+    CHECK(resumed.steps.front().step == 2);
+    if (std::string(algorithm) != "acco") CHECK(resumed.parameters == uninterrupted.parameters);
+    // The metrics file goes on: the stopped step, then the resumed ones.
+    std::ifstream metrics(job.metrics_path);
+    std::size_t lines = 0;
+    for (std::string line; std::getline(metrics, line);) ++lines;
+    CHECK(lines == 6);
   }
 }
 

@@ -79,7 +79,7 @@ TEST_CASE("a worker whose model differs is refused with a message naming it") {
                              " --untied-head; else exec " + train + train_flags + "; fi'");
   INFO(out.text);
   CHECK(out.status != 0);
-  CHECK(out.text.find("rank 1 refused: its model/configuration") != std::string::npos);
+  CHECK(out.text.find("rank 1 refused: --model differs: rank 0 has gpt(") != std::string::npos);
 }
 
 TEST_CASE("a worker killed mid-run fails the job instead of hanging it") {
@@ -256,7 +256,7 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
     CHECK(job.text.find("2 -> 3 workers") != std::string::npos);
     CHECK(job.text.find("replicas identical") != std::string::npos);
     CHECK(mismatched.status == 2);
-    CHECK(mismatched.text.find("a joiner at 127.0.0.1 refused: its model/configuration") != std::string::npos);
+    CHECK(mismatched.text.find("a joiner at 127.0.0.1 refused: --model differs") != std::string::npos);
     CHECK(joiner.status == 0);
     // Every epoch restored the kept state: the same parameters everywhere, and (ZeRO-1) the
     // optimizer state's checksum unchanged by the re-sharding.
@@ -337,4 +337,133 @@ TEST_CASE("keeping state and replicating shards changes nothing: an elastic job 
     CHECK(read_all("kept_fixed.f32") == read_all("kept_elastic.f32"));
     CHECK(elastic.text.find("kept for elastic recovery") != std::string::npos);
   }
+}
+
+TEST_CASE("a worker whose data or schedule differs is refused naming the setting") {
+  {
+    std::ofstream other("multiprocess_other.txt");
+    for (int line = 0; line < 400; ++line) other << "another corpus, line " << line << "\n";
+  }
+  const std::pair<const char*, const char*> cases[] = {
+      {" --data multiprocess_other.txt", "rank 1 refused: --data differs: rank 0 has /usr/share/games/fortunes"},
+      {" --min-lr-ratio 0.5", "rank 1 refused: --min-lr-ratio differs: rank 0 has 0.100000001, this worker has 0.5"},
+  };
+  for (const auto& [flag, expected] : cases) {
+    CAPTURE(flag);
+    const run_output out = run(launch + "-n 2 -- /bin/sh -c 'if [ \"$RANK\" = 1 ]; then exec " + train + train_flags +
+                               flag + "; else exec " + train + train_flags + "; fi'");
+    INFO(out.text);
+    CHECK(out.status != 0);
+    CHECK(out.text.find(expected) != std::string::npos);
+  }
+}
+
+TEST_CASE("rank 0 names the ranks it waits for and gives up after the rendezvous timeout") {
+  const run_output out = run("RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port()) +
+                             " timeout 60 " + train + train_flags + " --steps 1 --rendezvous-timeout 2");
+  INFO(out.text);
+  CHECK(out.status == 2);
+  CHECK(out.text.find("accord-train: rendezvous: ranks 1, 2 of 3 did not say hello within 2 s") != std::string::npos);
+}
+
+TEST_CASE("a worker whose master port accepts but never answers fails naming the handshake") {
+  // A listening socket that never accepts: the kernel completes the connection, nobody speaks.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(listen(fd, 8) == 0);
+  socklen_t length = sizeof address;
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const run_output out = run("RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                             std::to_string(ntohs(address.sin_port)) + " timeout 100 " + train + train_flags +
+                             " --steps 1");
+  close(fd);
+  INFO(out.text);
+  CHECK(out.status == 2);
+  CHECK(out.text.find("accepted the connection but did not answer the handshake") != std::string::npos);
+}
+
+TEST_CASE("UCX variables naming no transport or device fail at once, naming the variable") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"UCX_TLS=bogus", "ucx: no usable UCX transport (UCX_TLS=bogus"},
+      {"UCX_NET_DEVICES=bogus0", "ucx: UCX_NET_DEVICES=bogus0: this machine has no network device 'bogus0'"},
+  };
+  for (const auto& [variable, expected] : cases) {
+    CAPTURE(variable);
+    const run_output out = run(std::string(variable) + " " + launch + "-n 2 -- " + train + train_flags + " --steps 1");
+    INFO(out.text);
+    CHECK(out.status == 2);
+    CHECK(out.text.find(expected) != std::string::npos);
+  }
+}
+
+TEST_CASE("a second job on a busy master port is refused as such; SIGTERM stops the first with a checkpoint") {
+  const int port = free_port();
+  const std::string flags = train_flags + " --algo ddp --checkpoint multiprocess_term.bin";
+  std::remove("multiprocess_term.jsonl");
+  std::remove("multiprocess_term.bin");
+  run_output first;
+  std::thread job_thread([&] {
+    first = run("/bin/sh -c 'echo $$ > multiprocess_term.pid; exec " + launch + "-n 2 --master-port " +
+                std::to_string(port) + " -- " + train + flags + " --steps 100000 --metrics multiprocess_term.jsonl'");
+  });
+  const bool started = wait_for("multiprocess_term.jsonl", 5, 1);
+  const run_output second = run(launch + "-n 2 --master-port " + std::to_string(port) + " -- " + train + train_flags +
+                                " --steps 10");
+  kill(read_pid("multiprocess_term.pid"), SIGTERM);  // a scheduler's preemption
+  job_thread.join();
+  INFO(first.text);
+  INFO(second.text);
+  REQUIRE(started);
+  CHECK(second.status == 2);
+  // Whichever of its ranks fails first says so: its rank 0 cannot bind, the others are refused.
+  CHECK((second.text.find("port " + std::to_string(port) + " is in use by another job or program") != std::string::npos ||
+         second.text.find("(another job holds the port)") != std::string::npos));
+  CHECK(first.status == 128 + SIGTERM);
+  const std::regex stopped("stopped after step ([0-9]+) of 100000: checkpoint multiprocess_term.bin written");
+  std::smatch at;
+  REQUIRE(std::regex_search(first.text, at, stopped));
+  const int step = std::stoi(at[1]);
+  const run_output resumed = run(launch + "-n 2 -- " + train + flags + " --steps " + std::to_string(step + 3) +
+                                 " --resume multiprocess_term.bin --metrics multiprocess_term.jsonl");
+  INFO(resumed.text);
+  CHECK(resumed.status == 0);
+  CHECK(resumed.text.find("[rank 0] resumed from step " + std::to_string(step)) != std::string::npos);
+  CHECK(progress_of("multiprocess_term.jsonl").first == static_cast<std::uint64_t>(step + 3));
+  const run_output again = run(launch + "-n 2 -- " + train + flags + " --steps " + std::to_string(step + 3) +
+                               " --resume multiprocess_term.bin");
+  CHECK(again.status == 0);
+  CHECK(again.text.find("the job already finished, nothing to do") != std::string::npos);
+}
+
+TEST_CASE("a worker of another job is refused naming both jobs") {
+  const run_output out = run(launch + "-n 2 -- /bin/sh -c 'if [ \"$RANK\" = 1 ]; then ACCORD_JOB_ID=other exec " +
+                             train + train_flags + "; else ACCORD_JOB_ID=mine exec " + train + train_flags + "; fi'");
+  INFO(out.text);
+  CHECK(out.status != 0);
+  CHECK(out.text.find("rank 1 refused: it belongs to job 'other', but this master port is held by job 'mine'") !=
+        std::string::npos);
+}
+
+TEST_CASE("a worker dropped from an elastic job for silence is told so when it wakes") {
+  const std::string metrics = "multiprocess_dropped.jsonl";
+  std::remove(metrics.c_str());
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic -n 3 -- /bin/sh -c 'echo $$ > dropped_pid.$RANK; exec " + train +
+              elastic_flags + " --algo ddp --heartbeat-timeout 8 --metrics " + metrics + "'");
+  });
+  const bool started = wait_for(metrics, 20, 1);
+  if (started) kill(read_pid("dropped_pid.2"), SIGSTOP);
+  const bool dropped = started && wait_for(metrics, 1, 2);  // the job went on without it
+  if (started) kill(read_pid("dropped_pid.2"), SIGCONT);
+  job_thread.join();
+  INFO(job.text);
+  REQUIRE(dropped);
+  CHECK(job.status == 0);
+  CHECK(job.text.find("[rank 2] accord-train: this worker (rank 2 (127.0.0.1)) was dropped from the job") !=
+        std::string::npos);
 }

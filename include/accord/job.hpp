@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,18 @@ struct job_config {
   // since (redone by the survivors). Each keep costs one more optimizer shard on the wire.
   std::uint64_t keep_interval = 1;
   int blas_threads = 0;              // per compute actor; 0: cores / workers
+  // Set it (from a SIGTERM/SIGINT handler, say) and every worker stops after the same step:
+  // the coordinator writes the checkpoint (when checkpoint_path is set) and run_job /
+  // run_job_process return the steps done so far. May be null. Not for elastic jobs between
+  // processes, whose workers leave instead (process_group::leave_requested).
+  const std::atomic<bool>* stop_requested = nullptr;
+};
+
+// Thrown by run_job / run_job_process when resume_path holds a checkpoint taken at the job's
+// last step: there is nothing left to train (not an error).
+class job_already_finished : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
 };
 
 // One optimizer step as the coordinator saw it (also one line of the metrics file).
@@ -131,6 +144,13 @@ struct process_group {
   // of the route to master_addr.
   std::string host;
   std::chrono::milliseconds connect_timeout{60'000};
+  // Names the job in every hello: a process of another job that reaches this master port is
+  // refused saying so. Empty: "MASTER_ADDR:MASTER_PORT". A joiner with an empty id is not
+  // checked (it named the job by its address).
+  std::string job_id;
+  // Rank 0 gives up when the starting ranks have not all said hello within this time (and
+  // prints whom it waits for every 10 s meanwhile).
+  std::chrono::milliseconds rendezvous_timeout{300'000};
   // ucx: tensors over UCX (tcp, shared memory, RDMA where present); nccl: over NCCL between
   // GPUs, this process using CUDA device `local_rank` (builds with CUDA only).
   std::string transport = "ucx";

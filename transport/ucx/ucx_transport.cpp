@@ -1,7 +1,9 @@
 #include "transport/ucx/ucx_transport.hpp"
 
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <netdb.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
@@ -87,6 +89,30 @@ std::string seconds(std::chrono::milliseconds duration) {
 
 void check(ucs_status_t status, const std::string& what) {
   if (status != UCS_OK) throw transport_error("ucx: " + what + " failed: " + ucs_status_string(status));
+}
+
+// UCX only warns about a network device it does not have, then never connects (the peers wait
+// for the connect timeout): refuse such a UCX_NET_DEVICES at once, naming the device.
+void check_net_devices(const std::string& devices) {
+  if (devices.empty() || devices == "all") return;
+  std::istringstream items(devices);
+  for (std::string item; std::getline(items, item, ',');) {
+    const std::string name = item.substr(0, item.find(':'));  // "mlx5_0:1" is port 1 of mlx5_0
+    struct stat info {};
+    if (name.empty() || if_nametoindex(name.c_str()) != 0 ||
+        stat(("/sys/class/infiniband/" + name).c_str(), &info) == 0)
+      continue;
+    throw transport_error("ucx: UCX_NET_DEVICES=" + devices + ": this machine has no network device '" + name +
+                          "' (ucx_info -d lists the devices)");
+  }
+}
+
+// The UCX variables that decide which transports exist, as "UCX_TLS=..., " for messages.
+std::string transport_variables() {
+  std::string set;
+  for (const char* name : {"UCX_TLS", "UCX_NET_DEVICES"})
+    if (const char* value = std::getenv(name)) set += std::string(name) + "=" + value + ", ";
+  return set;
 }
 
 // Ranks share cores with each other and with compute, so an idle wait sleeps on the worker's
@@ -233,7 +259,12 @@ ucx_worker::ucx_worker(const std::string& address, ucx_options opts) : options(s
   // stream carries the per-endpoint hello; wakeup lets idle waits sleep.
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
   ucp_context_h raw_context = nullptr;
-  check(ucp_init(&params, config.get(), &raw_context), "ucp_init");
+  check_net_devices(!options.net_devices.empty() ? options.net_devices
+                    : std::getenv("UCX_NET_DEVICES") ? std::getenv("UCX_NET_DEVICES")
+                                                      : "");
+  if (const ucs_status_t status = ucp_init(&params, config.get(), &raw_context); status != UCS_OK)
+    throw transport_error("ucx: no usable UCX transport (" + transport_variables() + "ucp_init: " +
+                          ucs_status_string(status) + "; ucx_info -d lists what this machine has)");
   context.reset(raw_context);
 
   ucp_worker_params_t worker_params{};
