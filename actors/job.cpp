@@ -8,6 +8,7 @@
 #include "actors/compute_actor.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/elastic_state.hpp"
+#include "actors/master_port_guard.hpp"
 #include "actors/membership_actor.hpp"
 #include "actors/update_rule.hpp"
 #include "optim/schedule.hpp"
@@ -24,6 +25,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -165,6 +167,19 @@ std::string fingerprint(const model& prototype, const job_config& c, const std::
 void size_blas(const job_config& config, int local_workers) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   openblas_set_num_threads(config.blas_threads > 0 ? config.blas_threads : std::max(1, cores / local_workers));
+}
+
+// Rank 0's master port: a client handshake is a few hundred bytes; the largest later message
+// is a report carrying a worker's optimizer state (at most two slots of the parameters).
+master_port_limits master_limits(const process_group& group, std::size_t parameter_count) {
+  master_port_limits limits;
+  const std::uint64_t state_bytes = 2 * std::uint64_t{parameter_count} * sizeof(float);
+  limits.message_payload =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>((1u << 20) + state_bytes, UINT32_MAX));
+  limits.max_pending = group.world_size + 16;
+  limits.max_connections = 2 * group.world_size + 16;  // elastic jobs admit joiners
+  limits.idle_timeout = std::max(2 * group.heartbeat_timeout, std::chrono::milliseconds(10'000));
+  return limits;
 }
 
 void configure_system(caf::actor_system_config& system_config) {
@@ -679,6 +694,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   const bool master = !group.join && group.rank == 0;
   const std::string print = fingerprint(prototype, config, group.transport);
   auto merged = std::make_shared<job_result>();
+  std::unique_ptr<master_port_guard> guard;  // rank 0's master port
   local_actors coordination;  // rank 0's process: the evaluator, the membership actor, the coordinators
   process_member me;
   std::optional<std::string> failure;
@@ -714,12 +730,18 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
         return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
       };
       me.membership = coordination.keep(spawn_membership_actor(*system, std::move(setup)));
-      auto port = system->middleman().publish(me.membership, static_cast<std::uint16_t>(group.master_port),
-                                              nullptr, true);
-      if (!port) {
+      // CAF listens on loopback only; the guard faces the workers (actors/master_port_guard.hpp).
+      auto port = system->middleman().publish(me.membership, 0, "127.0.0.1", true);
+      try {
+        if (!port) throw std::runtime_error(system->render(port.error()));
+        guard = std::make_unique<master_port_guard>(
+            master_bind_address(group.master_bind, group.master_addr), group.master_port, *port,
+            master_limits(group, origin.initial.size()),
+            [](const std::string& line) { std::fprintf(stderr, "rank 0: %s\n", line.c_str()); });
+      } catch (const std::exception& e) {
         coordination.shut_down(self);
         throw std::runtime_error("rank 0: cannot listen for workers on port " + std::to_string(group.master_port) +
-                                 ": " + system->render(port.error()));
+                                 ": " + e.what());
       }
     } else {
       const std::string who = group.join ? "joiner" : "rank " + std::to_string(group.rank);

@@ -91,7 +91,10 @@ int main(int argc, char** argv) {
       ("keep-interval", po::value<std::uint64_t>()->default_value(1),
        "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)")
       ("heartbeat-timeout", po::value<double>()->default_value(30),
-       "between processes: seconds of silence after which a worker process counts as dead");
+       "between processes: seconds of silence after which a worker process counts as dead")
+      ("master-bind", po::value<std::string>()->default_value(""),
+       "rank 0: the address its master port listens on (0.0.0.0: every interface; default: MASTER_ADDR's, "
+       "loopback when every rank is local)");
   add_training_options(options, default_job());
   try {
     const auto flags = parse_flags(argc, argv, options,
@@ -184,6 +187,7 @@ int main(int argc, char** argv) {
       group.world_size = place->world_size;
       group.master_addr = place->master_addr;
       group.master_port = place->master_port;
+      group.master_bind = flags["master-bind"].as<std::string>();
       group.host = local_address_towards(place->master_addr, place->master_port);
       group.transport = flags["transport"].as<std::string>();
       group.local_rank = place->local_rank;
