@@ -1,6 +1,8 @@
 // run_job: builds the actors of a job for one process and waits for the coordinator.
 #include <accord/job.hpp>
 
+#include <accord/blas_threads.hpp>
+
 #include "actors/accumulator_actor.hpp"
 #include "actors/algorithm.hpp"
 #include "actors/checkpoint.hpp"
@@ -163,10 +165,10 @@ std::string fingerprint(const model& prototype, const job_config& c, const std::
   return f.str();
 }
 
-// Each compute actor stands for one device: BLAS threads share the cores among them.
+// Each compute actor stands for one device: BLAS threads share the cores among them, and among
+// the other processes on this machine (include/accord/blas_threads.hpp).
 void size_blas(const job_config& config, int local_workers) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  openblas_set_num_threads(config.blas_threads > 0 ? config.blas_threads : std::max(1, cores / local_workers));
+  openblas_set_num_threads(choose_blas_threads(config.blas_threads, local_workers).threads);
 }
 
 // Rank 0's master port: a client handshake is a few hundred bytes; the largest later message

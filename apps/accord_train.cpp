@@ -2,6 +2,7 @@
 // byte-level GPT on the fortunes corpus with ACCO on 4 workers over an emulated link.
 #include "apps/launch_env.hpp"
 #include "apps/training_options.hpp"
+#include <accord/blas_threads.hpp>
 
 #include <atomic>
 #include <charconv>
@@ -151,9 +152,12 @@ int main(int argc, char** argv) {
     const std::uint64_t log_interval = leader ? flags["log-interval"].as<std::uint64_t>() : 0;
     const job_config& job = setup.job;
     const bool language_model = flags["model"].as<std::string>() == "gpt";
+    const blas_threads_choice blas = choose_blas_threads(job.blas_threads, place ? 1 : job.workers);
     if (leader) {
-      std::printf("accord-train: %s, %d workers, %s, %zu parameters\n  data: %s\n  link: %s, device: %s\n",
+      std::printf("accord-train: %s, %d workers, %s, %zu parameters, BLAS %d thread%s per worker (%s)\n"
+                  "  data: %s\n  link: %s, device: %s\n",
                   job.algorithm.c_str(), job.workers, setup.net->signature().c_str(), setup.net->parameter_count(),
+                  blas.threads, blas.threads == 1 ? "" : "s", blas.reason.c_str(),
                   setup.data_description.c_str(),
                   place ? ("UCX between processes, master " + place->master_addr + ":" +
                            std::to_string(place->master_port) + (elastic ? ", elastic" : "")).c_str()
