@@ -737,7 +737,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
       try {
         if (!port) throw std::runtime_error(system->render(port.error()));
         guard = std::make_unique<master_port_guard>(
-            master_bind_address(group.master_bind, group.master_addr), group.master_port, *port,
+            master_bind_addresses(group.master_bind, group.master_addr), group.master_port, *port,
             master_limits(group, origin.initial.size()),
             [](const std::string& line) { std::fprintf(stderr, "rank 0: %s\n", line.c_str()); });
       } catch (const std::exception& e) {

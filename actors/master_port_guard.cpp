@@ -190,7 +190,7 @@ io_result write_from(int fd, pending_bytes& from) {
 struct master_port_guard::state {
   master_port_limits limits;
   std::function<void(const std::string&)> on_drop;
-  int listener = -1;
+  std::vector<int> listeners;
   int wake = -1;  // eventfd: the destructor stops the thread
   int backend_port = 0;
   int port = 0;
@@ -202,7 +202,7 @@ struct master_port_guard::state {
     if (on_drop) on_drop(why);
   }
 
-  void accept_one() {
+  void accept_one(int listener) {
     sockaddr_storage from{};
     socklen_t length = sizeof from;
     const int fd = accept4(listener, reinterpret_cast<sockaddr*>(&from), &length, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -262,7 +262,7 @@ struct master_port_guard::state {
     for (;;) {
       fds.clear();
       fds.push_back({wake, POLLIN, 0});
-      fds.push_back({listener, POLLIN, 0});
+      for (int listener : listeners) fds.push_back({listener, POLLIN, 0});
       for (const relay& r : relays) {
         const short client = static_cast<short>((r.to_backend.empty() && !r.client_done ? POLLIN : 0) |
                                                 (r.to_client.empty() ? 0 : POLLOUT));
@@ -274,7 +274,7 @@ struct master_port_guard::state {
       // Wakes at least every 100 ms to enforce the timeouts.
       if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) return;
       if (fds[0].revents) return;
-      std::size_t at = 2;
+      std::size_t at = 1 + listeners.size();
       for (auto r = relays.begin(); r != relays.end(); at += 2) {
         const auto verdict = pump(*r, fds[at].revents, fds[at + 1].revents);
         if (!verdict) {
@@ -284,28 +284,36 @@ struct master_port_guard::state {
         if (!verdict->empty()) drop("closed the connection from " + r->peer + ": " + *verdict);
         r = relays.erase(r);
       }
-      if (fds[1].revents & POLLIN) accept_one();
+      for (std::size_t l = 0; l < listeners.size(); ++l)
+        if (fds[1 + l].revents & POLLIN) accept_one(listeners[l]);
       open = static_cast<int>(relays.size());
     }
   }
 };
 
-master_port_guard::master_port_guard(const std::string& bind_address, int port, int backend_port,
+master_port_guard::master_port_guard(const std::vector<std::string>& bind_addresses, int port, int backend_port,
                                      master_port_limits limits, std::function<void(const std::string&)> on_drop)
     : state_(std::make_unique<state>()) {
   state_->limits = limits;
   state_->on_drop = std::move(on_drop);
   state_->backend_port = backend_port;
-  state_->listener = listen_on(bind_address, port);
-  sockaddr_storage self{};
-  socklen_t length = sizeof self;
-  getsockname(state_->listener, reinterpret_cast<sockaddr*>(&self), &length);
-  state_->port = ntohs(self.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(self).sin6_port
-                                                  : reinterpret_cast<const sockaddr_in&>(self).sin_port);
-  state_->wake = eventfd(0, EFD_CLOEXEC);
-  if (state_->wake < 0) {
-    close(state_->listener);
-    throw std::runtime_error(describe_errno("master port guard: eventfd"));
+  state_->port = port;
+  try {
+    for (const std::string& address : bind_addresses) {
+      state_->listeners.push_back(listen_on(address, state_->port));
+      // Port 0: the first address picks a free port, the others listen on the same one.
+      sockaddr_storage self{};
+      socklen_t length = sizeof self;
+      getsockname(state_->listeners.back(), reinterpret_cast<sockaddr*>(&self), &length);
+      state_->port = ntohs(self.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6&>(self).sin6_port
+                                                      : reinterpret_cast<const sockaddr_in&>(self).sin_port);
+    }
+    if (state_->listeners.empty()) throw std::runtime_error("master port guard: no address to listen on");
+    state_->wake = eventfd(0, EFD_CLOEXEC);
+    if (state_->wake < 0) throw std::runtime_error(describe_errno("master port guard: eventfd"));
+  } catch (...) {
+    for (int fd : state_->listeners) close(fd);
+    throw;
   }
   state_->thread = std::thread([s = state_.get()] { s->run(); });
 }
@@ -317,7 +325,7 @@ master_port_guard::~master_port_guard() {
   }
   state_->thread.join();
   state_->relays.clear();
-  close(state_->listener);
+  for (int fd : state_->listeners) close(fd);
   close(state_->wake);
 }
 
@@ -325,8 +333,8 @@ int master_port_guard::port() const { return state_->port; }
 
 int master_port_guard::open_connections() const { return state_->open; }
 
-std::string master_bind_address(const std::string& requested, const std::string& master_addr) {
-  if (requested == "0.0.0.0" || requested == "::") return requested;
+std::vector<std::string> master_bind_addresses(const std::string& requested, const std::string& master_addr) {
+  if (requested == "0.0.0.0" || requested == "::") return {requested};
   const std::string& name = requested.empty() ? master_addr : requested;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -336,25 +344,24 @@ std::string master_bind_address(const std::string& requested, const std::string&
     throw std::runtime_error("cannot resolve " + std::string(requested.empty() ? "master address '" : "--master-bind '") +
                              name + "': " + gai_strerror(status));
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> owner(found, freeaddrinfo);
-  // Prefer IPv4 (what the workers' CAF connects to first).
-  const addrinfo* chosen = found;
-  for (const addrinfo* a = found; a; a = a->ai_next)
-    if (a->ai_family == AF_INET) {
-      chosen = a;
-      break;
-    }
-  char host[INET6_ADDRSTRLEN] = "";
-  const void* address = chosen->ai_family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(chosen->ai_addr)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(chosen->ai_addr)->sin6_addr);
-  inet_ntop(chosen->ai_family, address, host, sizeof host);
-  const std::string numeric = host;
-  const bool loopback_address = numeric.rfind("127.", 0) == 0 || numeric == "::1";
-  const bool loopback_name = !requested.empty() || name == "localhost" || name == numeric;
-  // A host name that resolves to loopback here (Debian's 127.0.1.1 for the own name) may still
-  // be what other machines reach over the network: listen on every interface then.
-  if (loopback_address && !loopback_name) return chosen->ai_family == AF_INET ? "0.0.0.0" : "::";
-  return numeric;
+  std::vector<std::string> addresses;
+  bool all_loopback = true;
+  for (const addrinfo* a = found; a; a = a->ai_next) {
+    char host[INET6_ADDRSTRLEN] = "";
+    const void* address =
+        a->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr)
+                                : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    if (!inet_ntop(a->ai_family, address, host, sizeof host)) continue;
+    const std::string numeric = host;
+    all_loopback = all_loopback && (numeric.rfind("127.", 0) == 0 || numeric == "::1");
+    if (std::find(addresses.begin(), addresses.end(), numeric) == addresses.end()) addresses.push_back(numeric);
+  }
+  if (addresses.empty()) throw std::runtime_error("'" + name + "' resolves to no IP address");
+  const bool loopback_name = !requested.empty() || name == "localhost" || name == addresses.front();
+  // A host name that resolves to loopback here only (Debian's 127.0.1.1 for the own name) may
+  // still be what other machines reach over the network: listen on every interface then.
+  if (all_loopback && !loopback_name) return {"0.0.0.0"};
+  return addresses;
 }
 
 }  // namespace accord

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace accord {
 
@@ -44,13 +45,13 @@ private:
   std::optional<std::string> broken_;
 };
 
-// Accepts on bind_address:port ("0.0.0.0" or "::" for every interface; port 0 takes a free one)
-// and relays checked traffic to CAF at 127.0.0.1:backend_port, on its own thread until
-// destroyed. Throws std::runtime_error naming the address when it cannot listen there.
+// Accepts on port at each of bind_addresses (numeric; "0.0.0.0" or "::" for every interface;
+// port 0 takes a free one) and relays checked traffic to CAF at 127.0.0.1:backend_port, on its
+// own thread until destroyed. Throws std::runtime_error naming the address it cannot listen at.
 // `on_drop` hears one line per refused or closed connection (from the guard's thread).
 class master_port_guard {
 public:
-  master_port_guard(const std::string& bind_address, int port, int backend_port, master_port_limits limits,
+  master_port_guard(const std::vector<std::string>& bind_addresses, int port, int backend_port, master_port_limits limits,
                     std::function<void(const std::string&)> on_drop = {});
   ~master_port_guard();
   master_port_guard(const master_port_guard&) = delete;
@@ -64,11 +65,11 @@ private:
   std::unique_ptr<state> state_;
 };
 
-// Where rank 0 listens for workers (a numeric address): `requested` (--master-bind; "0.0.0.0" or
-// "::" for every interface) when given, else master_addr's own address, which is loopback when
-// every rank is local, else the interface the workers were told to reach. A host name that
-// resolves to loopback here only (Debian's 127.0.1.1) means every interface. Throws
-// std::runtime_error naming the name that does not resolve.
-std::string master_bind_address(const std::string& requested, const std::string& master_addr);
+// Where rank 0 listens for workers (numeric addresses): `requested` (--master-bind; "0.0.0.0" or
+// "::" for every interface) when given, else master_addr's own addresses, loopback when every
+// rank is local (both 127.0.0.1 and ::1 where "localhost" names both), else the interface the
+// workers were told to reach. A host name that resolves to loopback here only (Debian's
+// 127.0.1.1) means every interface. Throws std::runtime_error naming what does not resolve.
+std::vector<std::string> master_bind_addresses(const std::string& requested, const std::string& master_addr);
 
 }  // namespace accord
