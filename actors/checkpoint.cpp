@@ -34,8 +34,10 @@ private:
 
 class reader {
 public:
-  explicit reader(const std::string& path) : path_(path), in_(path, std::ios::binary) {
+  explicit reader(const std::string& path) : path_(path), in_(path, std::ios::binary | std::ios::ate) {
     if (!in_) fail("cannot open the checkpoint");
+    size_ = static_cast<std::uint64_t>(in_.tellg());
+    in_.seekg(0);
   }
   [[noreturn]] void fail(const std::string& problem) const { throw std::runtime_error(path_ + ": " + problem); }
   void exact(char* into, std::size_t n, const char* what) {
@@ -57,6 +59,11 @@ public:
   }
   std::vector<float> floats(std::uint64_t n, const char* what) {
     if (n > max_elements) fail(std::string("implausible size of the ") + what);
+    // A claimed size is checked against the file before anything is allocated.
+    const std::uint64_t left = size_ - static_cast<std::uint64_t>(in_.tellg());
+    if (n > left / sizeof(float))
+      fail(std::string("truncated checkpoint (the ") + what + " claim " + std::to_string(n) + " values, " +
+           std::to_string(left) + " bytes are left)");
     std::vector<float> v(n);
     exact(reinterpret_cast<char*>(v.data()), n * sizeof(float), what);
     return v;
@@ -68,6 +75,7 @@ public:
 private:
   std::string path_;
   std::ifstream in_;
+  std::uint64_t size_ = 0;
 };
 
 }  // namespace
