@@ -61,9 +61,7 @@ public:
     if (n > max_elements) fail(std::string("implausible size of the ") + what);
     // A claimed size is checked against the file before anything is allocated.
     const std::uint64_t left = size_ - static_cast<std::uint64_t>(in_.tellg());
-    if (n > left / sizeof(float))
-      fail(std::string("truncated checkpoint (the ") + what + " claim " + std::to_string(n) + " values, " +
-           std::to_string(left) + " bytes are left)");
+    if (n > left / sizeof(float)) fail(std::string("truncated checkpoint (in the ") + what + ")");
     std::vector<float> v(n);
     exact(reinterpret_cast<char*>(v.data()), n * sizeof(float), what);
     return v;

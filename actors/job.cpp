@@ -690,13 +690,14 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   const auto heartbeat = std::max(group.heartbeat_timeout, std::chrono::milliseconds(100));
   system_config.set("middleman.heartbeat-interval", caf::timespan{heartbeat / 4});
   system_config.set("middleman.connection-timeout", caf::timespan{heartbeat});
+  // Rank 0's master port; it outlives the actor system, relaying what CAF says last.
+  std::unique_ptr<master_port_guard> guard;
   // On failure the system is abandoned rather than destroyed: its destructor would wait for a
   // communicator that may stay blocked in a collective with a dead peer.
   auto system = std::make_unique<caf::actor_system>(system_config);
   const bool master = !group.join && group.rank == 0;
   const std::string print = fingerprint(prototype, config, group.transport);
   auto merged = std::make_shared<job_result>();
-  std::unique_ptr<master_port_guard> guard;  // rank 0's master port
   local_actors coordination;  // rank 0's process: the evaluator, the membership actor, the coordinators
   process_member me;
   std::optional<std::string> failure;

@@ -191,7 +191,8 @@ struct master_port_guard::state {
   master_port_limits limits;
   std::function<void(const std::string&)> on_drop;
   std::vector<int> listeners;
-  int wake = -1;  // eventfd: the destructor stops the thread
+  int wake = -1;  // eventfd: the destructor's signal to drain and stop
+  static constexpr std::chrono::seconds drain_time{2};  // eventfd: the destructor stops the thread
   int backend_port = 0;
   int port = 0;
   std::atomic<int> open{0};
@@ -257,12 +258,15 @@ struct master_port_guard::state {
     return std::nullopt;
   }
 
+  // Relays until woken; then, accepting no more, until every connection has ended or
+  // `drain_time` has passed, so that what the coordinator said last still reaches its workers.
   void run() {
     std::vector<pollfd> fds;
+    std::optional<clock::time_point> drain_until;
     for (;;) {
       fds.clear();
-      fds.push_back({wake, POLLIN, 0});
-      for (int listener : listeners) fds.push_back({listener, POLLIN, 0});
+      fds.push_back({drain_until ? -1 : wake, POLLIN, 0});  // a negative fd is ignored
+      for (int listener : listeners) fds.push_back({drain_until ? -1 : listener, POLLIN, 0});
       for (const relay& r : relays) {
         const short client = static_cast<short>((r.to_backend.empty() && !r.client_done ? POLLIN : 0) |
                                                 (r.to_client.empty() ? 0 : POLLOUT));
@@ -273,7 +277,7 @@ struct master_port_guard::state {
       }
       // Wakes at least every 100 ms to enforce the timeouts.
       if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) return;
-      if (fds[0].revents) return;
+      if (fds[0].revents) drain_until = clock::now() + drain_time;
       std::size_t at = 1 + listeners.size();
       for (auto r = relays.begin(); r != relays.end(); at += 2) {
         const auto verdict = pump(*r, fds[at].revents, fds[at + 1].revents);
@@ -284,6 +288,7 @@ struct master_port_guard::state {
         if (!verdict->empty()) drop("closed the connection from " + r->peer + ": " + *verdict);
         r = relays.erase(r);
       }
+      if (drain_until && (relays.empty() || clock::now() > *drain_until)) return;
       for (std::size_t l = 0; l < listeners.size(); ++l)
         if (fds[1 + l].revents & POLLIN) accept_one(listeners[l]);
       open = static_cast<int>(relays.size());

@@ -48,6 +48,8 @@ private:
 // Accepts on port at each of bind_addresses (numeric; "0.0.0.0" or "::" for every interface;
 // port 0 takes a free one) and relays checked traffic to CAF at 127.0.0.1:backend_port, on its
 // own thread until destroyed. Throws std::runtime_error naming the address it cannot listen at.
+// The destructor stops accepting and relays on for up to 2 s until every connection has ended:
+// destroy CAF's actor system first, so its last messages (and its closing) reach the workers.
 // `on_drop` hears one line per refused or closed connection (from the guard's thread).
 class master_port_guard {
 public:

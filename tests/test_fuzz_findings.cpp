@@ -30,7 +30,7 @@ TEST_CASE("an 89-byte checkpoint whose sizes claim 12 GB is refused before anyth
       0x0,  0x10, 0x0,  0x0,  0x40, 0x0,  0x0,  0x40, 0x40, 0x5,  0x0,  0x0,  0x0,  0x0,  0x0,  0x80, 0x3f, 0x0,  0x0,
       0x0,  0x40, 0x0,  0x0,  0x40, 0x40, 0x5,  0x0,  0x0,  0x0,  0x0,  0x0,  0x0};
   const std::string path = written("fuzz_finding_checkpoint.ck", input);
-  CHECK_THROWS_WITH_AS(accord::read_checkpoint(path), doctest::Contains((path + ": truncated checkpoint (the ").c_str()),
+  CHECK_THROWS_WITH_AS(accord::read_checkpoint(path), doctest::Contains((path + ": truncated checkpoint (in the ").c_str()),
                        std::runtime_error);
   std::remove(path.c_str());
 }
