@@ -6,9 +6,11 @@
 #include "models/gpt.hpp"
 #include "models/mlp.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <vector>
 
 namespace po = boost::program_options;
 
@@ -214,8 +216,21 @@ po::variables_map parse_flags(int argc, char** argv, const po::options_descripti
   try {
     po::store(po::command_line_parser(argc, argv).options(options).run(), flags);
     po::notify(flags);
-  } catch (const po::error& e) {
-    throw std::invalid_argument(e.what());
+  } catch (const po::error&) {
+    // Boost's message never ends for an argument holding its own placeholder ("--steps %value%"
+    // substitutes itself forever), so the message comes from the same arguments with '%' shown as '?'.
+    std::vector<std::string> shown(argv, argv + argc);
+    for (auto& arg : shown) std::replace(arg.begin(), arg.end(), '%', '?');
+    std::vector<char*> shown_argv;
+    for (auto& arg : shown) shown_argv.push_back(arg.data());
+    try {
+      po::variables_map ignored;
+      po::store(po::command_line_parser(argc, shown_argv.data()).options(options).run(), ignored);
+      po::notify(ignored);
+    } catch (const po::error& e) {
+      throw std::invalid_argument(e.what());
+    }
+    throw std::invalid_argument("malformed command line");
   }
   if (flags.count("help")) {
     std::cout << usage << "\n\n" << options << std::endl;

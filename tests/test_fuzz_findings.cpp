@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "actors/checkpoint.hpp"
+#include "apps/training_options.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -33,4 +34,25 @@ TEST_CASE("an 89-byte checkpoint whose sizes claim 12 GB is refused before anyth
   CHECK_THROWS_WITH_AS(accord::read_checkpoint(path), doctest::Contains((path + ": truncated checkpoint (in the ").c_str()),
                        std::runtime_error);
   std::remove(path.c_str());
+}
+
+TEST_CASE("a flag value holding Boost's own placeholder is refused instead of hanging") {
+  // fuzz_cli: "--steps %value%" made Boost's error message substitute itself forever.
+  namespace po = boost::program_options;
+  po::options_description options("options");
+  accord::add_training_options(options, accord::job_config{});
+  for (std::vector<std::string> args : {std::vector<std::string>{"x", "--steps", "%value%"},
+                                        std::vector<std::string>{"x", "--%canonical_option%"},
+                                        std::vector<std::string>{"x", "--lr", "1%prefix%"}}) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    CAPTURE(args.back());
+    CHECK_THROWS_AS(accord::parse_flags(static_cast<int>(argv.size()), argv.data(), options, "usage"),
+                    std::invalid_argument);
+  }
+  std::vector<std::string> args = {"x", "--steps", "%value%"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  CHECK_THROWS_WITH_AS(accord::parse_flags(3, argv.data(), options, "usage"),
+                       doctest::Contains("?value?"), std::invalid_argument);
 }
