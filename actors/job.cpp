@@ -1,6 +1,8 @@
 // run_job: builds the actors of a job for one process and waits for the coordinator.
 #include <accord/job.hpp>
 
+#include <accord/blas_threads.hpp>
+
 #include "actors/accumulator_actor.hpp"
 #include "actors/algorithm.hpp"
 #include "actors/checkpoint.hpp"
@@ -9,6 +11,7 @@
 #include "actors/coordinator_actor.hpp"
 #include "actors/elastic_state.hpp"
 #include "actors/fingerprint.hpp"
+#include "actors/master_port_guard.hpp"
 #include "actors/membership_actor.hpp"
 #include "actors/update_rule.hpp"
 #include "models/memory.hpp"
@@ -231,10 +234,23 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   return plan;
 }
 
-// Each compute actor stands for one device: BLAS threads share the cores among them.
+// Each compute actor stands for one device: BLAS threads share the cores among them, and among
+// the other processes on this machine (include/accord/blas_threads.hpp).
 void size_blas(const job_config& config, int local_workers) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  openblas_set_num_threads(config.blas_threads > 0 ? config.blas_threads : std::max(1, cores / local_workers));
+  openblas_set_num_threads(choose_blas_threads(config.blas_threads, local_workers).threads);
+}
+
+// Rank 0's master port: a client handshake is a few hundred bytes; the largest later message
+// is a report carrying a worker's optimizer state (at most two slots of the parameters).
+master_port_limits master_limits(const process_group& group, std::size_t parameter_count) {
+  master_port_limits limits;
+  const std::uint64_t state_bytes = 2 * std::uint64_t{parameter_count} * sizeof(float);
+  limits.message_payload =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>((1u << 20) + state_bytes, UINT32_MAX));
+  limits.max_pending = group.world_size + 16;
+  limits.max_connections = 2 * group.world_size + 16;  // elastic jobs admit joiners
+  limits.idle_timeout = std::max(2 * group.heartbeat_timeout, std::chrono::milliseconds(10'000));
+  return limits;
 }
 
 void configure_system(caf::actor_system_config& system_config) {
@@ -798,6 +814,8 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   const auto heartbeat = std::max(group.heartbeat_timeout, std::chrono::milliseconds(100));
   system_config->set("middleman.heartbeat-interval", caf::timespan{heartbeat / 4});
   system_config->set("middleman.connection-timeout", caf::timespan{heartbeat});
+  // Rank 0's master port; it outlives the actor system, relaying what CAF says last.
+  std::unique_ptr<master_port_guard> guard;
   // On failure the system is abandoned rather than destroyed: its destructor would wait for a
   // communicator that may stay blocked in a collective with a dead peer. Its configuration goes
   // with it: the system's threads read it until the last one ends (thread hooks).
@@ -855,13 +873,23 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
         return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
       };
       me.membership = coordination.keep(spawn_membership_actor(*system, std::move(setup)));
-      auto port = system->middleman().publish(me.membership, static_cast<std::uint16_t>(group.master_port),
-                                              nullptr, true);
-      if (!port) {
+      // CAF listens on loopback only; the guard faces the workers (actors/master_port_guard.hpp).
+      auto port = system->middleman().publish(me.membership, 0, "127.0.0.1", true);
+      try {
+        if (!port) throw std::runtime_error(system->render(port.error()));
+        guard = std::make_unique<master_port_guard>(
+            master_bind_addresses(group.master_bind, group.master_addr), group.master_port, *port,
+            master_limits(group, origin.initial.size()),
+            [](const std::string& line) { std::fprintf(stderr, "rank 0: %s\n", line.c_str()); });
+      } catch (const std::exception& e) {
         coordination.shut_down(self);
-        throw std::runtime_error("rank 0: port " + std::to_string(group.master_port) +
-                                 " is in use by another job or program (cannot listen for workers there: " +
-                                 system->render(port.error()) + ")");
+        const std::string why = e.what();
+        if (why.find("Address already in use") != std::string::npos)
+          throw std::runtime_error("rank 0: port " + std::to_string(group.master_port) +
+                                   " is in use by another job or program (cannot listen for workers there: " + why +
+                                   ")");
+        throw std::runtime_error("rank 0: cannot listen for workers on port " + std::to_string(group.master_port) +
+                                 ": " + why);
       }
     } else {
       const std::string who = group.join ? "joiner" : "rank " + std::to_string(group.rank);

@@ -2,6 +2,7 @@
 // byte-level GPT on the fortunes corpus with ACCO on 4 workers over an emulated link.
 #include "apps/launch_env.hpp"
 #include "apps/training_options.hpp"
+#include <accord/blas_threads.hpp>
 
 #include <atomic>
 #include <charconv>
@@ -104,7 +105,10 @@ int main(int argc, char** argv) {
       ("heartbeat-timeout", number_flag(0.1, 86400.0, 30.0),
        "between processes: seconds of silence after which a worker process counts as dead")
       ("rendezvous-timeout", number_flag(0.1, 1e6, 300.0),
-       "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)");
+       "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)")
+      ("master-bind", po::value<std::string>()->default_value(""),
+       "rank 0: the address its master port listens on (0.0.0.0: every interface; default: MASTER_ADDR's, "
+       "loopback when every rank is local)");
   add_training_options(options, default_job());
   try {
     const auto flags = parse_flags(argc, argv, options,
@@ -180,9 +184,12 @@ int main(int argc, char** argv) {
     const std::uint64_t log_interval = leader ? flags["log-interval"].as<std::uint64_t>() : 0;
     const job_config& job = setup.job;
     const bool language_model = flags["model"].as<std::string>() == "gpt";
+    const blas_threads_choice blas = choose_blas_threads(job.blas_threads, place ? 1 : job.workers);
     if (leader) {
-      std::printf("accord-train: %s, %d workers, %s, %zu parameters\n  data: %s\n  link: %s, device: %s\n",
+      std::printf("accord-train: %s, %d workers, %s, %zu parameters, BLAS %d thread%s per worker (%s)\n"
+                  "  data: %s\n  link: %s, device: %s\n",
                   job.algorithm.c_str(), job.workers, setup.net->signature().c_str(), setup.net->parameter_count(),
+                  blas.threads, blas.threads == 1 ? "" : "s", blas.reason.c_str(),
                   setup.data_description.c_str(),
                   place ? ("UCX between processes, master " + place->master_addr + ":" +
                            std::to_string(place->master_port) + (elastic ? ", elastic" : "")).c_str()
@@ -222,6 +229,7 @@ int main(int argc, char** argv) {
       group.world_size = place->world_size;
       group.master_addr = place->master_addr;
       group.master_port = place->master_port;
+      group.master_bind = flags["master-bind"].as<std::string>();
       group.host = local_address_towards(place->master_addr, place->master_port);
       group.transport = transport;
       group.local_rank = place->local_rank;

@@ -1,5 +1,6 @@
 #include "apps/flags.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -21,22 +22,42 @@ std::vector<std::string> list_items(const std::string& flag, const std::string& 
   return items;
 }
 
+namespace {
+
+void store_flags(int argc, char** argv, const po::options_description& options, po::variables_map& flags) {
+  const po::parsed_options parsed = po::command_line_parser(argc, argv).options(options).run();
+  // Without a positional description Boost keeps stray words as nameless options and store()
+  // drops them: a mistyped command line would run with defaults.
+  for (const auto& option : parsed.options)
+    if (option.string_key.empty())
+      throw std::invalid_argument("unexpected argument '" +
+                                  (option.original_tokens.empty() ? std::string() : option.original_tokens.front()) +
+                                  "' (every setting is a --flag; see --help)");
+  po::store(parsed, flags);
+  po::notify(flags);
+}
+
+}  // namespace
+
 po::variables_map parse_flags(int argc, char** argv, const po::options_description& options,
                               const std::string& usage) {
   po::variables_map flags;
   try {
-    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(options).run();
-    // Without a positional description Boost keeps stray words as nameless options and store()
-    // drops them: a mistyped command line would run with defaults.
-    for (const auto& option : parsed.options)
-      if (option.string_key.empty())
-        throw std::invalid_argument("unexpected argument '" +
-                                    (option.original_tokens.empty() ? std::string() : option.original_tokens.front()) +
-                                    "' (every setting is a --flag; see --help)");
-    po::store(parsed, flags);
-    po::notify(flags);
-  } catch (const po::error& e) {
-    throw std::invalid_argument(e.what());
+    store_flags(argc, argv, options, flags);
+  } catch (const po::error&) {
+    // Boost's message never ends for an argument holding its own placeholder ("--steps %value%"
+    // substitutes itself forever), so the message comes from the same arguments with '%' shown as '?'.
+    std::vector<std::string> shown(argv, argv + argc);
+    for (auto& arg : shown) std::replace(arg.begin(), arg.end(), '%', '?');
+    std::vector<char*> shown_argv;
+    for (auto& arg : shown) shown_argv.push_back(arg.data());
+    try {
+      po::variables_map ignored;
+      store_flags(argc, shown_argv.data(), options, ignored);
+    } catch (const po::error& e) {
+      throw std::invalid_argument(e.what());
+    }
+    throw std::invalid_argument("malformed command line");
   }
   if (flags.count("help")) {
     std::cout << usage << "\n\n" << options << std::endl;

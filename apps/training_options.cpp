@@ -191,7 +191,7 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("membership", po::value<std::string>(),
        "elastic run in one process: STEP:WORKERS[:crash],... e.g. 50:3,100:5,150:2:crash "
        "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
-      ("blas-threads", number_flag(0, 1024, d.blas_threads), "BLAS threads per worker (0: cores/workers)");
+      ("blas-threads", number_flag(0, 1024, d.blas_threads), "BLAS threads per worker (0: OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else cores / (LOCAL_WORLD_SIZE x workers))");
 }
 
 training_setup make_training_setup(const po::variables_map& flags, int local_workers) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "data/idx.hpp"
 #include "data/shuffle.hpp"
 
 namespace accord {
@@ -35,18 +36,8 @@ public:
   std::uint64_t index_at(std::uint64_t position) const { return order_(position); }
 
 private:
-  struct image_file {
-    std::size_t count = 0;
-    std::size_t rows = 0;
-    std::size_t cols = 0;
-    std::size_t feature_count = 0;
-    std::vector<std::uint8_t> pixels;  // count x feature_count, as stored in the file
-  };
-  static image_file read_images(const std::string& path);
-  static std::vector<std::uint8_t> read_labels(const std::string& path);
-
   std::string images_path_;
-  image_file images_;
+  idx_image_file images_;
   std::vector<std::uint8_t> labels_;
   shuffled_order order_;
 };

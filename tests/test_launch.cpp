@@ -2,6 +2,7 @@
 // rank-prefixed whole lines, the variables each worker sees, fail-fast shutdown, elastic mode,
 // joiners of a running elastic job (--join), bad flags.
 #include "apps/launch_env.hpp"
+#include <accord/blas_threads.hpp>
 
 #include <doctest/doctest.h>
 #include <poll.h>
@@ -607,4 +608,49 @@ TEST_CASE("a worker started by accord-launch reads its place with rendezvous_fro
     if (line.find("] rendezvous ") != std::string::npos) reports.insert(line);
   CHECK(reports == std::set<std::string>{"[rank 0] rendezvous 0/2 local 0 master 127.0.0.1:30123 from 127.0.0.1",
                                          "[rank 1] rendezvous 1/2 local 1 master 127.0.0.1:30123 from 127.0.0.1"});
+}
+
+TEST_CASE("BLAS threads: --blas-threads, then OPENBLAS_NUM_THREADS, then OMP_NUM_THREADS, then cores shared") {
+  std::map<std::string, std::string> variables;
+  auto environment = [&](const char* name) -> const char* {
+    const auto found = variables.find(name);
+    return found == variables.end() ? nullptr : found->second.c_str();
+  };
+  auto choice = [&](int requested, int workers) {
+    const auto c = choose_blas_threads(requested, workers, 16, environment);
+    return std::to_string(c.threads) + " (" + c.reason + ")";
+  };
+  CHECK(choice(0, 1) == "16 (16 cores / 1 worker)");
+  CHECK(choice(0, 4) == "4 (16 cores / 4 workers)");
+  CHECK(choice(0, 32) == "1 (16 cores / 32 workers)");
+  variables["LOCAL_WORLD_SIZE"] = "4";
+  CHECK(choice(0, 1) == "4 (16 cores / 4 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
+  CHECK(choice(0, 2) == "2 (16 cores / 4 processes here (LOCAL_WORLD_SIZE) / 2 workers)");
+  variables["OMP_NUM_THREADS"] = "3,1";
+  CHECK(choice(0, 1) == "3 (OMP_NUM_THREADS)");
+  variables["OPENBLAS_NUM_THREADS"] = "2";
+  CHECK(choice(0, 1) == "2 (OPENBLAS_NUM_THREADS)");
+  CHECK(choice(5, 1) == "5 (--blas-threads)");
+  variables["OPENBLAS_NUM_THREADS"] = "0";
+  CHECK_THROWS_WITH_AS(choice(0, 1), "OPENBLAS_NUM_THREADS='0' is not a positive integer", std::invalid_argument);
+  CHECK(choice(5, 1) == "5 (--blas-threads)");  // an explicit choice needs no variable
+  variables = {{"LOCAL_WORLD_SIZE", "two"}};
+  CHECK_THROWS_WITH_AS(choice(0, 1), "LOCAL_WORLD_SIZE='two' is not a positive integer", std::invalid_argument);
+  variables = {{"OMP_NUM_THREADS", "-1"}};
+  CHECK_THROWS_WITH_AS(choice(0, 1), "OMP_NUM_THREADS='-1' is not a positive integer", std::invalid_argument);
+}
+
+TEST_CASE("workers started by accord-launch -n 2 share this machine's cores for BLAS") {
+  if (std::getenv("ACCORD_TEST_BLAS_WORKER") != nullptr) {  // this process is one of the workers
+    std::printf("blas reason: %s\n", choose_blas_threads(0, 1).reason.c_str());
+    std::fflush(stdout);
+    return;
+  }
+  char self[4096] = {};
+  REQUIRE(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  const auto result = run_launcher({"-n", "2", "--", "env", "-u", "OMP_NUM_THREADS", "-u", "OPENBLAS_NUM_THREADS",
+                                    "ACCORD_TEST_BLAS_WORKER=1", self, "--test-case=*share this machine*"});
+  CHECK(result.exit_status == 0);
+  CHECK(result.out.find("processes here (LOCAL_WORLD_SIZE) / 1 worker") != std::string::npos);
+  CHECK(result.out.find(" 2 processes here") != std::string::npos);
 }

@@ -140,6 +140,9 @@ struct process_group {
   int world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // Rank 0: the address its master port listens on (numeric or a name; "0.0.0.0": every
+  // interface). Empty: master_addr's own address (loopback when every rank is local).
+  std::string master_bind;
   // The address other ranks reach this one at (its UCX listener); empty: the local address
   // of the route to master_addr.
   std::string host;

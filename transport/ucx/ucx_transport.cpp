@@ -353,18 +353,7 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
 
   const ucx_wire::hello mine{ucx_wire::protocol_version, rank, world, options.job_id, options.epoch};
   const ucx_wire::hello_frame my_hello = ucx_wire::encode(mine);
-  // A hello is valid when it speaks our protocol for our job, epoch and world.
-  const auto hello_problem = [&](const ucx_wire::hello_frame& frame) -> std::string {
-    const auto h = ucx_wire::decode(frame);
-    if (!h) return "sent a frame that is not an accord hello";
-    if (h->version != ucx_wire::protocol_version)
-      return "speaks protocol " + std::to_string(h->version) + ", expected " + std::to_string(ucx_wire::protocol_version);
-    if (h->job_id != options.job_id || h->epoch != options.epoch)
-      return "belongs to job " + std::to_string(h->job_id) + " epoch " + std::to_string(h->epoch) + ", expected job " +
-             std::to_string(options.job_id) + " epoch " + std::to_string(options.epoch);
-    if (h->world != world) return "has world " + std::to_string(h->world) + ", expected " + std::to_string(world);
-    return {};
-  };
+  const auto hello_problem = [&](const ucx_wire::hello_frame& frame) { return ucx_wire::hello_problem(frame, mine); };
 
   struct dial {
     int peer = -1;

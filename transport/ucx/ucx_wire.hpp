@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace accord::ucx_wire {
 
@@ -83,6 +84,20 @@ inline std::optional<hello> decode(const hello_frame& f) {
   h.job_id = detail::get(f, 24, 8);
   h.epoch = detail::get(f, 32, 8);
   return h;
+}
+
+// Why a received hello cannot be from a peer of `mine` (empty when it can): it must speak our
+// protocol for our job, epoch and world. Which rank it may claim is the listener's to check.
+inline std::string hello_problem(const hello_frame& frame, const hello& mine) {
+  const auto h = decode(frame);
+  if (!h) return "sent a frame that is not an accord hello";
+  if (h->version != protocol_version)
+    return "speaks protocol " + std::to_string(h->version) + ", expected " + std::to_string(protocol_version);
+  if (h->job_id != mine.job_id || h->epoch != mine.epoch)
+    return "belongs to job " + std::to_string(h->job_id) + " epoch " + std::to_string(h->epoch) + ", expected job " +
+           std::to_string(mine.job_id) + " epoch " + std::to_string(mine.epoch);
+  if (h->world != mine.world) return "has world " + std::to_string(h->world) + ", expected " + std::to_string(mine.world);
+  return {};
 }
 
 }  // namespace accord::ucx_wire

@@ -1,0 +1,62 @@
+// accord-train's training flags (apps/training_options.hpp): the input is argv, NUL-separated,
+// after `--data` naming a small text file (so each run loads little). Anything gives a setup or
+// one std::exception with a message, never a crash. --help (which exits) is left out.
+#include "apps/training_options.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+const std::string& small_corpus() {
+  static const std::string path = [] {
+    std::string name = "/tmp/accord-fuzz-cli-corpus.txt";
+    if (FILE* f = std::fopen(name.c_str(), "w")) {
+      for (int i = 0; i < 64; ++i) std::fputs("the quick brown fox jumps over the lazy dog\n", f);
+      std::fclose(f);
+    }
+    return name;
+  }();
+  return path;
+}
+
+bool asks_for_help(const std::string& arg) {
+  // Boost accepts any unambiguous prefix of a long option ("--he"), and -h.
+  return arg.rfind("-h", 0) == 0 || (arg.size() > 2 && std::string("--help").rfind(arg.substr(0, arg.find('=')), 0) == 0);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::vector<std::string> args = {"accord-train", "--data", small_corpus()};
+  std::string current;
+  for (std::size_t i = 0; i < size; ++i) {
+    if (data[i] == 0) {
+      args.push_back(current);
+      current.clear();
+    } else {
+      current.push_back(static_cast<char>(data[i]));
+    }
+  }
+  if (!current.empty()) args.push_back(current);
+  if (args.size() > 64) return 0;
+  for (const auto& a : args)
+    if (asks_for_help(a)) return 0;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  namespace po = boost::program_options;
+  po::options_description options("accord-train options");
+  options.add_options()("help,h", "show this help");
+  accord::add_training_options(options, accord::job_config{});
+  try {
+    const auto flags = accord::parse_flags(static_cast<int>(args.size()), argv.data(), options, "usage");
+    (void)accord::make_training_setup(flags);
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).empty()) std::abort();  // every refusal says why
+  }
+  return 0;
+}
