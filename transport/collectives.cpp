@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -207,6 +208,26 @@ private:
   std::size_t words_;
 };
 
+// Lane k (bits 16k..16k+15) of nibble_lanes[n] is bit k of n: four elements' 0/1 as four
+// std::uint16_t at once.
+constexpr std::array<std::uint64_t, 16> nibble_lanes = [] {
+  std::array<std::uint64_t, 16> lanes{};
+  for (unsigned n = 0; n < 16; ++n)
+    for (unsigned k = 0; k < 4; ++k)
+      if ((n >> k) & 1) lanes[n] |= 1ull << (16 * k);
+  return lanes;
+}();
+static_assert(std::endian::native == std::endian::little, "unpack_counts stores 16-bit lanes little-endian");
+
+// The counts of one packed word's elements (bit b of plane j is bit j of element b's count)
+// as std::uint16_t, four elements per word operation instead of one bit at a time.
+void unpack_counts(std::span<const std::uint64_t> word_planes, std::span<std::uint16_t> out) {
+  std::array<std::uint64_t, 16> groups{};  // groups[g]: elements 4g..4g+3
+  for (std::size_t j = 0; j < word_planes.size(); ++j)
+    for (std::size_t g = 0; g < groups.size(); ++g) groups[g] |= nibble_lanes[(word_planes[j] >> (4 * g)) & 15] << j;
+  std::memcpy(out.data(), groups.data(), out.size_bytes());
+}
+
 // Bits needed for a count 0..world: ceil(log2(world + 1)).
 int count_bits(int world) { return std::bit_width(static_cast<unsigned>(world)); }
 
@@ -329,8 +350,9 @@ void transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t 
   check_sign_majority("", signs, count, result);
   const int world = size(), bits = count_bits(world);
   const shard mine = shard_of(signs.size(), world, rank());
-  std::vector<std::uint64_t> planes(bits * mine.size());
-  count_votes(*this, signs, next_collective_tag(), planes);
+  vote_planes_.resize(bits * mine.size());
+  const std::span<const std::uint64_t> planes = vote_planes_;
+  count_votes(*this, signs, next_collective_tag(), vote_planes_);
   // Majority is 2·count > world, i.e. count > world/2 (integer division); with an even world
   // count == world/2 is a tie. Compare the bit-sliced counts with world/2 from the top bit.
   const unsigned half = static_cast<unsigned>(world) / 2;
@@ -361,10 +383,11 @@ void transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t co
   if (world > 65535) throw std::invalid_argument("sign_counts: " + std::to_string(world) + " ranks overflow 16-bit vote counts");
   // Wire layout of the counts: owner s's block is the `bits` planes of its word shard, so
   // the blocks are contiguous and the all-gather moves `bits` bits per element.
-  std::vector<std::uint64_t> packed(bits * signs.size());
+  vote_planes_.resize(bits * signs.size());
+  const std::span<std::uint64_t> packed = vote_planes_;
   const shard mine = block_of(packed.size(), bits, world, rank());
-  count_votes(*this, signs, next_collective_tag(), std::span(packed).subspan(mine.begin, mine.size()));
-  if (world > 1) ring_collective(*this, std::span(packed), false, true, bits, next_collective_tag());
+  count_votes(*this, signs, next_collective_tag(), packed.subspan(mine.begin, mine.size()));
+  if (world > 1) ring_collective(*this, packed, false, true, bits, next_collective_tag());
   for (int owner = 0; owner < world; ++owner) {
     const shard words = shard_of(signs.size(), world, owner);
     const std::uint64_t* planes = packed.data() + words.begin * bits;
@@ -372,12 +395,7 @@ void transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t co
       std::array<std::uint64_t, 16> word_planes;  // counts fit std::uint16_t: at most 16 planes
       for (int j = 0; j < bits; ++j) word_planes[j] = planes[j * words.size() + i];
       const std::size_t first = (words.begin + i) * 64;
-      const std::size_t valid = std::min<std::size_t>(64, count - first);
-      for (std::size_t b = 0; b < valid; ++b) {
-        unsigned votes = 0;
-        for (int j = 0; j < bits; ++j) votes |= static_cast<unsigned>((word_planes[j] >> b) & 1) << j;
-        plus_votes[first + b] = static_cast<std::uint16_t>(votes);
-      }
+      unpack_counts(std::span(word_planes).first(bits), plus_votes.subspan(first, std::min<std::size_t>(64, count - first)));
     }
   }
 }

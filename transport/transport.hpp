@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accord {
 
@@ -169,6 +170,9 @@ private:
   };
   std::deque<deferred_receive> deferred_receives_;
   request next_request_ = 0;
+  // The sign votes' bit-sliced counts, kept between calls: fresh pages for a buffer this size
+  // cost about as much as the exchange itself.
+  std::vector<std::uint64_t> vote_planes_;
 };
 
 }  // namespace accord
