@@ -19,10 +19,11 @@ struct accumulator_state {
   std::uint64_t round = 0;             // the round in flight, or the next to launch
   std::uint64_t consumed = 0;          // micro-batches the compute actor has taken
   bool in_flight = false;
-  bool computing = false;
+  bool computing = false;              // the compute actor holds `accumulated`
+  bool swapping = false;               // new parameters go in, the old ones are on their way back
   bool finished = false;
   std::optional<round_result> arrived;  // the in-flight round's result, not yet applied
-  std::vector<tensor> spares;
+  std::vector<tensor> spares;          // buffers to reuse, so a worker allocates no more than three
   double compute_seconds = 0;
   double communication_seconds = 0;
   double wait_seconds = 0;
@@ -31,10 +32,16 @@ struct accumulator_state {
 
 using self_pointer = accumulator_actor::stateful_pointer<accumulator_state>;
 
-tensor take_zeroed(accumulator_state& s) {
+// A spare buffer (stale contents), or a new one of zeros.
+tensor take_spare(accumulator_state& s) {
   if (s.spares.empty()) return make_tensor(s.setup.parameter_count, s.setup.meter);
   tensor t = std::move(s.spares.back());
   s.spares.pop_back();
+  return t;
+}
+
+tensor take_zeroed(accumulator_state& s) {
+  tensor t = take_spare(s);
   std::fill(t->begin(), t->end(), 0.f);
   return t;
 }
@@ -64,19 +71,15 @@ void on_gradient(self_pointer self, gradient_result& g) {
   s.computing = false;
   s.compute_seconds += g.seconds;
   s.consumed = g.position;
+  s.accumulated = std::move(g.sum);
   if (!s.finished && !std::isfinite(g.loss))
     fail(self, divergence(s, s.round, "the training loss is not finite"));
   if (!s.finished) {
-    if (!s.accumulated) s.accumulated = take_zeroed(s);
-    auto& acc = *s.accumulated;
-    const auto& grad = *g.gradient;
-    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] += grad[i];
     s.totals.micro_batches += 1;
     s.totals.loss_sum += g.loss;
     s.totals.items += g.items;
     ++s.since_launch;
   }
-  self->send(s.setup.compute, recycle_atom::value, std::move(g.gradient));
   advance(self);
 }
 
@@ -84,7 +87,9 @@ void request_micro_batch(self_pointer self) {
   auto& s = self->state;
   stop_idling(s);
   s.computing = true;
-  self->request(s.setup.compute, caf::infinite, compute_atom::value)
+  // The model adds the micro-batch's gradient straight into the sum: no gradient buffer of its own.
+  if (!s.accumulated) s.accumulated = take_zeroed(s);
+  self->request(s.setup.compute, caf::infinite, compute_atom::value, std::move(s.accumulated))
       .then([self](gradient_result& g) { on_gradient(self, g); },
             [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });
 }
@@ -108,7 +113,7 @@ void launch_round(self_pointer self) {
   request.keep = setup.wants_kept && setup.wants_kept(s.round);
   if (keeps_accumulation(setup.pipe, s.round)) {
     // ACCO's estimate round: g̃ goes on the wire and also stays for the real round.
-    request.buffer = take_zeroed(s);
+    request.buffer = take_spare(s);
     std::copy(s.accumulated->begin(), s.accumulated->end(), request.buffer->begin());
   } else {
     request.buffer = std::move(s.accumulated);
@@ -147,26 +152,33 @@ void finish_round(self_pointer self) {
   report.consumed = s.consumed;
   report.state = std::move(r.state);
   report.kept = r.kept;
-  if (s.setup.wants_parameters(r.round) || r.last_of_epoch) report.parameters = make_tensor(*r.parameters, s.setup.meter);
+  if (s.setup.wants_parameters(r.round) || r.last_of_epoch)  // the last round's are needed nowhere else
+    report.parameters = last ? std::move(r.parameters) : make_tensor(*r.parameters, s.setup.meter);
   self->send(s.setup.coordinator, std::move(report));
-
-  // Between two micro-batches (compute is idle now): the new parameters take effect.
-  self->request(s.setup.compute, caf::infinite, params_atom::value, std::move(r.parameters))
-      .then([self](tensor& old) { self->state.spares.push_back(std::move(old)); },
-            [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });
   ++s.round;
   if (last) {
     s.finished = true;
     self->quit();
     return;
   }
-  advance(self);
+
+  // Between two micro-batches (compute is idle now): the new parameters take effect. The next
+  // round launches once the old ones are back, so that it reuses their buffer.
+  s.swapping = true;
+  self->request(s.setup.compute, caf::infinite, params_atom::value, std::move(r.parameters))
+      .then(
+          [self](tensor& old) {
+            self->state.spares.push_back(std::move(old));
+            self->state.swapping = false;
+            advance(self);
+          },
+          [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });
 }
 
 // The one place that decides what the worker does next.
 void advance(self_pointer self) {
   auto& s = self->state;
-  if (s.finished || s.computing) return;  // a micro-batch in flight belongs to the current round
+  if (s.finished || s.computing || s.swapping) return;  // a micro-batch in flight belongs to the current round
   const auto& setup = s.setup;
   const bool overlap = overlaps_round(setup.pipe, s.round, setup.dpu_warmup);
   if (!s.in_flight) {

@@ -1,8 +1,9 @@
 #pragma once
-// Accumulator actors own a worker's gradient buffers and drive its pipeline: they ask the
-// compute actor for micro-batches, sum the gradients (counting micro-batches, so a fast worker
-// weighs more), hand a full buffer to the communicator and keep filling the other one while
-// the round is in flight — or wait, for synchronous algorithms. When a round's parameters come
+// Accumulator actors own a worker's gradient buffers and drive its pipeline: they lend the
+// gradient sum to the compute actor with each micro-batch request (the model adds into it, so
+// no other gradient buffer exists), count micro-batches (so a fast worker weighs more), hand a
+// full buffer to the communicator and keep filling the other one while the round is in flight —
+// or wait, for synchronous algorithms. A worker holds at most three parameter-sized buffers. When a round's parameters come
 // back they are swapped into the compute actor between two micro-batches.
 #include "actors/algorithm.hpp"
 #include "actors/communicator_actor.hpp"

@@ -8,29 +8,20 @@ namespace {
 
 struct compute_state {
   std::shared_ptr<compute_setup> setup;
-  std::vector<tensor> spare_gradients;
 };
 
 compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<compute_state> self,
                                               std::shared_ptr<compute_setup> setup) {
   self->state.setup = std::move(setup);
   return {
-      [self](compute_atom) -> caf::result<gradient_result> {
+      [self](compute_atom, tensor& sum) -> caf::result<gradient_result> {
         auto& s = *self->state.setup;
-        auto& spares = self->state.spare_gradients;
-        tensor gradient;
-        if (spares.empty()) {
-          gradient = make_tensor(s.parameters->size(), s.meter);
-        } else {
-          gradient = std::move(spares.back());
-          spares.pop_back();
-        }
         const auto start = std::chrono::steady_clock::now();
         batch input;
         double loss = 0;
         try {  // a failing model or data set fails this worker with its message, not the process
           input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
-          loss = s.net->forward_backward(*s.parameters, input, *gradient);
+          loss = s.net->accumulate_gradients(*s.parameters, input, *sum);
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, e.what());
         }
@@ -39,15 +30,12 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
         if (s.speed_factor > 1.0)  // a slower device: take speed_factor times as long
           std::this_thread::sleep_for(took * (s.speed_factor - 1.0));
         const std::chrono::duration<double> total = std::chrono::steady_clock::now() - start;
-        return gradient_result{std::move(gradient), loss, static_cast<double>(input.items()),
-                               total.count(), s.position};
+        return gradient_result{std::move(sum), loss, static_cast<double>(input.items()), total.count(),
+                               s.position};
       },
       [self](params_atom, tensor& parameters) -> tensor {
         std::swap(self->state.setup->parameters, parameters);
         return std::move(parameters);
-      },
-      [self](recycle_atom, tensor& gradient) {
-        self->state.spare_gradients.push_back(std::move(gradient));
       },
   };
 }

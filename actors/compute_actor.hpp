@@ -10,12 +10,11 @@
 namespace accord {
 
 using compute_actor = caf::typed_actor<
-    // Next micro-batch of this worker's stream, at the current parameters.
-    caf::replies_to<compute_atom>::with<gradient_result>,
+    // Next micro-batch of this worker's stream, at the current parameters: its gradient is
+    // added straight into the accumulator's sum, which comes back in the result.
+    caf::replies_to<compute_atom, tensor>::with<gradient_result>,
     // Swap in new parameters; the old buffer comes back for reuse.
-    caf::replies_to<params_atom, tensor>::with<tensor>,
-    // A gradient buffer the accumulator has finished with.
-    caf::reacts_to<recycle_atom, tensor>>;
+    caf::replies_to<params_atom, tensor>::with<tensor>>;
 
 struct compute_setup {
   std::unique_ptr<model> net;
@@ -24,7 +23,6 @@ struct compute_setup {
   std::uint64_t position = 0;  // micro-batches of the stream already consumed
   tensor parameters;
   double speed_factor = 1.0;   // > 1 emulates slower hardware
-  std::shared_ptr<memory_meter> meter;
 };
 
 compute_actor spawn_compute_actor(caf::actor_system& system, std::shared_ptr<compute_setup> setup);

@@ -42,9 +42,9 @@ struct rule_state {
   std::vector<float> values;       // sharded: slots × shard size, slot after slot
 };
 
-// One micro-batch's gradient from a compute actor.
+// A compute actor's answer: the accumulator's gradient sum, with one more micro-batch added.
 struct gradient_result {
-  tensor gradient;
+  tensor sum;
   double loss = 0;
   double items = 0;
   double seconds = 0;            // compute time including any emulated slowdown
@@ -108,7 +108,6 @@ struct worker_failure {
 
 using compute_atom = caf::atom_constant<caf::atom("compute")>;
 using params_atom = caf::atom_constant<caf::atom("params")>;
-using recycle_atom = caf::atom_constant<caf::atom("recycle")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 using wait_atom = caf::atom_constant<caf::atom("wait")>;

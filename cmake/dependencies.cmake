@@ -6,6 +6,10 @@ accord_find_caf(ACCORD_CAF_FOUND)
 if(NOT ACCORD_CAF_FOUND)
   message(FATAL_ERROR "CAF 0.17 not found (caf/all.hpp, libcaf_core, libcaf_io): apt-get install libcaf-dev")
 endif()
+accord_find_xxhash(ACCORD_XXHASH_FOUND)
+if(NOT ACCORD_XXHASH_FOUND)
+  message(FATAL_ERROR "xxHash not found (xxhash.h, libxxhash): apt-get install libxxhash-dev")
+endif()
 
 # UCX's own CMake config lacks inter-target dependencies; link all three.
 find_package(ucx 1.13 CONFIG QUIET)

@@ -212,8 +212,10 @@ struct cuda_gpt::device_state {
                "cudaMemcpyAsync losses to host");
   }
 
-  // Queues the backward pass into `gradients` (zeroed first); forward() must have run.
-  void backward(const gpt_config& config, const batch& input, int sequence, size_t parameter_count) {
+  // Queues the backward pass into `gradients`, which start from `sum` (the host's running sum,
+  // in accumulate mode) or from zero; forward() must have run.
+  void backward(const gpt_config& config, const batch& input, int sequence, size_t parameter_count,
+                std::span<const float> sum) {
     const int B = int(input.examples), T = sequence, C = config.width, V = config.vocab, H = config.heads;
     const size_t rows = size_t(B) * T;
     const int n = int(rows);
@@ -238,7 +240,11 @@ struct cuda_gpt::device_state {
     upload<std::int32_t>(st, group_ids, groups.ids);
     upload<std::int32_t>(st, group_starts, groups.starts);
 
-    zero(g, parameter_count);
+    if (sum.empty())
+      zero(g, parameter_count);
+    else
+      cuda_check(cudaMemcpyAsync(g, sum.data(), sum.size_bytes(), cudaMemcpyHostToDevice, st),
+                 "cudaMemcpyAsync gradient sum to device");
     zero(ds, rows * C);
     float* dlogits = probs.span().data();  // overwrites the probabilities
     cuda_layers::softmax_crossentropy_backward(c, dlogits, dlogits, targets.span().data(), n, V);
@@ -315,13 +321,24 @@ double cuda_gpt::evaluate(std::span<const float> parameters, const batch& input)
 
 double cuda_gpt::forward_backward(std::span<const float> parameters, const batch& input,
                                   std::span<float> gradients) {
+  return run_backward(parameters, input, gradients, false);
+}
+
+double cuda_gpt::accumulate_gradients(std::span<const float> parameters, const batch& input,
+                                      std::span<float> gradients) {
+  return run_backward(parameters, input, gradients, true);
+}
+
+double cuda_gpt::run_backward(std::span<const float> parameters, const batch& input, std::span<float> gradients,
+                              bool accumulate) {
   check_size(parameters.size(), parameter_count(), "parameters");
   check_size(gradients.size(), parameter_count(), "gradients");
   const int sequence = gpt_sequence_length(input, config(), "cuda_gpt");
   device_state& d = *state_;
   d.prepare(parameters, input, sequence, config());
   d.forward(config(), int(input.examples), sequence);
-  d.backward(config(), input, sequence, parameter_count());
+  d.backward(config(), input, sequence, parameter_count(),
+             accumulate ? std::span<const float>(gradients) : std::span<const float>());
   cuda_check(cudaMemcpyAsync(gradients.data(), d.gradients.span().data(), gradients.size_bytes(),
                              cudaMemcpyDeviceToHost, d.context.stream),
              "cudaMemcpyAsync gradients to host");

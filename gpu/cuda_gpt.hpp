@@ -7,7 +7,7 @@
 // The model interface takes host spans. Each call copies the parameters to the device (always:
 // the caller's optimizer updates them in place between calls, so neither the pointer nor the
 // size says whether they changed), runs on the device, and forward_backward copies the whole
-// gradient back. Activations stay on the device, grown to the largest batch shape seen.
+// gradient back (accumulate_gradients first uploads the running sum and adds on the device). Activations stay on the device, grown to the largest batch shape seen.
 //
 // Arithmetic: fp32 throughout (cuBLAS without TF32), kernels without atomics, so a given batch
 // gives bitwise identical results on every call; against the CPU gpt the differences come from
@@ -36,6 +36,8 @@ public:
   }
   double forward_backward(std::span<const float> parameters, const batch& input,
                           std::span<float> gradients) override;
+  double accumulate_gradients(std::span<const float> parameters, const batch& input,
+                              std::span<float> gradients) override;
   double evaluate(std::span<const float> parameters, const batch& input) override;
   std::unique_ptr<model> clone() const override;
 
@@ -49,6 +51,10 @@ private:
   // activation buffers stay empty because it never runs.
   gpt reference_;
   std::unique_ptr<device_state> state_;
+
+  // forward_backward (`accumulate` false) and accumulate_gradients (true).
+  double run_backward(std::span<const float> parameters, const batch& input, std::span<float> gradients,
+                      bool accumulate);
 };
 
 }  // namespace accord

@@ -197,6 +197,13 @@ double gpt::evaluate(std::span<const float> parameters, const batch& input) {
 
 double gpt::forward_backward(std::span<const float> parameters, const batch& input,
                              std::span<float> gradients) {
+  if (gradients.size() == parameter_count()) std::fill(gradients.begin(), gradients.end(), 0.0f);
+  return accumulate_gradients(parameters, input, gradients);
+}
+
+// Every layer's backward adds into its parameters' gradients, so accumulating is the pass itself.
+double gpt::accumulate_gradients(std::span<const float> parameters, const batch& input,
+                                 std::span<float> gradients) {
   if (gradients.size() != parameter_count())
     throw std::invalid_argument("gpt: got " + to_string(gradients.size()) +
                                 " gradients, expected " + to_string(parameter_count()));
@@ -208,7 +215,6 @@ double gpt::forward_backward(std::span<const float> parameters, const batch& inp
   const size_t rows = size_t(B) * T;
   const float* p = parameters.data();
   float* g = gradients.data();
-  std::fill(gradients.begin(), gradients.end(), 0.0f);
   activations& a = acts_;
   activation_gradients& d = grads_;
   d.stream.assign(rows * C, 0.0f);

@@ -54,6 +54,8 @@ public:
   void initialize(std::span<float> parameters, std::uint64_t seed) const override;
   double forward_backward(std::span<const float> parameters, const batch& input,
                           std::span<float> gradients) override;
+  double accumulate_gradients(std::span<const float> parameters, const batch& input,
+                              std::span<float> gradients) override;
   double evaluate(std::span<const float> parameters, const batch& input) override;
   std::unique_ptr<model> clone() const override;
 

@@ -120,6 +120,13 @@ double mlp::accuracy(std::span<const float> parameters, const batch& input) {
 
 double mlp::forward_backward(std::span<const float> parameters, const batch& input,
                              std::span<float> gradients) {
+  if (gradients.size() == parameter_count()) std::fill(gradients.begin(), gradients.end(), 0.0f);
+  return accumulate_gradients(parameters, input, gradients);
+}
+
+// Every layer's backward adds into its parameters' gradients, so accumulating is the pass itself.
+double mlp::accumulate_gradients(std::span<const float> parameters, const batch& input,
+                                 std::span<float> gradients) {
   if (gradients.size() != parameter_count())
     throw std::invalid_argument("mlp: got " + to_string(gradients.size()) +
                                 " gradients, expected " + to_string(parameter_count()));
@@ -127,7 +134,6 @@ double mlp::forward_backward(std::span<const float> parameters, const batch& inp
   const int rows = int(input.examples);
   const float* p = parameters.data();
   float* g = gradients.data();
-  std::fill(gradients.begin(), gradients.end(), 0.0f);
 
   doutput_.assign(size_t(rows) * config_.classes, 0.0f);
   layers::softmax_crossentropy_backward(doutput_.data(), outputs_.back().data(),

@@ -6,7 +6,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 
 PACKAGES=(build-essential cmake pkg-config libcaf-dev doctest-dev libucx-dev ucx-utils
-  libboost-dev libboost-program-options-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
+  libboost-dev libboost-program-options-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev libxxhash-dev
   dataset-fashion-mnist fortunes clang)
 missing=()
 for p in "${PACKAGES[@]}"; do

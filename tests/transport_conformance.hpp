@@ -256,6 +256,35 @@ inline void check_point_to_point(const transport_factory& make) {
     for (int i = 0; i < 100; ++i) expected.push_back(std::to_string(100 + i));
     CHECK(seen == expected);
   }
+  SUBCASE("posted sends and receives: many in flight, waited for in any order") {
+    world_endpoints endpoints = make_world(make, 2);
+    constexpr std::size_t messages = 24;
+    const auto size_of = [](std::size_t k) { return (k * 7919) % 70000 + k; };  // 0 bytes to ~70 KB
+    std::vector<std::vector<std::byte>> received(messages);
+    run_ranks(endpoints, [&](transport& t) {
+      std::vector<transport::request> handles;
+      if (t.rank() == 0) {
+        std::vector<std::vector<std::byte>> out(messages);
+        for (std::size_t k = 0; k < messages; ++k) {
+          out[k] = byte_pattern(size_of(k), k);
+          handles.push_back(t.post_send(1, k % 3, out[k]));  // three tags, each FIFO
+        }
+        for (std::size_t k = messages; k-- > 0;) t.wait(handles[k]);
+        return;
+      }
+      for (std::size_t k = 0; k < messages; ++k) {
+        received[k].resize(size_of(k));
+        handles.push_back(t.post_recv(0, k % 3, received[k]));
+      }
+      for (std::size_t k : {5, 0, 23, 11}) t.wait(handles[k]);
+      for (std::size_t k = 0; k < messages; ++k)
+        if (k != 5 && k != 0 && k != 23 && k != 11) t.wait(handles[k]);
+    });
+    for (std::size_t k = 0; k < messages; ++k) {
+      CAPTURE(k);
+      CHECK(received[k] == byte_pattern(size_of(k), k));
+    }
+  }
   SUBCASE("a size mismatch is a transport_error naming the peer; the endpoint stays usable") {
     world_endpoints endpoints = make_world(make, 2);
     std::vector<std::string> errors;
@@ -352,6 +381,37 @@ inline void check_reductions(const transport_factory& make) {
       }
     }
   }
+  SUBCASE("pipelined: many pieces per step, lengths off piece multiples, worlds 1 to 3") {
+    // Large enough for dozens of pieces per ring step on every backend; the odd lengths leave
+    // short last pieces and unequal shards, and 3 * 32768 + 1 straddles the smallest piece.
+    for (int world = 1; world <= 3; ++world) {
+      world_endpoints endpoints = make_world(make, world);
+      for (std::size_t n : {std::size_t{3 * 32768 + 1}, std::size_t{(3 << 20) + 7}}) {
+        CAPTURE(world);
+        CAPTURE(n);
+        std::vector<std::vector<float>> reduced(world), scattered(world);
+        run_ranks(endpoints, [&](transport& t) {
+          auto& r = reduced[t.rank()];
+          for (std::size_t i = 0; i < n; ++i) r.push_back(small_integer(t.rank(), i));
+          scattered[t.rank()] = r;
+          t.all_reduce(r);
+          t.reduce_scatter(scattered[t.rank()]);
+        });
+        std::vector<float> expected(n, 0.0f);
+        for (int rank = 0; rank < world; ++rank)
+          for (std::size_t i = 0; i < n; ++i) expected[i] += small_integer(rank, i);
+        for (int rank = 0; rank < world; ++rank) {
+          CAPTURE(rank);
+          std::string difference = first_difference(reduced[rank], expected);
+          CHECK_MESSAGE(difference.empty(), "all_reduce: " << difference);
+          const shard own = shard_of(n, world, rank);
+          difference = first_difference(std::vector<float>(scattered[rank].begin() + own.begin, scattered[rank].begin() + own.end),
+                                        std::vector<float>(expected.begin() + own.begin, expected.begin() + own.end));
+          CHECK_MESSAGE(difference.empty(), "reduce_scatter: " << difference);
+        }
+      }
+    }
+  }
   SUBCASE("different lengths on different ranks give transport_errors, not a hang") {
     world_endpoints endpoints = make_world(make, 3);
     const auto errors = run_ranks_catching(endpoints, [&](transport& t) {
@@ -407,11 +467,14 @@ inline void check_sign_votes(const transport_factory& make) {
       }
     }
   }
-  SUBCASE("a vote large enough for several pieces per step") {
-    world_endpoints endpoints = make_world(make, 2);
-    const std::size_t count = 64 * 70000 + 5;
-    const auto votes = random_votes(2, count, 99);
-    check_votes_against_reference(run_votes(endpoints, votes, 3, true), votes, 3);
+  SUBCASE("votes large enough for several pieces per step, worlds 2 and 3") {
+    for (int world : {2, 3}) {
+      CAPTURE(world);
+      world_endpoints endpoints = make_world(make, world);
+      const std::size_t count = 64 * 70000 + 5;
+      const auto votes = random_votes(world, count, 99);
+      check_votes_against_reference(run_votes(endpoints, votes, 3, true), votes, 3);
+    }
   }
 }
 

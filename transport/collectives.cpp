@@ -1,9 +1,12 @@
-// The default collectives, written once over send/recv/send_recv: ring reduce-scatter and
-// ring all-gather (Gloo style), all-reduce as their composition, and the bit-packed sign vote
-// as an all-to-all of packed word shards (votes up) plus a ring all-gather (result down).
+// The default collectives, written once over post_send/post_recv/wait: ring reduce-scatter
+// and ring all-gather (Gloo style), all-reduce as their composition in one pipeline, and the
+// bit-packed sign vote as an all-to-all of packed word shards (votes up) plus a ring
+// all-gather (result down). Every exchange is pipelined: several pieces in flight, an arrived
+// piece reduced while the next ones travel.
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -14,12 +17,6 @@
 namespace accord {
 namespace {
 
-// Ring steps travel in pieces of t.ring_piece_bytes(), so no single message grows with the model.
-template <class T>
-std::size_t piece_elements(const transport& t) {
-  return std::max<std::size_t>(1, t.ring_piece_bytes() / sizeof(T));
-}
-
 int ring_rank(int rank, int offset, int world) { return ((rank + offset) % world + world) % world; }
 
 template <class T>
@@ -28,30 +25,92 @@ std::span<T> clamped_subspan(std::span<T> data, std::size_t offset, std::size_t 
   return data.subspan(offset, std::min(count, data.size() - offset));
 }
 
-// Sends `out` to `to` while `in_count` elements arrive from `from`, piece by piece. Each
-// incoming piece lands in landing(offset, count), then received(offset, piece) consumes it.
-// Sender and receiver cut the same pieces because they agree on the lengths; empty pieces
-// never travel.
-template <class T, class Landing, class Received>
-void ring_step(transport& t, std::uint64_t tag, int to, std::span<const T> out, int from,
-               std::size_t in_count, Landing landing, Received received) {
-  const std::size_t piece = piece_elements<T>(t);
-  const std::size_t total = std::max(out.size(), in_count);
-  for (std::size_t offset = 0; offset < total; offset += piece) {
-    const std::span<const T> out_piece = clamped_subspan(out, offset, piece);
-    const std::size_t in_piece_count = offset < in_count ? std::min(piece, in_count - offset) : 0;
-    if (in_piece_count == 0) {
-      t.send(to, tag, std::as_bytes(out_piece));
-      continue;
-    }
-    const std::span<T> in_piece = landing(offset, in_piece_count);
-    if (out_piece.empty())
-      t.recv(from, tag, std::as_writable_bytes(in_piece));
-    else
-      t.send_recv(to, std::as_bytes(out_piece), from, std::as_writable_bytes(in_piece), tag);
-    received(offset, std::span<const T>(in_piece));
-  }
+// Receives posted ahead of the one being consumed: enough to keep the link busy while an
+// arrived piece is reduced, few enough that scratch stays small.
+constexpr std::size_t pipeline_depth = 4;
+// Pieces never get smaller than this: below it per-message costs dominate.
+constexpr std::size_t min_piece_bytes = 32 << 10;
+
+// The piece size of a collective over `total` elements: each rank's block in about
+// pipeline_depth pieces, within [min_piece_bytes, t.ring_piece_bytes()]. Every rank derives it
+// from the same total, so all cut the same pieces.
+template <class T>
+std::size_t piece_elements(const transport& t, std::size_t total) {
+  const std::size_t largest = std::max<std::size_t>(1, t.ring_piece_bytes() / sizeof(T));
+  const std::size_t smallest = std::min(largest, std::max<std::size_t>(1, min_piece_bytes / sizeof(T)));
+  const std::size_t per_block = (total + static_cast<std::size_t>(t.size()) - 1) / static_cast<std::size_t>(t.size());
+  return std::clamp((per_block + pipeline_depth - 1) / pipeline_depth, smallest, largest);
 }
+
+// One step of an exchange: `out` goes to `to` while `in_count` elements arrive from `from`.
+template <class T>
+struct exchange_step {
+  int to = 0;
+  std::span<const T> out;
+  int from = 0;
+  std::size_t in_count = 0;
+};
+
+// Runs `steps` in pieces of `piece` elements, pipelined: up to pipeline_depth receives are
+// posted ahead of the one being consumed, so pieces keep arriving while one is reduced. Sends
+// are posted as soon as their data is ready: all at once, or with `chained` (ring reduce-scatter
+// and all-gather, where step s+1 forwards what step s received) piece j of step s+1 right after
+// piece j of step s was consumed; out(s+1) must then be as long as in_count(s). Piece k of all
+// receives lands in landing(step, offset, count, k % pipeline_depth) — a slot is reused only
+// after its previous piece was consumed — and received(step, offset, piece) consumes it, in
+// step order, then offset order. Sender and receiver cut the same pieces because they agree on
+// the lengths; empty pieces never travel.
+template <class T, class Landing, class Received>
+void pipelined_exchange(transport& t, std::uint64_t tag, std::span<const exchange_step<T>> steps, bool chained,
+                        std::size_t piece, Landing landing, Received received) {
+  struct incoming {
+    std::size_t step, offset, count;
+    std::span<T> into;
+    transport::request handle = 0;
+  };
+  std::vector<incoming> receives;
+  for (std::size_t s = 0; s < steps.size(); ++s)
+    for (std::size_t offset = 0; offset < steps[s].in_count; offset += piece)
+      receives.push_back({s, offset, std::min(piece, steps[s].in_count - offset), {}});
+  std::vector<transport::request> sends;
+  const auto send_piece = [&](std::size_t s, std::size_t offset) {
+    const std::span<const T> out = clamped_subspan(steps[s].out, offset, piece);
+    if (!out.empty()) sends.push_back(t.post_send(steps[s].to, tag, std::as_bytes(out)));
+  };
+  for (std::size_t s = 0; s < (chained ? std::min<std::size_t>(1, steps.size()) : steps.size()); ++s)
+    for (std::size_t offset = 0; offset < steps[s].out.size(); offset += piece) send_piece(s, offset);
+
+  std::size_t posted = 0;
+  const auto post_receives = [&](std::size_t until) {
+    for (; posted < std::min(until, receives.size()); ++posted) {
+      incoming& r = receives[posted];
+      r.into = landing(r.step, r.offset, r.count, posted % pipeline_depth);
+      r.handle = t.post_recv(steps[r.step].from, tag, std::as_writable_bytes(r.into));
+    }
+  };
+  post_receives(pipeline_depth);
+  for (std::size_t k = 0; k < receives.size(); ++k) {
+    const incoming& r = receives[k];
+    t.wait(r.handle);
+    received(r.step, r.offset, std::span<const T>(r.into));
+    if (chained && r.step + 1 < steps.size()) send_piece(r.step + 1, r.offset);
+    post_receives(k + 1 + pipeline_depth);
+  }
+  for (const transport::request handle : sends) t.wait(handle);
+}
+
+// Scratch for pipeline_depth pieces, where receives land before they are consumed.
+template <class T>
+class piece_slots {
+public:
+  piece_slots(std::size_t piece, std::size_t largest_step)
+      : piece_(std::min(piece, largest_step)), storage_(piece_ * pipeline_depth) {}
+  std::span<T> slot(std::size_t index, std::size_t count) { return std::span<T>(storage_).subspan(index * piece_, count); }
+
+private:
+  std::size_t piece_;
+  std::vector<T> storage_;
+};
 
 // Block of rank s when `elements` are sharded in whole units of `unit` elements.
 shard block_of(std::size_t elements, std::size_t unit, int world, int s) {
@@ -59,49 +118,60 @@ shard block_of(std::size_t elements, std::size_t unit, int world, int s) {
   return {units.begin * unit, units.end * unit};
 }
 
-// After world-1 steps rank r holds the sum of shard r. In step k rank r passes the partial
-// sum of shard r-k-1 to r+1 and adds its own values to the partial sum of shard r-k-2 coming
-// from r-1, so shard c is summed in the fixed order c+1, c+2, ..., c whatever the timing.
+// The steps of a ring reduce-scatter (blocks of shard_of(data.size(), ...)): after world-1 steps
+// rank r holds the sum of shard r. In step k rank r passes the partial sum of shard r-k-1 to r+1
+// and adds its own values to the partial sum of shard r-k-2 coming from r-1, so shard c is
+// summed in the fixed order c+1, c+2, ..., c whatever the timing.
 template <class T>
-void ring_reduce_scatter(transport& t, std::span<T> data, std::uint64_t tag) {
+void add_reduce_scatter_steps(const transport& t, std::span<const T> data, std::vector<exchange_step<T>>& steps,
+                              std::vector<shard>& in_blocks) {
   const int world = t.size(), rank = t.rank();
-  std::vector<T> scratch(std::min(shard_of(data.size(), world, 0).size(), piece_elements<T>(t)));
   for (int step = 0; step + 1 < world; ++step) {
     const shard out = shard_of(data.size(), world, ring_rank(rank, -step - 1, world));
     const shard in = shard_of(data.size(), world, ring_rank(rank, -step - 2, world));
-    ring_step<T>(
-        t, tag, ring_rank(rank, 1, world), data.subspan(out.begin, out.size()),
-        ring_rank(rank, -1, world), in.size(),
-        [&](std::size_t, std::size_t count) { return std::span<T>(scratch).first(count); },
-        [&](std::size_t offset, std::span<const T> piece) {
-          T* sum = data.data() + in.begin + offset;
-          for (std::size_t i = 0; i < piece.size(); ++i) sum[i] += piece[i];
-        });
+    steps.push_back({ring_rank(rank, 1, world), data.subspan(out.begin, out.size()), ring_rank(rank, -1, world), in.size()});
+    in_blocks.push_back(in);
   }
 }
 
-// Rank s contributes block_of(..., s); in step k rank r forwards block r-k to r+1 and
-// receives block r-k-1 from r-1 straight into place.
+// The steps of a ring all-gather: rank s contributes block_of(..., s); in step k rank r forwards
+// block r-k to r+1 and receives block r-k-1 from r-1 straight into place.
 template <class T>
-void ring_all_gather(transport& t, std::span<T> data, std::size_t unit, std::uint64_t tag) {
+void add_all_gather_steps(const transport& t, std::span<const T> data, std::size_t unit,
+                          std::vector<exchange_step<T>>& steps, std::vector<shard>& in_blocks) {
   const int world = t.size(), rank = t.rank();
   for (int step = 0; step + 1 < world; ++step) {
     const shard out = block_of(data.size(), unit, world, ring_rank(rank, -step, world));
     const shard in = block_of(data.size(), unit, world, ring_rank(rank, -step - 1, world));
-    ring_step<T>(
-        t, tag, ring_rank(rank, 1, world), data.subspan(out.begin, out.size()),
-        ring_rank(rank, -1, world), in.size(),
-        [&](std::size_t offset, std::size_t count) { return data.subspan(in.begin + offset, count); },
-        [](std::size_t, std::span<const T>) {});
+    steps.push_back({ring_rank(rank, 1, world), data.subspan(out.begin, out.size()), ring_rank(rank, -1, world), in.size()});
+    in_blocks.push_back(in);
   }
 }
 
-// Reduce-scatter then all-gather: every element is summed once, by its owner, and copied
-// everywhere else, so all ranks end bit-identical.
+// Ring reduce-scatter (`reduce`), all-gather (`gather`, blocks of `unit` elements) or both in
+// one pipeline (all-reduce: reduce-scatter ends with rank r holding shard r, which is what the
+// all-gather's first step sends, so pieces flow from one into the other without a barrier).
+// Every element is summed once, by its owner, and copied everywhere else, so all ranks end
+// bit-identical.
 template <class T>
-void ring_all_reduce(transport& t, std::span<T> data, std::uint64_t scatter_tag, std::uint64_t gather_tag) {
-  ring_reduce_scatter(t, data, scatter_tag);
-  ring_all_gather(t, data, 1, gather_tag);
+void ring_collective(transport& t, std::span<T> data, bool reduce, bool gather, std::size_t unit, std::uint64_t tag) {
+  std::vector<exchange_step<T>> steps;
+  std::vector<shard> in_blocks;
+  if (reduce) add_reduce_scatter_steps<T>(t, data, steps, in_blocks);
+  const std::size_t reduce_steps = steps.size();
+  if (gather) add_all_gather_steps<T>(t, data, unit, steps, in_blocks);
+  const std::size_t piece = piece_elements<T>(t, data.size());
+  piece_slots<T> scratch(piece, reduce ? shard_of(data.size(), t.size(), 0).size() : 0);
+  pipelined_exchange<T>(
+      t, tag, steps, true, piece,
+      [&](std::size_t step, std::size_t offset, std::size_t count, std::size_t slot) {
+        return step < reduce_steps ? scratch.slot(slot, count) : data.subspan(in_blocks[step].begin + offset, count);
+      },
+      [&](std::size_t step, std::size_t offset, std::span<const T> piece_in) {
+        if (step >= reduce_steps) return;
+        T* sum = data.data() + in_blocks[step].begin + offset;
+        for (std::size_t i = 0; i < piece_in.size(); ++i) sum[i] += piece_in[i];
+      });
 }
 
 void expect_words(std::string_view backend, const char* collective, const char* what, std::size_t words,
@@ -138,6 +208,26 @@ private:
   std::size_t words_;
 };
 
+// Lane k (bits 16k..16k+15) of nibble_lanes[n] is bit k of n: four elements' 0/1 as four
+// std::uint16_t at once.
+constexpr std::array<std::uint64_t, 16> nibble_lanes = [] {
+  std::array<std::uint64_t, 16> lanes{};
+  for (unsigned n = 0; n < 16; ++n)
+    for (unsigned k = 0; k < 4; ++k)
+      if ((n >> k) & 1) lanes[n] |= 1ull << (16 * k);
+  return lanes;
+}();
+static_assert(std::endian::native == std::endian::little, "unpack_counts stores 16-bit lanes little-endian");
+
+// The counts of one packed word's elements (bit b of plane j is bit j of element b's count)
+// as std::uint16_t, four elements per word operation instead of one bit at a time.
+void unpack_counts(std::span<const std::uint64_t> word_planes, std::span<std::uint16_t> out) {
+  std::array<std::uint64_t, 16> groups{};  // groups[g]: elements 4g..4g+3
+  for (std::size_t j = 0; j < word_planes.size(); ++j)
+    for (std::size_t g = 0; g < groups.size(); ++g) groups[g] |= nibble_lanes[(word_planes[j] >> (4 * g)) & 15] << j;
+  std::memcpy(out.data(), groups.data(), out.size_bytes());
+}
+
 // Bits needed for a count 0..world: ceil(log2(world + 1)).
 int count_bits(int world) { return std::bit_width(static_cast<unsigned>(world)); }
 
@@ -150,15 +240,18 @@ void count_votes(transport& t, std::span<const std::uint64_t> signs, std::uint64
   const shard mine = shard_of(signs.size(), world, rank);
   vote_counter counter(planes, count_bits(world));
   counter.add(0, signs.subspan(mine.begin, mine.size()));
-  std::vector<std::uint64_t> scratch(std::min(mine.size(), piece_elements<std::uint64_t>(t)));
+  std::vector<exchange_step<std::uint64_t>> steps;
   for (int step = 1; step < world; ++step) {
     const int to = ring_rank(rank, step, world);
     const shard out = shard_of(signs.size(), world, to);
-    ring_step<std::uint64_t>(
-        t, tag, to, signs.subspan(out.begin, out.size()), ring_rank(rank, -step, world), mine.size(),
-        [&](std::size_t, std::size_t count) { return std::span<std::uint64_t>(scratch).first(count); },
-        [&](std::size_t offset, std::span<const std::uint64_t> piece) { counter.add(offset, piece); });
+    steps.push_back({to, signs.subspan(out.begin, out.size()), ring_rank(rank, -step, world), mine.size()});
   }
+  const std::size_t piece = piece_elements<std::uint64_t>(t, signs.size());
+  piece_slots<std::uint64_t> scratch(piece, mine.size());
+  pipelined_exchange<std::uint64_t>(
+      t, tag, steps, false, piece,
+      [&](std::size_t, std::size_t, std::size_t count, std::size_t slot) { return scratch.slot(slot, count); },
+      [&](std::size_t, std::size_t offset, std::span<const std::uint64_t> piece_in) { counter.add(offset, piece_in); });
 }
 
 }  // namespace
@@ -196,6 +289,35 @@ void transport::check_sign_counts(std::string_view backend, std::span<const std:
                                 " elements, expected " + std::to_string(count));
 }
 
+transport::request transport::post_send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
+  try {
+    send(peer, tag, data);
+  } catch (...) {
+    deferred_receives_.clear();
+    throw;
+  }
+  return next_request_++;
+}
+
+transport::request transport::post_recv(int peer, std::uint64_t tag, std::span<std::byte> data) {
+  deferred_receives_.push_back({next_request_, peer, tag, data});
+  return next_request_++;
+}
+
+void transport::wait(request handle) {
+  // Receives posted before this one go first, so that they match in posting order.
+  while (!deferred_receives_.empty() && deferred_receives_.front().handle <= handle) {
+    const deferred_receive r = deferred_receives_.front();
+    deferred_receives_.pop_front();
+    try {
+      recv(r.peer, r.tag, r.data);
+    } catch (...) {
+      deferred_receives_.clear();
+      throw;
+    }
+  }
+}
+
 void transport::send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
                           std::uint64_t tag) {
   send(to, tag, out);
@@ -204,26 +326,22 @@ void transport::send_recv(int to, std::span<const std::byte> out, int from, std:
 
 void transport::reduce_scatter(std::span<float> data) {
   throw_if_interrupted();
-  if (size() > 1) ring_reduce_scatter(*this, data, next_collective_tag());
+  if (size() > 1) ring_collective(*this, data, true, false, 1, next_collective_tag());
 }
 
 void transport::all_gather(std::span<float> data) {
   throw_if_interrupted();
-  if (size() > 1) ring_all_gather(*this, data, 1, next_collective_tag());
+  if (size() > 1) ring_collective(*this, data, false, true, 1, next_collective_tag());
 }
 
 void transport::all_reduce(std::span<float> data) {
   throw_if_interrupted();
-  if (size() == 1) return;
-  const std::uint64_t scatter_tag = next_collective_tag();
-  ring_all_reduce(*this, data, scatter_tag, next_collective_tag());
+  if (size() > 1) ring_collective(*this, data, true, true, 1, next_collective_tag());
 }
 
 void transport::all_reduce(std::span<double> data) {
   throw_if_interrupted();
-  if (size() == 1) return;
-  const std::uint64_t scatter_tag = next_collective_tag();
-  ring_all_reduce(*this, data, scatter_tag, next_collective_tag());
+  if (size() > 1) ring_collective(*this, data, true, true, 1, next_collective_tag());
 }
 
 void transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t count, std::uint64_t round,
@@ -232,8 +350,9 @@ void transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t 
   check_sign_majority("", signs, count, result);
   const int world = size(), bits = count_bits(world);
   const shard mine = shard_of(signs.size(), world, rank());
-  std::vector<std::uint64_t> planes(bits * mine.size());
-  count_votes(*this, signs, next_collective_tag(), planes);
+  vote_planes_.resize(bits * mine.size());
+  const std::span<const std::uint64_t> planes = vote_planes_;
+  count_votes(*this, signs, next_collective_tag(), vote_planes_);
   // Majority is 2·count > world, i.e. count > world/2 (integer division); with an even world
   // count == world/2 is a tie. Compare the bit-sliced counts with world/2 from the top bit.
   const unsigned half = static_cast<unsigned>(world) / 2;
@@ -253,7 +372,7 @@ void transport::sign_majority(std::span<const std::uint64_t> signs, std::size_t 
     const std::uint64_t ties = ties_possible ? equal & tie_word(word, round) : 0;
     result[word] = (above | ties) & valid_bits(word, count);
   }
-  if (world > 1) ring_all_gather(*this, result, 1, next_collective_tag());
+  if (world > 1) ring_collective(*this, result, false, true, 1, next_collective_tag());
 }
 
 void transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t count,
@@ -264,10 +383,11 @@ void transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t co
   if (world > 65535) throw std::invalid_argument("sign_counts: " + std::to_string(world) + " ranks overflow 16-bit vote counts");
   // Wire layout of the counts: owner s's block is the `bits` planes of its word shard, so
   // the blocks are contiguous and the all-gather moves `bits` bits per element.
-  std::vector<std::uint64_t> packed(bits * signs.size());
+  vote_planes_.resize(bits * signs.size());
+  const std::span<std::uint64_t> packed = vote_planes_;
   const shard mine = block_of(packed.size(), bits, world, rank());
-  count_votes(*this, signs, next_collective_tag(), std::span(packed).subspan(mine.begin, mine.size()));
-  if (world > 1) ring_all_gather(*this, std::span(packed), bits, next_collective_tag());
+  count_votes(*this, signs, next_collective_tag(), packed.subspan(mine.begin, mine.size()));
+  if (world > 1) ring_collective(*this, packed, false, true, bits, next_collective_tag());
   for (int owner = 0; owner < world; ++owner) {
     const shard words = shard_of(signs.size(), world, owner);
     const std::uint64_t* planes = packed.data() + words.begin * bits;
@@ -275,12 +395,7 @@ void transport::sign_counts(std::span<const std::uint64_t> signs, std::size_t co
       std::array<std::uint64_t, 16> word_planes;  // counts fit std::uint16_t: at most 16 planes
       for (int j = 0; j < bits; ++j) word_planes[j] = planes[j * words.size() + i];
       const std::size_t first = (words.begin + i) * 64;
-      const std::size_t valid = std::min<std::size_t>(64, count - first);
-      for (std::size_t b = 0; b < valid; ++b) {
-        unsigned votes = 0;
-        for (int j = 0; j < bits; ++j) votes |= static_cast<unsigned>((word_planes[j] >> b) & 1) << j;
-        plus_votes[first + b] = static_cast<std::uint16_t>(votes);
-      }
+      unpack_counts(std::span(word_planes).first(bits), plus_votes.subspan(first, std::min<std::size_t>(64, count - first)));
     }
   }
 }

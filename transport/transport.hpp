@@ -1,17 +1,20 @@
 #pragma once
 // The transport interface every backend implements (in-process, UCX, NCCL). Point-to-point
-// messages carry raw bytes; collectives default to ring algorithms written once over
-// send/recv (transport/collectives.cpp) and a backend with native collectives overrides them.
-// All calls block the calling thread: the communicator actor runs detached on its own thread,
-// and an endpoint is used by one thread at a time; interrupt() is the one exception.
+// messages carry raw bytes; collectives default to pipelined ring algorithms written once over
+// post_send/post_recv/wait (transport/collectives.cpp) and a backend with native collectives
+// overrides them. Calls block the calling thread (post_* excepted): the communicator actor runs
+// detached on its own thread, and an endpoint is used by one thread at a time; interrupt() is
+// the one exception.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accord {
 
@@ -77,6 +80,20 @@ public:
   virtual void send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
                          std::uint64_t tag);
 
+  // Non-blocking point-to-point, what the pipelined collectives are built on. post_send and
+  // post_recv start a transfer and return at once; wait(handle) blocks until it is complete and
+  // throws what send/recv would. Until then a send's buffer must stay unchanged and a
+  // receive's buffer unread. Each handle is waited for exactly once, in any order; messages of
+  // one peer and tag match the posted receives in posting order. A post or wait that throws
+  // abandons every other request in flight too (receives stop writing into their buffers, which
+  // may then be freed); their handles must not be waited for. The defaults send at once and receive in
+  // wait(), in posting order: right for backends whose sends are buffered (in-process); a backend
+  // whose sends wait for their receiver (UCX rendezvous) implements all three.
+  using request = std::uint64_t;
+  virtual request post_send(int peer, std::uint64_t tag, std::span<const std::byte> data);
+  virtual request post_recv(int peer, std::uint64_t tag, std::span<std::byte> data);
+  virtual void wait(request handle);
+
   virtual transfer_stats stats() const = 0;
 
   // Unblocks the owner thread, e.g. from a thread that learned that a peer it waits on is gone;
@@ -89,9 +106,9 @@ public:
   // something else overrides this to wake that sleep too, after calling the default.
   virtual void interrupt(const std::string& why);
 
-  // Ring collectives move each step in pieces of this size: small pieces let an emulated link
-  // interleave messages; a backend with a costly per-message handshake (UCX rendezvous) wants
-  // larger ones.
+  // Ring collectives cut each step into pieces of at most this size (smaller for small
+  // buffers, so that several pieces are in flight): small pieces let an emulated link interleave
+  // messages; a backend with a costly per-message handshake (UCX rendezvous) wants larger ones.
   virtual std::size_t ring_piece_bytes() const { return 256 << 10; }
 
   // Collectives: every rank calls the same collectives in the same order with the same
@@ -144,6 +161,18 @@ private:
   std::string backend_;
   interrupt_flag interruption_;
   std::uint64_t collective_sequence_ = 0;
+  // The default post_recv's receives, not yet done, in posting order.
+  struct deferred_receive {
+    request handle;
+    int peer;
+    std::uint64_t tag;
+    std::span<std::byte> data;
+  };
+  std::deque<deferred_receive> deferred_receives_;
+  request next_request_ = 0;
+  // The sign votes' bit-sliced counts, kept between calls: fresh pages for a buffer this size
+  // cost about as much as the exchange itself.
+  std::vector<std::uint64_t> vote_planes_;
 };
 
 }  // namespace accord

@@ -26,6 +26,11 @@ public:
     std::fill(gradients.begin(), gradients.end(), 0.0f);
     return mean_cross_entropy(parameters, input, gradients);
   }
+  // Optional: adding into the caller's running sum spares accord a gradient buffer per worker.
+  double accumulate_gradients(std::span<const float> parameters, const accord::batch& input,
+                              std::span<float> gradients) override {
+    return mean_cross_entropy(parameters, input, gradients);
+  }
   double evaluate(std::span<const float> parameters, const accord::batch& input) override {
     return mean_cross_entropy(parameters, input, {});
   }

@@ -38,11 +38,28 @@ public:
   virtual double forward_backward(std::span<const float> parameters, const batch& input,
                                   std::span<float> gradients) = 0;
 
+  // Accumulate mode: as forward_backward, but adds d(mean loss)/d(parameters) to `gradients`
+  // (a running sum over micro-batches) instead of overwriting it. Workers sum micro-batches
+  // straight into their accumulation buffer with it, so they keep no gradient buffer of their
+  // own. The default runs forward_backward into a scratch buffer of the model's and adds that;
+  // a model whose backward pass sums into its gradients anyway (llm.c style) overrides it and
+  // needs no scratch. The result may differ from forward_backward-then-add in rounding only.
+  virtual double accumulate_gradients(std::span<const float> parameters, const batch& input,
+                                      std::span<float> gradients) {
+    accumulate_scratch_.resize(gradients.size());
+    const double loss = forward_backward(parameters, input, accumulate_scratch_);
+    for (std::size_t i = 0; i < gradients.size(); ++i) gradients[i] += accumulate_scratch_[i];
+    return loss;
+  }
+
   // Mean loss over the batch, no gradients.
   virtual double evaluate(std::span<const float> parameters, const batch& input) = 0;
 
   // An independent instance (own scratch memory) for another compute thread.
   virtual std::unique_ptr<model> clone() const = 0;
+
+private:
+  std::vector<float> accumulate_scratch_;  // the default accumulate_gradients' gradient
 };
 
 // A data set seen as an endless, seeded, shuffled stream of examples. Position p always maps

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <type_traits>
@@ -232,12 +233,27 @@ struct ucx_worker {
     std::uint64_t tag = 0;
     std::size_t bytes = 0;
   };
+  // Posted operations not yet waited for, by request handle.
+  std::map<std::uint64_t, operation> in_flight;
+  std::uint64_t next_request = 0;
+
   link& checked_peer(int peer, std::uint64_t tag);
-  void post_send(operation& op, int peer, std::uint64_t tag, std::span<const std::byte> data);
-  void post_receive(operation& op, int peer, std::uint64_t tag, std::span<std::byte> data);
+  // Post a send or a receive; what goes wrong (a bad peer, an interrupted transport) abandons
+  // everything in flight, then throws.
+  std::uint64_t post_send(int peer, std::uint64_t tag, std::span<const std::byte> data);
+  std::uint64_t post_receive(int peer, std::uint64_t tag, std::span<std::byte> data);
+  template <class Post>
+  std::uint64_t post(Post post_operation);
   std::string finish(operation& op, ucs_status_t status, std::size_t received);
-  void wait(std::span<operation> ops);
-  [[noreturn]] void abandon(std::span<operation> ops, const std::string& message);
+  // Waits for the operations `handles`. A frame of the wrong size fails its receive but the
+  // transport stays usable unless other operations were in flight; a failed or silent peer
+  // abandons everything in flight.
+  void wait(std::span<const std::uint64_t> handles);
+  operation& in_flight_operation(std::uint64_t handle);
+  // Cancels the receives in flight and gives up on the sends (UCX may still read their buffers,
+  // so the transport becomes unusable), then throws `message`.
+  [[noreturn]] void abandon(const std::string& message);
+  void abandon_in_flight(const std::string& message);
   std::string unexpected_frame_from(int peer);
 };
 
@@ -528,27 +544,45 @@ link& ucx_worker::checked_peer(int peer, std::uint64_t tag) {
   return *peers[static_cast<std::size_t>(peer)];
 }
 
-void ucx_worker::post_send(operation& op, int peer, std::uint64_t tag, std::span<const std::byte> data) {
-  link& l = checked_peer(peer, tag);
-  if (l.failure != UCS_OK)
-    throw transport_error(who() + "cannot send " + describe_tag(tag) + " to " + describe_peer(peer) + ": it failed (" +
-                          ucs_status_string(l.failure) + ")");
-  op = {nullptr, false, false, peer, tag, data.size()};
-  ucp_request_param_t param{};
-  op.request = posted(ucp_tag_send_nbx(l.endpoint, data.data(), data.size(), ucx_wire::frame_tag(rank, tag), &param),
-                      "sending " + describe_tag(tag) + " to " + describe_peer(peer));
+template <class Post>
+std::uint64_t ucx_worker::post(Post post_operation) {
+  try {
+    if (interruption && interruption->raised()) throw transport_error(interruption->message(who()));
+    operation op;
+    post_operation(op);
+    in_flight.emplace(next_request, op);
+    return next_request++;
+  } catch (...) {
+    abandon_in_flight("an earlier post failed");
+    throw;
+  }
+}
+
+std::uint64_t ucx_worker::post_send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
+  return post([&](operation& op) {
+    link& l = checked_peer(peer, tag);
+    if (l.failure != UCS_OK)
+      throw transport_error(who() + "cannot send " + describe_tag(tag) + " to " + describe_peer(peer) +
+                            ": it failed (" + ucs_status_string(l.failure) + ")");
+    op = {nullptr, false, false, peer, tag, data.size()};
+    ucp_request_param_t param{};
+    op.request = posted(ucp_tag_send_nbx(l.endpoint, data.data(), data.size(), ucx_wire::frame_tag(rank, tag), &param),
+                        "sending " + describe_tag(tag) + " to " + describe_peer(peer));
+  });
 }
 
 // Posted even when the peer has failed: frames it sent before are still queued here.
-void ucx_worker::post_receive(operation& op, int peer, std::uint64_t tag, std::span<std::byte> data) {
-  checked_peer(peer, tag);
-  op = {nullptr, true, false, peer, tag, data.size()};
-  ucp_request_param_t param{};
-  // Always a request, so that ucp_tag_recv_request_test reports the frame's length.
-  param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  op.request = posted(ucp_tag_recv_nbx(worker.get(), data.data(), data.size(), ucx_wire::frame_tag(peer, tag),
-                                       ucx_wire::full_mask, &param),
-                      "receiving " + describe_tag(tag) + " from " + describe_peer(peer));
+std::uint64_t ucx_worker::post_receive(int peer, std::uint64_t tag, std::span<std::byte> data) {
+  return post([&](operation& op) {
+    checked_peer(peer, tag);
+    op = {nullptr, true, false, peer, tag, data.size()};
+    ucp_request_param_t param{};
+    // Always a request, so that ucp_tag_recv_request_test reports the frame's length.
+    param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    op.request = posted(ucp_tag_recv_nbx(worker.get(), data.data(), data.size(), ucx_wire::frame_tag(peer, tag),
+                                         ucx_wire::full_mask, &param),
+                        "receiving " + describe_tag(tag) + " from " + describe_peer(peer));
+  });
 }
 
 // Validates a completed operation and counts its bytes; returns what is wrong with it, if anything.
@@ -581,8 +615,8 @@ std::string ucx_worker::unexpected_frame_from(int peer) {
          std::to_string(info.length) + " bytes) instead";
 }
 
-void ucx_worker::abandon(std::span<operation> ops, const std::string& message) {
-  for (operation& op : ops) {
+void ucx_worker::abandon_in_flight(const std::string& message) {
+  for (auto& [handle, op] : in_flight) {
     if (!op.request) continue;
     if (op.is_receive) {
       // Once cancelled, the receive no longer writes into the caller's buffer.
@@ -597,18 +631,29 @@ void ucx_worker::abandon(std::span<operation> ops, const std::string& message) {
     ucp_request_free(op.request);
     op.request = nullptr;
   }
+  in_flight.clear();
+}
+
+void ucx_worker::abandon(const std::string& message) {
+  abandon_in_flight(message);
   throw transport_error(message);
 }
 
-// Waits for all of `ops`. A frame of the wrong size fails its receive but the transport stays
-// usable; a failed or silent peer abandons what is still in flight.
-void ucx_worker::wait(std::span<operation> ops) {
+ucx_worker::operation& ucx_worker::in_flight_operation(std::uint64_t handle) {
+  const auto found = in_flight.find(handle);
+  if (found == in_flight.end())
+    throw std::logic_error(who() + "wait for request " + std::to_string(handle) + ", which is not in flight");
+  return found->second;
+}
+
+void ucx_worker::wait(std::span<const std::uint64_t> handles) {
   const auto deadline = steady::now() + options.operation_timeout;
   std::string error;  // the first completed operation's problem, reported once all are done
   bool drained = false;
   for (;;) {
     bool pending = false;
-    for (operation& op : ops) {
+    for (const std::uint64_t handle : handles) {
+      operation& op = in_flight_operation(handle);
       if (op.finished) continue;
       ucs_status_t status = UCS_OK;
       ucp_tag_recv_info_t info{};
@@ -625,12 +670,14 @@ void ucx_worker::wait(std::span<operation> ops) {
       if (error.empty()) error = problem;
     }
     if (!pending) break;
-    if (interruption && interruption->raised()) abandon(ops, interruption->message(who()));
+    if (interruption && interruption->raised()) abandon(interruption->message(who()));
 
-    const auto stuck = std::ranges::find_if(ops, [&](const operation& op) {
-      return op.request && peers[static_cast<std::size_t>(op.peer)]->failure != UCS_OK;
-    });
-    if (stuck != ops.end()) {
+    const operation* stuck = nullptr;
+    for (const std::uint64_t handle : handles) {
+      const operation& op = in_flight.at(handle);
+      if (op.request && peers[static_cast<std::size_t>(op.peer)]->failure != UCS_OK) stuck = &op;
+    }
+    if (stuck) {
       // Frames that arrived just before the failure was noticed still count.
       if (!drained) {
         drained = true;
@@ -638,22 +685,25 @@ void ucx_worker::wait(std::span<operation> ops) {
         }
         continue;
       }
-      abandon(ops, !error.empty() ? error
-                                  : who() + describe_peer(stuck->peer) + " failed during " + describe_tag(stuck->tag) +
-                                        ": " + ucs_status_string(peers[static_cast<std::size_t>(stuck->peer)]->failure));
+      abandon(!error.empty() ? error
+                             : who() + describe_peer(stuck->peer) + " failed during " + describe_tag(stuck->tag) + ": " +
+                                   ucs_status_string(peers[static_cast<std::size_t>(stuck->peer)]->failure));
     }
     if (steady::now() >= deadline) {
-      const operation& late = *std::ranges::find_if(ops, [](const operation& op) { return op.request != nullptr; });
-      if (!error.empty()) abandon(ops, error);
-      if (late.is_receive)
-        abandon(ops, who() + "no " + describe_tag(late.tag) + " from " + describe_peer(late.peer) + " within " +
-                         seconds(options.operation_timeout) + unexpected_frame_from(late.peer));
-      abandon(ops, who() + describe_peer(late.peer) + " did not take " + describe_tag(late.tag) + " (" +
-                       std::to_string(late.bytes) + " bytes) within " + seconds(options.operation_timeout));
+      const operation* late = nullptr;
+      for (const std::uint64_t handle : handles)
+        if (!late && in_flight.at(handle).request) late = &in_flight.at(handle);
+      if (!error.empty()) abandon(error);
+      if (late->is_receive)
+        abandon(who() + "no " + describe_tag(late->tag) + " from " + describe_peer(late->peer) + " within " +
+                seconds(options.operation_timeout) + unexpected_frame_from(late->peer));
+      abandon(who() + describe_peer(late->peer) + " did not take " + describe_tag(late->tag) + " (" +
+              std::to_string(late->bytes) + " bytes) within " + seconds(options.operation_timeout));
     }
     progress(deadline);
   }
-  if (!error.empty()) throw transport_error(error);
+  for (const std::uint64_t handle : handles) in_flight.erase(handle);
+  if (!error.empty()) abandon(error);
 }
 
 }  // namespace detail
@@ -689,32 +739,28 @@ int ucx_transport::rank() const { return worker_->rank; }
 int ucx_transport::size() const { return worker_->world; }
 
 void ucx_transport::send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
-  throw_if_interrupted();
-  detail::ucx_worker::operation op;
-  worker_->post_send(op, peer, tag, data);
-  worker_->wait({&op, 1});
+  wait(post_send(peer, tag, data));
 }
 
 void ucx_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> data) {
-  throw_if_interrupted();
-  detail::ucx_worker::operation op;
-  worker_->post_receive(op, peer, tag, data);
-  worker_->wait({&op, 1});
+  wait(post_recv(peer, tag, data));
 }
 
 void ucx_transport::send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
                               std::uint64_t tag) {
-  throw_if_interrupted();
-  detail::ucx_worker::operation ops[2];
-  worker_->post_receive(ops[0], from, tag, in);
-  try {
-    worker_->post_send(ops[1], to, tag, out);
-  } catch (...) {
-    worker_->drop_receive(ops[0].request);
-    throw;
-  }
-  worker_->wait(ops);
+  const request handles[] = {post_recv(from, tag, in), post_send(to, tag, out)};
+  worker_->wait(handles);
 }
+
+transport::request ucx_transport::post_send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
+  return worker_->post_send(peer, tag, data);
+}
+
+transport::request ucx_transport::post_recv(int peer, std::uint64_t tag, std::span<std::byte> data) {
+  return worker_->post_receive(peer, tag, data);
+}
+
+void ucx_transport::wait(request handle) { worker_->wait({&handle, 1}); }
 
 transfer_stats ucx_transport::stats() const {
   return {worker_->bytes_sent.load(), worker_->bytes_received.load(), worker_->messages_sent.load()};
