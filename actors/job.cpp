@@ -50,7 +50,7 @@ void validate(const job_config& c) {
   for (double f : c.speed_factors)
     require(f >= 1.0, "speed factors must be >= 1 (a factor f makes a worker f times slower)");
   require(c.learning_rate >= 0, "learning rate must not be negative");
-  require(c.eval_batches >= 1, "eval batches must be at least 1");
+  require(c.eval_examples >= 1, "eval examples must be at least 1");
 }
 
 optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
@@ -87,6 +87,7 @@ struct job_plan {
   std::uint64_t data_position = 0;         // stream positions consumed before the first round
   std::vector<float> initial;
   std::optional<checkpoint> resume;        // where the optimizer state comes from, when resuming
+  round_precision precision;
 
   bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
   // The same job continued from `parameters` after `steps` steps, at `position` in the data
@@ -96,6 +97,7 @@ struct job_plan {
     next.algo = algo;
     next.optimizer = optimizer;
     next.schedule = schedule;
+    next.precision = precision;
     next.rounds = rounds;
     next.first_round = rounds_for_steps(algo->pipe, steps);
     next.data_position = position;
@@ -123,6 +125,10 @@ job_plan plan_job(const model& prototype, const job_config& config, const checkp
   plan.schedule.final_fraction = config.min_lr_ratio;
   learning_rate_at(plan.schedule, 0);  // validates the schedule before any actor starts
   link_model::parse(config.link);
+  plan.precision.real = parse_wire_precision(config.wire_precision, "wire precision");
+  plan.precision.estimate = config.estimate_precision.empty()
+                                ? plan.precision.real
+                                : parse_wire_precision(config.estimate_precision, "estimate precision");
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
   if (!state && config.resume_path.empty()) {
     plan.initial.resize(prototype.parameter_count());
@@ -157,7 +163,8 @@ std::string fingerprint(const model& prototype, const job_config& c, const std::
     << " accumulation=" << c.accumulation << "/" << c.max_accumulation << " seed=" << c.seed
     << " optimizer=" << c.optimizer << " lr=" << c.learning_rate << " wd=" << c.weight_decay
     << " betas=" << c.beta1 << "," << c.beta2 << " warmup=" << c.warmup_steps << " cosine=" << c.cosine
-    << " dpu-warmup=" << c.dpu_warmup << " transport=" << transport;
+    << " dpu-warmup=" << c.dpu_warmup << " wire=" << c.wire_precision << "/" << c.estimate_precision
+    << " transport=" << transport;
   return f.str();
 }
 
@@ -219,6 +226,7 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
   setup.signature = prototype.signature();
   setup.eval_interval = config.eval_interval;
   setup.evaluator = std::move(evaluator);
+  setup.defer_evaluation = config.defer_evaluation;
   setup.metrics_path = config.metrics_path;
   return setup;
 }
@@ -226,7 +234,7 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
 evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local, const model& prototype,
                                  std::shared_ptr<const dataset> eval, const job_config& config) {
   return local.keep(
-      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.micro_batch, config.eval_batches));
+      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.eval_examples));
 }
 
 // One worker of an epoch: where it sits and what it starts from.
@@ -264,7 +272,7 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   auto communication = std::make_shared<communicator_setup>();
   communication->link = std::move(spec.link);
   communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank,
-                                         spec.state ? &*spec.state : nullptr);
+                                         plan.precision, spec.state ? &*spec.state : nullptr);
   communication->hash_interval = config.replica_check_interval;
   communication->crash = std::move(spec.crash);
   communication->crash_round = spec.crash_round;

@@ -48,7 +48,7 @@ std::vector<char> read_all(const std::string& path) {
 // one BLAS thread everywhere, since thread counts change the rounding of matrix products.
 const std::string train_flags =
     " --width 32 --layers 1 --heads 2 --context 16 --micro-batch 4 --max-accumulation 1"
-    " --eval-interval 0 --eval-batches 1 --log-interval 1 --blas-threads 1";
+    " --eval-interval 0 --eval-examples 4 --log-interval 1 --blas-threads 1";
 const std::string launch = std::string(ACCORD_LAUNCH_BINARY) + " --timeout 120 ";
 const std::string train = ACCORD_TRAIN_BINARY;
 
@@ -209,7 +209,7 @@ const std::string elastic_launch = std::string(ACCORD_LAUNCH_BINARY) + " --timeo
 
 const std::string elastic_flags =
     " --width 64 --layers 1 --heads 2 --context 32 --micro-batch 4 --steps 800 --eval-interval 0"
-    " --eval-batches 8 --log-interval 100 --blas-threads 1";
+    " --eval-examples 256 --log-interval 100 --blas-threads 1";
 
 }  // namespace
 
