@@ -84,7 +84,7 @@ public:
   }
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local,
-             const round_totals&, float learning_rate, std::uint64_t round,
+             const round_totals&, float learning_rate, std::uint64_t step,
              bool estimate) override {
     // The vote is over each worker's own Lion direction from its own mean gradient.
     const float scale = local.micro_batches > 0 ? static_cast<float>(1.0 / local.micro_batches) : 0.f;
@@ -94,7 +94,7 @@ public:
       scratch_momentum_.assign(momentum_.begin(), momentum_.end());
       momentum = scratch_momentum_;
     }
-    lion_local_direction(buffer, momentum, config_.beta1, config_.beta2, signs_, round);
+    lion_local_direction(buffer, momentum, config_.beta1, config_.beta2, signs_, step);
 
     std::span<float> target = parameters_;
     if (estimate) {
@@ -102,7 +102,7 @@ public:
       target = buffer;
     }
     if (vote_ == aggregation::sign_majority) {
-      link.sign_majority(signs_, buffer.size(), round, voted_);
+      link.sign_majority(signs_, buffer.size(), step, voted_);
       apply_sign_update(target, voted_, learning_rate, config_.weight_decay);
     } else {
       link.sign_counts(signs_, buffer.size(), plus_votes_);

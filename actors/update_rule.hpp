@@ -28,8 +28,11 @@ public:
   // `buffer`: this worker's gradient sum over local.micro_batches micro-batches on entry, the new
   // parameters on exit (identical on every worker). `global` is summed over all workers.
   // An estimate computes parameters from the committed state without changing that state.
+  // `step` is the optimizer step the round belongs to (ACCO: both of its rounds); sign votes
+  // break ties by its parity, so that ties alternate between committed steps and an estimate
+  // breaks them as the real round of its step will.
   virtual void apply(transport& link, std::span<float> buffer, const round_totals& local,
-                     const round_totals& global, float learning_rate, std::uint64_t round,
+                     const round_totals& global, float learning_rate, std::uint64_t step,
                      bool estimate) = 0;
   // Bytes of state this worker keeps (master weights, optimizer state), for the memory report.
   virtual std::size_t state_bytes() const = 0;
