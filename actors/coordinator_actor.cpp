@@ -129,7 +129,8 @@ void flush_steps(self_pointer self) {
 void evaluate(self_pointer self, std::uint64_t step, tensor parameters) {
   auto& s = self->state;
   if (s.setup.defer_evaluation && s.completed_rounds < s.setup.rounds) {
-    s.deferred.emplace_back(step, std::move(parameters));
+    // An unmetered copy: waiting evaluations are not the workers' memory.
+    s.deferred.emplace_back(step, std::make_shared<std::vector<float>>(*parameters));
     return;
   }
   ++s.evaluations_running;
