@@ -117,7 +117,8 @@ TEST_CASE("a worker with a bad rendezvous environment says which variable is wro
 }
 
 TEST_CASE("a checkpoint written by a multi-process job resumes in one process and under 3 processes") {
-  const std::string constant = train_flags + " --schedule constant --algo ddp";
+  // fp32 on the wire: a checkpoint holds the parameters, not 16-bit compute copies of them.
+  const std::string constant = train_flags + " --schedule constant --algo ddp --wire-precision fp32";
   const run_output saved = run(launch + "-n 2 -- " + train + constant + " --steps 3 --checkpoint multiprocess_ck.bin");
   INFO(saved.text);
   REQUIRE(saved.status == 0);
