@@ -117,8 +117,8 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("wire-precision", po::value<std::string>()->default_value(d.wire_precision),
        "what gradients and parameters travel as: fp32 | bf16 | fp16 (sums in fp32, fp32 master weights "
        "and optimizer state; Distributed Lion's votes are 1 bit regardless)")
-      ("estimate-precision", po::value<std::string>(),
-       "ACCO's estimate rounds (they commit no state): fp32 | bf16 | fp16 (default: --wire-precision)")
+      ("estimate-precision", po::value<std::string>()->default_value(d.estimate_precision),
+       "ACCO's estimate rounds (they commit no state): fp32 | bf16 | fp16 (empty: as --wire-precision)")
       ("eval-interval", po::value<std::uint64_t>()->default_value(d.eval_interval),
        "held-out loss every this many steps (0: only at the end)")
       ("eval-examples", po::value<std::uint64_t>()->default_value(d.eval_examples),
@@ -166,10 +166,8 @@ training_setup make_training_setup(const po::variables_map& flags) {
   job.link = flags["link"].as<std::string>();
   job.wire_precision = flags["wire-precision"].as<std::string>();
   parse_wire_precision(job.wire_precision, "--wire-precision");
-  if (flags.count("estimate-precision")) {
-    job.estimate_precision = flags["estimate-precision"].as<std::string>();
-    parse_wire_precision(job.estimate_precision, "--estimate-precision");
-  }
+  job.estimate_precision = flags["estimate-precision"].as<std::string>();
+  if (!job.estimate_precision.empty()) parse_wire_precision(job.estimate_precision, "--estimate-precision");
   job.eval_interval = flags["eval-interval"].as<std::uint64_t>();
   job.eval_examples = flags["eval-examples"].as<std::uint64_t>();
   if (job.eval_examples < 1) throw std::invalid_argument("--eval-examples must be at least 1");

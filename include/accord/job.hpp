@@ -52,7 +52,7 @@ struct job_config {
   // What gradients and parameters travel as in every collective: fp32 | bf16 | fp16. Sums are
   // taken in fp32 and master weights and optimizer state stay fp32 on the shard; the compute
   // copy of the parameters every worker uses is the rounded one. Sign votes (Distributed Lion)
-  // are 1 bit whatever this says. The library's default is exact; accord-train's is bf16.
+  // are 1 bit whatever this says.
   std::string wire_precision = "fp32";
   // ACCO's estimate rounds, which commit no state, may travel with fewer bits (empty: as
   // wire_precision).
