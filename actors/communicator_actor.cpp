@@ -45,7 +45,7 @@ communicator_actor::behavior_type communicator_behavior(
           s.link->all_reduce(std::span<double>(totals));
           const round_totals global{totals[0], totals[1], totals[2], totals[3]};
           s.rule->apply(*s.link, *request.buffer, request.local, global, request.learning_rate,
-                        request.round, request.estimate);
+                        step_of_round(s.pipe, request.round), request.estimate);
           round_result result;
           result.round = request.round;
           result.global = global;

@@ -1,5 +1,6 @@
 #include "actors/compute_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -43,9 +44,11 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
 struct evaluator_state {
   std::shared_ptr<model> net;
   std::shared_ptr<const dataset> data;
-  std::size_t micro_batch = 0;
-  std::size_t batches = 0;
+  std::uint64_t examples = 0;
 };
+
+// Held-out examples per model call: bounds the activations, and changes nothing in the result.
+constexpr std::uint64_t evaluation_chunk = 32;
 
 evaluator_actor::behavior_type evaluator_behavior(
     evaluator_actor::stateful_pointer<evaluator_state> self, evaluator_state setup) {
@@ -55,12 +58,14 @@ evaluator_actor::behavior_type evaluator_behavior(
         auto& s = self->state;
         double sum = 0;
         try {
-          for (std::size_t b = 0; b < s.batches; ++b)
-            sum += s.net->evaluate(*parameters, s.data->examples(b * s.micro_batch, s.micro_batch));
+          for (std::uint64_t first = 0; first < s.examples; first += evaluation_chunk) {
+            const std::uint64_t count = std::min(evaluation_chunk, s.examples - first);
+            sum += s.net->evaluate(*parameters, s.data->examples(first, count)) * static_cast<double>(count);
+          }
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, e.what());
         }
-        return s.batches ? sum / static_cast<double>(s.batches) : 0.0;
+        return s.examples ? sum / static_cast<double>(s.examples) : 0.0;
       },
   };
 }
@@ -73,10 +78,10 @@ compute_actor spawn_compute_actor(caf::actor_system& system,
 }
 
 evaluator_actor spawn_evaluator_actor(caf::actor_system& system, std::unique_ptr<model> net,
-                                      std::shared_ptr<const dataset> data,
-                                      std::size_t micro_batch, std::size_t batches) {
-  return system.spawn<caf::detached>(
-      evaluator_behavior, evaluator_state{std::shared_ptr<model>(std::move(net)), std::move(data), micro_batch, batches});
+                                      std::shared_ptr<const dataset> data, std::uint64_t examples) {
+  examples = std::min(examples, data->size());
+  return system.spawn<caf::detached>(evaluator_behavior,
+                                     evaluator_state{std::shared_ptr<model>(std::move(net)), std::move(data), examples});
 }
 
 }  // namespace accord

@@ -30,9 +30,9 @@ compute_actor spawn_compute_actor(caf::actor_system& system, std::shared_ptr<com
 using evaluator_actor =
     caf::typed_actor<caf::replies_to<evaluate_atom, tensor>::with<double>>;
 
-// Mean loss over `batches` fixed micro-batches of `data` (the same ones at every evaluation).
+// Mean loss over the first `examples` of `data` (all of them if it holds fewer): the same set
+// at every evaluation, whatever the training's micro-batch size.
 evaluator_actor spawn_evaluator_actor(caf::actor_system& system, std::unique_ptr<model> net,
-                                      std::shared_ptr<const dataset> data,
-                                      std::size_t micro_batch, std::size_t batches);
+                                      std::shared_ptr<const dataset> data, std::uint64_t examples);
 
 }  // namespace accord

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <utility>
 
 namespace accord {
 namespace {
@@ -45,6 +46,7 @@ struct coordinator_state {
   std::deque<step_metrics> pending;  // completed steps waiting for their evaluation
   std::map<std::uint64_t, double> evaluations;
   int evaluations_running = 0;
+  std::vector<std::pair<std::uint64_t, tensor>> deferred;  // (step, parameters) to evaluate at the end
   std::uint64_t completed_rounds = 0;
   std::ofstream metrics;
   std::vector<caf::typed_response_promise<bool>> waiters;
@@ -126,6 +128,11 @@ void flush_steps(self_pointer self) {
 
 void evaluate(self_pointer self, std::uint64_t step, tensor parameters) {
   auto& s = self->state;
+  if (s.setup.defer_evaluation && s.completed_rounds < s.setup.rounds) {
+    // An unmetered copy: waiting evaluations are not the workers' memory.
+    s.deferred.emplace_back(step, std::make_shared<std::vector<float>>(*parameters));
+    return;
+  }
   ++s.evaluations_running;
   self->request(s.setup.evaluator, caf::infinite, evaluate_atom::value, std::move(parameters))
       .then(
@@ -214,6 +221,8 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
   }
   s.pending.push_back(m);
   if (progress.global.changes > 0) s.setup.rounds = round + 1;  // the workers end the epoch here
+  if (s.completed_rounds == s.setup.rounds)
+    for (auto& [step, parameters] : std::exchange(s.deferred, {})) evaluate(self, step, std::move(parameters));
   flush_steps(self);
 }
 

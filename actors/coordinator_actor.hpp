@@ -39,6 +39,7 @@ struct coordinator_setup {
   std::uint64_t data_hash = 0;           // of the training data, recorded in checkpoints
   std::uint64_t eval_interval = 0;
   evaluator_actor evaluator;
+  bool defer_evaluation = false;         // evaluate only once the last round is complete
   std::string metrics_path;
   std::function<void(const step_metrics&)> on_step;
   std::function<void()> abort;           // unblocks every transport after a failure

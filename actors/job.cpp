@@ -74,7 +74,7 @@ void validate(const job_config& c) {
   require(std::isfinite(c.epsilon) && c.epsilon > 0, "epsilon must be a finite number > 0");
   require(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay must be a finite number >= 0");
   require(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]");
-  require(c.eval_batches >= 1, "eval batches must be at least 1");
+  require(c.eval_examples >= 1, "eval examples must be at least 1");
 }
 
 // Each in-process worker runs two threads (its compute and communicator actors).
@@ -148,6 +148,7 @@ struct job_plan {
   std::vector<float> initial;
   std::optional<checkpoint> resume;        // where the optimizer state comes from, when resuming
   std::uint64_t data_hash = 0;             // of the training data, recorded in checkpoints
+  round_precision precision;
 
   bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
   // The same job continued from `parameters` after `steps` steps, at `position` in the data
@@ -157,6 +158,7 @@ struct job_plan {
     next.algo = algo;
     next.optimizer = optimizer;
     next.schedule = schedule;
+    next.precision = precision;
     next.rounds = rounds;
     next.first_round = rounds_for_steps(algo->pipe, steps);
     next.data_position = position;
@@ -201,6 +203,10 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.schedule.final_fraction = config.min_lr_ratio;
   learning_rate_at(plan.schedule, 0);  // validates the schedule before any actor starts
   link_model::parse(config.link);
+  plan.precision.real = parse_wire_precision(config.wire_precision, "wire precision");
+  plan.precision.estimate = config.estimate_precision.empty()
+                                ? plan.precision.real
+                                : parse_wire_precision(config.estimate_precision, "estimate precision");
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
   if (!state && config.resume_path.empty()) {
     plan.initial.resize(prototype.parameter_count());
@@ -305,6 +311,7 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
   setup.signature = prototype.signature();
   setup.eval_interval = config.eval_interval;
   setup.evaluator = std::move(evaluator);
+  setup.defer_evaluation = config.defer_evaluation;
   setup.metrics_path = config.metrics_path;
   setup.append_metrics = plan.resume.has_value();  // a resumed job's file goes on
   setup.data_hash = plan.data_hash;
@@ -315,7 +322,7 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
 evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local, const model& prototype,
                                  std::shared_ptr<const dataset> eval, const job_config& config) {
   return local.keep(
-      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.micro_batch, config.eval_batches));
+      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.eval_examples));
 }
 
 // One worker of an epoch: where it sits and what it starts from.
@@ -352,7 +359,7 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   auto communication = std::make_shared<communicator_setup>();
   communication->link = std::move(spec.link);
   communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank,
-                                         spec.state ? &*spec.state : nullptr);
+                                         plan.precision, spec.state ? &*spec.state : nullptr);
   communication->hash_interval = config.replica_check_interval;
   communication->crash = std::move(spec.crash);
   communication->crash_round = spec.crash_round;

@@ -11,8 +11,8 @@ namespace {
 class sharded_optimizer_rule final : public update_rule {
 public:
   sharded_optimizer_rule(const optimizer_config& config, std::span<const float> initial, int world,
-                         int rank, const rule_state* resume)
-      : own_(shard_of(initial.size(), world, rank)),
+                         int rank, round_precision precision, const rule_state* resume)
+      : precision_(precision), own_(shard_of(initial.size(), world, rank)),
         master_(initial.begin() + own_.begin, initial.begin() + own_.end),
         optimizer_(make_optimizer(config, own_.size())) {
     if (!resume) return;
@@ -31,7 +31,8 @@ public:
   void apply(transport& link, std::span<float> buffer, const round_totals&,
              const round_totals& global, float learning_rate, std::uint64_t,
              bool estimate) override {
-    link.reduce_scatter(buffer);
+    const wire_precision wire = precision_.of(estimate);
+    link.reduce_scatter(buffer, wire);
     std::span<float> slice = buffer.subspan(own_.begin, own_.size());
     const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
     for (float& g : slice) g *= scale;  // mean over every micro-batch of every worker
@@ -46,7 +47,7 @@ public:
       optimizer_->step(master_, slice, learning_rate);
       std::copy(master_.begin(), master_.end(), slice.begin());
     }
-    link.all_gather(buffer);
+    link.all_gather(buffer, wire);
   }
 
   std::size_t state_bytes() const override {
@@ -59,6 +60,7 @@ public:
   }
 
 private:
+  round_precision precision_;
   shard own_;
   std::vector<float> master_;   // fp32 master weights of the own shard
   std::vector<float> scratch_;  // estimate rounds step a copy of master_
@@ -82,7 +84,7 @@ public:
   }
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local,
-             const round_totals&, float learning_rate, std::uint64_t round,
+             const round_totals&, float learning_rate, std::uint64_t step,
              bool estimate) override {
     // The vote is over each worker's own Lion direction from its own mean gradient.
     const float scale = local.micro_batches > 0 ? static_cast<float>(1.0 / local.micro_batches) : 0.f;
@@ -92,7 +94,7 @@ public:
       scratch_momentum_.assign(momentum_.begin(), momentum_.end());
       momentum = scratch_momentum_;
     }
-    lion_local_direction(buffer, momentum, config_.beta1, config_.beta2, signs_, round);
+    lion_local_direction(buffer, momentum, config_.beta1, config_.beta2, signs_, step);
 
     std::span<float> target = parameters_;
     if (estimate) {
@@ -100,7 +102,7 @@ public:
       target = buffer;
     }
     if (vote_ == aggregation::sign_majority) {
-      link.sign_majority(signs_, buffer.size(), round, voted_);
+      link.sign_majority(signs_, buffer.size(), step, voted_);
       apply_sign_update(target, voted_, learning_rate, config_.weight_decay);
     } else {
       link.sign_counts(signs_, buffer.size(), plus_votes_);
@@ -130,8 +132,9 @@ private:
 
 std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,
                                                          std::span<const float> initial,
-                                                         int world, int rank, const rule_state* resume) {
-  return std::make_unique<sharded_optimizer_rule>(config, initial, world, rank, resume);
+                                                         int world, int rank, round_precision precision,
+                                                         const rule_state* resume) {
+  return std::make_unique<sharded_optimizer_rule>(config, initial, world, rank, precision, resume);
 }
 
 std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimizer_config& lion,
@@ -142,9 +145,9 @@ std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimiz
 
 std::unique_ptr<update_rule> make_update_rule(aggregation aggregate, const optimizer_config& config,
                                               std::span<const float> initial, int world, int rank,
-                                              const rule_state* resume) {
+                                              round_precision precision, const rule_state* resume) {
   if (aggregate == aggregation::sharded_optimizer)
-    return make_sharded_optimizer_rule(config, initial, world, rank, resume);
+    return make_sharded_optimizer_rule(config, initial, world, rank, precision, resume);
   return make_sign_vote_rule(aggregate, config, initial, resume);
 }
 

@@ -14,14 +14,25 @@
 
 namespace accord {
 
+// What a round's gradients and parameters travel as (transport/wire_precision.hpp). ACCO's
+// estimate rounds commit nothing and may travel with fewer bits than the real ones.
+struct round_precision {
+  wire_precision real = wire_precision::fp32;
+  wire_precision estimate = wire_precision::fp32;
+  wire_precision of(bool estimate_round) const { return estimate_round ? estimate : real; }
+};
+
 class update_rule {
 public:
   virtual ~update_rule() = default;
   // `buffer`: this worker's gradient sum over local.micro_batches micro-batches on entry, the new
   // parameters on exit (identical on every worker). `global` is summed over all workers.
   // An estimate computes parameters from the committed state without changing that state.
+  // `step` is the optimizer step the round belongs to (ACCO: both of its rounds); sign votes
+  // break ties by its parity, so that ties alternate between committed steps and an estimate
+  // breaks them as the real round of its step will.
   virtual void apply(transport& link, std::span<float> buffer, const round_totals& local,
-                     const round_totals& global, float learning_rate, std::uint64_t round,
+                     const round_totals& global, float learning_rate, std::uint64_t step,
                      bool estimate) = 0;
   // Bytes of state this worker keeps (master weights, optimizer state), for the memory report.
   virtual std::size_t state_bytes() const = 0;
@@ -30,16 +41,19 @@ public:
 };
 
 // ZeRO-1: reduce-scatter the gradient sums, divide by the global micro-batch count, step the
-// own shard's fp32 master weights with the optimizer, all-gather the parameters.
+// own shard's fp32 master weights with the optimizer, all-gather the parameters, both
+// collectives in `precision` (the compute copy everyone gets, the owner's too, is the rounded
+// one; master weights and optimizer state stay fp32).
 // With `resume`, the shard's optimizer state is restored from it (a slice of a checkpoint or a
 // shard transferred to this rank); it must cover exactly this rank's shard.
 std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,
                                                          std::span<const float> initial,
-                                                         int world, int rank,
+                                                         int world, int rank, round_precision precision = {},
                                                          const rule_state* resume = nullptr);
 
 // Distributed Lion: local mean gradient → local Lion direction with this worker's own momentum
 // → packed sign vote (majority or average) → the same update x -= lr (Δ + wd x) everywhere.
+// Votes are 1 bit up whatever the wire precision, and parameters never travel.
 // With a present `resume`, the worker continues with that momentum; else it starts from zero.
 std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimizer_config& lion,
                                                  std::span<const float> initial,
@@ -47,6 +61,7 @@ std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimiz
 
 std::unique_ptr<update_rule> make_update_rule(aggregation aggregate, const optimizer_config& config,
                                               std::span<const float> initial, int world, int rank,
+                                              round_precision precision = {},
                                               const rule_state* resume = nullptr);
 
 }  // namespace accord

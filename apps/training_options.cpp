@@ -6,6 +6,7 @@
 #include "models/gpt.hpp"
 #include "models/memory.hpp"
 #include "models/mlp.hpp"
+#include "transport/wire_precision.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -177,9 +178,15 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("min-lr-ratio", number_flag(0.0f, 1.0f, d.min_lr_ratio), "cosine floor as a fraction of lr")
       ("link", po::value<std::string>()->default_value(d.link),
        "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited")
+      ("wire-precision", po::value<std::string>()->default_value(d.wire_precision),
+       "what gradients and parameters travel as: fp32 | bf16 | fp16 (sums in fp32, fp32 master weights "
+       "and optimizer state; Distributed Lion's votes are 1 bit regardless)")
+      ("estimate-precision", po::value<std::string>()->default_value(d.estimate_precision),
+       "ACCO's estimate rounds (they commit no state): fp32 | bf16 | fp16 (empty: as --wire-precision)")
       ("eval-interval", number_flag<std::uint64_t>(0, most, d.eval_interval),
        "held-out loss every this many steps (0: only at the end)")
-      ("eval-batches", number_flag<std::size_t>(1, most_examples, d.eval_batches), "micro-batches per evaluation")
+      ("eval-examples", number_flag<std::uint64_t>(1, 1'000'000'000, d.eval_examples),
+       "held-out examples per evaluation, the same set every time (gpt: windows of --context tokens)")
       ("replica-check", number_flag<std::uint64_t>(0, most, d.replica_check_interval),
        "compare parameter hashes of all replicas every this many rounds (0: never)")
       ("metrics", po::value<std::string>(), "write one JSON line per step to this file")
@@ -218,8 +225,13 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   job.cosine = schedule == "cosine";
   job.min_lr_ratio = flags["min-lr-ratio"].as<float>();
   job.link = flags["link"].as<std::string>();
+  job.wire_precision = flags["wire-precision"].as<std::string>();
+  parse_wire_precision(job.wire_precision, "--wire-precision");
+  job.estimate_precision = flags["estimate-precision"].as<std::string>();
+  if (!job.estimate_precision.empty()) parse_wire_precision(job.estimate_precision, "--estimate-precision");
   job.eval_interval = flags["eval-interval"].as<std::uint64_t>();
-  job.eval_batches = flags["eval-batches"].as<std::size_t>();
+  job.eval_examples = flags["eval-examples"].as<std::uint64_t>();
+  if (job.eval_examples < 1) throw std::invalid_argument("--eval-examples must be at least 1");
   job.replica_check_interval = flags["replica-check"].as<std::uint64_t>();
   if (flags.count("metrics")) job.metrics_path = flags["metrics"].as<std::string>();
   if (flags.count("checkpoint")) job.checkpoint_path = flags["checkpoint"].as<std::string>();

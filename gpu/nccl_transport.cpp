@@ -308,10 +308,14 @@ void nccl_transport::all_reduce_host(std::span<T> data) {
   s.count_collective(ceil_div(data.size(), s.size) * sizeof(T), 2);
 }
 
-void nccl_transport::all_reduce(std::span<float> data) { all_reduce_host(data); }
+void nccl_transport::all_reduce(std::span<float> data, wire_precision precision) {
+  if (precision != wire_precision::fp32) return transport::all_reduce(data, precision);
+  all_reduce_host(data);
+}
 void nccl_transport::all_reduce(std::span<double> data) { all_reduce_host(data); }
 
-void nccl_transport::reduce_scatter(std::span<float> data) {
+void nccl_transport::reduce_scatter(std::span<float> data, wire_precision precision) {
+  if (precision != wire_precision::fp32) return transport::reduce_scatter(data, precision);
   throw_if_interrupted();
   impl& s = *impl_;
   if (data.empty()) return;
@@ -326,7 +330,8 @@ void nccl_transport::reduce_scatter(std::span<float> data) {
   s.wait();
 }
 
-void nccl_transport::all_gather(std::span<float> data) {
+void nccl_transport::all_gather(std::span<float> data, wire_precision precision) {
+  if (precision != wire_precision::fp32) return transport::all_gather(data, precision);
   throw_if_interrupted();
   impl& s = *impl_;
   if (data.empty()) return;

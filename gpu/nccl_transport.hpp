@@ -47,10 +47,12 @@ public:
                  std::uint64_t tag) override;
   transfer_stats stats() const override;
 
-  void all_reduce(std::span<float> data) override;
+  // fp32 runs natively; bf16/fp16 run the default send/recv collectives, because NCCL's own
+  // 16-bit reductions add in 16 bits.
+  void all_reduce(std::span<float> data, wire_precision precision = wire_precision::fp32) override;
   void all_reduce(std::span<double> data) override;
-  void reduce_scatter(std::span<float> data) override;
-  void all_gather(std::span<float> data) override;
+  void reduce_scatter(std::span<float> data, wire_precision precision = wire_precision::fp32) override;
+  void all_gather(std::span<float> data, wire_precision precision = wire_precision::fp32) override;
   void sign_majority(std::span<const std::uint64_t> signs, std::size_t count, std::uint64_t round,
                      std::span<std::uint64_t> result) override;
   void sign_counts(std::span<const std::uint64_t> signs, std::size_t count,

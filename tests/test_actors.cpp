@@ -7,6 +7,7 @@
 #include "actors/checkpoint.hpp"
 #include "data/text.hpp"
 #include "models/gpt.hpp"
+#include "transport/wire_precision.hpp"
 
 #include <zlib.h>
 
@@ -106,7 +107,7 @@ job_config sgd_job(const std::string& algorithm, int workers, std::uint64_t step
   job.learning_rate = 0.1f;
   job.beta1 = 0.0f;  // plain SGD: θ ← θ − η g
   job.cosine = false;
-  job.eval_batches = 1;
+  job.eval_examples = 3;
   return job;
 }
 
@@ -162,7 +163,7 @@ job_result run_small_gpt(job_config job) {
   auto train = load_default_corpus(16, true, job.seed);
   auto eval = load_default_corpus(16, false, job.seed);
   job.eval_interval = 0;
-  job.eval_batches = 2;
+  job.eval_examples = 16;
   return run_job(*net, train, eval, job);
 }
 
@@ -267,10 +268,13 @@ TEST_CASE("every algorithm keeps all replicas bit-identical, also with unequal w
   const std::size_t width = 1000;
   quadratic net(width);
   auto data = std::make_shared<waves>(width);
-  for (const auto& name : algorithm_names()) {
+  for (const auto& name : algorithm_names())
+    for (const char* precision : {"fp32", "bf16"}) {
     CAPTURE(name);
+    CAPTURE(precision);
     job_config job;
     job.algorithm = name;
+    job.wire_precision = precision;
     job.workers = 3;
     job.steps = 4;
     job.micro_batch = 2;
@@ -283,6 +287,35 @@ TEST_CASE("every algorithm keeps all replicas bit-identical, also with unequal w
     CHECK(result.steps.size() == 4);
     CHECK(std::isfinite(result.final_eval_loss));
   }
+}
+
+TEST_CASE("bf16 and fp16 on the wire: half the bits per parameter, the loss of fp32" *
+          doctest::test_suite("pipeline")) {
+  job_config job;
+  job.workers = 3;
+  job.steps = 20;
+  job.max_accumulation = 1;
+  job.learning_rate = 1e-2f;
+  job.algorithm = "acco";
+  const job_result exact = run_small_gpt(job);
+  for (const char* precision : {"bf16", "fp16"}) {
+    CAPTURE(precision);
+    job.wire_precision = precision;
+    const job_result rounded = run_small_gpt(job);
+    CHECK(rounded.replicas_identical);
+    CHECK(rounded.bits_per_parameter_per_step == doctest::Approx(exact.bits_per_parameter_per_step / 2).epsilon(0.01));
+    CHECK(rounded.steps.back().train_loss == doctest::Approx(exact.steps.back().train_loss).epsilon(0.02));
+    // The compute copy is the rounded one on every worker: each parameter is a 16-bit value.
+    std::vector<float> again = rounded.parameters;
+    round_to_wire(parse_wire_precision(precision, "precision"), again);
+    CHECK(again == rounded.parameters);
+  }
+  // ACCO's estimate rounds alone in bf16: between the two in bits.
+  job.wire_precision = "fp32";
+  job.estimate_precision = "bf16";
+  const job_result cheap_estimate = run_small_gpt(job);
+  CHECK(cheap_estimate.bits_per_parameter_per_step ==
+        doctest::Approx(0.75 * exact.bits_per_parameter_per_step).epsilon(0.01));
 }
 
 TEST_CASE("ACCO tracks DDP's loss on a short GPT run while DPU lags early") {
@@ -339,6 +372,12 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   job = sgd_job("dlion-mavo", 2, 2);
   job.optimizer = "adamw";
   refused(job, "votes on Lion directions");
+  job = sgd_job("acco", 2, 2);
+  job.wire_precision = "fp8";
+  refused(job, "wire precision: 'fp8' (expected fp32|bf16|fp16)");
+  job = sgd_job("acco", 2, 2);
+  job.estimate_precision = "int4";
+  refused(job, "estimate precision: 'int4'");
 }
 
 TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the problem" *
@@ -550,7 +589,7 @@ TEST_CASE("a checkpoint resumes bit-identically, and re-shards for another worke
   job.optimizer = "adamw";
   job.learning_rate = 0.05f;
   job.cosine = false;
-  job.eval_batches = 1;
+  job.eval_examples = 3;
   job.steps = 6;
   const job_result uninterrupted = run_job(net, data, data, job);
 
@@ -621,7 +660,7 @@ TEST_CASE("workers leave, join and crash in a running job: deterministic, nothin
     job.micro_batch = 2;
     job.max_accumulation = 1;
     job.cosine = false;
-    job.eval_batches = 1;
+    job.eval_examples = 3;
     // 4 → 3 (leave) → 5 (join) → 2 (crash: a worker dies mid-round, three others leave with it).
     job.membership = {{2, 3, false}, {4, 5, false}, {7, 2, true}};
     job.metrics_path = std::string("churn_") + algorithm + ".jsonl";

@@ -48,7 +48,7 @@ std::vector<char> read_all(const std::string& path) {
 // one BLAS thread everywhere, since thread counts change the rounding of matrix products.
 const std::string train_flags =
     " --width 32 --layers 1 --heads 2 --context 16 --micro-batch 4 --max-accumulation 1"
-    " --eval-interval 0 --eval-batches 1 --log-interval 1 --blas-threads 1";
+    " --eval-interval 0 --eval-examples 4 --log-interval 1 --blas-threads 1";
 const std::string launch = std::string(ACCORD_LAUNCH_BINARY) + " --timeout 120 ";
 const std::string train = ACCORD_TRAIN_BINARY;
 
@@ -117,7 +117,8 @@ TEST_CASE("a worker with a bad rendezvous environment says which variable is wro
 }
 
 TEST_CASE("a checkpoint written by a multi-process job resumes in one process and under 3 processes") {
-  const std::string constant = train_flags + " --schedule constant --algo ddp";
+  // fp32 on the wire: a checkpoint holds the parameters, not 16-bit compute copies of them.
+  const std::string constant = train_flags + " --schedule constant --algo ddp --wire-precision fp32";
   const run_output saved = run(launch + "-n 2 -- " + train + constant + " --steps 3 --checkpoint multiprocess_ck.bin");
   INFO(saved.text);
   REQUIRE(saved.status == 0);
@@ -209,7 +210,7 @@ const std::string elastic_launch = std::string(ACCORD_LAUNCH_BINARY) + " --timeo
 
 const std::string elastic_flags =
     " --width 64 --layers 1 --heads 2 --context 32 --micro-batch 4 --steps 800 --eval-interval 0"
-    " --eval-batches 8 --log-interval 100 --blas-threads 1";
+    " --eval-examples 256 --log-interval 100 --blas-threads 1";
 
 }  // namespace
 

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <latch>
 #include <stdexcept>
 #include <string>
@@ -11,6 +13,7 @@
 #include "transport/inproc.hpp"
 #include "transport/link_model.hpp"
 #include "transport/sign_vote.hpp"
+#include "transport/wire_precision.hpp"
 #include "transport_conformance.hpp"
 
 using namespace accord;
@@ -237,4 +240,37 @@ TEST_CASE("sign-vote helpers: tie_word agrees with tie_vote, padding masks, pack
   for (std::size_t i = 0; i < 70; ++i) CHECK(packed_bit(packed, i) == (i % 3 == 0));
   CHECK((packed[1] & ~valid_bits(1, 70)) == 0);
   CHECK_THROWS_AS(pack_signs(129, [](std::size_t) { return true; }, packed), std::invalid_argument);
+}
+
+TEST_CASE("wire precision: bf16 and fp16 round to nearest even, keep NaN and overflow to inf") {
+  // bf16: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 and goes to the even one (1).
+  CHECK(to_bf16(1.0f) == 0x3f80);
+  CHECK(to_bf16(1.0f + 0x1p-8f) == 0x3f80);
+  CHECK(to_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 0x3f81);
+  CHECK(to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82);  // halfway above an odd mantissa: up
+  CHECK(to_bf16(-2.5f) == 0xc020);
+  CHECK(std::isnan(from_bf16(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isinf(from_bf16(to_bf16(std::numeric_limits<float>::max()))));
+  // fp16: normal, halfway, largest finite, overflow, subnormal, underflow to zero.
+  CHECK(to_fp16(1.0f) == 0x3c00);
+  CHECK(to_fp16(1.0f + 0x1p-11f) == 0x3c00);
+  CHECK(to_fp16(1.0f + 3 * 0x1p-11f) == 0x3c02);
+  CHECK(from_fp16(to_fp16(65504.0f)) == 65504.0f);
+  CHECK(from_fp16(to_fp16(65519.0f)) == 65504.0f);
+  CHECK(std::isinf(from_fp16(to_fp16(65520.0f))));
+  CHECK(to_fp16(-0x1p-24f) == 0x8001);
+  CHECK(to_fp16(0x1p-25f) == 0x0000);              // halfway to the smallest subnormal: even, 0
+  CHECK(to_fp16(0x1p-25f + 0x1p-30f) == 0x0001);
+  CHECK(from_fp16(to_fp16(3 * 0x1p-24f)) == 3 * 0x1p-24f);
+  CHECK(from_fp16(to_fp16(0x1p-14f - 0x1p-26f)) == 0x1p-14f);  // rounds up into the normals
+  CHECK(std::isnan(from_fp16(to_fp16(std::numeric_limits<float>::quiet_NaN()))));
+  // Every 16-bit pattern that is a number survives a round trip through fp32.
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto h = static_cast<std::uint16_t>(bits);
+    if (!std::isnan(from_bf16(h))) CHECK(to_bf16(from_bf16(h)) == h);
+    if (!std::isnan(from_fp16(h))) CHECK(to_fp16(from_fp16(h)) == h);
+  }
+  CHECK(parse_wire_precision("bf16", "--wire-precision") == wire_precision::bf16);
+  CHECK_THROWS_WITH_AS(parse_wire_precision("fp8", "--wire-precision"),
+                       "--wire-precision: 'fp8' (expected fp32|bf16|fp16)", std::invalid_argument);
 }

@@ -425,6 +425,80 @@ inline void check_reductions(const transport_factory& make) {
   }
 }
 
+// 16-bit wire precisions: every rank's values are rounded once on the way, sums are fp32, so
+// results are within a few 16-bit roundings of the fp32 sums, and all ranks agree bit for bit.
+inline void check_precision_reductions(const transport_factory& make) {
+  for (wire_precision precision : {wire_precision::bf16, wire_precision::fp16}) {
+    CAPTURE(precision_name(precision));
+    // Relative error of one rounding (half an ulp): bf16 keeps 8 significant bits, fp16 11.
+    const double rounding = precision == wire_precision::bf16 ? 0x1p-8 : 0x1p-11;
+    for (int world = 1; world <= 5; ++world) {
+      world_endpoints endpoints = make_world(make, world);
+      std::vector<std::size_t> lengths{0, 1, 7, 1000, 100003};
+      if (world == 2 || world == 3) lengths.push_back(262147);
+      for (std::size_t n : lengths) {
+        CAPTURE(world);
+        CAPTURE(n);
+        std::vector<std::vector<float>> scattered(world), gathered(world), reduced(world);
+        std::vector<transfer_stats> scatter_traffic(world);
+        run_ranks(endpoints, [&](transport& t) {
+          const int rank = t.rank();
+          auto& s = scattered[rank];
+          for (std::size_t i = 0; i < n; ++i) s.push_back(static_cast<float>(unit_random(rank, i)));
+          const transfer_stats before = t.stats();
+          t.reduce_scatter(s, precision);
+          scatter_traffic[rank].bytes_sent = t.stats().bytes_sent - before.bytes_sent;
+          auto& g = gathered[rank];
+          g.assign(n, std::numeric_limits<float>::quiet_NaN());
+          const shard own = shard_of(n, world, rank);
+          for (std::size_t i = own.begin; i < own.end; ++i) g[i] = static_cast<float>(unit_random(rank + 7, i));
+          t.all_gather(g, precision);
+          auto& r = reduced[rank];
+          for (std::size_t i = 0; i < n; ++i) r.push_back(static_cast<float>(unit_random(rank + 50, i)));
+          t.all_reduce(r, precision);
+        });
+        std::vector<float> gather_expected(n);
+        std::vector<double> scatter_sum(n, 0.0), reduce_sum(n, 0.0), magnitude(n, 0.0);
+        for (int rank = 0; rank < world; ++rank) {
+          const shard own = shard_of(n, world, rank);
+          for (std::size_t i = 0; i < n; ++i) {
+            scatter_sum[i] += static_cast<float>(unit_random(rank, i));
+            reduce_sum[i] += static_cast<float>(unit_random(rank + 50, i));
+          }
+          for (std::size_t i = own.begin; i < own.end; ++i) {
+            std::vector<float> value{static_cast<float>(unit_random(rank + 7, i))};
+            if (world > 1) round_to_wire(precision, value);
+            gather_expected[i] = value[0];
+          }
+        }
+        // Each of `world` addends rounded once, plus fp32 sums: Σ|x| ≤ world.
+        const double scatter_bound = world * (rounding + 1e-6);
+        const double reduce_bound = scatter_bound + (world + scatter_bound) * rounding;  // rounded once more
+        for (int rank = 0; rank < world; ++rank) {
+          CAPTURE(rank);
+          const shard own = shard_of(n, world, rank);
+          double scatter_error = 0, reduce_error = 0;
+          for (std::size_t i = own.begin; i < own.end; ++i)
+            scatter_error = std::max(scatter_error, std::abs(scattered[rank][i] - scatter_sum[i]));
+          for (std::size_t i = 0; i < n; ++i)
+            reduce_error = std::max(reduce_error, std::abs(reduced[rank][i] - reduce_sum[i]));
+          CHECK(scatter_error <= scatter_bound);
+          CHECK(reduce_error <= reduce_bound);
+          std::string difference = first_difference(gathered[rank], gather_expected);
+          CHECK_MESSAGE(difference.empty(), "all_gather: " << difference);
+          difference = first_difference(reduced[rank], reduced[0]);
+          CHECK_MESSAGE(difference.empty(), "all_reduce differs from rank 0: " << difference);
+          // Two bytes per value of the other ranks' shards, as many values as the fp32 ring sends
+          // (backends may count a few header bytes per message).
+          const double payload = 2.0 * static_cast<double>(n - own.size());
+          if (n >= 1000) CHECK(static_cast<double>(scatter_traffic[rank].bytes_sent) <= payload * 1.01);
+          CHECK(static_cast<double>(scatter_traffic[rank].bytes_sent) >= payload);
+        }
+      }
+    }
+  }
+}
+
 inline void check_sign_votes(const transport_factory& make) {
   SUBCASE("hand-built vote tables") {
     struct table {
@@ -648,6 +722,7 @@ inline void run_transport_conformance(const char* backend_name, const transport_
   INFO("backend: " << backend_name);
   SUBCASE("point to point") { check_point_to_point(make); }
   SUBCASE("reduce-scatter, all-gather, all-reduce") { check_reductions(make); }
+  SUBCASE("bf16 and fp16 on the wire") { check_precision_reductions(make); }
   SUBCASE("sign votes") { check_sign_votes(make); }
   SUBCASE("traffic") { check_traffic(make); }
   SUBCASE("peer failure") { check_peer_failure(make); }

@@ -174,6 +174,51 @@ void ring_collective(transport& t, std::span<T> data, bool reduce, bool gather, 
       });
 }
 
+// Every rank sends shard s of `data` (shard_of(data.size(), world, s)) to its owner s and
+// receives its own shard from every other rank, pairwise: step k sends to r+k and receives
+// from r-k, so each rank sends (world-1)/world of `data`. Pieces of the own shard arrive in a
+// fixed order (from r-1, then r-2, ...) and go to received(offset in the shard, piece).
+template <class T, class Received>
+void send_shards_to_owners(transport& t, std::span<const T> data, std::uint64_t tag, Received received) {
+  const int world = t.size(), rank = t.rank();
+  const shard mine = shard_of(data.size(), world, rank);
+  std::vector<exchange_step<T>> steps;
+  for (int step = 1; step < world; ++step) {
+    const int to = ring_rank(rank, step, world);
+    const shard out = shard_of(data.size(), world, to);
+    steps.push_back({to, data.subspan(out.begin, out.size()), ring_rank(rank, -step, world), mine.size()});
+  }
+  const std::size_t piece = piece_elements<T>(t, data.size());
+  piece_slots<T> scratch(piece, mine.size());
+  pipelined_exchange<T>(
+      t, tag, steps, false, piece,
+      [&](std::size_t, std::size_t, std::size_t count, std::size_t slot) { return scratch.slot(slot, count); },
+      [&](std::size_t, std::size_t offset, std::span<const T> piece_in) { received(offset, piece_in); });
+}
+
+// 16-bit reduce-scatter: each rank's values are rounded once and go straight to the shard's
+// owner, which adds them to its own fp32 values in fp32 as they arrive (a ring would round
+// every partial sum again). Same bytes per rank as the ring.
+void direct_reduce_scatter(transport& t, std::span<float> data, wire_precision precision, std::uint64_t tag) {
+  std::vector<std::uint16_t> wire(data.size());
+  to_wire(precision, data, wire);
+  const shard mine = shard_of(data.size(), t.size(), t.rank());
+  const std::span<float> sums = data.subspan(mine.begin, mine.size());
+  send_shards_to_owners<std::uint16_t>(t, wire, tag, [&](std::size_t offset, std::span<const std::uint16_t> piece) {
+    add_from_wire(precision, piece, sums.subspan(offset, piece.size()));
+  });
+}
+
+// 16-bit all-gather: the owners' shards travel rounded, and every rank unpacks all of them,
+// its own included, so all replicas hold the same rounded values.
+void rounded_all_gather(transport& t, std::span<float> data, wire_precision precision, std::uint64_t tag) {
+  std::vector<std::uint16_t> wire(data.size());
+  const shard mine = shard_of(data.size(), t.size(), t.rank());
+  to_wire(precision, data.subspan(mine.begin, mine.size()), std::span(wire).subspan(mine.begin, mine.size()));
+  ring_collective<std::uint16_t>(t, wire, false, true, 1, tag);
+  from_wire(precision, wire, data);
+}
+
 void expect_words(std::string_view backend, const char* collective, const char* what, std::size_t words,
                   std::size_t count) {
   if (words != packed_words(count))
@@ -231,27 +276,16 @@ void unpack_counts(std::span<const std::uint64_t> word_planes, std::span<std::ui
 // Bits needed for a count 0..world: ceil(log2(world + 1)).
 int count_bits(int world) { return std::bit_width(static_cast<unsigned>(world)); }
 
-// Votes up: rank s owns word shard s of the packed vector. Step k sends the words of shard
-// r+k to their owner and receives this rank's shard from r-k, so every pair exchanges once
-// and each rank sends (world-1)/world of its bits. `planes` receives this rank's counts.
+// Votes up: rank s owns word shard s of the packed vector, and each rank sends the others'
+// shards to their owners (send_shards_to_owners). `planes` receives this rank's counts.
 void count_votes(transport& t, std::span<const std::uint64_t> signs, std::uint64_t tag,
                  std::span<std::uint64_t> planes) {
   const int world = t.size(), rank = t.rank();
   const shard mine = shard_of(signs.size(), world, rank);
   vote_counter counter(planes, count_bits(world));
   counter.add(0, signs.subspan(mine.begin, mine.size()));
-  std::vector<exchange_step<std::uint64_t>> steps;
-  for (int step = 1; step < world; ++step) {
-    const int to = ring_rank(rank, step, world);
-    const shard out = shard_of(signs.size(), world, to);
-    steps.push_back({to, signs.subspan(out.begin, out.size()), ring_rank(rank, -step, world), mine.size()});
-  }
-  const std::size_t piece = piece_elements<std::uint64_t>(t, signs.size());
-  piece_slots<std::uint64_t> scratch(piece, mine.size());
-  pipelined_exchange<std::uint64_t>(
-      t, tag, steps, false, piece,
-      [&](std::size_t, std::size_t, std::size_t count, std::size_t slot) { return scratch.slot(slot, count); },
-      [&](std::size_t, std::size_t offset, std::span<const std::uint64_t> piece_in) { counter.add(offset, piece_in); });
+  send_shards_to_owners<std::uint64_t>(
+      t, signs, tag, [&](std::size_t offset, std::span<const std::uint64_t> piece) { counter.add(offset, piece); });
 }
 
 }  // namespace
@@ -324,19 +358,33 @@ void transport::send_recv(int to, std::span<const std::byte> out, int from, std:
   recv(from, tag, in);
 }
 
-void transport::reduce_scatter(std::span<float> data) {
+void transport::reduce_scatter(std::span<float> data, wire_precision precision) {
   throw_if_interrupted();
-  if (size() > 1) ring_collective(*this, data, true, false, 1, next_collective_tag());
+  if (size() == 1) return;
+  if (precision == wire_precision::fp32)
+    ring_collective(*this, data, true, false, 1, next_collective_tag());
+  else
+    direct_reduce_scatter(*this, data, precision, next_collective_tag());
 }
 
-void transport::all_gather(std::span<float> data) {
+void transport::all_gather(std::span<float> data, wire_precision precision) {
   throw_if_interrupted();
-  if (size() > 1) ring_collective(*this, data, false, true, 1, next_collective_tag());
+  if (size() == 1) return;
+  if (precision == wire_precision::fp32)
+    ring_collective(*this, data, false, true, 1, next_collective_tag());
+  else
+    rounded_all_gather(*this, data, precision, next_collective_tag());
 }
 
-void transport::all_reduce(std::span<float> data) {
+void transport::all_reduce(std::span<float> data, wire_precision precision) {
   throw_if_interrupted();
-  if (size() > 1) ring_collective(*this, data, true, true, 1, next_collective_tag());
+  if (size() == 1) return;
+  if (precision == wire_precision::fp32) {
+    ring_collective(*this, data, true, true, 1, next_collective_tag());
+    return;
+  }
+  reduce_scatter(data, precision);
+  all_gather(data, precision);
 }
 
 void transport::all_reduce(std::span<double> data) {

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "transport/wire_precision.hpp"
+
 namespace accord {
 
 // A failure of the link or of a peer (dead peer, timeout, malformed or unexpected frame).
@@ -116,14 +118,20 @@ public:
   // summation order is fixed, so results do not depend on timing, and after all_reduce every
   // rank holds bit-identical values (each element is summed once, by its shard's owner).
 
+  //
+  // `precision`: what the floats travel as. A 16-bit reduce-scatter rounds each rank's values
+  // once, sends each shard straight to its owner, and the owner sums in fp32 in a fixed order;
+  // a 16-bit all-gather rounds each owner's shard once and every rank, the owner included,
+  // ends with the rounded values. With one rank nothing travels and nothing is rounded.
+
   // Sums over all ranks, in place.
-  virtual void all_reduce(std::span<float> data);
+  virtual void all_reduce(std::span<float> data, wire_precision precision = wire_precision::fp32);
   virtual void all_reduce(std::span<double> data);
   // Afterwards this rank's shard_of(data.size(), size(), rank()) holds the sum over ranks;
   // the rest of `data` is scratch.
-  virtual void reduce_scatter(std::span<float> data);
+  virtual void reduce_scatter(std::span<float> data, wire_precision precision = wire_precision::fp32);
   // Every rank contributes its shard_of(...) of `data`; afterwards all of `data` is filled.
-  virtual void all_gather(std::span<float> data);
+  virtual void all_gather(std::span<float> data, wire_precision precision = wire_precision::fp32);
 
   // Majority vote over ranks of `count` packed signs. Ties (even size()) and nothing else are
   // broken by the parity of (element index + round) (tie_vote in transport/sign_vote.hpp):

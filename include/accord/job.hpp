@@ -51,9 +51,23 @@ struct job_config {
   bool cosine = true;
 
   std::string link = "unlimited";    // in-process link model, e.g. "1gbit,50us"
+  // What gradients and parameters travel as in every collective: fp32 | bf16 | fp16. Sums are
+  // taken in fp32 and master weights and optimizer state stay fp32 on the shard; the compute
+  // copy of the parameters every worker uses is the rounded one. Sign votes (Distributed Lion)
+  // are 1 bit whatever this says.
+  std::string wire_precision = "fp32";
+  // ACCO's estimate rounds, which commit no state, may travel with fewer bits (empty: as
+  // wire_precision).
+  std::string estimate_precision;
 
   std::uint64_t eval_interval = 50;  // eval loss every this many steps (0: only at the end)
-  std::size_t eval_batches = 4;      // micro-batches of the eval set per evaluation
+  // Held-out examples per evaluation: the first ones of the eval stream, the same set every
+  // time and for any micro-batch size (the GPT's 1024 windows of 64 are 65,536 tokens); a
+  // smaller eval split is evaluated whole.
+  std::uint64_t eval_examples = 1024;
+  // Evaluations wait until the last round, so they take no compute from training (for
+  // benchmarks that time a run; step metrics still carry their eval loss, once known).
+  bool defer_evaluation = false;
   std::uint64_t replica_check_interval = 1;  // rounds between parameter-hash comparisons
   std::string metrics_path;          // JSON lines, one record per step (empty: none)
   // Checkpoints (format in actors/checkpoint.hpp): written every checkpoint_interval steps and

@@ -1,0 +1,37 @@
+#pragma once
+// What a float travels as on the wire: fp32 as is, or bf16 / fp16 (2 bytes, round to nearest
+// even, NaN kept a quiet NaN, fp16 overflowing to ±inf). The conversions are written out in
+// integer arithmetic, so every backend and every machine rounds a value to the same bits.
+// Collectives convert once when a value goes on the wire and sum in fp32 on arrival
+// (transport/collectives.cpp).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace accord {
+
+enum class wire_precision { fp32, bf16, fp16 };
+
+// "fp32" | "bf16" | "fp16".
+std::string_view precision_name(wire_precision precision);
+// Throws std::invalid_argument naming `what` (e.g. "--wire-precision") and the bad text.
+wire_precision parse_wire_precision(std::string_view text, std::string_view what);
+// Bytes one value takes on the wire.
+std::size_t wire_bytes(wire_precision precision);
+
+std::uint16_t to_bf16(float value);
+float from_bf16(std::uint16_t bits);
+std::uint16_t to_fp16(float value);
+float from_fp16(std::uint16_t bits);
+
+// The 16-bit precisions over spans of equal length (fp32 is refused: it needs no packing).
+void to_wire(wire_precision precision, std::span<const float> values, std::span<std::uint16_t> wire);
+void from_wire(wire_precision precision, std::span<const std::uint16_t> wire, std::span<float> values);
+// sums[i] += the value of wire[i], in fp32.
+void add_from_wire(wire_precision precision, std::span<const std::uint16_t> wire, std::span<float> sums);
+// Each value becomes what it would be after a trip over the wire (fp32: unchanged).
+void round_to_wire(wire_precision precision, std::span<float> values);
+
+}  // namespace accord
