@@ -24,13 +24,15 @@ int main(int argc, char** argv) {
        "algorithms to compare; the first is the baseline of the ratios");
   add_training_options(options, defaults);
   try {
-    const auto flags = parse_flags(
+    const auto parsed = parse_flags(
         argc, argv, options,
         "usage: accord-bench-algorithms [options]\n"
         "Runs each algorithm on the same model, data and emulated link and prints step time,\n"
         "compute and communication time, hidden fraction, bits/param/step and memory per worker.\n"
         "Synchronous algorithms accumulate --accumulation micro-batches per step; ACCO-style\n"
         "ones half of it per stage (two stages per step), as in the ACCO paper.");
+    if (!parsed) return 0;  // --help
+    const po::variables_map& flags = *parsed;
     const std::vector<std::string> known = algorithm_names();
     std::string expected;
     for (const auto& name : known) expected += (expected.empty() ? "" : "|") + name;

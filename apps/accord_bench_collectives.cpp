@@ -124,7 +124,9 @@ int main(int argc, char** argv) {
   std::size_t min_bytes = 0, max_bytes = 0;
   double volume_mib = 0;
   try {
-    const po::variables_map args = parse_flags(argc, argv, flags, "usage: accord-bench-collectives [options]");
+    const auto parsed = parse_flags(argc, argv, flags, "usage: accord-bench-collectives [options]");
+    if (!parsed) return 0;  // --help
+    const po::variables_map& args = *parsed;
     ranks = args["ranks"].as<int>();
     min_bytes = args["min-bytes"].as<std::size_t>();
     max_bytes = args["max-bytes"].as<std::size_t>();

@@ -144,7 +144,9 @@ int main(int argc, char** argv) try {
       ("elements", number_flag<std::size_t>(1, std::size_t{1} << 36, std::size_t{1} << 26), "floats per kernel call")
       ("iterations", number_flag(1, 1'000'000, 20), "timed calls per kernel")
       ("gpt-steps", number_flag(0, 1'000'000, 5), "timed GPT steps (0: skip)");
-  const po::variables_map vm = parse_flags(argc, argv, options, "usage: accord-bench-gpu [options]");
+  const auto parsed = parse_flags(argc, argv, options, "usage: accord-bench-gpu [options]");
+  if (!parsed) return 0;  // --help
+  const po::variables_map& vm = *parsed;
   const device_kind device = parse_device(vm["device"].as<std::string>());
   const std::size_t n = vm["elements"].as<std::size_t>();
   const int iterations = vm["iterations"].as<int>();

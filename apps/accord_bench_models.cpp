@@ -115,7 +115,9 @@ int main(int argc, char** argv) {
   double budget = 0;
   std::size_t examples = 0;
   try {
-    const po::variables_map flags = parse_flags(argc, argv, options, "usage: accord-bench-models [options]");
+    const auto parsed = parse_flags(argc, argv, options, "usage: accord-bench-models [options]");
+    if (!parsed) return 0;  // --help
+    const po::variables_map& flags = *parsed;
     threads = flags["threads"].as<int>();
     budget = flags["seconds"].as<double>();
     examples = flags["examples"].as<std::size_t>();

@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
        "and its median final eval loss + 1%");
   add_training_options(options, defaults);
   try {
-    const auto flags = parse_flags(
+    const auto parsed = parse_flags(
         argc, argv, options,
         "usage: accord-bench-time-to-loss [options]\n"
         "Times each algorithm to two held-out losses at equal tokens per step and equal wire\n"
@@ -145,6 +145,8 @@ int main(int argc, char** argv) {
         "--link auto (the default) emulates a link on which DDP communicates about as long as\n"
         "it computes. Prints medians over interleaved repetitions: seconds to each target and\n"
         "the speed-up over the baseline, final eval loss, bits/param/step, peak memory/minimum.");
+    if (!parsed) return 0;  // --help
+    const po::variables_map& flags = *parsed;
     const std::vector<std::string> names = parse_algorithms(flags["algos"].as<std::string>());
     const int repetitions = flags["repetitions"].as<int>();
     if (repetitions < 1) throw std::invalid_argument("--repetitions must be at least 1");

@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
        "loopback when every rank is local)");
   add_training_options(options, default_job());
   try {
-    const auto flags = parse_flags(argc, argv, options,
+    const auto parsed = parse_flags(argc, argv, options,
                                    "usage: accord-train [options]\n"
                                    "Trains a model data-parallel with CAF actors: per worker a compute, an\n"
                                    "accumulator and a communicator actor. In one process the workers talk\n"
@@ -125,6 +125,8 @@ int main(int argc, char** argv) {
                                    "new ones started with --join HOST:PORT (rank 0's MASTER_ADDR:MASTER_PORT).\n"
                                    "SIGTERM or SIGINT stops a job that is not elastic after the current step,\n"
                                    "writes --checkpoint and exits 128+signal (143, 130); a second one kills.");
+    if (!parsed) return 0;  // --help
+    const po::variables_map& flags = *parsed;
     const std::string transport = flags["transport"].as<std::string>();
     if (transport != "ucx" && transport != "nccl")
       throw std::invalid_argument("--transport: '" + transport + "' (expected ucx|nccl)");

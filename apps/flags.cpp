@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -39,8 +38,8 @@ void store_flags(int argc, char** argv, const po::options_description& options, 
 
 }  // namespace
 
-po::variables_map parse_flags(int argc, char** argv, const po::options_description& options,
-                              const std::string& usage) {
+std::optional<po::variables_map> parse_flags(int argc, char** argv, const po::options_description& options,
+                                             const std::string& usage, std::ostream& help_out) {
   po::variables_map flags;
   try {
     store_flags(argc, argv, options, flags);
@@ -60,8 +59,8 @@ po::variables_map parse_flags(int argc, char** argv, const po::options_descripti
     throw std::invalid_argument("malformed command line");
   }
   if (flags.count("help")) {
-    std::cout << usage << "\n\n" << options << std::endl;
-    std::exit(0);
+    help_out << usage << "\n\n" << options << std::endl;
+    return std::nullopt;
   }
   return flags;
 }

@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -96,12 +97,14 @@ number_value<T>* number_flag(T low, T high, T fallback) {
 // naming the flag and what an item should be (`expected`).
 std::vector<std::string> list_items(const std::string& flag, const std::string& list, const std::string& expected);
 
-// Parses argv against `options`; prints `usage` + options and exits 0 on --help; throws
+// Parses argv against `options`. On --help (or any spelling Boost takes for it, "--hel", "---h")
+// prints `usage` + options to `help_out` and returns nullopt: the program exits 0, and
+// callers that embed the parser (the fuzz target) are never exited under. Throws
 // std::invalid_argument with a one-line message on an unknown, malformed, repeated or
 // out-of-range flag, or a stray argument.
-boost::program_options::variables_map parse_flags(int argc, char** argv,
-                                                  const boost::program_options::options_description& options,
-                                                  const std::string& usage);
+std::optional<boost::program_options::variables_map> parse_flags(
+    int argc, char** argv, const boost::program_options::options_description& options, const std::string& usage,
+    std::ostream& help_out = std::cout);
 
 // For each (flag, why) whose flag was given on the command line, one line on stderr:
 // "program: warning: --flag does nothing why; ignored".

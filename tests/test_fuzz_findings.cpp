@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -56,4 +57,21 @@ TEST_CASE("a flag value holding Boost's own placeholder is refused instead of ha
   for (auto& a : args) argv.push_back(a.data());
   CHECK_THROWS_WITH_AS(accord::parse_flags(3, argv.data(), options, "usage"),
                        doctest::Contains("?value?"), std::invalid_argument);
+}
+
+TEST_CASE("every spelling Boost takes for --help returns the help instead of exiting") {
+  // fuzz_cli: "---h" reached --help, whose std::exit ended the fuzzer; the parser now returns.
+  namespace po = boost::program_options;
+  po::options_description options("options");
+  options.add_options()("help,h", "show this help");
+  accord::add_training_options(options, accord::job_config{});
+  for (std::string spelling : {"--help", "-h", "--hel", "---h"}) {
+    std::vector<std::string> args = {"x", spelling};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    CAPTURE(spelling);
+    std::ostringstream help;
+    CHECK_FALSE(accord::parse_flags(2, argv.data(), options, "usage: x", help).has_value());
+    CHECK(help.str().rfind("usage: x", 0) == 0);
+  }
 }
