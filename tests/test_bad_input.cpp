@@ -6,13 +6,12 @@
 #include <accord/job.hpp>
 
 #include "actors/checkpoint.hpp"
+#include "program_run.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,92 +25,24 @@
 #include <string>
 #include <vector>
 
-extern char** environ;
-
 using namespace accord;
 
 namespace {
 
-struct program_run {
-  int exit_status = -1;  // 128 + signal when it died of one
-  bool timed_out = false;
-  std::string out, err;
-};
+using testing::lines_of;
+using testing::program_run;
 
-// Runs `program` with `arguments` and `environment` entries ("NAME=value") added to a copy of
-// this process's environment without any launcher variable; kills it after `deadline`.
+// Runs `program` without any launcher variable in its environment, `environment` entries
+// ("NAME=value") added, killed past `deadline`.
 program_run run_program(const std::string& program, const std::vector<std::string>& arguments,
                         const std::vector<std::string>& environment = {},
                         std::chrono::seconds deadline = std::chrono::seconds(20)) {
-  static const char* const inherited_out[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=",
-                                              "SLURM_PROCID=", "ACCORD_ELASTIC=", "ACCORD_JOIN="};
-  std::vector<std::string> env;
-  for (char** entry = environ; *entry; ++entry) {
-    const std::string text = *entry;
-    if (std::none_of(std::begin(inherited_out), std::end(inherited_out),
-                     [&](const char* name) { return text.rfind(name, 0) == 0; }))
-      env.push_back(text);
-  }
-  env.insert(env.end(), environment.begin(), environment.end());
-  std::vector<char*> argv{const_cast<char*>(program.c_str())}, envp;
-  for (const auto& a : arguments) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  int out[2], err[2];
-  REQUIRE(pipe(out) == 0);
-  REQUIRE(pipe(err) == 0);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    dup2(err[1], STDERR_FILENO);
-    close(out[0]);
-    close(err[0]);
-    execve(program.c_str(), argv.data(), envp.data());
-    _exit(99);
-  }
-  close(out[1]);
-  close(err[1]);
-  program_run result;
-  const auto end = std::chrono::steady_clock::now() + deadline;
-  pollfd streams[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  std::string* sinks[2] = {&result.out, &result.err};
-  for (int open = 2; open > 0;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      result.timed_out = true;
-      kill(pid, SIGKILL);
-      break;
-    }
-    poll(streams, 2, static_cast<int>(left.count()));
-    for (int i = 0; i < 2; ++i) {
-      if (streams[i].fd < 0 || streams[i].revents == 0) continue;
-      char buffer[4096];
-      const ssize_t got = read(streams[i].fd, buffer, sizeof buffer);
-      if (got > 0) {
-        sinks[i]->append(buffer, static_cast<std::size_t>(got));
-      } else {
-        close(streams[i].fd);
-        streams[i].fd = -1;
-        --open;
-      }
-    }
-  }
-  for (auto& s : streams)
-    if (s.fd >= 0) close(s.fd);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
+  return testing::run_program(program, arguments,
+                              {.environment = environment,
+                               .environment_removed = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=",
+                                                       "MASTER_PORT=", "SLURM_PROCID=", "ACCORD_ELASTIC=",
+                                                       "ACCORD_JOIN="},
+                               .deadline = deadline});
 }
 
 std::vector<std::string> split_words(const std::string& text) {

@@ -5,8 +5,8 @@
 #include <accord/blas_threads.hpp>
 
 #include <doctest/doctest.h>
-#include <poll.h>
-#include <sys/wait.h>
+
+#include "program_run.hpp"
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,69 +65,12 @@ std::string rendezvous_error() {
   return "no error";
 }
 
-struct launch_result {
-  int exit_status = -1;  // 128 + signal if the launcher itself died of one
-  std::string out;
-  std::string err;
-};
+using testing::lines_of;
 
-// Runs accord-launch with `arguments`, collecting its stdout and stderr separately. With
-// `signal_after_line` the launcher gets SIGTERM once its stdout shows that many lines.
-launch_result run_launcher(const std::vector<std::string>& arguments, int signal_after_line = 0) {
-  int out[2], err[2];
-  REQUIRE(pipe(out) == 0);
-  REQUIRE(pipe(err) == 0);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    dup2(out[1], STDOUT_FILENO);
-    dup2(err[1], STDERR_FILENO);
-    close(out[0]);
-    close(err[0]);
-    std::vector<char*> argv{const_cast<char*>(ACCORD_LAUNCH_BINARY)};
-    for (const auto& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
-    argv.push_back(nullptr);
-    execv(ACCORD_LAUNCH_BINARY, argv.data());
-    _exit(99);
-  }
-  close(out[1]);
-  close(err[1]);
-  launch_result result;
-  pollfd streams[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  std::string* sinks[2] = {&result.out, &result.err};
-  bool signalled = false;
-  int open_streams = 2;
-  while (open_streams > 0) {
-    poll(streams, 2, -1);
-    for (int i = 0; i < 2; ++i) {
-      if (streams[i].fd < 0 || streams[i].revents == 0) continue;
-      char buffer[4096];
-      const ssize_t got = read(streams[i].fd, buffer, sizeof buffer);
-      if (got > 0) {
-        sinks[i]->append(buffer, static_cast<std::size_t>(got));
-      } else {
-        close(streams[i].fd);
-        streams[i].fd = -1;
-        --open_streams;
-      }
-    }
-    const auto lines = std::count(result.out.begin(), result.out.end(), '\n');
-    if (signal_after_line > 0 && !signalled && lines >= signal_after_line) {
-      kill(pid, SIGTERM);
-      signalled = true;
-    }
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream stream(text);
-  for (std::string line; std::getline(stream, line);) lines.push_back(line);
-  return lines;
+// Runs accord-launch with `arguments`. With `signal_after_line` the launcher gets SIGTERM once
+// its stdout shows that many lines.
+testing::program_run run_launcher(const std::vector<std::string>& arguments, int signal_after_line = 0) {
+  return testing::run_program(ACCORD_LAUNCH_BINARY, arguments, {.terminate_after_lines = signal_after_line});
 }
 
 // Lines of the launcher's stderr that it wrote itself (not forwarded from a worker).
