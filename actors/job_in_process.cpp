@@ -3,6 +3,7 @@
 #include <accord/job.hpp>
 
 #include "actors/job_plan.hpp"
+#include "actors/job_runners.hpp"
 #include "actors/scope_exit.hpp"
 #include "actors/worker_spawn.hpp"
 #include "transport/inproc.hpp"
@@ -26,10 +27,11 @@ namespace {
 // One epoch of an in-process job: a fixed worker set from `state` (or the start, or
 // config.resume_path) to config.steps. With `keep_state`, every step's state is handed to it;
 // with `crash_after_step`, the last worker dies in the round after that step, once the state
-// after that step has been kept. `epoch` numbers it in the metrics.
+// after that step has been kept. `epoch` numbers it in the metrics. `apps`: app-driven workers.
 job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> train,
                      std::shared_ptr<const dataset> eval, const job_config& config,
-                     std::function<void(const step_metrics&)> on_step, const checkpoint* state = nullptr,
+                     std::function<void(const step_metrics&)> on_step, const app_workers& apps,
+                     const checkpoint* state = nullptr,
                      std::function<void(const checkpoint&)> keep_state = {},
                      std::optional<std::uint64_t> crash_after_step = {}, std::uint64_t epoch = 1) {
   const job_plan plan = plan_job(prototype, *train, config, state);
@@ -39,6 +41,10 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
   // After a failure every transport throws, so no communicator stays blocked in a collective.
   auto fail_everyone = [&fabric, workers] {
     for (int rank = 0; rank < workers; ++rank) fabric.fail(rank);
+  };
+  // A compute actor waiting for the app would keep the actor system's destructor waiting.
+  auto release_apps = [&apps] {
+    for (const auto& app : apps) app->release();
   };
   auto result = std::make_shared<job_result>();
   caf::actor_system_config system_config;
@@ -51,6 +57,7 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
     const scope_exit stop_on_exception([&](bool unwinding) {
       if (!unwinding) return;
       fail_everyone();  // no communicator may stay blocked in a collective
+      release_apps();
       local.shut_down(self);
     });
     const bool keeps_state = static_cast<bool>(keep_state);
@@ -95,10 +102,12 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
       spec.keeps_state = keeps_state;
       spec.crash = std::move(crash);
       spec.crash_round = crash_after_step ? rounds_for_steps(plan.algo->pipe, *crash_after_step) : 0;
+      if (!apps.empty()) spec.app = apps[static_cast<std::size_t>(rank)];
       accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, std::move(spec)));
     }
     failure = run_to_end(system, self, accumulators, coordinator);
     if (failure) fail_everyone();
+    release_apps();
     local.shut_down(self);
   }
   if (failure) throw std::runtime_error(*failure);
@@ -111,6 +120,12 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
 job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
                    std::shared_ptr<const dataset> eval, const job_config& config,
                    std::function<void(const step_metrics&)> on_step) {
+  return run_job_in_process(prototype, std::move(train), std::move(eval), config, std::move(on_step), {});
+}
+
+job_result run_job_in_process(const model& prototype, std::shared_ptr<const dataset> train,
+                              std::shared_ptr<const dataset> eval, const job_config& config,
+                              std::function<void(const step_metrics&)> on_step, const app_workers& apps) {
   if (!train) throw std::invalid_argument("no training data set");
   validate(config);
   if (!config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
@@ -134,7 +149,9 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     most_at_once = std::max(most_at_once, workers);
   }
   require_worker_memory(prototype, most_at_once);
-  if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step));
+  require(apps.empty() || (apps.size() == static_cast<std::size_t>(config.workers) && config.membership.empty()),
+          "an app-driven job in one process has a fixed worker set (no membership changes)");
+  if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step), apps);
 
   // Elastic: one epoch per worker set, each continuing from the state the previous one left.
   job_result total;
@@ -161,7 +178,7 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     const checkpoint* from = state ? &*state : nullptr;
     std::string crash_report;
     try {
-      add_epoch_result(total, run_epoch(prototype, train, eval, epoch, record, from, keep, crash_after, e + 1));
+      add_epoch_result(total, run_epoch(prototype, train, eval, epoch, record, {}, from, keep, crash_after, e + 1));
     } catch (const std::runtime_error& e) {
       if (!crash_after) throw;  // only the scripted crash is survivable here
       crash_report = e.what();

@@ -3,6 +3,7 @@
 #include <accord/job.hpp>
 
 #include "actors/job_plan.hpp"
+#include "actors/job_runners.hpp"
 #include "actors/master_port_guard.hpp"
 #include "actors/membership_actor.hpp"
 #include "actors/fingerprint.hpp"
@@ -69,6 +70,7 @@ struct process_member {
   std::shared_ptr<epoch_link> link = std::make_shared<epoch_link>();
   std::vector<float> parameters;  // the latest epoch's final parameters
   local_actors last_epoch;        // for the memory figures
+  std::shared_ptr<worker::state> app;  // an app-driven worker's (include/accord/worker.hpp)
 };
 
 // Runs this process's worker for one epoch of `plan`. A failure (a peer lost, a transfer
@@ -110,6 +112,7 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   const scope_exit stop_on_exception([&](bool unwinding) {
     if (!unwinding) return;
     link->interrupt("epoch " + std::to_string(plan.epoch) + " failed");
+    if (me.app) me.app->release();
     local.shut_down(self);
   });
   worker_spec spec;
@@ -121,11 +124,13 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   spec.layout = plan.epoch;
   spec.keep_interval = elastic ? std::max<std::uint64_t>(1, config.keep_interval) : 0;
   spec.change_epoch = me.change_epoch;
+  spec.app = me.app;
   const std::vector<accumulator_actor> accumulators{
       spawn_worker(system, local, epoch, prototype, std::move(train), epoch_config, std::move(spec))};
   // After a failure the communicator may wait on a dead peer: unblock it before shutting down.
   if (const auto failure = run_to_end(system, self, accumulators, me.agent, plan.coordinator))
     link->interrupt("epoch " + std::to_string(plan.epoch) + " ended: " + *failure);
+  if (me.app) me.app->release();  // a compute actor waiting for the app would outlive the epoch
   local.shut_down(self);
   me.link->set(0, {});
   if (!local.final_parameters.empty()) me.parameters = std::move(local.final_parameters);
@@ -139,7 +144,16 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
 job_result run_job_process(const model& prototype, std::shared_ptr<const dataset> train,
                            std::shared_ptr<const dataset> eval, const job_config& config,
                            const process_group& group, std::function<void(const step_metrics&)> on_step) {
+  return run_job_between_processes(prototype, std::move(train), std::move(eval), config, group, std::move(on_step),
+                                   {});
+}
+
+job_result run_job_between_processes(const model& prototype, std::shared_ptr<const dataset> train,
+                                     std::shared_ptr<const dataset> eval, const job_config& config,
+                                     const process_group& group, std::function<void(const step_metrics&)> on_step,
+                                     const app_workers& apps) {
   if (!train) throw std::invalid_argument("no training data set");
+  require(apps.size() <= 1, "a process of a job between processes runs one worker");
   if (!group.join) {
     require(group.world_size >= 1, "world size must be at least 1");
     require(group.rank >= 0 && group.rank < group.world_size,
@@ -193,6 +207,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   auto merged = std::make_shared<job_result>();
   local_actors coordination;  // rank 0's process: the evaluator, the membership actor, the coordinators
   process_member me;
+  if (!apps.empty()) me.app = apps.front();
   std::optional<std::string> failure;
   bool failed_here = false;  // by this process's own fault, not the job's
   const auto started = std::chrono::steady_clock::now();

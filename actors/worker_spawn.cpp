@@ -66,6 +66,8 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   compute->stream = {rank, workers, config.micro_batch, plan.data_position};
   compute->parameters = make_tensor(plan.initial, local.meter);
   compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
+  compute->app = spec.app;
+  if (spec.app) spec.app->open();
   auto communication = std::make_shared<communicator_setup>();
   communication->link = std::move(spec.link);
   communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank,

@@ -2,6 +2,7 @@
 // Spawning a job's actors in one process: a worker's compute, communicator and accumulator
 // actors, the evaluator, and the coordinator's setup, plus what the process accounts for them.
 #include "actors/accumulator_actor.hpp"
+#include "actors/app_bridge.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/elastic_state.hpp"
 #include "actors/job_plan.hpp"
@@ -76,6 +77,8 @@ struct worker_spec {
   std::uint64_t layout = 0;
   std::uint64_t keep_interval = 0;
   std::shared_ptr<const std::atomic<std::uint64_t>> change_epoch;
+  // An app-driven worker (include/accord/worker.hpp): the app computes its micro-batches.
+  std::shared_ptr<worker::state> app;
 };
 
 // Spawns one worker's compute, communicator and accumulator actors.
