@@ -15,13 +15,6 @@
 #include <stdexcept>
 
 namespace accord {
-
-std::vector<std::string> algorithm_names() {
-  std::vector<std::string> names;
-  for (const auto& a : algorithms()) names.push_back(a.name);
-  return names;
-}
-
 namespace {
 
 // One epoch of an in-process job: a fixed worker set from `state` (or the start, or

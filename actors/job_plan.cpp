@@ -60,9 +60,9 @@ void require_worker_memory(const model& prototype, int workers) {
 
 optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
   optimizer_config o;
-  o.kind = algo.aggregate == aggregation::sharded_optimizer && !c.optimizer.empty() ? c.optimizer
-                                                                                     : algo.default_optimizer;
-  if (algo.aggregate != aggregation::sharded_optimizer && !c.optimizer.empty() && c.optimizer != "lion")
+  const bool votes = algo.aggregate == aggregation::sign_majority || algo.aggregate == aggregation::sign_average;
+  o.kind = !votes && !c.optimizer.empty() ? c.optimizer : algo.default_optimizer;
+  if (votes && !c.optimizer.empty() && c.optimizer != "lion")
     throw std::invalid_argument("algorithm " + algo.name + " votes on Lion directions; optimizer '" +
                                 c.optimizer + "' does not apply");
   if (o.kind == "adamw") {
@@ -104,6 +104,10 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
                                 ? plan.precision.real
                                 : parse_wire_precision(config.estimate_precision, "estimate precision");
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
+  require(plan.algo->aggregate != aggregation::registered ||
+              (!state && config.checkpoint_path.empty() && config.resume_path.empty() && config.membership.empty()),
+          "algorithm " + plan.algo->name + " (a registered rule) keeps no checkpointable state: checkpoints, resumes "
+          "and membership changes are not supported with it");
   if (!state && config.resume_path.empty()) {
     plan.initial.resize(prototype.parameter_count());
     prototype.initialize(plan.initial, config.seed);

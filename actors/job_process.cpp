@@ -165,6 +165,8 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
   require(group.master_port > 0 && group.master_port < 65536, "master port must be in 1..65535");
   require(config.membership.empty(),
           "membership changes are emulated in one process only; between processes, start (--join) and stop workers");
+  require(find_algorithm(config.algorithm).aggregate != aggregation::registered || !(group.elastic || group.join),
+          "algorithm " + config.algorithm + " (a registered rule) keeps no state an elastic job could recover");
   require(config.speed_factors.empty() || !(group.elastic || group.join),
           "speed factors cannot be combined with an elastic job");
   require(!config.stop_requested || !(group.elastic || group.join),

@@ -70,8 +70,8 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   if (spec.app) spec.app->open();
   auto communication = std::make_shared<communicator_setup>();
   communication->link = std::move(spec.link);
-  communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank,
-                                         plan.precision, spec.state ? &*spec.state : nullptr);
+  communication->rule = plan.algo->make_rule(
+      rule_inputs{plan.optimizer, plan.initial, workers, rank, plan.precision, spec.state ? &*spec.state : nullptr});
   communication->hash_interval = config.replica_check_interval;
   communication->crash = std::move(spec.crash);
   communication->crash_round = spec.crash_round;

@@ -36,3 +36,11 @@ TEST_CASE("own loop: the app's gradients train with every pipeline, in one proce
     CHECK(launched.text.find("[rank 1] final parameters hash " + hash) != std::string::npos);
   }
 }
+
+TEST_CASE("custom rule: signSGD with error feedback, registered by name, trains on two pipelines") {
+  const auto out = run(ACCORD_EXAMPLE_CUSTOM_RULE);
+  CAPTURE(out.text);
+  CHECK(out.status == 0);
+  CHECK(out.text.find("signsgd-ef:") != std::string::npos);
+  CHECK(out.text.find("acco-signsgd-ef:") != std::string::npos);
+}

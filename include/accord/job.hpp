@@ -3,6 +3,7 @@
 // communicator per worker; one coordinator). No CAF type appears here: an embedding app
 // supplies a model and data sets, picks an algorithm and a link, and gets metrics back.
 #include <accord/model.hpp>
+#include <accord/update_rule.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -26,7 +27,8 @@ struct membership_change {
 };
 
 struct job_config {
-  // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion (see algorithm_names()).
+  // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion, or a registered one
+  // (include/accord/update_rule.hpp; algorithm_names() lists them).
   std::string algorithm = "acco";
   int workers = 4;
   // Per worker slowdown: a factor f makes a worker take f times its measured compute time
@@ -133,8 +135,6 @@ struct job_result {
   // generations of parameters, its optimizer shard and its buddy's copy), beyond the above.
   std::size_t kept_bytes_per_worker = 0;
 };
-
-std::vector<std::string> algorithm_names();
 
 // Runs the job to completion on this process's threads. Throws std::invalid_argument naming the
 // field for a bad configuration (before any actor starts; also when the workers' buffers cannot
