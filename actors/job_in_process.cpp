@@ -96,7 +96,7 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
       spec.crash = std::move(crash);
       spec.crash_round = crash_after_step ? rounds_for_steps(plan.algo->pipe, *crash_after_step) : 0;
       if (!apps.empty()) spec.app = apps[static_cast<std::size_t>(rank)];
-      accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, std::move(spec)));
+      accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, std::move(spec)).accumulator);
     }
     failure = run_to_end(system, self, accumulators, coordinator);
     if (failure) fail_everyone();

@@ -126,7 +126,7 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   spec.change_epoch = me.change_epoch;
   spec.app = me.app;
   const std::vector<accumulator_actor> accumulators{
-      spawn_worker(system, local, epoch, prototype, std::move(train), epoch_config, std::move(spec))};
+      spawn_worker(system, local, epoch, prototype, std::move(train), epoch_config, std::move(spec)).accumulator};
   // After a failure the communicator may wait on a dead peer: unblock it before shutting down.
   if (const auto failure = run_to_end(system, self, accumulators, me.agent, plan.coordinator))
     link->interrupt("epoch " + std::to_string(plan.epoch) + " ended: " + *failure);

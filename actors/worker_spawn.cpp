@@ -55,7 +55,7 @@ evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local,
       spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.eval_examples));
 }
 
-accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
+worker_handles spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
                                const model& prototype, std::shared_ptr<const dataset> train,
                                const job_config& config, worker_spec spec) {
   const int workers = config.workers;
@@ -112,11 +112,15 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
     };
   if (local.workers++ == 0)
     accumulation.on_final_parameters = [&local](const std::vector<float>& p) { local.final_parameters = p; };
-  accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));
-  accumulation.communicator = local.keep(spawn_communicator_actor(system, std::move(communication)));
+  worker_handles handles;
+  handles.rank = rank;
+  handles.compute = accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));
+  handles.communicator = accumulation.communicator =
+      local.keep(spawn_communicator_actor(system, std::move(communication)));
   accumulation.coordinator = spec.coordinator;
   accumulation.meter = local.meter;
-  return local.keep(spawn_accumulator_actor(system, std::move(accumulation)));
+  handles.accumulator = local.keep(spawn_accumulator_actor(system, std::move(accumulation)));
+  return handles;
 }
 
 void average_over_steps(job_result& r) {

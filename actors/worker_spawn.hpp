@@ -3,6 +3,8 @@
 // actors, the evaluator, and the coordinator's setup, plus what the process accounts for them.
 #include "actors/accumulator_actor.hpp"
 #include "actors/app_bridge.hpp"
+#include "actors/communicator_actor.hpp"
+#include "actors/compute_actor.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/elastic_state.hpp"
 #include "actors/job_plan.hpp"
@@ -81,8 +83,16 @@ struct worker_spec {
   std::shared_ptr<worker::state> app;
 };
 
+// One worker's actors. Sending start_atom to the accumulator starts the worker.
+struct worker_handles {
+  int rank = 0;
+  compute_actor compute;
+  communicator_actor communicator;
+  accumulator_actor accumulator;
+};
+
 // Spawns one worker's compute, communicator and accumulator actors.
-accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
+worker_handles spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
                                const model& prototype, std::shared_ptr<const dataset> train,
                                const job_config& config, worker_spec spec);
 

@@ -44,3 +44,10 @@ TEST_CASE("custom rule: signSGD with error feedback, registered by name, trains 
   CHECK(out.text.find("signsgd-ef:") != std::string::npos);
   CHECK(out.text.find("acco-signsgd-ef:") != std::string::npos);
 }
+
+TEST_CASE("caf actors: a job's actors in the app's own actor system, awaited and asked through typed handles") {
+  const auto out = run(ACCORD_EXAMPLE_CAF_ACTORS);
+  CAPTURE(out.text);
+  CHECK(out.status == 0);
+  CHECK(out.text.find("2 workers (compute, communicator, accumulator)") != std::string::npos);
+}
