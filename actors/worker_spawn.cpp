@@ -45,6 +45,8 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
   setup.metrics_path = config.metrics_path;
   setup.append_metrics = plan.resume.has_value();  // a resumed job's file goes on
   setup.data_hash = plan.data_hash;
+  setup.learning_rate = [schedule = plan.schedule](std::uint64_t step) { return learning_rate_at(schedule, step); };
+  setup.on_checkpoint_written = config.on_checkpoint_written;
   setup.started = std::chrono::steady_clock::now() - plan.clock_before();
   return setup;
 }

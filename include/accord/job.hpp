@@ -88,6 +88,9 @@ struct job_config {
   // run_job_process return the steps done so far. May be null. Not for elastic jobs between
   // processes, whose workers leave instead (process_group::leave_requested).
   const std::atomic<bool>* stop_requested = nullptr;
+  // Called (from the coordinator; do not block in it) after each checkpoint file is written
+  // and synced, with its path and the step it holds. Between processes: on rank 0.
+  std::function<void(const std::string& path, std::uint64_t step)> on_checkpoint_written;
 };
 
 // Thrown by run_job / run_job_process when resume_path holds a checkpoint taken at the job's
@@ -95,6 +98,13 @@ struct job_config {
 class job_already_finished : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
+};
+
+// One worker's share of a step: times since the previous step (ACCO: both rounds).
+struct worker_step {
+  double compute_seconds = 0;        // computing micro-batches
+  double communication_seconds = 0;  // its communicator busy with rounds
+  double wait_seconds = 0;           // compute idle, waiting for a round
 };
 
 // One optimizer step as the coordinator saw it (also one line of the metrics file).
@@ -110,6 +120,9 @@ struct step_metrics {
   std::uint64_t micro_batches = 0; // summed over workers for this step
   int workers = 0;
   std::uint64_t epoch = 0;         // membership epoch (elastic jobs between processes)
+  double learning_rate = 0;        // the schedule's, at this step
+  std::uint64_t bytes_sent = 0;    // by all workers for this step
+  std::vector<worker_step> per_worker;  // by rank
 };
 
 struct job_result {
