@@ -1,24 +1,36 @@
 #pragma once
 // An algorithm is a pipeline (when rounds start and what compute does meanwhile) combined with
-// an aggregation (what a round does to the gradients). Adding an algorithm is adding a row to
-// the table in algorithm.cpp, or a new pipeline or update rule.
+// an aggregation (what a round does to the gradients). The built-in ones are the table in
+// algorithm.cpp; apps add theirs through register_algorithm (include/accord/update_rule.hpp),
+// into the same registry.
+#include <accord/update_rule.hpp>
+
+#include "actors/update_rule.hpp"
+
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace accord {
 
-enum class pipeline {
-  synchronous,  // accumulate, communicate, wait, apply (DDP)
-  delayed,      // communicate round k while computing round k+1; apply one round late (DPU)
-  acco,         // overlapped, with ACCO's estimate round correcting the one-step delay
-};
-
 enum class aggregation {
   sharded_optimizer,  // reduce-scatter, ZeRO-1 optimizer step on the own shard, all-gather
   sign_majority,      // Distributed Lion: local Lion direction, 1-bit majority vote
   sign_average,       // Distributed Lion: local Lion direction, average of the votes
+  registered,         // an app's rule (register_algorithm): no checkpointable state
+};
+
+// What a worker's update rule is made from.
+struct rule_inputs {
+  const optimizer_config& optimizer;
+  std::span<const float> initial;
+  int world = 1;
+  int rank = 0;
+  round_precision precision;
+  const rule_state* resume = nullptr;  // restored optimizer shard or momentum
 };
 
 struct algorithm {
@@ -27,9 +39,13 @@ struct algorithm {
   aggregation aggregate;
   std::string default_optimizer;  // for sharded_optimizer; sign votes always use Lion
   std::string summary;
+  std::function<std::unique_ptr<update_rule>(const rule_inputs&)> make_rule;
 };
 
-const std::vector<algorithm>& algorithms();
+// A copy of the registry (built-in algorithms first, then registered ones in order).
+std::vector<algorithm> algorithms();
+// Adds to the registry (register_algorithm's checks: a free, non-empty name, a rule factory).
+void add_algorithm(algorithm a);
 // Throws std::invalid_argument naming the bad name and listing the valid ones.
 const algorithm& find_algorithm(std::string_view name);
 

@@ -5,6 +5,7 @@
 // and accumulator actors of the same worker keep running meanwhile.
 #include "actors/elastic_state.hpp"
 #include "actors/messages.hpp"
+#include "actors/algorithm.hpp"
 #include "actors/update_rule.hpp"
 
 #include <atomic>

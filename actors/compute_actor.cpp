@@ -18,11 +18,17 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
       [self](compute_atom, tensor& sum) -> caf::result<gradient_result> {
         auto& s = *self->state.setup;
         const auto start = std::chrono::steady_clock::now();
-        batch input;
-        double loss = 0;
+        double loss = 0, items = 0;
         try {  // a failing model or data set fails this worker with its message, not the process
-          input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
-          loss = s.net->accumulate_gradients(*s.parameters, input, *sum);
+          if (s.app) {
+            const auto answer =
+                s.app->accumulate(s.parameters, s.position, s.stream.first_position(s.position), s.stream.size, *sum);
+            loss = answer.loss, items = answer.items;
+          } else {
+            const batch input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
+            loss = s.net->accumulate_gradients(*s.parameters, input, *sum);
+            items = static_cast<double>(input.items());
+          }
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, e.what());
         }
@@ -31,11 +37,12 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
         if (s.speed_factor > 1.0)  // a slower device: take speed_factor times as long
           std::this_thread::sleep_for(took * (s.speed_factor - 1.0));
         const std::chrono::duration<double> total = std::chrono::steady_clock::now() - start;
-        return gradient_result{std::move(sum), loss, static_cast<double>(input.items()), total.count(),
+        return gradient_result{std::move(sum), loss, items, total.count(),
                                s.position};
       },
       [self](params_atom, tensor& parameters) -> tensor {
         std::swap(self->state.setup->parameters, parameters);
+        if (self->state.setup->app) self->state.setup->app->new_parameters();
         return std::move(parameters);
       },
   };

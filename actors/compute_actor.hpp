@@ -3,6 +3,7 @@
 // parameters; they never block on communication. Spawned detached: a compute actor is the
 // stand-in for a device and keeps its own thread. The evaluator is the same kind of worker
 // computing held-out loss for the coordinator.
+#include "actors/app_bridge.hpp"
 #include "actors/messages.hpp"
 
 #include <accord/model.hpp>
@@ -23,6 +24,8 @@ struct compute_setup {
   std::uint64_t position = 0;  // micro-batches of the stream already consumed
   tensor parameters;
   double speed_factor = 1.0;   // > 1 emulates slower hardware
+  // An app-driven worker: the app computes each micro-batch (net and data are not used).
+  std::shared_ptr<worker::state> app;
 };
 
 compute_actor spawn_compute_actor(caf::actor_system& system, std::shared_ptr<compute_setup> setup);

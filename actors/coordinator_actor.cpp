@@ -43,6 +43,7 @@ struct coordinator_state {
   std::vector<worker_marks> marks;
   // Sums over workers since the last completed step (ACCO: its estimate round included).
   double step_bytes = 0, step_communication = 0, step_wait = 0;
+  std::vector<worker_step> step_workers;  // by rank, since the last completed step
   std::deque<step_metrics> pending;  // completed steps waiting for their evaluation
   std::map<std::uint64_t, double> evaluations;
   int evaluations_running = 0;
@@ -180,7 +181,10 @@ void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress
       std::copy_n(state.values.begin() + static_cast<std::ptrdiff_t>(slot * shard), shard,
                   c.optimizer.begin() + static_cast<std::ptrdiff_t>(slot * n + state.begin));
   }
-  if (!s.setup.checkpoint_path.empty()) write_checkpoint(s.setup.checkpoint_path, c);
+  if (!s.setup.checkpoint_path.empty()) {
+    write_checkpoint(s.setup.checkpoint_path, c);
+    if (s.setup.on_checkpoint_written) s.setup.on_checkpoint_written(s.setup.checkpoint_path, c.steps);
+  }
   if (s.setup.on_checkpoint) s.setup.on_checkpoint(c);
 }
 
@@ -213,6 +217,9 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
   m.hidden_fraction = s.step_communication > 0
                           ? std::clamp(1.0 - s.step_wait / s.step_communication, 0.0, 1.0)
                           : 1.0;
+  m.learning_rate = s.setup.learning_rate ? s.setup.learning_rate(m.step - 1) : 0;
+  m.bytes_sent = static_cast<std::uint64_t>(s.step_bytes);
+  m.per_worker = std::exchange(s.step_workers, std::vector<worker_step>(static_cast<std::size_t>(s.setup.workers)));
   s.last_step = now;
   s.step_bytes = s.step_communication = s.step_wait = 0;
   if (progress.parameters && step_due(s.setup.pipe, round, s.setup.rounds, s.setup.eval_interval)) {
@@ -230,6 +237,7 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
   auto& s = self->state;
   s.setup = std::move(setup);
   s.marks.resize(static_cast<std::size_t>(s.setup.workers));
+  s.step_workers.resize(static_cast<std::size_t>(s.setup.workers));
   s.completed_rounds = s.setup.first_round;
   if (!s.setup.metrics_path.empty()) {
     s.metrics.open(s.setup.metrics_path, s.setup.append_metrics ? std::ios::app : std::ios::trunc);
@@ -243,6 +251,10 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         s.step_bytes += static_cast<double>(report.traffic.bytes_sent - mark.bytes_sent);
         s.step_communication += report.communication_seconds - mark.communication_seconds;
         s.step_wait += report.wait_seconds - mark.wait_seconds;
+        auto& share = s.step_workers.at(static_cast<std::size_t>(report.rank));
+        share.compute_seconds += report.compute_seconds - mark.compute_seconds;
+        share.communication_seconds += report.communication_seconds - mark.communication_seconds;
+        share.wait_seconds += report.wait_seconds - mark.wait_seconds;
         mark = {report.traffic.bytes_sent, report.communication_seconds, report.wait_seconds,
                 report.compute_seconds};
 

@@ -42,6 +42,8 @@ struct coordinator_setup {
   bool defer_evaluation = false;         // evaluate only once the last round is complete
   std::string metrics_path;
   std::function<void(const step_metrics&)> on_step;
+  std::function<float(std::uint64_t)> learning_rate;  // the schedule, by optimizer step (0-based)
+  std::function<void(const std::string&, std::uint64_t)> on_checkpoint_written;  // path, step
   std::function<void()> abort;           // unblocks every transport after a failure
   std::shared_ptr<job_result> result;    // filled in as the job runs
   // Elastic jobs: the epoch these rounds belong to (in the metrics), whether the metrics file

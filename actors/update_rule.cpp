@@ -69,12 +69,12 @@ private:
 
 class sign_vote_rule final : public update_rule {
 public:
-  sign_vote_rule(aggregation vote, const optimizer_config& lion, std::span<const float> initial,
+  sign_vote_rule(bool average, const optimizer_config& lion, std::span<const float> initial,
                  const rule_state* resume)
-      : vote_(vote), config_(lion), parameters_(initial.begin(), initial.end()),
+      : average_(average), config_(lion), parameters_(initial.begin(), initial.end()),
         momentum_(initial.size(), 0.f), signs_(packed_words(initial.size())),
         voted_(packed_words(initial.size())) {
-    if (vote_ == aggregation::sign_average) plus_votes_.resize(initial.size());
+    if (average_) plus_votes_.resize(initial.size());
     if (resume && resume->present) {
       if (!resume->momentum || resume->values.size() != momentum_.size())
         throw std::invalid_argument("restored state is not a Lion momentum of " + std::to_string(momentum_.size()) +
@@ -101,7 +101,7 @@ public:
       std::copy(parameters_.begin(), parameters_.end(), buffer.begin());
       target = buffer;
     }
-    if (vote_ == aggregation::sign_majority) {
+    if (!average_) {
       link.sign_majority(signs_, buffer.size(), step, voted_);
       apply_sign_update(target, voted_, learning_rate, config_.weight_decay);
     } else {
@@ -118,7 +118,7 @@ public:
   rule_state snapshot() const override { return {true, true, 0, 1, 0, momentum_}; }
 
 private:
-  aggregation vote_;
+  bool average_;  // else the majority
   optimizer_config config_;
   std::vector<float> parameters_;  // committed replica θ (identical on every worker)
   std::vector<float> momentum_;    // this worker's own Lion momentum, never communicated
@@ -137,18 +137,10 @@ std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config&
   return std::make_unique<sharded_optimizer_rule>(config, initial, world, rank, precision, resume);
 }
 
-std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimizer_config& lion,
+std::unique_ptr<update_rule> make_sign_vote_rule(bool average, const optimizer_config& lion,
                                                  std::span<const float> initial,
                                                  const rule_state* resume) {
-  return std::make_unique<sign_vote_rule>(vote, lion, initial, resume);
-}
-
-std::unique_ptr<update_rule> make_update_rule(aggregation aggregate, const optimizer_config& config,
-                                              std::span<const float> initial, int world, int rank,
-                                              round_precision precision, const rule_state* resume) {
-  if (aggregate == aggregation::sharded_optimizer)
-    return make_sharded_optimizer_rule(config, initial, world, rank, precision, resume);
-  return make_sign_vote_rule(aggregate, config, initial, resume);
+  return std::make_unique<sign_vote_rule>(average, lion, initial, resume);
 }
 
 }  // namespace accord

@@ -3,7 +3,6 @@
 // Runs on the communicator's thread and owns the state this worker keeps across rounds (its
 // optimizer shard and master weights, or its Lion momentum). Plain C++, no actors: the
 // algorithms are testable on their own.
-#include "actors/algorithm.hpp"
 #include "actors/messages.hpp"
 #include "optim/optimizer.hpp"
 #include "transport/shard.hpp"
@@ -52,16 +51,11 @@ std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config&
                                                          const rule_state* resume = nullptr);
 
 // Distributed Lion: local mean gradient → local Lion direction with this worker's own momentum
-// → packed sign vote (majority or average) → the same update x -= lr (Δ + wd x) everywhere.
-// Votes are 1 bit up whatever the wire precision, and parameters never travel.
+// → packed sign vote (majority, or average when `average`) → the same update x -= lr (Δ + wd x)
+// everywhere. Votes are 1 bit up whatever the wire precision, and parameters never travel.
 // With a present `resume`, the worker continues with that momentum; else it starts from zero.
-std::unique_ptr<update_rule> make_sign_vote_rule(aggregation vote, const optimizer_config& lion,
+std::unique_ptr<update_rule> make_sign_vote_rule(bool average, const optimizer_config& lion,
                                                  std::span<const float> initial,
                                                  const rule_state* resume = nullptr);
-
-std::unique_ptr<update_rule> make_update_rule(aggregation aggregate, const optimizer_config& config,
-                                              std::span<const float> initial, int world, int rank,
-                                              round_precision precision = {},
-                                              const rule_state* resume = nullptr);
 
 }  // namespace accord

@@ -2,6 +2,8 @@
 // the coordinator (CAF middleman) and exchange tensors over UCX on loopback.
 #include <doctest/doctest.h>
 
+#include "run_command.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -23,21 +25,8 @@
 
 namespace {
 
-struct run_output {
-  int status = -1;
-  std::string text;
-};
-
-run_output run(const std::string& command) {
-  run_output out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buffer{};
-  while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) out.text.append(buffer.data(), n);
-  const int raw = pclose(pipe);
-  out.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  return out;
-}
+using accord::testing::run;
+using accord::testing::run_output;
 
 std::vector<char> read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

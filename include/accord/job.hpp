@@ -3,6 +3,7 @@
 // communicator per worker; one coordinator). No CAF type appears here: an embedding app
 // supplies a model and data sets, picks an algorithm and a link, and gets metrics back.
 #include <accord/model.hpp>
+#include <accord/update_rule.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -26,7 +27,8 @@ struct membership_change {
 };
 
 struct job_config {
-  // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion (see algorithm_names()).
+  // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion, or a registered one
+  // (include/accord/update_rule.hpp; algorithm_names() lists them).
   std::string algorithm = "acco";
   int workers = 4;
   // Per worker slowdown: a factor f makes a worker take f times its measured compute time
@@ -86,6 +88,9 @@ struct job_config {
   // run_job_process return the steps done so far. May be null. Not for elastic jobs between
   // processes, whose workers leave instead (process_group::leave_requested).
   const std::atomic<bool>* stop_requested = nullptr;
+  // Called (from the coordinator; do not block in it) after each checkpoint file is written
+  // and synced, with its path and the step it holds. Between processes: on rank 0.
+  std::function<void(const std::string& path, std::uint64_t step)> on_checkpoint_written;
 };
 
 // Thrown by run_job / run_job_process when resume_path holds a checkpoint taken at the job's
@@ -93,6 +98,13 @@ struct job_config {
 class job_already_finished : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
+};
+
+// One worker's share of a step: times since the previous step (ACCO: both rounds).
+struct worker_step {
+  double compute_seconds = 0;        // computing micro-batches
+  double communication_seconds = 0;  // its communicator busy with rounds
+  double wait_seconds = 0;           // compute idle, waiting for a round
 };
 
 // One optimizer step as the coordinator saw it (also one line of the metrics file).
@@ -108,6 +120,9 @@ struct step_metrics {
   std::uint64_t micro_batches = 0; // summed over workers for this step
   int workers = 0;
   std::uint64_t epoch = 0;         // membership epoch (elastic jobs between processes)
+  double learning_rate = 0;        // the schedule's, at this step
+  std::uint64_t bytes_sent = 0;    // by all workers for this step
+  std::vector<worker_step> per_worker;  // by rank
 };
 
 struct job_result {
@@ -133,8 +148,6 @@ struct job_result {
   // generations of parameters, its optimizer shard and its buddy's copy), beyond the above.
   std::size_t kept_bytes_per_worker = 0;
 };
-
-std::vector<std::string> algorithm_names();
 
 // Runs the job to completion on this process's threads. Throws std::invalid_argument naming the
 // field for a bad configuration (before any actor starts; also when the workers' buffers cannot

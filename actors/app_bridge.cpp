@@ -1,0 +1,114 @@
+#include "actors/app_bridge.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace accord {
+
+worker::state::outcome worker::state::accumulate(const tensor& parameters, std::uint64_t index,
+                                                 std::uint64_t first_position, std::size_t examples,
+                                                 std::vector<float>& sum) {
+  std::unique_lock lock(mutex_);
+  if (!failure_.empty()) throw std::runtime_error(failure_);
+  if (closed_) return {};
+  parameters_ = parameters;
+  sum_ = &sum;
+  request_ = micro_batch_request{std::span<const float>(*parameters), index, first_position, examples, version_};
+  ++serial_;
+  pending_ = true;
+  answered_ = false;
+  changed_.notify_all();
+  changed_.wait(lock, [this] { return answered_ || !pending_ || !failure_.empty(); });
+  const bool answered = pending_ && answered_;
+  pending_ = false;
+  sum_ = nullptr;
+  if (!answered && !failure_.empty()) throw std::runtime_error(failure_);
+  return answered ? answer_ : outcome{};
+}
+
+void worker::state::new_parameters() {
+  std::lock_guard lock(mutex_);
+  ++version_;
+}
+
+void worker::state::release() {
+  std::lock_guard lock(mutex_);
+  closed_ = true;
+  pending_ = false;
+  changed_.notify_all();
+}
+
+void worker::state::open() {
+  std::lock_guard lock(mutex_);
+  closed_ = finished_;
+}
+
+void worker::state::finish() {
+  std::lock_guard lock(mutex_);
+  finished_ = closed_ = true;
+  pending_ = false;
+  changed_.notify_all();
+}
+
+std::optional<micro_batch_request> worker::state::next() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [this] { return (pending_ && !answered_) || finished_ || !failure_.empty(); });
+  if (finished_ || !failure_.empty()) return std::nullopt;
+  handed_out_ = true;
+  handed_serial_ = serial_;
+  const micro_batch_request request = request_;
+  auto callback = on_parameters_;
+  const bool news = request.parameters_version > seen_version_;
+  seen_version_ = request.parameters_version;
+  lock.unlock();
+  // Outside the lock: the callback may do anything but wait for this worker. The compute actor
+  // waits for the submit, so the parameters cannot change meanwhile.
+  if (news && callback) callback(request.parameters, request.parameters_version);
+  return request;
+}
+
+void worker::state::submit(std::span<const float> gradient, double items, double loss) {
+  std::lock_guard lock(mutex_);
+  const std::string who = "worker " + std::to_string(rank_) + ": ";
+  if (!handed_out_) throw std::invalid_argument(who + "submit() without a request (call next() first)");
+  if (!(std::isfinite(items) && items >= 0))
+    throw std::invalid_argument(who + "submit(): items must be a finite number >= 0");
+  if (!pending_ || answered_ || handed_serial_ != serial_) {  // released: the epoch or job ended while the app computed
+    handed_out_ = false;
+    return;
+  }
+  if (gradient.size() != sum_->size())
+    throw std::invalid_argument(who + "submit(): a gradient of " + std::to_string(gradient.size()) +
+                                " values, the parameters have " + std::to_string(sum_->size()));
+  handed_out_ = false;
+  float* into = sum_->data();
+  for (std::size_t i = 0; i < gradient.size(); ++i) into[i] += gradient[i];
+  answer_ = {loss, items};
+  answered_ = true;
+  changed_.notify_all();
+}
+
+void worker::state::on_parameters(std::function<void(std::span<const float>, std::uint64_t)> callback) {
+  std::lock_guard lock(mutex_);
+  on_parameters_ = std::move(callback);
+}
+
+void worker::state::fail(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  failure_ = "worker " + std::to_string(rank_) + ": " + why;
+  changed_.notify_all();
+}
+
+worker::worker(std::shared_ptr<state> s) : state_(std::move(s)) {}
+worker::~worker() = default;
+std::optional<micro_batch_request> worker::next() { return state_->next(); }
+void worker::submit(std::span<const float> gradient, double items, double loss) {
+  state_->submit(gradient, items, loss);
+}
+void worker::on_parameters(std::function<void(std::span<const float>, std::uint64_t)> callback) {
+  state_->on_parameters(std::move(callback));
+}
+void worker::fail(const std::string& why) { state_->fail(why); }
+int worker::rank() const { return state_->rank(); }
+
+}  // namespace accord

@@ -1,0 +1,136 @@
+// Spawning a worker's actors (and the evaluator, and the coordinator's setup) in one process.
+#include "actors/worker_spawn.hpp"
+
+#include <accord/blas_threads.hpp>
+
+#include "actors/communicator_actor.hpp"
+#include "actors/compute_actor.hpp"
+#include "actors/membership_actor.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace accord {
+
+void size_blas(const job_config& config, int local_workers) {
+  openblas_set_num_threads(choose_blas_threads(config.blas_threads, local_workers).threads);
+}
+
+void configure_system(caf::actor_system_config& system_config) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  system_config.set("scheduler.max-threads", std::max(2, cores));
+  add_control_message_types(system_config);
+  add_membership_message_types(system_config);
+}
+
+coordinator_setup coordination_for(const job_plan& plan, const model& prototype, const job_config& config,
+                                   evaluator_actor evaluator) {
+  coordinator_setup setup;
+  setup.workers = config.workers;
+  setup.pipe = plan.algo->pipe;
+  setup.first_round = plan.first_round;
+  setup.rounds = plan.rounds;
+  setup.parameter_count = plan.initial.size();
+  setup.micro_batch = config.micro_batch;
+  setup.data_offset = plan.data_position;
+  setup.checkpoint_path = config.checkpoint_path;
+  setup.checkpoint_interval = config.checkpoint_interval;
+  setup.algorithm = plan.algo->name;
+  setup.signature = prototype.signature();
+  setup.eval_interval = config.eval_interval;
+  setup.evaluator = std::move(evaluator);
+  setup.defer_evaluation = config.defer_evaluation;
+  setup.metrics_path = config.metrics_path;
+  setup.append_metrics = plan.resume.has_value();  // a resumed job's file goes on
+  setup.data_hash = plan.data_hash;
+  setup.learning_rate = [schedule = plan.schedule](std::uint64_t step) { return learning_rate_at(schedule, step); };
+  setup.on_checkpoint_written = config.on_checkpoint_written;
+  setup.started = std::chrono::steady_clock::now() - plan.clock_before();
+  return setup;
+}
+
+evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local, const model& prototype,
+                                 std::shared_ptr<const dataset> eval, const job_config& config) {
+  return local.keep(
+      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.eval_examples));
+}
+
+worker_handles spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
+                               const model& prototype, std::shared_ptr<const dataset> train,
+                               const job_config& config, worker_spec spec) {
+  const int workers = config.workers;
+  const int rank = spec.rank;
+  auto compute = std::make_shared<compute_setup>();
+  compute->net = prototype.clone();
+  compute->data = std::move(train);
+  compute->stream = {rank, workers, config.micro_batch, plan.data_position};
+  compute->parameters = make_tensor(plan.initial, local.meter);
+  compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
+  compute->app = spec.app;
+  if (spec.app) spec.app->open();
+  auto communication = std::make_shared<communicator_setup>();
+  communication->link = std::move(spec.link);
+  communication->rule = plan.algo->make_rule(
+      rule_inputs{plan.optimizer, plan.initial, workers, rank, plan.precision, spec.state ? &*spec.state : nullptr});
+  communication->hash_interval = config.replica_check_interval;
+  communication->crash = std::move(spec.crash);
+  communication->crash_round = spec.crash_round;
+  communication->keeper = spec.keeper;
+  communication->pipe = plan.algo->pipe;
+  communication->layout = spec.layout;
+  communication->replicate = plan.sharded();
+  communication->change_epoch = spec.change_epoch;
+  communication->stop_requested = config.stop_requested;
+  local.state_bytes += communication->rule->state_bytes();
+
+  accumulator_setup accumulation;
+  accumulation.rank = rank;
+  accumulation.pipe = plan.algo->pipe;
+  accumulation.first_round = plan.first_round;
+  accumulation.rounds = plan.rounds;
+  accumulation.dpu_warmup = config.dpu_warmup;
+  accumulation.accumulation = config.accumulation;
+  accumulation.max_accumulation = config.max_accumulation;
+  accumulation.parameter_count = plan.initial.size();
+  accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
+    return learning_rate_at(schedule, step);
+  };
+  const bool checkpoints = !config.checkpoint_path.empty() || spec.keeps_state;
+  auto checkpoint_due = [checkpoints, pipe = plan.algo->pipe, rounds = plan.rounds,
+                         interval = config.checkpoint_interval](std::uint64_t round) {
+    return checkpoints && step_due(pipe, round, rounds, interval);
+  };
+  accumulation.wants_parameters = [rank, checkpoint_due, pipe = plan.algo->pipe, rounds = plan.rounds,
+                                   interval = config.eval_interval](std::uint64_t round) {
+    return rank == 0 && (step_due(pipe, round, rounds, interval) || checkpoint_due(round));
+  };
+  accumulation.wants_snapshot = checkpoint_due;
+  if (spec.keeper && spec.keep_interval)
+    accumulation.wants_kept = [pipe = plan.algo->pipe, rounds = plan.rounds,
+                               interval = spec.keep_interval](std::uint64_t round) {
+      return step_due(pipe, round, rounds, interval);
+    };
+  if (local.workers++ == 0)
+    accumulation.on_final_parameters = [&local](const std::vector<float>& p) { local.final_parameters = p; };
+  worker_handles handles;
+  handles.rank = rank;
+  handles.compute = accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));
+  handles.communicator = accumulation.communicator =
+      local.keep(spawn_communicator_actor(system, std::move(communication)));
+  accumulation.coordinator = spec.coordinator;
+  accumulation.meter = local.meter;
+  handles.accumulator = local.keep(spawn_accumulator_actor(system, std::move(accumulation)));
+  return handles;
+}
+
+void average_over_steps(job_result& r) {
+  r.bits_per_parameter_per_step = r.hidden_fraction = 0;
+  for (const auto& m : r.steps) {
+    r.bits_per_parameter_per_step += m.bits_per_parameter / static_cast<double>(r.steps.size());
+    r.hidden_fraction += m.hidden_fraction / static_cast<double>(r.steps.size());
+  }
+}
+
+}  // namespace accord

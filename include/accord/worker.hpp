@@ -1,0 +1,111 @@
+#pragma once
+// Public embedder API: bring your own training loop. The app computes each micro-batch's
+// gradient however it likes (its own model code, another framework, a GPU) and submits it;
+// accord accumulates, runs the algorithm's rounds (ACCO's estimate and real rounds, DDP, DPU,
+// Distributed Lion) and hands back the parameters to compute the next micro-batch at. No CAF.
+//
+//   auto job = accord::app_job::start(model, config);          // config.workers workers here
+//   // one thread per worker (the workers of a round wait for each other):
+//   accord::worker& w = job->local_worker(i);
+//   while (auto request = w.next()) {                           // nullopt: the job is over
+//     loss = my_forward_backward(request->parameters, my_data(request->first_position), grad);
+//     w.submit(grad, items, loss);
+//   }
+//   accord::job_result result = job->wait();                    // final parameters, metrics
+#include <accord/job.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+// What an app-driven job trains: parameters that only the app's own code computes with.
+struct app_model {
+  // Names the architecture: workers train together (and checkpoints resume) only if equal.
+  std::string signature;
+  // The starting point, identical on every worker (between processes: checked only by size
+  // and signature; seed the app's initialisation the same everywhere).
+  std::vector<float> initial_parameters;
+  // Describes the app's training data, for the settings workers must agree on between processes.
+  std::string data = "the app's own data";
+  // Optional held-out loss at the given parameters, called from accord's evaluator thread at
+  // job_config::eval_interval and at the end. Without it, eval losses stay -1 (not evaluated).
+  std::function<double(std::span<const float> parameters)> evaluate;
+};
+
+// What accord asks a worker for next: one micro-batch's gradient at these parameters.
+struct micro_batch_request {
+  // Valid until the next submit() or next() of this worker.
+  std::span<const float> parameters;
+  // This worker's micro-batch counter, and where its examples start in the stream that
+  // run_job would feed it (micro_batch_stream{rank, workers, micro_batch, resume offset}):
+  // use it to give each worker disjoint data, or ignore it.
+  std::uint64_t index = 0;
+  std::uint64_t first_position = 0;
+  std::size_t examples = 0;  // job_config::micro_batch
+  // Grows every time a round's new parameters are swapped in (between two micro-batches).
+  std::uint64_t parameters_version = 0;
+};
+
+// One worker of an app-driven job, driven by one app thread.
+class worker {
+public:
+  class state;  // internal (actors/app_bridge.hpp)
+  explicit worker(std::shared_ptr<state> s);
+  ~worker();
+
+  // Waits until accord wants this worker's next micro-batch; nullopt once the job is over
+  // (finished, cancelled or failed: app_job::wait() says which). Keep calling it until then:
+  // the other workers of a round wait for this one.
+  std::optional<micro_batch_request> next();
+  // The gradient of the mean loss over the micro-batch's `items` (examples or tokens), at the
+  // parameters of the last next(), and that mean loss. Copied; it may be reused at once.
+  // Throws std::invalid_argument for a gradient of the wrong size or a submit without a request.
+  void submit(std::span<const float> gradient, double items, double loss);
+  // Called from next() on the app's thread when new parameters arrived, before it returns.
+  void on_parameters(std::function<void(std::span<const float> parameters, std::uint64_t version)> callback);
+  // The app's computation failed: the job fails with this message (wait() throws it).
+  void fail(const std::string& why);
+  int rank() const;
+
+private:
+  std::shared_ptr<state> state_;
+};
+
+// A running app-driven job: the actors run on accord's threads, the micro-batches on the app's.
+class app_job {
+public:
+  // All config.workers workers in this process (over the in-process transport, config.link).
+  // config.membership and config.stop_requested are refused: use cancel().
+  static std::unique_ptr<app_job> start(app_model model, const job_config& config,
+                                        std::function<void(const step_metrics&)> on_step = {});
+  // This process's worker of a job between processes (UCX or NCCL, as run_job_process).
+  static std::unique_ptr<app_job> start_process(app_model model, const job_config& config,
+                                                const process_group& group,
+                                                std::function<void(const step_metrics&)> on_step = {});
+  // Cancels a job still running, and waits for its actors.
+  ~app_job();
+  app_job(const app_job&) = delete;
+  app_job& operator=(const app_job&) = delete;
+
+  std::size_t local_workers() const;
+  worker& local_worker(std::size_t index);
+  // Every worker stops after the same step (the checkpoint is written when configured);
+  // next() then returns nullopt and wait() the steps done. Safe from any thread.
+  void cancel();
+  // Waits for the end; rethrows what failed the job (a bad configuration: std::invalid_argument).
+  job_result wait();
+
+  class runner;  // internal
+
+private:
+  explicit app_job(std::unique_ptr<runner> r);
+  std::unique_ptr<runner> runner_;
+};
+
+}  // namespace accord

@@ -1,0 +1,53 @@
+// The programs in examples/, built in this tree, run as a user would run them.
+#include <doctest/doctest.h>
+
+#include "run_command.hpp"
+
+#include <regex>
+#include <string>
+
+using accord::testing::run;
+
+namespace {
+
+// The line "final parameters hash H" of a run (empty when missing).
+std::string parameters_hash(const std::string& text) {
+  std::smatch m;
+  return std::regex_search(text, m, std::regex("final parameters hash ([0-9a-f]{16})")) ? m[1].str() : "";
+}
+
+}  // namespace
+
+TEST_CASE("own loop: the app's gradients train with every pipeline, in one process and in 2 over UCX alike") {
+  for (const char* algorithm : {"ddp", "acco", "dlion-mavo"}) {
+    CAPTURE(algorithm);
+    const auto here = run(std::string(ACCORD_EXAMPLE_OWN_LOOP) + " " + algorithm);
+    CAPTURE(here.text);
+    REQUIRE(here.status == 0);
+    CHECK(here.text.find("eval loss") != std::string::npos);
+    const auto launched = run(std::string(ACCORD_LAUNCH_BINARY) + " --timeout 120 -n 2 -- " +
+                              ACCORD_EXAMPLE_OWN_LOOP + " " + algorithm);
+    CAPTURE(launched.text);
+    REQUIRE(launched.status == 0);
+    // Every rank prints the same parameters, and they are the in-process run's.
+    const std::string hash = parameters_hash(here.text);
+    REQUIRE(!hash.empty());
+    CHECK(parameters_hash(launched.text) == hash);
+    CHECK(launched.text.find("[rank 1] final parameters hash " + hash) != std::string::npos);
+  }
+}
+
+TEST_CASE("custom rule: signSGD with error feedback, registered by name, trains on two pipelines") {
+  const auto out = run(ACCORD_EXAMPLE_CUSTOM_RULE);
+  CAPTURE(out.text);
+  CHECK(out.status == 0);
+  CHECK(out.text.find("signsgd-ef:") != std::string::npos);
+  CHECK(out.text.find("acco-signsgd-ef:") != std::string::npos);
+}
+
+TEST_CASE("caf actors: a job's actors in the app's own actor system, awaited and asked through typed handles") {
+  const auto out = run(ACCORD_EXAMPLE_CAF_ACTORS);
+  CAPTURE(out.text);
+  CHECK(out.status == 0);
+  CHECK(out.text.find("2 workers (compute, communicator, accumulator)") != std::string::npos);
+}

@@ -1,0 +1,178 @@
+// App-driven workers (include/accord/worker.hpp): the app computes every micro-batch on its own
+// threads and accord runs the algorithm's rounds; the result must be run_job's.
+#include <doctest/doctest.h>
+
+#include <accord/worker.hpp>
+
+#include "quadratic_model.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <stdexcept>
+#include <thread>
+
+using namespace accord;
+using accord::testing::quadratic;
+using accord::testing::waves;
+
+namespace {
+
+constexpr std::size_t dim = 5;
+
+job_config small_job(const std::string& algorithm) {
+  job_config job;
+  job.algorithm = algorithm;
+  job.workers = 3;
+  job.steps = 5;
+  job.micro_batch = 3;
+  job.accumulation = 2;
+  job.max_accumulation = 2;  // a fixed number of micro-batches per round: deterministic
+  job.eval_interval = 2;
+  job.eval_examples = 6;
+  job.blas_threads = 1;
+  return job;
+}
+
+app_model quadratic_app(const waves& held_out) {
+  quadratic net(dim);
+  app_model m;
+  m.signature = net.signature();
+  m.initial_parameters.resize(dim);
+  net.initialize(m.initial_parameters, 0);
+  m.evaluate = [&held_out](std::span<const float> p) {
+    quadratic evaluator(dim);
+    return evaluator.evaluate(p, held_out.examples(0, 6));
+  };
+  return m;
+}
+
+// The app's loop on each worker: the model's gradient of the micro-batch accord asks for.
+void drive(worker& w, const waves& data) {
+  quadratic net(dim);
+  std::vector<float> gradient(dim);
+  while (auto request = w.next()) {
+    const batch input = data.examples(request->first_position, request->examples);
+    const double loss = net.forward_backward(request->parameters, input, gradient);
+    w.submit(gradient, static_cast<double>(input.items()), loss);
+  }
+}
+
+job_result run_app_job(app_model m, const job_config& config, const waves& data,
+                       std::function<void(const step_metrics&)> on_step = {}) {
+  auto job = app_job::start(std::move(m), config, std::move(on_step));
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < job->local_workers(); ++i)
+    threads.emplace_back([&, i] { drive(job->local_worker(i), data); });
+  for (auto& t : threads) t.join();
+  return job->wait();
+}
+
+}  // namespace
+
+TEST_CASE("app-driven DDP, DPU, ACCO and Distributed Lion equal run_job on the same model and data") {
+  const waves data(dim);
+  for (const char* algorithm : {"ddp", "dpu", "acco", "dlion-mavo"}) {
+    CAPTURE(algorithm);
+    const job_config job = small_job(algorithm);
+    quadratic net(dim);
+    const auto shared = std::make_shared<waves>(dim);
+    const job_result reference = run_job(net, shared, shared, job);
+    const job_result driven = run_app_job(quadratic_app(data), job, data);
+    REQUIRE(driven.parameters.size() == dim);
+    for (std::size_t i = 0; i < dim; ++i)
+      CHECK(driven.parameters[i] == doctest::Approx(reference.parameters[i]).epsilon(1e-6));
+    REQUIRE(driven.steps.size() == reference.steps.size());
+    for (std::size_t s = 0; s < job.steps; ++s) {
+      CHECK(driven.steps[s].train_loss == doctest::Approx(reference.steps[s].train_loss).epsilon(1e-6));
+      CHECK(driven.steps[s].items == reference.steps[s].items);
+    }
+    CHECK(driven.final_eval_loss == doctest::Approx(reference.final_eval_loss).epsilon(1e-6));
+    CHECK(driven.replicas_identical);
+  }
+}
+
+TEST_CASE("new parameters reach the app between two micro-batches, by version and by callback") {
+  const waves data(dim);
+  job_config job = small_job("ddp");
+  job.workers = 1;
+  auto running = app_job::start(quadratic_app(data), job);
+  worker& w = running->local_worker(0);
+  std::vector<std::uint64_t> heard;
+  w.on_parameters([&](std::span<const float> p, std::uint64_t version) {
+    CHECK(p.size() == dim);
+    heard.push_back(version);
+  });
+  std::uint64_t micro_batches = 0, last_version = 0;
+  quadratic net(dim);
+  std::vector<float> gradient(dim);
+  while (auto request = w.next()) {
+    CHECK(request->index == micro_batches++);
+    CHECK(request->parameters_version >= last_version);
+    last_version = request->parameters_version;
+    const batch input = data.examples(request->first_position, request->examples);
+    w.submit(gradient, 1, net.forward_backward(request->parameters, input, gradient));
+  }
+  const job_result result = running->wait();
+  CHECK(micro_batches == job.steps * job.accumulation);
+  CHECK(heard.size() == job.steps - 1);  // the last step's parameters are the result's
+  CHECK(result.steps.size() == job.steps);
+}
+
+TEST_CASE("an app-driven job is cancelled from the app; every worker stops after the same step") {
+  const waves data(dim);
+  job_config job = small_job("acco");
+  job.steps = 100000;
+  job.eval_interval = 0;
+  std::unique_ptr<app_job> running;
+  running = app_job::start(quadratic_app(data), job, [&running](const step_metrics& m) {
+    if (m.step == 3) running->cancel();
+  });
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < running->local_workers(); ++i)
+    threads.emplace_back([&, i] { drive(running->local_worker(i), data); });
+  for (auto& t : threads) t.join();
+  const job_result result = running->wait();
+  CHECK(result.steps.size() >= 3);
+  CHECK(result.steps.size() < 100);
+  CHECK(result.replicas_identical);
+}
+
+TEST_CASE("app-driven jobs refuse bad input with one line naming it") {
+  const waves data(dim);
+  app_model m = quadratic_app(data);
+  job_config job = small_job("ddp");
+  SUBCASE("configuration") {
+    job.algorithm = "nope";
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("nope"), std::invalid_argument);
+  }
+  SUBCASE("model") {
+    m.initial_parameters.clear();
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("no initial parameters"), std::invalid_argument);
+    m = quadratic_app(data);
+    m.initial_parameters[1] = NAN;
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("not all finite"), std::invalid_argument);
+  }
+  SUBCASE("stop_requested") {
+    std::atomic<bool> stop{false};
+    job.stop_requested = &stop;
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("cancel()"), std::invalid_argument);
+  }
+  SUBCASE("submits, and a worker whose computation fails") {
+    job.workers = 1;
+    auto running = app_job::start(m, job);
+    worker& w = running->local_worker(0);
+    const std::vector<float> gradient(dim), wrong(dim + 1);
+    CHECK_THROWS_WITH_AS(w.submit(gradient, 1, 0), doctest::Contains("without a request"), std::invalid_argument);
+    REQUIRE(w.next());
+    CHECK_THROWS_WITH_AS(w.submit(wrong, 1, 0), doctest::Contains("gradient of 6 values"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(w.submit(gradient, -1, 0), doctest::Contains("items"), std::invalid_argument);
+    CHECK_THROWS_AS(running->local_worker(1), std::out_of_range);
+    w.fail("device lost");
+    CHECK_FALSE(w.next());
+    CHECK_THROWS_WITH_AS(running->wait(), doctest::Contains("worker 0: device lost"), std::runtime_error);
+  }
+  SUBCASE("a job destroyed while running ends instead of waiting for the app") {
+    auto running = app_job::start(m, job);
+    running.reset();
+  }
+}
