@@ -13,9 +13,11 @@
 #include "actors/fingerprint.hpp"
 #include "actors/master_port_guard.hpp"
 #include "actors/membership_actor.hpp"
+#include "actors/topology_rule.hpp"
 #include "actors/update_rule.hpp"
 #include "models/memory.hpp"
 #include "optim/schedule.hpp"
+#include "transport/hierarchical.hpp"
 #include "transport/inproc.hpp"
 #include "transport/link_model.hpp"
 #include "transport/ucx/ucx_transport.hpp"
@@ -149,6 +151,7 @@ struct job_plan {
   std::optional<checkpoint> resume;        // where the optimizer state comes from, when resuming
   std::uint64_t data_hash = 0;             // of the training data, recorded in checkpoints
   round_precision precision;
+  std::shared_ptr<const topology> topo;    // who exchanges with whom (job_config::topology)
 
   bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
   // The same job continued from `parameters` after `steps` steps, at `position` in the data
@@ -159,6 +162,7 @@ struct job_plan {
     next.optimizer = optimizer;
     next.schedule = schedule;
     next.precision = precision;
+    next.topo = topo;
     next.rounds = rounds;
     next.first_round = rounds_for_steps(algo->pipe, steps);
     next.data_position = position;
@@ -186,10 +190,21 @@ struct job_plan {
   }
 };
 
+// The job's topology (job_config::topology), which refuses a job it cannot run. `elastic`:
+// workers may come and go.
+std::shared_ptr<const topology> job_topology(const job_config& config, const algorithm& algo, const model& prototype,
+                                             bool elastic) {
+  return make_topology(config.topology,
+                       {algo.name, algo.pipe == pipeline::synchronous, algo.aggregate == aggregation::sharded_optimizer,
+                        config.workers, config.steps, prototype.parameter_count(),
+                        !config.checkpoint_path.empty() || !config.resume_path.empty(),
+                        elastic || !config.membership.empty(), config.topology_settings});
+}
+
 // `state`: continue from this in-memory checkpoint (a membership change) instead of
-// config.resume_path.
+// config.resume_path. `elastic`: workers may come and go between processes.
 job_plan plan_job(const model& prototype, const dataset& train, const job_config& config,
-                  const checkpoint* state = nullptr) {
+                  const checkpoint* state = nullptr, bool elastic = false) {
   validate(config);
   job_plan plan;
   plan.data_hash = data_hash(train);
@@ -208,6 +223,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
                                 ? plan.precision.real
                                 : parse_wire_precision(config.estimate_precision, "estimate precision");
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
+  plan.topo = job_topology(config, *plan.algo, prototype, elastic || state);
   if (!state && config.resume_path.empty()) {
     plan.initial.resize(prototype.parameter_count());
     prototype.initialize(plan.initial, config.seed);
@@ -357,9 +373,16 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   compute->parameters = make_tensor(plan.initial, local.meter);
   compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
   auto communication = std::make_shared<communicator_setup>();
-  communication->link = std::move(spec.link);
-  communication->rule = make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank,
-                                         plan.precision, spec.state ? &*spec.state : nullptr);
+  const int group_size = plan.topo->group_size();
+  communication->link = group_size > 1 ? std::shared_ptr<transport>(make_hierarchical_transport(spec.link, group_size))
+                                       : std::move(spec.link);
+  auto status = std::make_shared<topology_status>();
+  communication->rule = make_topology_rule(
+      plan.topo->make_worker(rank, plan.initial),
+      make_update_rule(plan.algo->aggregate, plan.optimizer, plan.initial, workers, rank, plan.precision,
+                       spec.state ? &*spec.state : nullptr),
+      plan.optimizer, plan.schedule.total_steps, status);
+  communication->topology = std::move(status);
   communication->hash_interval = config.replica_check_interval;
   communication->crash = std::move(spec.crash);
   communication->crash_round = spec.crash_round;
@@ -634,7 +657,10 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
   const job_plan plan = plan_job(prototype, *train, config, state);
   const int workers = config.workers;
   size_blas(config, workers);
-  inproc_fabric fabric(workers, link_model::parse(config.link));
+  const link_model inside = link_model::parse(config.link);
+  const std::string& across = config.topology_settings.inter_link;
+  inproc_fabric fabric(workers, link_layout{inside, across.empty() ? inside : link_model::parse(across),
+                                            plan.topo->group_size() > 1 ? plan.topo->group_size() : 0});
   // After a failure every transport throws, so no communicator stays blocked in a collective.
   auto fail_everyone = [&fabric, workers] {
     for (int rank = 0; rank < workers; ++rank) fabric.fail(rank);
@@ -733,6 +759,7 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     most_at_once = std::max(most_at_once, workers);
   }
   require_worker_memory(prototype, most_at_once);
+  job_topology(config, find_algorithm(config.algorithm), prototype, false);  // before the first epoch starts
   if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step));
 
   // Elastic: one epoch per worker set, each continuing from the state the previous one left.
@@ -808,7 +835,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   require(group.transport == "ucx" || group.transport == "nccl",
           "unknown transport '" + group.transport + "' (expected ucx|nccl)");
   require_worker_memory(prototype, 1);
-  const job_plan origin = plan_job(prototype, *train, config);
+  const job_plan origin = plan_job(prototype, *train, config, nullptr, group.elastic || group.join);
   const bool master = !group.join && group.rank == 0;
   if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
   size_blas(config, 1);

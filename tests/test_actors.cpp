@@ -7,6 +7,7 @@
 #include "actors/checkpoint.hpp"
 #include "data/text.hpp"
 #include "models/gpt.hpp"
+#include "quadratic_model.hpp"
 #include "transport/wire_precision.hpp"
 
 #include <zlib.h>
@@ -19,6 +20,8 @@
 #include <numeric>
 
 using namespace accord;
+using accord::testing::quadratic;
+using accord::testing::waves;
 
 namespace {
 
@@ -26,61 +29,6 @@ std::string file_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
-
-// f_x(θ) = ½‖θ − x‖² averaged over the batch: the gradient θ − mean(x) makes every update
-// of an algorithm checkable by hand.
-class quadratic final : public model {
-public:
-  explicit quadratic(std::size_t dim) : dim_(dim) {}
-  std::string signature() const override { return "quadratic(" + std::to_string(dim_) + ")"; }
-  std::size_t parameter_count() const override { return dim_; }
-  void initialize(std::span<float> p, std::uint64_t) const override {
-    for (std::size_t i = 0; i < dim_; ++i) p[i] = 1.0f + 0.1f * static_cast<float>(i);
-  }
-  double forward_backward(std::span<const float> p, const batch& b, std::span<float> g) override {
-    std::fill(g.begin(), g.end(), 0.f);
-    double loss = 0;
-    for (std::size_t e = 0; e < b.examples; ++e)
-      for (std::size_t i = 0; i < dim_; ++i) {
-        const float d = p[i] - b.features[e * dim_ + i];
-        loss += 0.5 * d * d;
-        g[i] += d / static_cast<float>(b.examples);
-      }
-    return loss / static_cast<double>(b.examples);
-  }
-  double evaluate(std::span<const float> p, const batch& b) override {
-    std::vector<float> g(dim_);
-    return forward_backward(p, b, g);
-  }
-  std::unique_ptr<model> clone() const override { return std::make_unique<quadratic>(dim_); }
-
-private:
-  std::size_t dim_;
-};
-
-// Example p is a fixed vector, different for every position (and for every phase).
-class waves final : public dataset {
-public:
-  explicit waves(std::size_t dim, double phase = 0) : dim_(dim), phase_(phase) {}
-  std::string describe() const override { return "waves"; }
-  std::uint64_t size() const override { return 1u << 20; }
-  static float value(std::uint64_t p, std::size_t i, double phase = 0) {
-    return static_cast<float>(std::sin(0.7 * static_cast<double>(p) + static_cast<double>(i) + phase));
-  }
-  batch examples(std::uint64_t first, std::size_t count) const override {
-    batch b;
-    b.examples = count;
-    for (std::size_t e = 0; e < count; ++e) {
-      for (std::size_t i = 0; i < dim_; ++i) b.features.push_back(value(first + e, i, phase_));
-      b.targets.push_back(0);
-    }
-    return b;
-  }
-
-private:
-  std::size_t dim_;
-  double phase_;
-};
 
 constexpr std::size_t dim = 5;
 

@@ -3,6 +3,7 @@
 // communicator per worker; one coordinator). No CAF type appears here: an embedding app
 // supplies a model and data sets, picks an algorithm and a link, and gets metrics back.
 #include <accord/model.hpp>
+#include <accord/topology.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -28,6 +29,11 @@ struct membership_change {
 struct job_config {
   // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion (see algorithm_names()).
   std::string algorithm = "acco";
+  // Who exchanges with whom, when, and how results merge (include/accord/topology.hpp):
+  // ring | local-sgd | hierarchical, or a name an app registered. ring: the algorithm's rounds
+  // over every worker.
+  std::string topology = "ring";
+  topology_options topology_settings;
   int workers = 4;
   // Per worker slowdown: a factor f makes a worker take f times its measured compute time
   // (emulates heterogeneous hardware). Empty: all 1.
@@ -108,6 +114,10 @@ struct step_metrics {
   std::uint64_t micro_batches = 0; // summed over workers for this step
   int workers = 0;
   std::uint64_t epoch = 0;         // membership epoch (elastic jobs between processes)
+  double bytes = 0;                // sent by all workers for this step
+  // Topologies whose replicas differ (local-sgd between outer steps): sqrt(mean_i ‖θ_i − θ̄‖²)
+  // where measured this step (before merging), else -1.
+  double consensus_distance = -1;
 };
 
 struct job_result {
