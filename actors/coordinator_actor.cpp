@@ -35,6 +35,7 @@ struct round_progress {
   std::uint64_t fewest_consumed = ~0ull;
   bool kept = false;
   double consensus_distance = -1;
+  std::vector<std::uint64_t> staleness;  // summed over the reports
 };
 
 struct coordinator_state {
@@ -119,6 +120,7 @@ void flush_steps(self_pointer self) {
       line["bytes"] = m.bytes;
       if (m.eval_loss >= 0) line["eval_loss"] = m.eval_loss;
       if (m.consensus_distance >= 0) line["consensus_distance"] = m.consensus_distance;
+      if (!m.staleness.empty()) line["staleness"] = m.staleness;
       s.metrics << line.dump() << '\n' << std::flush;
     }
     if (s.setup.on_step) s.setup.on_step(m);
@@ -214,6 +216,7 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
   m.items_per_second = step_seconds > 0 ? m.items / step_seconds : 0;
   m.bytes = s.step_bytes;
   m.consensus_distance = progress.consensus_distance;
+  m.staleness = progress.staleness;
   m.bits_per_parameter = 8.0 * s.step_bytes / s.setup.workers / static_cast<double>(s.setup.parameter_count);
   m.hidden_fraction = s.step_communication > 0
                           ? std::clamp(1.0 - s.step_wait / s.step_communication, 0.0, 1.0)
@@ -261,6 +264,8 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         if (report.parameters) progress.parameters = std::move(report.parameters);
         progress.kept = progress.kept || report.kept;
         progress.consensus_distance = std::max(progress.consensus_distance, report.consensus_distance);
+        if (progress.staleness.size() < report.staleness.size()) progress.staleness.resize(report.staleness.size());
+        for (std::size_t k = 0; k < report.staleness.size(); ++k) progress.staleness[k] += report.staleness[k];
         if (report.parameter_hash) {
           if (progress.hash_rank < 0) {
             progress.hash = report.parameter_hash;

@@ -72,6 +72,7 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--local-steps", std::to_string(c.topology_settings.local_steps)},
       {"--outer-lr", number(c.topology_settings.outer_learning_rate)},
       {"--outer-momentum", number(c.topology_settings.outer_momentum)},
+      {"--max-staleness", std::to_string(c.topology_settings.max_staleness)},
       {"--steps", std::to_string(c.steps)},
       {"--micro-batch", std::to_string(c.micro_batch)},
       {"--accumulation", std::to_string(c.accumulation)},

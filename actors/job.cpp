@@ -13,6 +13,7 @@
 #include "actors/fingerprint.hpp"
 #include "actors/master_port_guard.hpp"
 #include "actors/membership_actor.hpp"
+#include "actors/parameter_server.hpp"
 #include "actors/topology_rule.hpp"
 #include "actors/update_rule.hpp"
 #include "models/memory.hpp"
@@ -645,6 +646,28 @@ std::vector<std::string> algorithm_names() {
 
 namespace {
 
+parameter_server_setup parameter_server_for(const job_plan& plan, const model& prototype,
+                                            std::shared_ptr<const dataset> train, const job_config& config,
+                                            coordinator_actor coordinator) {
+  parameter_server_setup s;
+  s.workers = config.workers;
+  s.prototype = &prototype;
+  s.train = std::move(train);
+  s.micro_batch = config.micro_batch;
+  s.accumulation = config.accumulation;
+  s.steps = config.steps;
+  s.data_position = plan.data_position;
+  s.speed_factors = config.speed_factors;
+  s.max_staleness = config.topology_settings.max_staleness;
+  s.link = link_model::parse(config.link);
+  s.optimizer = plan.optimizer;
+  s.schedule = plan.schedule;
+  s.initial = plan.initial;
+  s.eval_interval = config.eval_interval;
+  s.coordinator = std::move(coordinator);
+  return s;
+}
+
 // One epoch of an in-process job: a fixed worker set from `state` (or the start, or
 // config.resume_path) to config.steps. With `keep_state`, every step's state is handed to it;
 // with `crash_after_step`, the last worker dies in the round after that step, once the state
@@ -673,9 +696,11 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
   {
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
+    std::unique_ptr<parameter_server_run> servers;  // the parameter-server topology's, instead of rounds
     const scope_exit stop_on_exception([&](bool unwinding) {
       if (!unwinding) return;
       fail_everyone();  // no communicator may stay blocked in a collective
+      if (servers) servers->stop();
       local.shut_down(self);
     });
     const bool keeps_state = static_cast<bool>(keep_state);
@@ -699,12 +724,17 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
     setup.on_step = std::move(on_step);
     setup.epoch = epoch;
     setup.append_metrics = setup.append_metrics || epoch > 1;  // the file continues the earlier epochs'
-    setup.abort = fail_everyone;
+    setup.abort = [&] {
+      fail_everyone();
+      if (servers) servers->stop();
+    };
     setup.result = result;
     if (keeps_state) setup.on_checkpoint = keep;
     auto coordinator = local.keep(spawn_coordinator_actor(system, std::move(setup)));
     std::vector<accumulator_actor> accumulators;
-    for (int rank = 0; rank < workers; ++rank) {
+    if (is_parameter_server(*plan.topo))
+      servers = std::make_unique<parameter_server_run>(system, parameter_server_for(plan, prototype, train, config, coordinator));
+    for (int rank = 0; rank < workers && !servers; ++rank) {
       std::function<void()> crash;
       if (crash_after_step && rank == workers - 1)
         crash = [&fabric, &crash_gate, rank] {
@@ -723,6 +753,13 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
       accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, std::move(spec)));
     }
     failure = run_to_end(system, self, accumulators, coordinator);
+    if (servers) {
+      if (failure) servers->stop();
+      else local.final_parameters = servers->finish();
+      local.state_bytes = servers->state_bytes();
+      local.workers = workers;
+      servers.reset();
+    }
     if (failure) fail_everyone();
     local.shut_down(self);
   }
@@ -836,6 +873,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
           "unknown transport '" + group.transport + "' (expected ucx|nccl)");
   require_worker_memory(prototype, 1);
   const job_plan origin = plan_job(prototype, *train, config, nullptr, group.elastic || group.join);
+  require(!is_parameter_server(*origin.topo), "--topology parameter-server runs in one process only");
   const bool master = !group.join && group.rank == 0;
   if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
   size_blas(config, 1);

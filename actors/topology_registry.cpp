@@ -1,6 +1,7 @@
 // The registry of topologies by name, the built-ins first.
 #include <accord/topology.hpp>
 
+#include "actors/parameter_server.hpp"
 #include "actors/topology_builtins.hpp"
 
 #include <map>
@@ -21,6 +22,7 @@ registry& topologies() {
     r->factories["ring"] = ring_topology();
     r->factories["local-sgd"] = local_sgd_topology();
     r->factories["hierarchical"] = hierarchical_topology();
+    r->factories["parameter-server"] = parameter_server_topology();
     return r;
   }();
   return *instance;

@@ -105,14 +105,14 @@ public:
 
 TEST_CASE("topologies are registered by name; an unknown name is refused listing them") {
   const auto names = topology_names();
-  for (const char* builtin : {"ring", "local-sgd"})
+  for (const char* builtin : {"ring", "local-sgd", "hierarchical", "parameter-server"})
     CHECK(std::find(names.begin(), names.end(), builtin) != names.end());
   CHECK(job_config{}.topology == "ring");
   job_config job = sgd_job(2, 2);
   job.topology = "star";
   const std::string why = refusal(job);
   CHECK(why.find("unknown topology 'star'") != std::string::npos);
-  CHECK(why.find("local-sgd|ring") != std::string::npos);
+  CHECK(why.find("hierarchical|local-sgd|parameter-server|ring") != std::string::npos);
   CHECK_THROWS_AS(register_topology("", [](const topology_job&) { return std::unique_ptr<topology>(); }),
                   std::invalid_argument);
 }
@@ -217,4 +217,46 @@ TEST_CASE("hierarchical without a group size is refused with one line") {
   job_config job = sgd_job(4, 2);
   job.topology = "hierarchical";
   CHECK(refusal(job).find("--topology hierarchical: needs a group size") == 0);
+}
+
+TEST_CASE("a parameter server with staleness 0 is DDP on the same data order") {
+  const job_result ddp = run_quadratic(sgd_job(3, 6));
+  job_config job = sgd_job(3, 6);
+  job.topology = "parameter-server";
+  job.eval_interval = 2;
+  const job_result served = run_quadratic(job);
+  CHECK(worst_difference(served.parameters, ddp.parameters) < 1e-5);
+  REQUIRE(served.steps.size() == ddp.steps.size());
+  for (std::size_t s = 0; s < ddp.steps.size(); ++s) {
+    CAPTURE(s);
+    CHECK(served.steps[s].train_loss == doctest::Approx(ddp.steps[s].train_loss).epsilon(1e-5));
+    CHECK(served.steps[s].staleness == std::vector<std::uint64_t>{3});  // every gradient fresh
+  }
+  CHECK(std::isfinite(served.final_eval_loss));
+}
+
+TEST_CASE("an asynchronous parameter server records every applied gradient's staleness") {
+  job_config job = sgd_job(3, 12);
+  job.topology = "parameter-server";
+  job.topology_settings.max_staleness = 2;
+  job.speed_factors = {1.0, 1.0, 3.0};
+  job.link = "1gbit,100us";
+  const job_result served = run_quadratic(job);
+  REQUIRE(served.steps.size() == 12);
+  std::uint64_t applied = 0;
+  for (const auto& m : served.steps)
+    for (std::uint64_t count : m.staleness) applied += count;
+  CHECK(applied == 12 * 3);  // a step is as many gradients as workers
+  CHECK(served.steps.back().train_loss < served.steps.front().train_loss);
+  for (float p : served.parameters) CHECK(std::isfinite(p));
+}
+
+TEST_CASE("the parameter server refuses what it cannot run with one line") {
+  job_config job = sgd_job(2, 2);
+  job.topology = "parameter-server";
+  job.algorithm = "acco";
+  CHECK(refusal(job).find("--topology parameter-server: servers step a sharded optimizer") == 0);
+  job.algorithm = "ddp";
+  job.checkpoint_path = "test_topology_never.ckpt";
+  CHECK(refusal(job).find("checkpoints are not supported") != std::string::npos);
 }

@@ -118,6 +118,9 @@ struct step_metrics {
   // Topologies whose replicas differ (local-sgd between outer steps): sqrt(mean_i ‖θ_i − θ̄‖²)
   // where measured this step (before merging), else -1.
   double consensus_distance = -1;
+  // parameter-server: of the gradients applied in this step, how many were k updates stale
+  // (index k; empty for the other topologies).
+  std::vector<std::uint64_t> staleness;
 };
 
 struct job_result {

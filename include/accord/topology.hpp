@@ -1,6 +1,7 @@
 #pragma once
 // Topologies: who exchanges with whom, when, and how the results merge. A topology is chosen
-// by name (job_config::topology); the built-ins (ring, local-sgd, hierarchical) are registered
+// by name (job_config::topology); the built-ins (ring, local-sgd, hierarchical, and
+// parameter-server, which runs server actors of its own instead of rounds) are registered
 // through register_topology exactly as an embedding app registers its own. No CAF here.
 //
 // Per worker and round, a topology's worker gets its gradient sum and returns the parameters
@@ -33,6 +34,9 @@ struct topology_options {
   // local-sgd: the outer Nesterov step on the averaged pseudo-gradient θ_global − θ_worker.
   float outer_learning_rate = 0.7f;
   float outer_momentum = 0.9f;
+  // parameter-server: how many pushes a worker may run ahead of the slowest (stale synchronous
+  // parallel); 0: synchronous rounds, DDP's arithmetic.
+  std::uint64_t max_staleness = 0;
 };
 
 // What a topology knows of the job it is asked to run.
@@ -116,7 +120,7 @@ using topology_factory = std::function<std::unique_ptr<topology>(const topology_
 
 // Adds (or replaces) a topology under `name`; safe to call from any thread before run_job.
 void register_topology(const std::string& name, topology_factory factory);
-// The registered names, sorted (the built-ins: hierarchical, local-sgd, ring).
+// The registered names, sorted (the built-ins: hierarchical, local-sgd, parameter-server, ring).
 std::vector<std::string> topology_names();
 // The topology `name` for `job`; an unknown name throws std::invalid_argument listing the
 // registered ones.
