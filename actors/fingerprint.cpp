@@ -73,6 +73,8 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--outer-lr", number(c.topology_settings.outer_learning_rate)},
       {"--outer-momentum", number(c.topology_settings.outer_momentum)},
       {"--max-staleness", std::to_string(c.topology_settings.max_staleness)},
+      {"--gossip-rate", number(c.topology_settings.gossip_rate)},
+      {"--gossip-graph", c.topology_settings.gossip_graph},
       {"--steps", std::to_string(c.steps)},
       {"--micro-batch", std::to_string(c.micro_batch)},
       {"--accumulation", std::to_string(c.accumulation)},

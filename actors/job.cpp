@@ -197,7 +197,7 @@ std::shared_ptr<const topology> job_topology(const job_config& config, const alg
                                              bool elastic) {
   return make_topology(config.topology,
                        {algo.name, algo.pipe == pipeline::synchronous, algo.aggregate == aggregation::sharded_optimizer,
-                        config.workers, config.steps, prototype.parameter_count(),
+                        config.workers, config.steps, config.seed, prototype.parameter_count(),
                         !config.checkpoint_path.empty() || !config.resume_path.empty(),
                         elastic || !config.membership.empty(), config.topology_settings});
 }

@@ -86,13 +86,20 @@ void refuse(const std::string& why) { throw std::invalid_argument("--topology lo
 
 }  // namespace
 
+void require_own_copies_fit(const topology_job& job, const std::string& name) {
+  const std::string topology = "--topology " + name + ": ";
+  if (!job.synchronous || !job.sharded_optimizer)
+    throw std::invalid_argument(topology + "its inner steps use the optimizer of a synchronous, sharded-optimizer "
+                                "algorithm (ddp, lion), not --algo " + job.algorithm);
+  if (job.checkpoints)
+    throw std::invalid_argument(topology + "checkpoints are not supported (each worker's own copy and optimizer "
+                                "state are not saved)");
+  if (job.membership_changes) throw std::invalid_argument(topology + "workers coming and going are not supported");
+}
+
 topology_factory local_sgd_topology() {
   return [](const topology_job& job) -> std::unique_ptr<topology> {
-    if (!job.synchronous || !job.sharded_optimizer)
-      refuse("its inner steps use the optimizer of a synchronous, sharded-optimizer algorithm (ddp, lion), not --algo " +
-             job.algorithm);
-    if (job.checkpoints) refuse("checkpoints are not supported (each worker's own copy and optimizer state are not saved)");
-    if (job.membership_changes) refuse("workers coming and going are not supported");
+    require_own_copies_fit(job, "local-sgd");
     const topology_options& o = job.options;
     if (o.local_steps < 1) refuse("--local-steps must be at least 1");
     if (!std::isfinite(o.outer_learning_rate) || o.outer_learning_rate <= 0) refuse("--outer-lr must be a finite number > 0");

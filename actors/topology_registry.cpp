@@ -23,6 +23,7 @@ registry& topologies() {
     r->factories["local-sgd"] = local_sgd_topology();
     r->factories["hierarchical"] = hierarchical_topology();
     r->factories["parameter-server"] = parameter_server_topology();
+    r->factories["gossip"] = gossip_topology();
     return r;
   }();
   return *instance;

@@ -1,7 +1,13 @@
 #include "actors/topology_rule.hpp"
 
+#include <stdexcept>
+#include <string>
+
 namespace accord {
 namespace {
+
+// A user tag of its own ("topo"): topologies' pairwise messages never match anything else's.
+constexpr std::uint64_t exchange_tag = 0x746f706f;
 
 class link_peers final : public topology_peers {
 public:
@@ -10,6 +16,14 @@ public:
   int size() const override { return link_.size(); }
   void all_reduce(std::span<float> values) override { link_.all_reduce(values); }
   void all_reduce(std::span<double> values) override { link_.all_reduce(values); }
+  void exchange(int peer, std::span<const float> mine, std::span<float> theirs) override {
+    if (mine.size() != theirs.size())
+      throw std::invalid_argument("topology exchange: " + std::to_string(mine.size()) + " values out, " +
+                                  std::to_string(theirs.size()) + " in");
+    const transport::request sent = link_.post_send(peer, exchange_tag, std::as_bytes(mine));
+    link_.recv(peer, exchange_tag, std::as_writable_bytes(theirs));
+    link_.wait(sent);
+  }
 
 private:
   transport& link_;

@@ -158,7 +158,8 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("topology", po::value<std::string>()->default_value(d.topology),
        "who exchanges with whom, when, and how results merge: ring (the algorithm's rounds over every worker) | "
        "local-sgd (--local-steps inner steps, then an outer Nesterov step) | hierarchical (groups of --group-size) | "
-       "parameter-server (sharded servers, workers push and pull without a barrier, --max-staleness)")
+       "parameter-server (sharded servers, workers push and pull without a barrier, --max-staleness) | "
+       "gossip (pairwise averaging at --gossip-rate over --gossip-graph)")
       ("local-steps", number_flag<std::uint64_t>(1, most, d.topology_settings.local_steps),
        "local-sgd: inner optimizer steps per worker between outer steps (H)")
       ("outer-lr", number_flag(number_range<float>{0, most_learning_rate, true}, d.topology_settings.outer_learning_rate),
@@ -167,6 +168,10 @@ void add_training_options(po::options_description& options, const job_config& d)
        "local-sgd: outer Nesterov momentum (0: plain outer SGD)")
       ("max-staleness", number_flag<std::uint64_t>(0, most, d.topology_settings.max_staleness),
        "parameter-server: pushes a worker may run ahead of the slowest (0: synchronous rounds, as ddp)")
+      ("gossip-rate", number_flag(0.0, 1000.0, d.topology_settings.gossip_rate),
+       "gossip: averaging events per worker and step (Poisson rate; 0: none until the final average)")
+      ("gossip-graph", po::value<std::string>()->default_value(d.topology_settings.gossip_graph),
+       "gossip: who averages with whom: ring (neighbours) | complete (random pairs)")
       ("group-size", number_flag(1, most_workers),
        "hierarchical: workers per group, consecutive ranks (default between processes: LOCAL_WORLD_SIZE)")
       ("inter-link", po::value<std::string>(),
@@ -241,6 +246,10 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   job.topology_settings.outer_learning_rate = flags["outer-lr"].as<float>();
   job.topology_settings.outer_momentum = flags["outer-momentum"].as<float>();
   job.topology_settings.max_staleness = flags["max-staleness"].as<std::uint64_t>();
+  job.topology_settings.gossip_rate = flags["gossip-rate"].as<double>();
+  job.topology_settings.gossip_graph = flags["gossip-graph"].as<std::string>();
+  if (job.topology_settings.gossip_graph != "ring" && job.topology_settings.gossip_graph != "complete")
+    throw std::invalid_argument("--gossip-graph: '" + job.topology_settings.gossip_graph + "' (expected ring|complete)");
   if (flags.count("group-size")) {
     job.topology_settings.group_size = flags["group-size"].as<int>();
   } else if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); local && *local && local_workers > 0) {
@@ -354,6 +363,8 @@ void warn_ignored_training_flags(const po::variables_map& flags, const std::stri
   if (topology != "local-sgd")
     for (const char* flag : {"local-steps", "outer-lr", "outer-momentum"})
       warn_ignored(flags, program, {{flag, "without --topology local-sgd"}});
+  if (topology != "gossip")
+    for (const char* flag : {"gossip-rate", "gossip-graph"}) warn_ignored(flags, program, {{flag, "without --topology gossip"}});
   if (topology != "parameter-server") warn_ignored(flags, program, {{"max-staleness", "without --topology parameter-server"}});
   if (topology != "hierarchical")
     for (const char* flag : {"group-size", "inter-link"}) warn_ignored(flags, program, {{flag, "without --topology hierarchical"}});

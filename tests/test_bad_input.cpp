@@ -217,6 +217,8 @@ TEST_CASE("accord-train refuses out-of-range numbers naming the flag") {
       {train, "--outer-momentum 2", "--outer-momentum"},
       {train, "--group-size 0", "--group-size"},
       {train, "--max-staleness -1", "--max-staleness"},
+      {train, "--gossip-rate -1", "--gossip-rate"},
+      {train, "--gossip-rate nan", "--gossip-rate"},
       {train, "--group-size 100000", "--group-size"},
   };
   for (const auto& c : cases) check_refused(c);
@@ -251,10 +253,11 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--resume /nonexistent/state.ckpt" + tiny, "/nonexistent/state.ckpt"},
       {train, "--optimizer rmsprop" + tiny, "rmsprop"},
       {train, "--algo sgd-async" + tiny, "sgd-async"},
-      {train, "--topology star" + tiny, "--topology: 'star' (expected hierarchical|local-sgd|parameter-server|ring)"},
+      {train, "--topology star" + tiny, "--topology: 'star' (expected gossip|hierarchical|local-sgd|parameter-server|ring)"},
       {train, "--topology local-sgd --algo acco" + tiny, "--topology local-sgd: its inner steps"},
       {train, "--topology local-sgd --algo ddp --outer-momentum 1" + tiny, "--outer-momentum must be in [0, 1)"},
       {train, "--topology hierarchical" + tiny, "--topology hierarchical: needs a group size"},
+      {train, "--topology gossip --gossip-graph star" + tiny, "--gossip-graph: 'star'"},
       {train, "--topology parameter-server" + tiny, "--topology parameter-server: servers step a sharded optimizer"},
       {train, "--topology hierarchical --group-size 2 --inter-link 3parsecs" + tiny, "3parsecs"},
       {train, "--beta1 1" + tiny, "beta1"},

@@ -105,14 +105,14 @@ public:
 
 TEST_CASE("topologies are registered by name; an unknown name is refused listing them") {
   const auto names = topology_names();
-  for (const char* builtin : {"ring", "local-sgd", "hierarchical", "parameter-server"})
+  for (const char* builtin : {"ring", "local-sgd", "hierarchical", "parameter-server", "gossip"})
     CHECK(std::find(names.begin(), names.end(), builtin) != names.end());
   CHECK(job_config{}.topology == "ring");
   job_config job = sgd_job(2, 2);
   job.topology = "star";
   const std::string why = refusal(job);
   CHECK(why.find("unknown topology 'star'") != std::string::npos);
-  CHECK(why.find("hierarchical|local-sgd|parameter-server|ring") != std::string::npos);
+  CHECK(why.find("gossip|hierarchical|local-sgd|parameter-server|ring") != std::string::npos);
   CHECK_THROWS_AS(register_topology("", [](const topology_job&) { return std::unique_ptr<topology>(); }),
                   std::invalid_argument);
 }
@@ -259,4 +259,33 @@ TEST_CASE("the parameter server refuses what it cannot run with one line") {
   job.algorithm = "ddp";
   job.checkpoint_path = "test_topology_never.ckpt";
   CHECK(refusal(job).find("checkpoints are not supported") != std::string::npos);
+}
+
+TEST_CASE("gossip on a quadratic: averaging pulls the copies together, and the job ends at their mean") {
+  job_config job = sgd_job(4, 20);
+  job.topology = "gossip";
+  job.replica_check_interval = 1;
+  const auto spread_at_end = [&](const char* graph, double rate) {
+    job.topology_settings.gossip_graph = graph;
+    job.topology_settings.gossip_rate = rate;
+    const job_result result = run_quadratic(job);
+    CHECK(result.replicas_identical);  // the final average: one model
+    REQUIRE(result.steps.size() == 20);
+    for (std::size_t s = 0; s + 1 < result.steps.size(); ++s) CHECK(result.steps[s].consensus_distance < 0);
+    return result.steps.back().consensus_distance;
+  };
+  const double apart = spread_at_end("ring", 0.0);  // no gossip: local SGD without outer steps
+  CHECK(apart > 0);
+  for (const char* graph : {"ring", "complete"}) {
+    CAPTURE(graph);
+    const double together = spread_at_end(graph, 2.0);
+    MESSAGE(std::string(graph) << ": spread at the end " << together << " with gossip at rate 2, " << apart << " without");
+    CHECK(together < 0.5 * apart);
+    CHECK(spread_at_end(graph, 2.0) == together);  // the seed decides who gossips: deterministic
+  }
+  job.topology_settings.gossip_graph = "star";
+  CHECK(refusal(job).find("--gossip-graph: 'star'") == 0);
+  job.topology_settings.gossip_graph = "ring";
+  job.algorithm = "acco";
+  CHECK(refusal(job).find("--topology gossip: its inner steps") == 0);
 }

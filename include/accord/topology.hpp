@@ -1,6 +1,6 @@
 #pragma once
 // Topologies: who exchanges with whom, when, and how the results merge. A topology is chosen
-// by name (job_config::topology); the built-ins (ring, local-sgd, hierarchical, and
+// by name (job_config::topology); the built-ins (ring, local-sgd, hierarchical, gossip, and
 // parameter-server, which runs server actors of its own instead of rounds) are registered
 // through register_topology exactly as an embedding app registers its own. No CAF here.
 //
@@ -37,6 +37,10 @@ struct topology_options {
   // parameter-server: how many pushes a worker may run ahead of the slowest (stale synchronous
   // parallel); 0: synchronous rounds, DDP's arithmetic.
   std::uint64_t max_staleness = 0;
+  // gossip: pairwise averaging events per worker and step (a Poisson rate: each pair of the
+  // step's matching averages with probability 1 - exp(-rate)), over the graph ring | complete.
+  double gossip_rate = 1.0;
+  std::string gossip_graph = "ring";
 };
 
 // What a topology knows of the job it is asked to run.
@@ -46,6 +50,7 @@ struct topology_job {
   bool sharded_optimizer = true;   // its aggregation is reduce-scatter → optimizer → all-gather
   int workers = 1;
   std::uint64_t steps = 0;
+  std::uint64_t seed = 0;          // the job's (topologies draw their random choices from it)
   std::size_t parameter_count = 0;
   bool checkpoints = false;        // the job writes or resumes checkpoints
   bool membership_changes = false; // workers come and go (elastic, in one process or between processes)
@@ -71,6 +76,8 @@ public:
   // Sums over every worker in place, in a fixed order: every worker gets bit-identical values.
   virtual void all_reduce(std::span<float> values) = 0;
   virtual void all_reduce(std::span<double> values) = 0;
+  // Swaps `mine` for `peer`'s (which calls exchange with this rank at the same point).
+  virtual void exchange(int peer, std::span<const float> mine, std::span<float> theirs) = 0;
 };
 
 // The algorithm's own rules, offered to the topology for the current round.
@@ -120,7 +127,7 @@ using topology_factory = std::function<std::unique_ptr<topology>(const topology_
 
 // Adds (or replaces) a topology under `name`; safe to call from any thread before run_job.
 void register_topology(const std::string& name, topology_factory factory);
-// The registered names, sorted (the built-ins: hierarchical, local-sgd, parameter-server, ring).
+// The registered names, sorted (the built-ins: gossip, hierarchical, local-sgd, parameter-server, ring).
 std::vector<std::string> topology_names();
 // The topology `name` for `job`; an unknown name throws std::invalid_argument listing the
 // registered ones.
