@@ -252,7 +252,8 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
     throw std::invalid_argument("--gossip-graph: '" + job.topology_settings.gossip_graph + "' (expected ring|complete)");
   if (flags.count("group-size")) {
     job.topology_settings.group_size = flags["group-size"].as<int>();
-  } else if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); local && *local && local_workers > 0) {
+  } else if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
+             local && *local && local_workers > 0 && job.topology == "hierarchical") {
     // Between processes a group is one machine's workers.
     job.topology_settings.group_size = parse_local_world_size(local);
   }
