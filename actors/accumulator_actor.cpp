@@ -149,6 +149,7 @@ void finish_round(self_pointer self) {
   report.wait_seconds = s.wait_seconds;
   report.parameter_hash = r.parameter_hash;
   report.traffic = r.traffic;
+  report.consensus_distance = r.consensus_distance;
   report.consumed = s.consumed;
   report.state = std::move(r.state);
   report.kept = r.kept;

@@ -54,7 +54,8 @@ communicator_actor::behavior_type communicator_behavior(
             keep_step(s, *request.buffer, request.round);
             result.kept = true;
           }
-          if (s.hash_interval && request.round % s.hash_interval == 0)
+          if (s.topology) result.consensus_distance = s.topology->consensus_distance;
+          if (s.hash_interval && request.round % s.hash_interval == 0 && (!s.topology || s.topology->replicas_agree))
             result.parameter_hash = hash_parameters(*request.buffer);
           // The last round of an epoch or of a stopped job is where a checkpoint is due.
           if (request.snapshot || result.last_of_epoch) result.state = s.rule->snapshot();

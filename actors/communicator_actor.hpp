@@ -6,6 +6,7 @@
 #include "actors/elastic_state.hpp"
 #include "actors/messages.hpp"
 #include "actors/algorithm.hpp"
+#include "actors/topology_rule.hpp"
 #include "actors/update_rule.hpp"
 
 #include <atomic>
@@ -18,6 +19,8 @@ struct communicator_setup {
   // Shared with the process that built it, which may interrupt() it from another thread.
   std::shared_ptr<transport> link;
   std::unique_ptr<update_rule> rule;
+  // What the rule's topology says after each round (null: replicas always agree).
+  std::shared_ptr<const topology_status> topology;
   std::uint64_t hash_interval = 1;  // rounds between parameter hashes (0: never)
   // Emulated crash (elastic tests and demos): at the start of `crash_round` this worker's
   // transport dies, mid-round for its peers.

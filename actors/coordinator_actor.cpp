@@ -34,6 +34,8 @@ struct round_progress {
   std::vector<rule_state> states;    // every worker's, when a checkpoint is due
   std::uint64_t fewest_consumed = ~0ull;
   bool kept = false;
+  double consensus_distance = -1;
+  std::vector<std::uint64_t> staleness;  // summed over the reports
 };
 
 struct coordinator_state {
@@ -116,7 +118,10 @@ void flush_steps(self_pointer self) {
                              {"micro_batches", m.micro_batches},
                              {"workers", m.workers},
                              {"epoch", m.epoch}};
+      line["bytes"] = m.bytes_sent;
       if (m.eval_loss >= 0) line["eval_loss"] = m.eval_loss;
+      if (m.consensus_distance >= 0) line["consensus_distance"] = m.consensus_distance;
+      if (!m.staleness.empty()) line["staleness"] = m.staleness;
       s.metrics << line.dump() << '\n' << std::flush;
     }
     if (s.setup.on_step) s.setup.on_step(m);
@@ -213,6 +218,8 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
   const double step_seconds = std::chrono::duration<double>(now - s.last_step).count();
   m.items = progress.global.items;
   m.items_per_second = step_seconds > 0 ? m.items / step_seconds : 0;
+  m.consensus_distance = progress.consensus_distance;
+  m.staleness = progress.staleness;
   m.bits_per_parameter = 8.0 * s.step_bytes / s.setup.workers / static_cast<double>(s.setup.parameter_count);
   m.hidden_fraction = s.step_communication > 0
                           ? std::clamp(1.0 - s.step_wait / s.step_communication, 0.0, 1.0)
@@ -267,6 +274,9 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         }
         if (report.parameters) progress.parameters = std::move(report.parameters);
         progress.kept = progress.kept || report.kept;
+        progress.consensus_distance = std::max(progress.consensus_distance, report.consensus_distance);
+        if (progress.staleness.size() < report.staleness.size()) progress.staleness.resize(report.staleness.size());
+        for (std::size_t k = 0; k < report.staleness.size(); ++k) progress.staleness[k] += report.staleness[k];
         if (report.parameter_hash) {
           if (progress.hash_rank < 0) {
             progress.hash = report.parameter_hash;

@@ -46,6 +46,11 @@ std::vector<std::pair<std::string, std::string>> parse(const std::string& finger
   return settings;
 }
 
+// A topology's own setting, or "(unused)" where the job's topology does not read it.
+std::string used_by(const job_config& c, const char* topology, std::string value) {
+  return c.topology == topology ? value : "(unused)";
+}
+
 }  // namespace
 
 std::uint64_t data_hash(const dataset& data) {
@@ -67,6 +72,14 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--model", prototype.signature()},
       {"--data", train.describe() + ", content hash " + hex(data_hash(train))},
       {"--algo", c.algorithm},
+      {"--topology", c.topology},
+      // A topology's own settings only where it reads them (a joiner need not repeat the others).
+      {"--group-size", used_by(c, "hierarchical", std::to_string(c.topology_settings.group_size))},
+      {"--local-steps", used_by(c, "local-sgd", std::to_string(c.topology_settings.local_steps))},
+      {"--outer-lr", used_by(c, "local-sgd", number(c.topology_settings.outer_learning_rate))},
+      {"--outer-momentum", used_by(c, "local-sgd", number(c.topology_settings.outer_momentum))},
+      {"--gossip-rate", used_by(c, "gossip", number(c.topology_settings.gossip_rate))},
+      {"--gossip-graph", used_by(c, "gossip", c.topology_settings.gossip_graph)},
       {"--steps", std::to_string(c.steps)},
       {"--micro-batch", std::to_string(c.micro_batch)},
       {"--accumulation", std::to_string(c.accumulation)},

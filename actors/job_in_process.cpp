@@ -4,6 +4,7 @@
 
 #include "actors/job_plan.hpp"
 #include "actors/job_runners.hpp"
+#include "actors/parameter_server.hpp"
 #include "actors/scope_exit.hpp"
 #include "actors/worker_spawn.hpp"
 #include "transport/inproc.hpp"
@@ -16,6 +17,28 @@
 
 namespace accord {
 namespace {
+
+parameter_server_setup parameter_server_for(const job_plan& plan, const model& prototype,
+                                            std::shared_ptr<const dataset> train, const job_config& config,
+                                            coordinator_actor coordinator) {
+  parameter_server_setup s;
+  s.workers = config.workers;
+  s.prototype = &prototype;
+  s.train = std::move(train);
+  s.micro_batch = config.micro_batch;
+  s.accumulation = config.accumulation;
+  s.steps = config.steps;
+  s.data_position = plan.data_position;
+  s.speed_factors = config.speed_factors;
+  s.max_staleness = config.topology_settings.max_staleness;
+  s.link = link_model::parse(config.link);
+  s.optimizer = plan.optimizer;
+  s.schedule = plan.schedule;
+  s.initial = plan.initial;
+  s.eval_interval = config.eval_interval;
+  s.coordinator = std::move(coordinator);
+  return s;
+}
 
 // One epoch of an in-process job: a fixed worker set from `state` (or the start, or
 // config.resume_path) to config.steps. With `keep_state`, every step's state is handed to it;
@@ -30,7 +53,10 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
   const job_plan plan = plan_job(prototype, *train, config, state);
   const int workers = config.workers;
   size_blas(config, workers);
-  inproc_fabric fabric(workers, link_model::parse(config.link));
+  const link_model inside = link_model::parse(config.link);
+  const std::string& across = config.topology_settings.inter_link;
+  inproc_fabric fabric(workers, link_layout{inside, across.empty() ? inside : link_model::parse(across),
+                                            plan.topo->group_size() > 1 ? plan.topo->group_size() : 0});
   // After a failure every transport throws, so no communicator stays blocked in a collective.
   auto fail_everyone = [&fabric, workers] {
     for (int rank = 0; rank < workers; ++rank) fabric.fail(rank);
@@ -47,9 +73,11 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
   {
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
+    std::unique_ptr<parameter_server_run> servers;  // the parameter-server topology's, instead of rounds
     const scope_exit stop_on_exception([&](bool unwinding) {
       if (!unwinding) return;
       fail_everyone();  // no communicator may stay blocked in a collective
+      if (servers) servers->stop();
       release_apps();
       local.shut_down(self);
     });
@@ -74,12 +102,17 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
     setup.on_step = std::move(on_step);
     setup.epoch = epoch;
     setup.append_metrics = setup.append_metrics || epoch > 1;  // the file continues the earlier epochs'
-    setup.abort = fail_everyone;
+    setup.abort = [&] {
+      fail_everyone();
+      if (servers) servers->stop();
+    };
     setup.result = result;
     if (keeps_state) setup.on_checkpoint = keep;
     auto coordinator = local.keep(spawn_coordinator_actor(system, std::move(setup)));
     std::vector<accumulator_actor> accumulators;
-    for (int rank = 0; rank < workers; ++rank) {
+    if (is_parameter_server(*plan.topo))
+      servers = std::make_unique<parameter_server_run>(system, parameter_server_for(plan, prototype, train, config, coordinator));
+    for (int rank = 0; rank < workers && !servers; ++rank) {
       std::function<void()> crash;
       if (crash_after_step && rank == workers - 1)
         crash = [&fabric, &crash_gate, rank] {
@@ -99,6 +132,13 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
       accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, std::move(spec)).accumulator);
     }
     failure = run_to_end(system, self, accumulators, coordinator);
+    if (servers) {
+      if (failure) servers->stop();
+      else local.final_parameters = servers->finish();
+      local.state_bytes = servers->state_bytes();
+      local.workers = workers;
+      servers.reset();
+    }
     if (failure) fail_everyone();
     release_apps();
     local.shut_down(self);
@@ -144,6 +184,9 @@ job_result run_job_in_process(const model& prototype, std::shared_ptr<const data
   require_worker_memory(prototype, most_at_once);
   require(apps.empty() || (apps.size() == static_cast<std::size_t>(config.workers) && config.membership.empty()),
           "an app-driven job in one process has a fixed worker set (no membership changes)");
+  const auto topo = job_topology(config, find_algorithm(config.algorithm), prototype, false);  // before the first epoch
+  require(apps.empty() || !is_parameter_server(*topo),
+          "--topology parameter-server runs its own workers (not app-driven ones)");
   if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step), apps);
 
   // Elastic: one epoch per worker set, each continuing from the state the previous one left.

@@ -84,8 +84,17 @@ optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
   return o;
 }
 
+std::shared_ptr<const topology> job_topology(const job_config& config, const algorithm& algo, const model& prototype,
+                                             bool elastic) {
+  return make_topology(config.topology,
+                       {algo.name, algo.pipe == pipeline::synchronous, algo.aggregate == aggregation::sharded_optimizer,
+                        config.workers, config.steps, config.seed, prototype.parameter_count(),
+                        !config.checkpoint_path.empty() || !config.resume_path.empty(),
+                        elastic || !config.membership.empty(), config.topology_settings});
+}
+
 job_plan plan_job(const model& prototype, const dataset& train, const job_config& config,
-                  const checkpoint* state) {
+                  const checkpoint* state, bool elastic) {
   validate(config);
   job_plan plan;
   plan.data_hash = data_hash(train);
@@ -104,6 +113,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
                                 ? plan.precision.real
                                 : parse_wire_precision(config.estimate_precision, "estimate precision");
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
+  plan.topo = job_topology(config, *plan.algo, prototype, elastic || state);
   require(plan.algo->aggregate != aggregation::registered ||
               (!state && config.checkpoint_path.empty() && config.resume_path.empty() && config.membership.empty()),
           "algorithm " + plan.algo->name + " (a registered rule) keeps no checkpointable state: checkpoints, resumes "

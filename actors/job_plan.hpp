@@ -6,6 +6,7 @@
 #include "actors/checkpoint.hpp"
 #include "actors/elastic_state.hpp"
 #include "actors/update_rule.hpp"
+#include "actors/topology_rule.hpp"
 #include "optim/schedule.hpp"
 
 #include <accord/job.hpp>
@@ -48,6 +49,7 @@ struct job_plan {
   std::optional<checkpoint> resume;        // where the optimizer state comes from, when resuming
   std::uint64_t data_hash = 0;             // of the training data, recorded in checkpoints
   round_precision precision;
+  std::shared_ptr<const topology> topo;    // who exchanges with whom (job_config::topology)
 
   bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
   // The same job continued from `parameters` after `steps` steps, at `position` in the data
@@ -58,6 +60,7 @@ struct job_plan {
     next.optimizer = optimizer;
     next.schedule = schedule;
     next.precision = precision;
+    next.topo = topo;
     next.rounds = rounds;
     next.first_round = rounds_for_steps(algo->pipe, steps);
     next.data_position = position;
@@ -85,9 +88,14 @@ struct job_plan {
   }
 };
 
+// The job's topology (job_config::topology), which refuses a job it cannot run. `elastic`:
+// workers may come and go.
+std::shared_ptr<const topology> job_topology(const job_config& config, const algorithm& algo, const model& prototype,
+                                             bool elastic);
+
 // `state`: continue from this in-memory checkpoint (a membership change) instead of
-// config.resume_path.
+// config.resume_path. `elastic`: workers may come and go between processes.
 job_plan plan_job(const model& prototype, const dataset& train, const job_config& config,
-                  const checkpoint* state = nullptr);
+                  const checkpoint* state = nullptr, bool elastic = false);
 
 }  // namespace accord

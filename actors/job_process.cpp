@@ -6,6 +6,7 @@
 #include "actors/job_runners.hpp"
 #include "actors/master_port_guard.hpp"
 #include "actors/membership_actor.hpp"
+#include "actors/parameter_server.hpp"
 #include "actors/fingerprint.hpp"
 #include "actors/scope_exit.hpp"
 #include "actors/transport_rendezvous.hpp"
@@ -180,7 +181,8 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
   require(group.transport == "ucx" || group.transport == "nccl",
           "unknown transport '" + group.transport + "' (expected ucx|nccl)");
   require_worker_memory(prototype, 1);
-  const job_plan origin = plan_job(prototype, *train, config);
+  const job_plan origin = plan_job(prototype, *train, config, nullptr, group.elastic || group.join);
+  require(!is_parameter_server(*origin.topo), "--topology parameter-server runs in one process only");
   const bool master = !group.join && group.rank == 0;
   if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
   size_blas(config, 1);

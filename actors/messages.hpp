@@ -82,6 +82,7 @@ struct round_result {
   rule_state state;             // present when the request asked for a snapshot
   bool kept = false;            // this step's state was kept (elastic jobs)
   bool last_of_epoch = false;   // a membership change ends the epoch after this round
+  double consensus_distance = -1;  // the topology's, when it measured one this round
 };
 
 // What the accumulator tells the coordinator after each round.
@@ -99,6 +100,8 @@ struct round_report {
   rule_state state;             // present when a checkpoint is due
   bool kept = false;            // the worker kept this step's state (elastic jobs)
   tensor parameters;            // set by rank 0 for evaluations, checkpoints and the end
+  double consensus_distance = -1;  // the topology's, when it measured one this round
+  std::vector<std::uint64_t> staleness;  // parameter server: histogram of the step's applied gradients
 };
 
 struct worker_failure {
@@ -131,7 +134,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_report& x) {
   return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
            x.compute_seconds, x.communication_seconds, x.wait_seconds, x.parameter_hash, x.traffic,
-           x.consumed, x.state, x.kept);
+           x.consumed, x.state, x.kept, x.consensus_distance, x.staleness);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {

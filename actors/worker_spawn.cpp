@@ -6,6 +6,7 @@
 #include "actors/communicator_actor.hpp"
 #include "actors/compute_actor.hpp"
 #include "actors/membership_actor.hpp"
+#include "transport/hierarchical.hpp"
 
 #include <cblas.h>
 
@@ -71,9 +72,16 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   compute->app = spec.app;
   if (spec.app) spec.app->open();
   auto communication = std::make_shared<communicator_setup>();
-  communication->link = std::move(spec.link);
-  communication->rule = plan.algo->make_rule(
-      rule_inputs{plan.optimizer, plan.initial, workers, rank, plan.precision, spec.state ? &*spec.state : nullptr});
+  const int group_size = plan.topo->group_size();
+  communication->link = group_size > 1 ? std::shared_ptr<transport>(make_hierarchical_transport(spec.link, group_size))
+                                       : std::move(spec.link);
+  auto status = std::make_shared<topology_status>();
+  communication->rule = make_topology_rule(
+      plan.topo->make_worker(rank, plan.initial),
+      plan.algo->make_rule(rule_inputs{plan.optimizer, plan.initial, workers, rank, plan.precision,
+                                       spec.state ? &*spec.state : nullptr}),
+      plan.optimizer, plan.schedule.total_steps, status);
+  communication->topology = std::move(status);
   communication->hash_interval = config.replica_check_interval;
   communication->crash = std::move(spec.crash);
   communication->crash_round = spec.crash_round;

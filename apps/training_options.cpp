@@ -6,9 +6,11 @@
 #include "models/gpt.hpp"
 #include "models/memory.hpp"
 #include "models/mlp.hpp"
+#include "transport/link_model.hpp"
 #include "transport/wire_precision.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 
@@ -42,6 +44,13 @@ std::vector<double> parse_speed_factors(const std::string& list) {
   const number_range<double> factors{1, slowest_speed};
   return parse_list<double>("--speed", list, factors.describe() + " (e.g. 1,1,1,4)",
                             [&](const std::string& item) { return factors.parse(item); });
+}
+
+int parse_local_world_size(const std::string& text) {
+  const number_range<int> sizes{1, most_workers};
+  const std::optional<int> size = sizes.parse(text);
+  if (!size) throw std::invalid_argument("LOCAL_WORLD_SIZE='" + text + "' is not " + sizes.describe());
+  return *size;
 }
 
 std::vector<int> parse_sizes(const std::string& flag, const std::string& list) {
@@ -146,6 +155,27 @@ void add_training_options(po::options_description& options, const job_config& d)
   options.add_options()
       ("algo", po::value<std::string>()->default_value(d.algorithm),
        "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion")
+      ("topology", po::value<std::string>()->default_value(d.topology),
+       "who exchanges with whom, when, and how results merge: ring (the algorithm's rounds over every worker) | "
+       "local-sgd (--local-steps inner steps, then an outer Nesterov step) | hierarchical (groups of --group-size) | "
+       "parameter-server (sharded servers, workers push and pull without a barrier, --max-staleness) | "
+       "gossip (pairwise averaging at --gossip-rate over --gossip-graph)")
+      ("local-steps", number_flag<std::uint64_t>(1, most, d.topology_settings.local_steps),
+       "local-sgd: inner optimizer steps per worker between outer steps (H)")
+      ("outer-lr", number_flag(number_range<float>{0, most_learning_rate, true}, d.topology_settings.outer_learning_rate),
+       "local-sgd: outer learning rate on the averaged pseudo-gradient")
+      ("outer-momentum", number_flag(0.0f, 1.0f, d.topology_settings.outer_momentum),
+       "local-sgd: outer Nesterov momentum (0: plain outer SGD)")
+      ("max-staleness", number_flag<std::uint64_t>(0, most, d.topology_settings.max_staleness),
+       "parameter-server: pushes a worker may run ahead of the slowest (0: synchronous rounds, as ddp)")
+      ("gossip-rate", number_flag(0.0, 1000.0, d.topology_settings.gossip_rate),
+       "gossip: averaging events per worker and step (Poisson rate; 0: none until the final average)")
+      ("gossip-graph", po::value<std::string>()->default_value(d.topology_settings.gossip_graph),
+       "gossip: who averages with whom: ring (neighbours) | complete (random pairs)")
+      ("group-size", number_flag(1, most_workers),
+       "hierarchical: workers per group, consecutive ranks (default between processes: LOCAL_WORLD_SIZE)")
+      ("inter-link", po::value<std::string>(),
+       "hierarchical, in one process: emulated link between groups (default: as --link, which is the link inside a group)")
       ("workers", number_flag(1, most_workers, d.workers), "data-parallel workers")
       ("speed", po::value<std::string>(),
        "per-worker slowdown factors in [1, 1000], e.g. 1,1,1,4 (emulates heterogeneous hardware)")
@@ -206,6 +236,31 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   job_config& job = setup.job;
   job.algorithm = flags["algo"].as<std::string>();
   job.workers = flags["workers"].as<int>();
+  job.topology = flags["topology"].as<std::string>();
+  if (const auto names = topology_names(); std::find(names.begin(), names.end(), job.topology) == names.end()) {
+    std::string known;
+    for (const auto& name : names) known += (known.empty() ? "" : "|") + name;
+    throw std::invalid_argument("--topology: '" + job.topology + "' (expected " + known + ")");
+  }
+  job.topology_settings.local_steps = flags["local-steps"].as<std::uint64_t>();
+  job.topology_settings.outer_learning_rate = flags["outer-lr"].as<float>();
+  job.topology_settings.outer_momentum = flags["outer-momentum"].as<float>();
+  job.topology_settings.max_staleness = flags["max-staleness"].as<std::uint64_t>();
+  job.topology_settings.gossip_rate = flags["gossip-rate"].as<double>();
+  job.topology_settings.gossip_graph = flags["gossip-graph"].as<std::string>();
+  if (job.topology_settings.gossip_graph != "ring" && job.topology_settings.gossip_graph != "complete")
+    throw std::invalid_argument("--gossip-graph: '" + job.topology_settings.gossip_graph + "' (expected ring|complete)");
+  if (flags.count("group-size")) {
+    job.topology_settings.group_size = flags["group-size"].as<int>();
+  } else if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
+             local && *local && local_workers > 0 && job.topology == "hierarchical") {
+    // Between processes a group is one machine's workers.
+    job.topology_settings.group_size = parse_local_world_size(local);
+  }
+  if (flags.count("inter-link")) {
+    job.topology_settings.inter_link = flags["inter-link"].as<std::string>();
+    link_model::parse(job.topology_settings.inter_link);  // a bad spec names itself
+  }
   if (flags.count("speed")) job.speed_factors = parse_speed_factors(flags["speed"].as<std::string>());
   job.steps = flags["steps"].as<std::uint64_t>();
   job.micro_batch = flags["micro-batch"].as<std::size_t>();
@@ -305,6 +360,15 @@ void warn_ignored_training_flags(const po::variables_map& flags, const std::stri
       warn_ignored(flags, program, {{flag, "with --model mlp"}});
   }
   if (flags["algo"].as<std::string>() != "dpu") warn_ignored(flags, program, {{"dpu-warmup", "without --algo dpu"}});
+  const std::string topology = flags["topology"].as<std::string>();
+  if (topology != "local-sgd")
+    for (const char* flag : {"local-steps", "outer-lr", "outer-momentum"})
+      warn_ignored(flags, program, {{flag, "without --topology local-sgd"}});
+  if (topology != "gossip")
+    for (const char* flag : {"gossip-rate", "gossip-graph"}) warn_ignored(flags, program, {{flag, "without --topology gossip"}});
+  if (topology != "parameter-server") warn_ignored(flags, program, {{"max-staleness", "without --topology parameter-server"}});
+  if (topology != "hierarchical")
+    for (const char* flag : {"group-size", "inter-link"}) warn_ignored(flags, program, {{flag, "without --topology hierarchical"}});
   if (flags["schedule"].as<std::string>() != "cosine")
     warn_ignored(flags, program, {{"min-lr-ratio", "without --schedule cosine"}});
 }

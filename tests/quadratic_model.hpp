@@ -1,6 +1,6 @@
 #pragma once
-// A model and a data set whose every update can be checked by hand (tests of the pipeline and
-// of app-driven workers).
+// A quadratic model and a dataset of fixed waves, whose gradients make every update of an
+// algorithm, topology or app-driven worker checkable by hand (shared by the actor, topology and worker tests).
 #include <accord/model.hpp>
 
 #include <algorithm>

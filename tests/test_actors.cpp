@@ -8,6 +8,7 @@
 #include "quadratic_model.hpp"
 #include "data/text.hpp"
 #include "models/gpt.hpp"
+#include "quadratic_model.hpp"
 #include "transport/wire_precision.hpp"
 
 #include <zlib.h>

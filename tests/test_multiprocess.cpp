@@ -21,6 +21,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -60,6 +61,28 @@ TEST_CASE("3 processes over UCX give the same parameters as 3 in-process workers
     const auto a = read_all(launched), b = read_all(inproc);
     REQUIRE(a.size() > 0);
     CHECK(a == b);  // bit-identical: the same ring collectives over another transport
+  }
+}
+
+TEST_CASE("topologies over UCX between 3 processes give the same parameters as in one process") {
+  const std::vector<std::pair<std::string, std::string>> topologies = {
+      {"local_sgd", " --algo ddp --topology local-sgd --local-steps 2 --steps 5"},
+      {"gossip", " --algo ddp --topology gossip --gossip-graph complete --gossip-rate 2 --steps 4"},
+      {"hierarchical", " --algo ddp --topology hierarchical --group-size 2 --steps 3"},
+      {"hierarchical_vote", " --algo dlion-mavo --topology hierarchical --group-size 2 --steps 3"},
+  };
+  for (const auto& [name, flags] : topologies) {
+    CAPTURE(name);
+    const std::string launched = "multiprocess_" + name + "_launched.f32", inproc = "multiprocess_" + name + "_inproc.f32";
+    const run_output distributed = run(launch + "-n 3 -- " + train + flags + train_flags + " --save-parameters " + launched);
+    INFO(distributed.text);
+    REQUIRE(distributed.status == 0);
+    CHECK(distributed.text.find("replicas identical") != std::string::npos);
+    const run_output local = run(train + " --workers 3" + flags + train_flags + " --save-parameters " + inproc);
+    REQUIRE(local.status == 0);
+    const auto a = read_all(launched), b = read_all(inproc);
+    REQUIRE(a.size() > 0);
+    CHECK(a == b);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "transport/link_model.hpp"
 #include "transport/sign_vote.hpp"
 #include "transport/wire_precision.hpp"
+#include "transport/hierarchical.hpp"
 #include "transport_conformance.hpp"
 
 using namespace accord;
@@ -33,6 +34,34 @@ TEST_CASE("inproc transport conformance, 2 gbit/s and 20 us link") {
     return inproc_fabric(world, link_model::parse("2gbit,20us"), 60s).endpoints();
   });
 }
+
+namespace {
+
+// Worlds whose collectives run in groups of `group` (the last one short when it does not
+// divide), inside and across over different links. Their traffic differs from a ring's by
+// design, so the conformance suite's traffic subcases do not apply.
+testing::transport_factory hierarchical_world(int group) {
+  return [group](int world) {
+    inproc_fabric fabric(world, link_layout{link_model::parse("2gbit,20us"), link_model::parse("1gbit,50us"), group}, 60s);
+    testing::world_endpoints grouped;
+    for (auto& flat : fabric.endpoints()) grouped.push_back(make_hierarchical_transport(std::move(flat), group));
+    return grouped;
+  };
+}
+
+void check_hierarchical(int group) {
+  const testing::transport_factory make = hierarchical_world(group);
+  SUBCASE("point to point") { testing::check_point_to_point(make); }
+  SUBCASE("reductions: exact sums, bit-identical on every rank") { testing::check_reductions(make); }
+  SUBCASE("sign votes: the flat vote's majority, ties and counts") { testing::check_sign_votes(make); }
+  SUBCASE("peer failure") { testing::check_peer_failure(make); }
+  SUBCASE("interrupt") { testing::check_interrupt(make); }
+}
+
+}  // namespace
+
+TEST_CASE("hierarchical collectives in groups of 2 pass the conformance suite") { check_hierarchical(2); }
+TEST_CASE("hierarchical collectives in groups of 3 pass the conformance suite") { check_hierarchical(3); }
 
 TEST_CASE("link_model::parse reads bandwidth and latency") {
   const auto check = [](const char* spec, double bytes_per_second, double seconds) {

@@ -28,8 +28,8 @@ struct inproc_hub {
     std::map<std::pair<int, std::uint64_t>, std::deque<message>> queues;
   };
 
-  inproc_hub(int world, link_model link, std::chrono::milliseconds receive_timeout)
-      : world(world), link(link), receive_timeout(receive_timeout), mailboxes(world), states(world),
+  inproc_hub(int world, link_layout links, std::chrono::milliseconds receive_timeout)
+      : world(world), links(links), receive_timeout(receive_timeout), mailboxes(world), states(world),
         handed_out(world, false) {
     for (auto& box : mailboxes) box = std::make_unique<mailbox>();
   }
@@ -55,7 +55,7 @@ struct inproc_hub {
   rank_state state(int rank) const { return states[rank].load(); }
 
   const int world;
-  const link_model link;
+  const link_layout links;
   const std::chrono::milliseconds receive_timeout;
   std::vector<std::unique_ptr<mailbox>> mailboxes;
   std::vector<std::atomic<rank_state>> states;
@@ -75,14 +75,19 @@ std::string down_reason(rank_state state) {
 
 }  // namespace
 
-inproc_fabric::inproc_fabric(int world, link_model link, std::chrono::milliseconds receive_timeout) {
+inproc_fabric::inproc_fabric(int world, link_model link, std::chrono::milliseconds receive_timeout)
+    : inproc_fabric(world, link_layout{link, link, 0}, receive_timeout) {}
+
+inproc_fabric::inproc_fabric(int world, link_layout links, std::chrono::milliseconds receive_timeout) {
   if (world < 1) throw std::invalid_argument("inproc_fabric: world size " + std::to_string(world) + " is not positive");
-  hub_ = std::make_shared<detail::inproc_hub>(world, link, receive_timeout);
+  if (links.group_size < 0)
+    throw std::invalid_argument("inproc_fabric: group size " + std::to_string(links.group_size) + " is negative");
+  hub_ = std::make_shared<detail::inproc_hub>(world, links, receive_timeout);
 }
 
 int inproc_fabric::size() const { return hub_->world; }
 
-const link_model& inproc_fabric::link() const { return hub_->link; }
+const link_model& inproc_fabric::link() const { return hub_->links.inside; }
 
 std::unique_ptr<inproc_transport> inproc_fabric::endpoint(int rank) {
   if (rank < 0 || rank >= hub_->world)
@@ -139,9 +144,12 @@ void inproc_transport::send(int peer, std::uint64_t tag, std::span<const std::by
   check_peer(peer, "send to");
   // The sender's link serialises its messages; the receiver sees the wire time, the sender
   // does not wait (a buffered NIC).
+  const bool across = hub_->links.crosses_groups(rank_, peer);
+  const link_model& link = across ? hub_->links.across : hub_->links.inside;
+  clock::time_point& free = across ? across_link_free_ : link_free_;
   const clock::time_point now = clock::now();
-  link_free_ = std::max(now, link_free_) + hub_->link.wire_time(data.size());
-  detail::inproc_hub::message message{{data.begin(), data.end()}, link_free_ + hub_->link.latency()};
+  free = std::max(now, free) + link.wire_time(data.size());
+  detail::inproc_hub::message message{{data.begin(), data.end()}, free + link.latency()};
 
   auto& box = *hub_->mailboxes[peer];
   {

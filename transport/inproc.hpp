@@ -13,6 +13,19 @@
 
 namespace accord {
 
+// Links of a world in groups of `group_size` consecutive ranks: `inside` within a group,
+// `across` between groups, each rank with one outgoing link of each kind (group_size 0: one
+// group, every link `inside`).
+struct link_layout {
+  // No default: `inproc_fabric(world, {}, timeout)` keeps meaning an unlimited link_model.
+  link_layout(link_model inside, link_model across, int group_size)
+      : inside(inside), across(across), group_size(group_size) {}
+  link_model inside;
+  link_model across;
+  int group_size = 0;
+  bool crosses_groups(int from, int to) const { return group_size > 0 && from / group_size != to / group_size; }
+};
+
 namespace detail {
 struct inproc_hub;
 }
@@ -26,6 +39,9 @@ public:
   // tag; zero waits for ever.
   explicit inproc_fabric(int world, link_model link = {},
                          std::chrono::milliseconds receive_timeout = std::chrono::milliseconds::zero());
+  // A link model per edge: one inside groups, another between them.
+  inproc_fabric(int world, link_layout links,
+                std::chrono::milliseconds receive_timeout = std::chrono::milliseconds::zero());
 
   int size() const;
   const link_model& link() const;
@@ -74,8 +90,9 @@ private:
 
   std::shared_ptr<detail::inproc_hub> hub_;
   int rank_;
-  // This rank's outgoing link is busy until then (only this endpoint's thread sends on it).
-  clock::time_point link_free_{};
+  // This rank's outgoing links (inside its group, across groups) are busy until then (only this
+  // endpoint's thread sends on them).
+  clock::time_point link_free_{}, across_link_free_{};
   clock::time_point last_arrival_{};
   // Atomic so that a metrics thread may read stats() while the communicator sends.
   std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0};

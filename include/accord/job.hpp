@@ -3,6 +3,7 @@
 // communicator per worker; one coordinator). No CAF type appears here: an embedding app
 // supplies a model and data sets, picks an algorithm and a link, and gets metrics back.
 #include <accord/model.hpp>
+#include <accord/topology.hpp>
 #include <accord/update_rule.hpp>
 
 #include <atomic>
@@ -30,6 +31,11 @@ struct job_config {
   // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion, or a registered one
   // (include/accord/update_rule.hpp; algorithm_names() lists them).
   std::string algorithm = "acco";
+  // Who exchanges with whom, when, and how results merge (include/accord/topology.hpp):
+  // ring | local-sgd | hierarchical, or a name an app registered. ring: the algorithm's rounds
+  // over every worker.
+  std::string topology = "ring";
+  topology_options topology_settings;
   int workers = 4;
   // Per worker slowdown: a factor f makes a worker take f times its measured compute time
   // (emulates heterogeneous hardware). Empty: all 1.
@@ -123,6 +129,12 @@ struct step_metrics {
   double learning_rate = 0;        // the schedule's, at this step
   std::uint64_t bytes_sent = 0;    // by all workers for this step
   std::vector<worker_step> per_worker;  // by rank
+  // Topologies whose replicas differ (local-sgd between outer steps): sqrt(mean_i ‖θ_i − θ̄‖²)
+  // where measured this step (before merging), else -1.
+  double consensus_distance = -1;
+  // parameter-server: of the gradients applied in this step, how many were k updates stale
+  // (index k; empty for the other topologies).
+  std::vector<std::uint64_t> staleness;
 };
 
 struct job_result {

@@ -1,0 +1,136 @@
+#pragma once
+// Topologies: who exchanges with whom, when, and how the results merge. A topology is chosen
+// by name (job_config::topology); the built-ins (ring, local-sgd, hierarchical, gossip, and
+// parameter-server, which runs server actors of its own instead of rounds) are registered
+// through register_topology exactly as an embedding app registers its own. No CAF here.
+//
+// Per worker and round, a topology's worker gets its gradient sum and returns the parameters
+// the worker computes with next. It may call the algorithm's own aggregation over every worker
+// (`algorithm_rules::aggregate`, today's ring round), step the algorithm's optimizer on its own
+// copy without communicating (`local_step`), and use collectives over its peers. Grouping
+// (`topology::group_size`) reshapes every collective of the job: members of a group reduce
+// among themselves, then the group leaders across groups.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+// The built-in topologies' settings (job_config::topology_settings); a topology of an app may
+// read them too.
+struct topology_options {
+  // hierarchical: workers per group, consecutive ranks (0 is refused: the apps fill it from
+  // --group-size or, between processes, LOCAL_WORLD_SIZE).
+  int group_size = 0;
+  // hierarchical, in one process: the emulated link between groups (empty: as job_config::link,
+  // which then is the link inside a group).
+  std::string inter_link;
+  // local-sgd (DiLoCo): inner optimizer steps per worker between outer steps.
+  std::uint64_t local_steps = 1;
+  // local-sgd: the outer Nesterov step on the averaged pseudo-gradient θ_global − θ_worker.
+  float outer_learning_rate = 0.7f;
+  float outer_momentum = 0.9f;
+  // parameter-server: how many pushes a worker may run ahead of the slowest (stale synchronous
+  // parallel); 0: synchronous rounds, DDP's arithmetic.
+  std::uint64_t max_staleness = 0;
+  // gossip: pairwise averaging events per worker and step (a Poisson rate: each pair of the
+  // step's matching averages with probability 1 - exp(-rate)), over the graph ring | complete.
+  double gossip_rate = 1.0;
+  std::string gossip_graph = "ring";
+};
+
+// What a topology knows of the job it is asked to run.
+struct topology_job {
+  std::string algorithm;
+  bool synchronous = true;         // the algorithm's pipeline waits for each round (ddp, lion, dlion-*)
+  bool sharded_optimizer = true;   // its aggregation is reduce-scatter → optimizer → all-gather
+  int workers = 1;
+  std::uint64_t steps = 0;
+  std::uint64_t seed = 0;          // the job's (topologies draw their random choices from it)
+  std::size_t parameter_count = 0;
+  bool checkpoints = false;        // the job writes or resumes checkpoints
+  bool membership_changes = false; // workers come and go (elastic, in one process or between processes)
+  topology_options options;
+};
+
+// One round as a worker's topology sees it.
+struct topology_round {
+  std::uint64_t step = 0;           // the optimizer step the round belongs to (0-based)
+  std::uint64_t steps = 0;          // in the job
+  float learning_rate = 0;          // of this step (schedule applied)
+  double local_micro_batches = 0;   // in this worker's gradient sum
+  double global_micro_batches = 0;  // summed over every worker
+  bool estimate = false;            // ACCO's estimate round: commits no state
+};
+
+// This worker's peers: every worker calls the same collectives in the same order.
+class topology_peers {
+public:
+  virtual ~topology_peers() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sums over every worker in place, in a fixed order: every worker gets bit-identical values.
+  virtual void all_reduce(std::span<float> values) = 0;
+  virtual void all_reduce(std::span<double> values) = 0;
+  // Swaps `mine` for `peer`'s (which calls exchange with this rank at the same point).
+  virtual void exchange(int peer, std::span<const float> mine, std::span<float> theirs) = 0;
+};
+
+// The algorithm's own rules, offered to the topology for the current round.
+class algorithm_rules {
+public:
+  virtual ~algorithm_rules() = default;
+  // The algorithm's aggregation over every worker (the ring round): `buffer` holds this
+  // worker's gradient sum on entry and the new shared parameters on exit.
+  virtual void aggregate(std::span<float> buffer) = 0;
+  // One step of the algorithm's optimizer (its kind and hyper-parameters, this round's
+  // learning rate) on this worker's own full copy of the parameters, with its own state, from a
+  // mean gradient. No communication.
+  virtual void local_step(std::span<float> parameters, std::span<const float> mean_gradient) = 0;
+};
+
+// What a worker's topology reports for a round; the coordinator writes it to the metrics file.
+struct topology_report {
+  // sqrt(mean over workers of ‖θ_i − θ̄‖²) where the topology measured it this round, else -1.
+  double consensus_distance = -1;
+};
+
+class worker_topology {
+public:
+  virtual ~worker_topology() = default;
+  // `buffer`: this worker's gradient sum on entry, the parameters it computes with next on exit.
+  virtual void round(std::span<float> buffer, const topology_round& round, topology_peers& peers,
+                     algorithm_rules& rules, topology_report& report) = 0;
+  // Whether every worker holds the same parameters after step `step` (0-based): the replica
+  // check compares parameter hashes only then.
+  virtual bool replicas_agree(std::uint64_t step) const = 0;
+};
+
+// A topology for one job: made by its factory, which refuses a job it cannot run.
+class topology {
+public:
+  virtual ~topology() = default;
+  // Workers per group (consecutive ranks): every collective reduces inside groups first, then
+  // across the group leaders. 1: one flat ring.
+  virtual int group_size() const { return 1; }
+  // The worker of rank `rank`, starting from `initial` (every worker's initial parameters).
+  virtual std::unique_ptr<worker_topology> make_worker(int rank, std::span<const float> initial) const = 0;
+};
+
+// Makes the topology of a job, or throws std::invalid_argument with one line naming what does
+// not fit ("--topology local-sgd: ...").
+using topology_factory = std::function<std::unique_ptr<topology>(const topology_job&)>;
+
+// Adds (or replaces) a topology under `name`; safe to call from any thread before run_job.
+void register_topology(const std::string& name, topology_factory factory);
+// The registered names, sorted (the built-ins: gossip, hierarchical, local-sgd, parameter-server, ring).
+std::vector<std::string> topology_names();
+// The topology `name` for `job`; an unknown name throws std::invalid_argument listing the
+// registered ones.
+std::unique_ptr<topology> make_topology(const std::string& name, const topology_job& job);
+
+}  // namespace accord

@@ -1,0 +1,291 @@
+// Topologies behind include/accord/topology.hpp: the registry, the ring as today's rounds, an
+// app's own topology, local SGD (DiLoCo) against DDP.
+#include <doctest/doctest.h>
+
+#include <accord/job.hpp>
+#include <accord/topology.hpp>
+
+#include "quadratic_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+using namespace accord;
+using accord::testing::quadratic;
+using accord::testing::waves;
+
+namespace {
+
+constexpr std::size_t dim = 64;
+
+// Plain synchronous SGD with momentum on a quadratic, a fixed number of micro-batches per round.
+job_config sgd_job(int workers, std::uint64_t steps) {
+  job_config job;
+  job.algorithm = "ddp";
+  job.workers = workers;
+  job.steps = steps;
+  job.micro_batch = 3;
+  job.accumulation = 2;
+  job.max_accumulation = 2;
+  job.optimizer = "sgd";
+  job.learning_rate = 0.05f;
+  job.beta1 = 0.9f;
+  job.weight_decay = 0.01f;
+  job.eval_examples = 3;
+  job.eval_interval = 0;
+  return job;
+}
+
+job_result run_quadratic(const job_config& job) {
+  quadratic net(dim);
+  auto data = std::make_shared<waves>(dim);
+  return run_job(net, data, data, job);
+}
+
+double worst_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  return worst;
+}
+
+std::string refusal(const job_config& job) {
+  try {
+    run_quadratic(job);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+// An app's topology that calls the algorithm's own round: the ring, written outside the library.
+class app_ring_worker final : public worker_topology {
+public:
+  void round(std::span<float> buffer, const topology_round&, topology_peers&, algorithm_rules& rules,
+             topology_report&) override {
+    rules.aggregate(buffer);
+  }
+  bool replicas_agree(std::uint64_t) const override { return true; }
+};
+
+// An app's topology that all-reduces the gradients itself and steps the optimizer on a full
+// copy everywhere (unsharded DDP).
+class app_allreduce_worker final : public worker_topology {
+public:
+  explicit app_allreduce_worker(std::span<const float> initial) : parameters_(initial.begin(), initial.end()) {}
+  void round(std::span<float> buffer, const topology_round& round, topology_peers& peers, algorithm_rules& rules,
+             topology_report&) override {
+    peers.all_reduce(buffer);
+    for (float& g : buffer) g /= static_cast<float>(round.global_micro_batches);
+    rules.local_step(parameters_, buffer);
+    std::copy(parameters_.begin(), parameters_.end(), buffer.begin());
+  }
+  bool replicas_agree(std::uint64_t) const override { return true; }
+
+private:
+  std::vector<float> parameters_;
+};
+
+template <class Worker>
+class app_topology final : public topology {
+public:
+  std::unique_ptr<worker_topology> make_worker(int, std::span<const float> initial) const override {
+    if constexpr (std::is_constructible_v<Worker, std::span<const float>>)
+      return std::make_unique<Worker>(initial);
+    else
+      return std::make_unique<Worker>();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("topologies are registered by name; an unknown name is refused listing them") {
+  const auto names = topology_names();
+  for (const char* builtin : {"ring", "local-sgd", "hierarchical", "parameter-server", "gossip"})
+    CHECK(std::find(names.begin(), names.end(), builtin) != names.end());
+  CHECK(job_config{}.topology == "ring");
+  job_config job = sgd_job(2, 2);
+  job.topology = "star";
+  const std::string why = refusal(job);
+  CHECK(why.find("unknown topology 'star'") != std::string::npos);
+  CHECK(why.find("gossip|hierarchical|local-sgd|parameter-server|ring") != std::string::npos);
+  CHECK_THROWS_AS(register_topology("", [](const topology_job&) { return std::unique_ptr<topology>(); }),
+                  std::invalid_argument);
+}
+
+TEST_CASE("an app's own topology plugs in through register_topology") {
+  register_topology("app-ring", [](const topology_job&) { return std::make_unique<app_topology<app_ring_worker>>(); });
+  register_topology("app-allreduce",
+                    [](const topology_job&) { return std::make_unique<app_topology<app_allreduce_worker>>(); });
+  const job_result ring = run_quadratic(sgd_job(3, 6));
+  job_config job = sgd_job(3, 6);
+  job.topology = "app-ring";
+  CHECK(run_quadratic(job).parameters == ring.parameters);  // the same round, bit for bit
+  job.topology = "app-allreduce";
+  const job_result mine = run_quadratic(job);
+  CHECK(worst_difference(mine.parameters, ring.parameters) < 1e-6);
+  CHECK(mine.replicas_identical);
+}
+
+TEST_CASE("local SGD with one inner step and an outer SGD of rate 1 without momentum is DDP") {
+  const job_result ddp = run_quadratic(sgd_job(3, 8));
+  job_config job = sgd_job(3, 8);
+  job.topology = "local-sgd";
+  job.topology_settings.local_steps = 1;
+  job.topology_settings.outer_learning_rate = 1.0f;
+  job.topology_settings.outer_momentum = 0.0f;
+  const job_result local = run_quadratic(job);
+  CHECK(worst_difference(local.parameters, ddp.parameters) < 1e-5);
+  for (std::size_t s = 0; s < ddp.steps.size(); ++s)
+    CHECK(local.steps[s].train_loss == doctest::Approx(ddp.steps[s].train_loss).epsilon(1e-5));
+  CHECK(local.replicas_identical);
+}
+
+TEST_CASE("local SGD: replicas drift between outer steps, agree after each, and the spread is reported") {
+  const std::string metrics = "test_topology_local_sgd.jsonl";
+  job_config job = sgd_job(4, 9);
+  job.topology = "local-sgd";
+  job.topology_settings.local_steps = 4;
+  job.replica_check_interval = 1;  // checked only where replicas agree (steps 4, 8 and the last)
+  job.metrics_path = metrics;
+  const job_result result = run_quadratic(job);
+  CHECK(result.replicas_identical);
+  REQUIRE(result.steps.size() == 9);
+  for (const auto& m : result.steps) {
+    CAPTURE(m.step);
+    const bool outer = m.step % 4 == 0 || m.step == 9;
+    CHECK((m.consensus_distance > 0) == outer);  // the workers' data differ, so their copies do
+    CHECK(m.bytes_sent > 0);  // the round's counts travel every step
+  }
+  std::ifstream in(metrics);
+  std::string line;
+  int with_distance = 0;
+  while (std::getline(in, line)) with_distance += line.find("\"consensus_distance\"") != std::string::npos;
+  CHECK(with_distance == 3);
+  std::remove(metrics.c_str());
+}
+
+TEST_CASE("local SGD refuses what it cannot run with one line") {
+  job_config job = sgd_job(2, 2);
+  job.topology = "local-sgd";
+  job.algorithm = "acco";
+  CHECK(refusal(job).find("--topology local-sgd: its inner steps use the optimizer of a synchronous") == 0);
+  job.algorithm = "dlion-mavo";
+  job.optimizer = "";
+  CHECK(refusal(job).find("not --algo dlion-mavo") != std::string::npos);
+  job = sgd_job(2, 2);
+  job.topology = "local-sgd";
+  job.checkpoint_path = "test_topology_never.ckpt";
+  CHECK(refusal(job).find("checkpoints are not supported") != std::string::npos);
+  job.checkpoint_path.clear();
+  job.membership = {{1, 1, false}};
+  CHECK(refusal(job).find("workers coming and going") != std::string::npos);
+  job.membership.clear();
+  job.topology_settings.outer_momentum = 1.0f;
+  CHECK(refusal(job).find("--outer-momentum") != std::string::npos);
+}
+
+TEST_CASE("hierarchical is the flat ring within float tolerance, and its votes are the flat votes exactly") {
+  job_config flat = sgd_job(5, 6);  // groups {0, 1}, {2, 3}, {4}
+  flat.link = "2gbit,20us";
+  job_config grouped = flat;
+  grouped.topology = "hierarchical";
+  grouped.topology_settings.group_size = 2;
+  grouped.topology_settings.inter_link = "1gbit,100us";
+  const job_result ring = run_quadratic(flat);
+  const job_result tree = run_quadratic(grouped);
+  CHECK(worst_difference(tree.parameters, ring.parameters) < 1e-5);
+  CHECK(tree.replicas_identical);
+  CHECK(tree.bytes_sent != ring.bytes_sent);  // other messages went: the collectives were grouped
+  for (const char* vote : {"dlion-mavo", "dlion-avg"}) {
+    CAPTURE(vote);
+    flat.algorithm = grouped.algorithm = vote;
+    flat.optimizer = grouped.optimizer = "";
+    flat.learning_rate = grouped.learning_rate = 0;
+    flat.beta1 = grouped.beta1 = std::nullopt;
+    CHECK(run_quadratic(grouped).parameters == run_quadratic(flat).parameters);
+  }
+  grouped.algorithm = "acco";  // overlapped pipelines' rounds go through the same collectives
+  CHECK(run_quadratic(grouped).replicas_identical);
+}
+
+TEST_CASE("hierarchical without a group size is refused with one line") {
+  job_config job = sgd_job(4, 2);
+  job.topology = "hierarchical";
+  CHECK(refusal(job).find("--topology hierarchical: needs a group size") == 0);
+}
+
+TEST_CASE("a parameter server with staleness 0 is DDP on the same data order") {
+  const job_result ddp = run_quadratic(sgd_job(3, 6));
+  job_config job = sgd_job(3, 6);
+  job.topology = "parameter-server";
+  job.eval_interval = 2;
+  const job_result served = run_quadratic(job);
+  CHECK(worst_difference(served.parameters, ddp.parameters) < 1e-5);
+  REQUIRE(served.steps.size() == ddp.steps.size());
+  for (std::size_t s = 0; s < ddp.steps.size(); ++s) {
+    CAPTURE(s);
+    CHECK(served.steps[s].train_loss == doctest::Approx(ddp.steps[s].train_loss).epsilon(1e-5));
+    CHECK(served.steps[s].staleness == std::vector<std::uint64_t>{3});  // every gradient fresh
+  }
+  CHECK(std::isfinite(served.final_eval_loss));
+}
+
+TEST_CASE("an asynchronous parameter server records every applied gradient's staleness") {
+  job_config job = sgd_job(3, 12);
+  job.topology = "parameter-server";
+  job.topology_settings.max_staleness = 2;
+  job.speed_factors = {1.0, 1.0, 3.0};
+  job.link = "1gbit,100us";
+  const job_result served = run_quadratic(job);
+  REQUIRE(served.steps.size() == 12);
+  std::uint64_t applied = 0;
+  for (const auto& m : served.steps)
+    for (std::uint64_t count : m.staleness) applied += count;
+  CHECK(applied == 12 * 3);  // a step is as many gradients as workers
+  CHECK(served.steps.back().train_loss < served.steps.front().train_loss);
+  for (float p : served.parameters) CHECK(std::isfinite(p));
+}
+
+TEST_CASE("the parameter server refuses what it cannot run with one line") {
+  job_config job = sgd_job(2, 2);
+  job.topology = "parameter-server";
+  job.algorithm = "acco";
+  CHECK(refusal(job).find("--topology parameter-server: servers step a sharded optimizer") == 0);
+  job.algorithm = "ddp";
+  job.checkpoint_path = "test_topology_never.ckpt";
+  CHECK(refusal(job).find("checkpoints are not supported") != std::string::npos);
+}
+
+TEST_CASE("gossip on a quadratic: averaging pulls the copies together, and the job ends at their mean") {
+  job_config job = sgd_job(4, 20);
+  job.topology = "gossip";
+  job.replica_check_interval = 1;
+  const auto spread_at_end = [&](const char* graph, double rate) {
+    job.topology_settings.gossip_graph = graph;
+    job.topology_settings.gossip_rate = rate;
+    const job_result result = run_quadratic(job);
+    CHECK(result.replicas_identical);  // the final average: one model
+    REQUIRE(result.steps.size() == 20);
+    for (std::size_t s = 0; s + 1 < result.steps.size(); ++s) CHECK(result.steps[s].consensus_distance < 0);
+    return result.steps.back().consensus_distance;
+  };
+  const double apart = spread_at_end("ring", 0.0);  // no gossip: local SGD without outer steps
+  CHECK(apart > 0);
+  for (const char* graph : {"ring", "complete"}) {
+    CAPTURE(graph);
+    const double together = spread_at_end(graph, 2.0);
+    MESSAGE(std::string(graph) << ": spread at the end " << together << " with gossip at rate 2, " << apart << " without");
+    CHECK(together < 0.5 * apart);
+    CHECK(spread_at_end(graph, 2.0) == together);  // the seed decides who gossips: deterministic
+  }
+  job.topology_settings.gossip_graph = "star";
+  CHECK(refusal(job).find("--gossip-graph: 'star'") == 0);
+  job.topology_settings.gossip_graph = "ring";
+  job.algorithm = "acco";
+  CHECK(refusal(job).find("--topology gossip: its inner steps") == 0);
+}
