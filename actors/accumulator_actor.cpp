@@ -152,6 +152,7 @@ void finish_round(self_pointer self) {
   report.consumed = s.consumed;
   report.state = std::move(r.state);
   report.kept = r.kept;
+  report.observations = r.observations;
   if (s.setup.wants_parameters(r.round) || r.last_of_epoch)  // the last round's are needed nowhere else
     report.parameters = last ? std::move(r.parameters) : make_tensor(*r.parameters, s.setup.meter);
   self->send(s.setup.coordinator, std::move(report));

@@ -50,6 +50,7 @@ communicator_actor::behavior_type communicator_behavior(
           result.round = request.round;
           result.global = global;
           result.last_of_epoch = global.changes > 0 && !request.estimate;
+          result.observations = s.rule->observations();
           if (s.keeper && (request.keep || result.last_of_epoch)) {
             keep_step(s, *request.buffer, request.round);
             result.kept = true;

@@ -313,6 +313,7 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
   setup.evaluator = std::move(evaluator);
   setup.defer_evaluation = config.defer_evaluation;
   setup.metrics_path = config.metrics_path;
+  setup.learning_rate = [schedule = plan.schedule](std::uint64_t step) { return learning_rate_at(schedule, step); };
   setup.append_metrics = plan.resume.has_value();  // a resumed job's file goes on
   setup.data_hash = plan.data_hash;
   setup.started = std::chrono::steady_clock::now() - plan.clock_before();

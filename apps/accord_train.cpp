@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <charconv>
+#include <cmath>
+#include <optional>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +54,19 @@ std::string format_megabytes(std::size_t bytes) {
 std::string format_loss(double loss) {
   char text[16];
   std::snprintf(text, sizeof text, "%.4f", loss);
+  return text;
+}
+
+// "42s", "3m07s", "2h05m": time left at the pace so far.
+std::string format_duration(double seconds) {
+  char text[32];
+  const long long whole = std::llround(std::max(0.0, seconds));
+  if (whole < 60)
+    std::snprintf(text, sizeof text, "%llds", whole);
+  else if (whole < 3600)
+    std::snprintf(text, sizeof text, "%lldm%02llds", whole / 60, whole % 60);
+  else
+    std::snprintf(text, sizeof text, "%lldh%02lldm", whole / 3600, whole / 60 % 60);
   return text;
 }
 
@@ -205,7 +220,9 @@ int main(int argc, char** argv) {
     double last_eval = -1;
     int last_workers = job.workers;
     bool resumed_reported = false;
+    std::optional<step_metrics> first_seen;  // the pace is measured from the first step this run saw
     auto progress = [&](const step_metrics& m) {
+          if (!first_seen) first_seen = m;
           // Between processes the membership actor's own lines tell of each change.
           if (m.workers != last_workers && log_interval && !place) {
             std::printf("membership: %d -> %d workers from step %llu\n", last_workers, m.workers,
@@ -220,11 +237,16 @@ int main(int argc, char** argv) {
           }
           const bool last = m.step == job.steps;
           if (!log_interval || (m.step % log_interval != 0 && m.step != 1 && !last)) return;
-          std::printf("step %5llu/%llu | loss %.4f | eval %s | %s %s/s | %.1f bits/param | hidden %3.0f%% | %.1fs\n",
+          const double steps_done = static_cast<double>(m.step - first_seen->step);
+          const std::string eta =
+              steps_done > 0 ? " | ETA " + format_duration((m.seconds - first_seen->seconds) / steps_done *
+                                                           static_cast<double>(job.steps - m.step))
+                             : "";
+          std::printf("step %5llu/%llu | loss %.4f | eval %s | %s %s/s | %.1f bits/param | hidden %3.0f%% | %.1fs%s\n",
                       static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(job.steps),
                       m.train_loss, last_eval >= 0 ? format_loss(last_eval).c_str() : "   -  ",
                       format_rate(m.items_per_second).c_str(), language_model ? "tok" : "img",
-                      m.bits_per_parameter, 100 * m.hidden_fraction, m.seconds);
+                      m.bits_per_parameter, 100 * m.hidden_fraction, m.seconds, eta.c_str());
           std::fflush(stdout);
         };
     job_result result;

@@ -141,6 +141,9 @@ void add_training_options(po::options_description& options, const job_config& d)
       "mlp: a Fashion-MNIST directory (default: " + std::string(default_fashion_mnist_directory) + ")";
   constexpr std::uint64_t most = most_steps;  // also the bound of intervals and warm-ups
   options.add_options()
+      ("config", po::value<std::string>(),
+       "read options from this file: 'name = value' lines, names as the flags without '--', '#' comments "
+       "(the command line wins)")
       ("algo", po::value<std::string>()->default_value(d.algorithm),
        "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion")
       ("workers", number_flag(1, most_workers, d.workers), "data-parallel workers")
@@ -190,7 +193,7 @@ void add_training_options(po::options_description& options, const job_config& d)
        "held-out examples per evaluation, the same set every time (gpt: windows of --context tokens)")
       ("replica-check", number_flag<std::uint64_t>(0, most, d.replica_check_interval),
        "compare parameter hashes of all replicas every this many rounds (0: never)")
-      ("metrics", po::value<std::string>(), "write one JSON line per step to this file")
+      ("metrics", po::value<std::string>(), "write one JSON line per step to this file (CSV when it ends in .csv)")
       ("checkpoint", po::value<std::string>(),
        "write parameters, optimizer state and data position to this file (at the end, and every --checkpoint-interval steps)")
       ("checkpoint-interval", number_flag<std::uint64_t>(0, most, d.checkpoint_interval),

@@ -95,6 +95,13 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+// Where one worker's time went during a step (seconds).
+struct worker_seconds {
+  double compute = 0;        // forward/backward
+  double communication = 0;  // its communicator busy with the step's rounds
+  double wait = 0;           // compute idle, waiting for a round
+};
+
 // One optimizer step as the coordinator saw it (also one line of the metrics file).
 struct step_metrics {
   std::uint64_t step = 0;
@@ -108,6 +115,13 @@ struct step_metrics {
   std::uint64_t micro_batches = 0; // summed over workers for this step
   int workers = 0;
   std::uint64_t epoch = 0;         // membership epoch (elastic jobs between processes)
+  double learning_rate = 0;        // of this step's update, after warm-up and schedule
+  // Of the mean gradient the step applied (sharded optimizers: the reduced gradient; sign votes,
+  // where none is formed: the root mean square of the workers' own mean gradients' norms).
+  double gradient_norm = 0;
+  // Sign votes: fraction of the workers' signs that the outcome took, averaged (-1: no vote).
+  double vote_agreement = -1;
+  std::vector<worker_seconds> per_worker;  // by rank
 };
 
 struct job_result {

@@ -1,0 +1,128 @@
+// Seeing a job: the metrics accord-train writes (JSON lines and CSV), --config files, and the
+// plots scripts/plot-metrics draws from a real metrics file.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "run_command.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string train = ACCORD_TRAIN_BINARY;
+// A job of a few steps that takes about a second.
+const std::string tiny = " --width 16 --heads 2 --layers 1 --context 8 --micro-batch 2 --eval-examples 16"
+                         " --link unlimited --log-interval 0 --blas-threads 1";
+
+struct scratch_dir {
+  fs::path path = fs::temp_directory_path() / ("accord_test_observe_" + std::to_string(::getpid()));
+  scratch_dir() { fs::create_directories(path); }
+  ~scratch_dir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::vector<nlohmann::json> json_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+}  // namespace
+
+TEST_CASE("metrics lines carry learning rate, gradient norm, vote agreement, per-worker times and epoch") {
+  const scratch_dir dir;
+  const std::string metrics = dir.file("ddp.jsonl");
+  const command_output ddp =
+      run_command(train + tiny + " --algo ddp --workers 2 --steps 4 --warmup 2 --metrics " + metrics);
+  REQUIRE_MESSAGE(ddp.status == 0, ddp.text);
+  const auto lines = json_lines(metrics);
+  REQUIRE(lines.size() == 4);
+  for (const auto& line : lines) {
+    CHECK(line["gradient_norm"].get<double>() > 0);
+    CHECK(std::isfinite(line["gradient_norm"].get<double>()));
+    CHECK(line["items"].get<double>() == 2 * 2 * 8);  // 2 workers x 2 examples x 8 tokens
+    CHECK(line.contains("epoch"));
+    CHECK_FALSE(line.contains("vote_agreement"));
+    for (const char* field : {"worker_compute_seconds", "worker_communication_seconds", "worker_wait_seconds"}) {
+      REQUIRE(line[field].size() == 2);
+      for (const auto& seconds : line[field]) CHECK(seconds.get<double>() >= 0);
+    }
+    CHECK(line["worker_compute_seconds"][0].get<double>() > 0);
+  }
+  // Linear warm-up over 2 steps to AdamW's 3e-3, then cosine down.
+  CHECK(lines[0]["learning_rate"].get<double>() < lines[1]["learning_rate"].get<double>());
+  CHECK(lines[1]["learning_rate"].get<double>() == doctest::Approx(3e-3));
+  CHECK(lines[3]["learning_rate"].get<double>() < lines[2]["learning_rate"].get<double>());
+
+  const std::string votes = dir.file("votes.jsonl");
+  const command_output lion = run_command(train + tiny + " --algo dlion-mavo --workers 3 --steps 2 --metrics " + votes);
+  REQUIRE_MESSAGE(lion.status == 0, lion.text);
+  for (const auto& line : json_lines(votes)) {
+    // Three voters: every majority holds at least two of them, so at least 2/3 of the signs agree.
+    CHECK(line["vote_agreement"].get<double>() >= 2.0 / 3.0);
+    CHECK(line["vote_agreement"].get<double>() <= 1.0);
+    CHECK(line["gradient_norm"].get<double>() > 0);
+  }
+}
+
+TEST_CASE("a metrics path ending in .csv gets a header row and one row per step") {
+  const scratch_dir dir;
+  const std::string metrics = dir.file("run.csv");
+  const command_output run = run_command(train + tiny + " --algo acco --workers 2 --steps 3 --metrics " + metrics);
+  REQUIRE_MESSAGE(run.status == 0, run.text);
+  const auto rows = lines_of(metrics);
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].rfind("step,train_loss,eval_loss,seconds,items,", 0) == 0);
+  const auto columns = [](const std::string& row) { return std::count(row.begin(), row.end(), ',') + 1; };
+  for (const auto& row : rows) CHECK(columns(row) == columns(rows[0]));
+  CHECK(rows[3].rfind("3,", 0) == 0);
+}
+
+TEST_CASE("--config fills in flags, the command line wins, and a bad file gets one line") {
+  const scratch_dir dir;
+  const std::string config = dir.file("job.ini");
+  const std::string metrics = dir.file("config.jsonl");
+  write_text(config, "# a small job\nalgo = ddp\nworkers = 2\nsteps = 5\nmetrics = " + metrics + "\n");
+  const command_output run = run_command(train + tiny + " --config " + config + " --steps 3");
+  REQUIRE_MESSAGE(run.status == 0, run.text);
+  CHECK(run.text.find("accord-train: ddp, 2 workers") != std::string::npos);
+  CHECK(json_lines(metrics).size() == 3);
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"stepz = 5\n", "unrecognised option 'stepz'"},
+      {"steps = -1\n", "steps: '-1' is not a whole number"},
+      {"steps 5\n", "invalid line 'steps 5'"},
+      {"steps = 1\nsteps = 2\n", "'steps' cannot be specified more than once"},
+  };
+  for (const auto& [text, expected] : bad) {
+    write_text(config, text);
+    // The command line's --steps wins, and the file's bad value is refused all the same.
+    const command_output refused = run_command(train + " --config " + config + " --steps 1");
+    CHECK(refused.status == 2);
+    CHECK_MESSAGE(refused.text.rfind("accord-train: --config: " + config + ": ", 0) == 0, refused.text);
+    CHECK_MESSAGE(refused.text.find(expected) != std::string::npos, refused.text);
+    CHECK(std::count(refused.text.begin(), refused.text.end(), '\n') == 1);
+  }
+  const command_output missing = run_command(train + " --config " + dir.file("absent.ini"));
+  CHECK(missing.status == 2);
+  CHECK(missing.text == "accord-train: --config: " + dir.file("absent.ini") + ": no such file\n");
+}
