@@ -5,9 +5,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -125,4 +128,39 @@ TEST_CASE("--config fills in flags, the command line wins, and a bad file gets o
   const command_output missing = run_command(train + " --config " + dir.file("absent.ini"));
   CHECK(missing.status == 2);
   CHECK(missing.text == "accord-train: --config: " + dir.file("absent.ini") + ": no such file\n");
+}
+
+TEST_CASE("scripts/plot-metrics turns metrics files of several runs into PNG plots") {
+  if (run_command("/usr/bin/python3 -c 'import matplotlib'").status != 0) {
+    MESSAGE("ACCORD_SKIPPED: Debian's python3-matplotlib is not installed");
+    return;
+  }
+  const scratch_dir dir;
+  const std::string jsonl = dir.file("acco.jsonl"), csv = dir.file("ddp.csv");
+  for (const auto& [algorithm, metrics] : {std::pair{"acco", jsonl}, std::pair{"ddp", csv}}) {
+    const command_output run = run_command(train + tiny + " --algo " + algorithm +
+                                           " --workers 2 --steps 6 --eval-interval 2 --metrics " + metrics);
+    REQUIRE_MESSAGE(run.status == 0, run.text);
+  }
+  const std::string plot = std::string(ACCORD_SOURCE_DIR) + "/scripts/plot-metrics";
+  const command_output plotted = run_command(plot + " " + jsonl + " " + csv + " --out " + dir.file("plots"));
+  REQUIRE_MESSAGE(plotted.status == 0, plotted.text);
+  for (const char* name : {"loss-vs-step.png", "loss-vs-tokens.png", "loss-vs-seconds.png", "training.png"}) {
+    std::ifstream in(dir.file(std::string("plots/") + name), std::ios::binary);
+    const std::string png{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    // A PNG: its signature, the IHDR chunk with a non-empty image, and the IEND chunk last.
+    REQUIRE_MESSAGE(png.size() > 1000, name);
+    CHECK(png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+    CHECK(png.compare(12, 4, "IHDR") == 0);
+    const auto big_endian = [&](std::size_t at) {
+      return (std::uint32_t(std::uint8_t(png[at])) << 24) | (std::uint32_t(std::uint8_t(png[at + 1])) << 16) |
+             (std::uint32_t(std::uint8_t(png[at + 2])) << 8) | std::uint32_t(std::uint8_t(png[at + 3]));
+    };
+    CHECK(big_endian(16) >= 400);  // width
+    CHECK(big_endian(20) >= 300);  // height
+    CHECK(png.compare(png.size() - 8, 4, "IEND") == 0);
+  }
+  const command_output bad = run_command(plot + " /etc/hostname --out " + dir.file("plots"));
+  CHECK(bad.status == 2);
+  CHECK_MESSAGE(bad.text.rfind("plot-metrics: /etc/hostname:1: not a metrics line", 0) == 0, bad.text);
 }
