@@ -2,6 +2,7 @@
 
 #include "actors/checkpoint.hpp"
 #include "actors/metrics_file.hpp"
+#include "actors/trace.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +41,7 @@ struct round_progress {
 
 struct coordinator_state {
   coordinator_setup setup;
+  clock_type::time_point epoch_started = clock_type::now();
   clock_type::time_point last_step = clock_type::now();
   std::map<std::uint64_t, round_progress> rounds;
   std::vector<worker_marks> marks;
@@ -71,6 +73,12 @@ void finish_if_done(self_pointer self) {
     s.done = true;
     auto& r = *s.setup.result;
     r.seconds = std::chrono::duration<double>(clock_type::now() - s.setup.started).count();
+    if (trace_recorder* trace = trace_recorder::active()) {
+      const auto wall_now = trace_clock::now();
+      trace->span(coordinator_track, "epoch",
+                  wall_now - std::chrono::duration_cast<trace_clock::duration>(clock_type::now() - s.epoch_started),
+                  wall_now, static_cast<std::int64_t>(s.setup.epoch));
+    }
     const double n = s.setup.workers;
     double compute = 0, communication = 0, wait = 0;
     for (const auto& m : s.marks) {
@@ -204,6 +212,11 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
   m.hidden_fraction = s.step_communication > 0
                           ? std::clamp(1.0 - s.step_wait / s.step_communication, 0.0, 1.0)
                           : 1.0;
+  if (trace_recorder* trace = trace_recorder::active()) {
+    const auto wall_now = trace_clock::now();
+    trace->span(coordinator_track, "step", wall_now - std::chrono::duration_cast<trace_clock::duration>(now - s.last_step),
+                wall_now, static_cast<std::int64_t>(m.step));
+  }
   if (s.setup.learning_rate) m.learning_rate = s.setup.learning_rate(m.step - 1);
   m.gradient_norm = std::sqrt(progress.gradient_square_sum);
   if (progress.votes > 0) m.vote_agreement = progress.vote_agreement_sum / progress.votes;

@@ -13,6 +13,7 @@
 #include "actors/fingerprint.hpp"
 #include "actors/master_port_guard.hpp"
 #include "actors/membership_actor.hpp"
+#include "actors/trace.hpp"
 #include "actors/update_rule.hpp"
 #include "models/memory.hpp"
 #include "optim/schedule.hpp"
@@ -734,6 +735,7 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
     most_at_once = std::max(most_at_once, workers);
   }
   require_worker_memory(prototype, most_at_once);
+  const trace_session trace(config.trace_path);
   if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step));
 
   // Elastic: one epoch per worker set, each continuing from the state the previous one left.
@@ -809,6 +811,7 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
   require(group.transport == "ucx" || group.transport == "nccl",
           "unknown transport '" + group.transport + "' (expected ucx|nccl)");
   require_worker_memory(prototype, 1);
+  const trace_session trace(config.trace_path, group.rank, group.join);
   const job_plan origin = plan_job(prototype, *train, config);
   const bool master = !group.join && group.rank == 0;
   if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);

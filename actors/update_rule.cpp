@@ -1,9 +1,12 @@
 #include "actors/update_rule.hpp"
 
+#include "actors/trace.hpp"
+
 #include "optim/lion.hpp"
 
 #include <algorithm>
 #include <bit>
+#include <optional>
 #include <vector>
 
 namespace accord {
@@ -33,7 +36,11 @@ public:
              const round_totals& global, float learning_rate, std::uint64_t,
              bool estimate) override {
     const wire_precision wire = precision_.of(estimate);
-    link.reduce_scatter(buffer, wire);
+    {
+      const trace_span phase("reduce-scatter");
+      link.reduce_scatter(buffer, wire);
+    }
+    std::optional<trace_span> optimizer_phase(std::in_place, "optimizer step");
     std::span<float> slice = buffer.subspan(own_.begin, own_.size());
     const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
     double square_sum = 0;
@@ -53,6 +60,8 @@ public:
       optimizer_->step(master_, slice, learning_rate);
       std::copy(master_.begin(), master_.end(), slice.begin());
     }
+    optimizer_phase.reset();
+    const trace_span phase("all-gather");
     link.all_gather(buffer, wire);
   }
 
@@ -113,6 +122,7 @@ public:
       std::copy(parameters_.begin(), parameters_.end(), buffer.begin());
       target = buffer;
     }
+    const trace_span phase("vote");
     if (vote_ == aggregation::sign_majority) {
       link.sign_majority(signs_, buffer.size(), step, voted_);
       apply_sign_update(target, voted_, learning_rate, config_.weight_decay);

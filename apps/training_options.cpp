@@ -8,7 +8,10 @@
 #include "models/mlp.hpp"
 #include "transport/wire_precision.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 
@@ -194,6 +197,9 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("replica-check", number_flag<std::uint64_t>(0, most, d.replica_check_interval),
        "compare parameter hashes of all replicas every this many rounds (0: never)")
       ("metrics", po::value<std::string>(), "write one JSON line per step to this file (CSV when it ends in .csv)")
+      ("trace", po::value<std::string>(),
+       "write a Chrome / Perfetto timeline of every actor (ui.perfetto.dev, chrome://tracing) to this file; "
+       "between processes each rank writes FILE with .rankR before the extension")
       ("checkpoint", po::value<std::string>(),
        "write parameters, optimizer state and data position to this file (at the end, and every --checkpoint-interval steps)")
       ("checkpoint-interval", number_flag<std::uint64_t>(0, most, d.checkpoint_interval),
@@ -238,6 +244,14 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   if (job.eval_examples < 1) throw std::invalid_argument("--eval-examples must be at least 1");
   job.replica_check_interval = flags["replica-check"].as<std::uint64_t>();
   if (flags.count("metrics")) job.metrics_path = flags["metrics"].as<std::string>();
+  if (flags.count("trace")) {
+    job.trace_path = flags["trace"].as<std::string>();
+    // Refused before anything starts; between processes each rank writes a file beside it.
+    const std::filesystem::path parent = std::filesystem::path(job.trace_path).parent_path();
+    const std::string directory = parent.empty() ? "." : parent.string();
+    if (!std::filesystem::is_directory(directory) || ::access(directory.c_str(), W_OK) != 0)
+      throw std::invalid_argument("--trace: " + job.trace_path + ": cannot write into " + directory);
+  }
   if (flags.count("checkpoint")) job.checkpoint_path = flags["checkpoint"].as<std::string>();
   job.checkpoint_interval = flags["checkpoint-interval"].as<std::uint64_t>();
   if (flags.count("resume")) job.resume_path = flags["resume"].as<std::string>();

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -163,4 +165,98 @@ TEST_CASE("scripts/plot-metrics turns metrics files of several runs into PNG plo
   const command_output bad = run_command(plot + " /etc/hostname --out " + dir.file("plots"));
   CHECK(bad.status == 2);
   CHECK_MESSAGE(bad.text.rfind("plot-metrics: /etc/hostname:1: not a metrics line", 0) == 0, bad.text);
+}
+
+namespace {
+
+struct trace_file {
+  std::map<int, std::string> track_names;    // tid -> name
+  std::vector<nlohmann::json> spans;         // complete events ("X")
+  std::set<int> processes;
+
+  explicit trace_file(const std::string& path) {
+    std::ifstream in(path);
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    for (const auto& event : trace.at("traceEvents")) {
+      processes.insert(event.at("pid").get<int>());
+      if (event.at("ph") == "M" && event.at("name") == "thread_name")
+        track_names[event.at("tid").get<int>()] = event.at("args").at("name").get<std::string>();
+      if (event.at("ph") == "X") spans.push_back(event);
+    }
+  }
+  // Spans called `name` on the track called `track`.
+  std::vector<nlohmann::json> on(const std::string& track, const std::string& name) const {
+    std::vector<nlohmann::json> found;
+    for (const auto& span : spans)
+      if (track_names.at(span.at("tid").get<int>()) == track && span.at("name") == name) found.push_back(span);
+    return found;
+  }
+};
+
+bool inside(const nlohmann::json& inner, const nlohmann::json& outer) {
+  const auto begin = [](const nlohmann::json& s) { return s.at("ts").get<std::int64_t>(); };
+  const auto end = [&](const nlohmann::json& s) { return begin(s) + s.at("dur").get<std::int64_t>(); };
+  return begin(inner) >= begin(outer) && end(inner) <= end(outer);
+}
+
+}  // namespace
+
+TEST_CASE("--trace writes a Chrome trace: a track per actor, spans for micro-batches, rounds, phases, waits, steps") {
+  const scratch_dir dir;
+  const std::string trace = dir.file("ddp.json");
+  const command_output run = run_command(train + tiny + " --algo ddp --workers 2 --steps 3 --trace " + trace);
+  REQUIRE_MESSAGE(run.status == 0, run.text);
+  const trace_file file(trace);
+  CHECK(file.processes == std::set<int>{0});
+  for (int rank : {0, 1}) {
+    const std::string worker = "worker " + std::to_string(rank);
+    CHECK(file.on(worker + " compute", "micro-batch").size() >= 3);
+    const auto rounds = file.on(worker + " communicator", "round");
+    REQUIRE(rounds.size() == 3);
+    for (const char* phase : {"all-reduce totals", "reduce-scatter", "optimizer step", "all-gather"}) {
+      const auto phases = file.on(worker + " communicator", phase);
+      REQUIRE_MESSAGE(phases.size() == 3, phase);
+      for (std::size_t r = 0; r < 3; ++r) CHECK_MESSAGE(inside(phases[r], rounds[r]), phase);
+    }
+    CHECK(rounds[2].at("args").at("index") == 2);
+    // DDP waits for every round.
+    CHECK(file.on(worker + " accumulator", "wait for a round").size() >= 2);
+  }
+  const auto steps = file.on("coordinator", "step");
+  REQUIRE(steps.size() == 3);
+  CHECK(steps[0].at("args").at("index") == 1);
+  const auto epochs = file.on("coordinator", "epoch");
+  REQUIRE(epochs.size() == 1);
+  for (const auto& step : steps) CHECK(inside(step, epochs[0]));
+  CHECK(file.on("evaluator", "evaluate").size() == 1);
+
+  const std::string votes = dir.file("votes.json");
+  const command_output lion = run_command(train + tiny + " --algo dlion-mavo --workers 2 --steps 2 --trace " + votes);
+  REQUIRE_MESSAGE(lion.status == 0, lion.text);
+  CHECK(trace_file(votes).on("worker 1 communicator", "vote").size() == 2);
+
+  const command_output refused = run_command(train + tiny + " --trace /nonexistent/dir/trace.json");
+  CHECK(refused.status == 2);
+  CHECK(refused.text == "accord-train: --trace: /nonexistent/dir/trace.json: cannot write into /nonexistent/dir\n");
+}
+
+TEST_CASE("between processes every rank writes its own trace, on one clock") {
+  const scratch_dir dir;
+  const command_output run =
+      run_command(std::string(ACCORD_LAUNCH_BINARY) + " -n 2 -- " + train + tiny + " --algo ddp --steps 2 --trace " +
+                  dir.file("job.json"));
+  REQUIRE_MESSAGE(run.status == 0, run.text);
+  const trace_file rank0(dir.file("job.rank0.json")), rank1(dir.file("job.rank1.json"));
+  CHECK(rank0.processes == std::set<int>{0});
+  CHECK(rank1.processes == std::set<int>{1});
+  CHECK(rank0.on("coordinator", "step").size() == 2);
+  const auto rounds0 = rank0.on("worker 0 communicator", "round"), rounds1 = rank1.on("worker 1 communicator", "round");
+  REQUIRE(rounds0.size() == 2);
+  REQUIRE(rounds1.size() == 2);
+  // One clock: the two ranks' rounds of a synchronous job overlap in time.
+  for (std::size_t r = 0; r < 2; ++r) {
+    const auto begin0 = rounds0[r].at("ts").get<std::int64_t>(), begin1 = rounds1[r].at("ts").get<std::int64_t>();
+    CHECK(begin1 <= begin0 + rounds0[r].at("dur").get<std::int64_t>());
+    CHECK(begin0 <= begin1 + rounds1[r].at("dur").get<std::int64_t>());
+  }
 }

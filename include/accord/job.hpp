@@ -69,7 +69,10 @@ struct job_config {
   // benchmarks that time a run; step metrics still carry their eval loss, once known).
   bool defer_evaluation = false;
   std::uint64_t replica_check_interval = 1;  // rounds between parameter-hash comparisons
-  std::string metrics_path;          // JSON lines, one record per step (empty: none)
+  std::string metrics_path;          // JSON lines, one record per step (empty: none; CSV if it ends in .csv)
+  // Chrome / Perfetto trace of every actor's spans (empty: none, and no cost); between
+  // processes each rank writes its own, "trace.json" -> "trace.rank2.json", on one clock.
+  std::string trace_path;
   // Checkpoints (format in actors/checkpoint.hpp): written every checkpoint_interval steps and
   // at the end when checkpoint_path is set; resume_path continues a job with any worker count.
   std::string checkpoint_path;
