@@ -235,6 +235,18 @@ TEST_CASE("--trace writes a Chrome trace: a track per actor, spans for micro-bat
   REQUIRE_MESSAGE(lion.status == 0, lion.text);
   CHECK(trace_file(votes).on("worker 1 communicator", "vote").size() == 2);
 
+  // A membership change: an epoch span each, steps inside their epoch.
+  const std::string elastic = dir.file("elastic.json");
+  const command_output churn =
+      run_command(train + tiny + " --algo ddp --workers 2 --steps 3 --membership 2:1 --trace " + elastic);
+  REQUIRE_MESSAGE(churn.status == 0, churn.text);
+  const trace_file churned(elastic);
+  const auto churn_epochs = churned.on("coordinator", "epoch");
+  REQUIRE(churn_epochs.size() == 2);
+  CHECK(churn_epochs[0].at("args").at("index") == 1);
+  CHECK(churn_epochs[1].at("args").at("index") == 2);
+  CHECK(churned.on("worker 1 communicator", "round").size() == 2);  // worker 1 leaves after step 2
+
   const command_output refused = run_command(train + tiny + " --trace /nonexistent/dir/trace.json");
   CHECK(refused.status == 2);
   CHECK(refused.text == "accord-train: --trace: /nonexistent/dir/trace.json: cannot write into /nonexistent/dir\n");
