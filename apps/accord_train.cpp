@@ -1,6 +1,7 @@
 // accord-train: data-parallel training with actors in one process. With no flags it trains the
 // byte-level GPT on the fortunes corpus with ACCO on 4 workers over an emulated link.
 #include "apps/launch_env.hpp"
+#include "apps/status_server.hpp"
 #include "apps/training_options.hpp"
 #include <accord/blas_threads.hpp>
 
@@ -124,6 +125,9 @@ int main(int argc, char** argv) {
        "between processes: seconds of silence after which a worker process counts as dead")
       ("rendezvous-timeout", number_flag(0.1, 1e6, 300.0),
        "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)")
+      ("status-port", number_flag(0, 65535),
+       "rank 0 serves a live status page (loss curves, workers, membership) at http://HOST:PORT/ and "
+       "Prometheus metrics at /metrics (0: a free port, printed)")
       ("master-bind", po::value<std::string>()->default_value(""),
        "rank 0: the address its master port listens on (0.0.0.0: every interface; default: MASTER_ADDR's, "
        "loopback when every rank is local)");
@@ -217,6 +221,19 @@ int main(int argc, char** argv) {
                   setup.device_description.c_str());
       std::fflush(stdout);
     }
+    std::unique_ptr<status_server> status;
+    if (leader && flags.count("status-port")) {
+      status = std::make_unique<status_server>(flags["status-port"].as<int>(),
+                                               job.algorithm + ", " + std::to_string(job.workers) + " workers, " +
+                                                   setup.net->signature() + ", " + setup.data_description,
+                                               job.steps);
+      std::printf("status page: http://%s:%d/ (Prometheus: /metrics)\n",
+                  place ? local_address_towards(place->master_addr, place->master_port).c_str() : "127.0.0.1",
+                  status->port());
+      std::fflush(stdout);
+    } else if (flags.count("status-port")) {
+      warn_ignored(flags, "accord-train", {{"status-port", "on a rank other than 0 (rank 0 serves the job's page)"}});
+    }
     double last_eval = -1;
     int last_workers = job.workers;
     bool resumed_reported = false;
@@ -224,9 +241,13 @@ int main(int argc, char** argv) {
     auto progress = [&](const step_metrics& m) {
           if (!first_seen) first_seen = m;
           // Between processes the membership actor's own lines tell of each change.
-          if (m.workers != last_workers && log_interval && !place) {
-            std::printf("membership: %d -> %d workers from step %llu\n", last_workers, m.workers,
-                        static_cast<unsigned long long>(m.step));
+          if (status) status->on_step(m);
+          if (m.workers != last_workers && !place) {
+            char line[128];
+            std::snprintf(line, sizeof line, "membership: %d -> %d workers from step %llu", last_workers, m.workers,
+                          static_cast<unsigned long long>(m.step));
+            if (log_interval) std::printf("%s\n", line);
+            if (status) status->on_event(line);
             last_workers = m.workers;
           }
           if (m.eval_loss >= 0) last_eval = m.eval_loss;
@@ -268,9 +289,10 @@ int main(int argc, char** argv) {
       // A joiner names its job only when told to; it named the job's address already.
       const char* named_job = std::getenv("ACCORD_JOB_ID");
       group.job_id = joining ? (named_job ? named_job : "") : job_id_from_environment();
-      group.on_event = [](const std::string& line) {
+      group.on_event = [&status](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
+        if (status) status->on_event(line);
       };
       result = run_job_process(*setup.net, setup.train, setup.eval, job, group, progress);
     } else {

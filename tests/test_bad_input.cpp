@@ -176,6 +176,8 @@ TEST_CASE("accord-train refuses out-of-range numbers naming the flag") {
       {train, "--context 0", "--context"},
       {train, "--vocab 0", "--vocab"},
       {train, "--vocab 65537", "--vocab"},
+      {train, "--status-port 65536", "--status-port"},
+      {train, "--status-port -1", "--status-port"},
       {train, "--layers -1", "--layers"},
       {train, "--heads 0", "--heads"},
       {train, "--width 0", "--width"},

@@ -3,9 +3,14 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -15,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "run_command.hpp"
@@ -271,4 +277,73 @@ TEST_CASE("between processes every rank writes its own trace, on one clock") {
     CHECK(begin1 <= begin0 + rounds0[r].at("dur").get<std::int64_t>());
     CHECK(begin0 <= begin1 + rounds1[r].at("dur").get<std::int64_t>());
   }
+}
+
+namespace {
+
+// The whole answer to "GET target" from 127.0.0.1:port (empty when nothing listens).
+std::string http_get(int port, const std::string& target) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
+    const std::string request = "GET " + target + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    (void)!::write(fd, request.data(), request.size());
+    char buffer[4096];
+    for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) answer.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return answer;
+}
+
+}  // namespace
+
+TEST_CASE("--status-port serves the live page and Prometheus metrics over HTTP while the job runs") {
+  // The shell prints its pid and becomes accord-train, which prints where the page is.
+  FILE* job = popen(("sh -c 'echo $$; exec " + train + tiny +
+                     " --algo ddp --workers 2 --steps 1000000 --eval-interval 5 --status-port 0' 2>&1")
+                        .c_str(),
+                    "r");
+  REQUIRE(job);
+  char line[1024];
+  REQUIRE(std::fgets(line, sizeof line, job));
+  const pid_t pid = std::stoi(line);
+  int port = 0;
+  while (port == 0 && std::fgets(line, sizeof line, job)) {
+    const std::string text = line;
+    if (const auto at = text.find("status page: http://127.0.0.1:"); at != std::string::npos)
+      port = std::stoi(text.substr(at + 30));
+  }
+  REQUIRE(port > 0);
+  // Wait (without a time bound on the answer's content) until held-out losses are in.
+  std::string metrics;
+  for (int attempt = 0; attempt < 600 && metrics.find("accord_eval_loss") == std::string::npos; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    metrics = http_get(port, "/metrics");
+  }
+  CHECK(metrics.rfind("HTTP/1.1 200 OK", 0) == 0);
+  CHECK(metrics.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
+  CHECK(metrics.find("# TYPE accord_train_loss gauge\naccord_train_loss ") != std::string::npos);
+  CHECK(metrics.find("accord_eval_loss ") != std::string::npos);
+  CHECK(metrics.find("accord_workers 2\n") != std::string::npos);
+  CHECK(metrics.find("accord_worker_seconds{rank=\"1\",activity=\"wait\"} ") != std::string::npos);
+
+  const std::string page = http_get(port, "/");
+  CHECK(page.rfind("HTTP/1.1 200 OK", 0) == 0);
+  CHECK(page.find("<svg") != std::string::npos);
+  CHECK(page.find("<polyline") != std::string::npos);
+  CHECK(page.find("<td>1</td>") != std::string::npos);  // worker 1's row
+  CHECK(page.find("<script") == std::string::npos);     // self-contained
+  CHECK(page.find("</html>") != std::string::npos);
+  CHECK(http_get(port, "/nope").rfind("HTTP/1.1 404", 0) == 0);
+
+  ::kill(pid, SIGTERM);  // stops after the current step
+  while (std::fgets(line, sizeof line, job)) {
+  }
+  const int status = pclose(job);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 143);
 }
