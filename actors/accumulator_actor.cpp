@@ -1,5 +1,7 @@
 #include "actors/accumulator_actor.hpp"
 
+#include "actors/trace.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -60,7 +62,13 @@ std::string divergence(const accumulator_state& s, std::uint64_t round, const st
 
 void stop_idling(accumulator_state& s) {
   if (!s.idle_since) return;
-  s.wait_seconds += std::chrono::duration<double>(clock_type::now() - *s.idle_since).count();
+  const auto waited = clock_type::now() - *s.idle_since;
+  s.wait_seconds += std::chrono::duration<double>(waited).count();
+  if (trace_recorder* trace = trace_recorder::active()) {
+    const auto now = trace_clock::now();
+    trace->span(worker_track(s.setup.rank, trace_role::accumulator), "wait for a round",
+                now - std::chrono::duration_cast<trace_clock::duration>(waited), now);
+  }
   s.idle_since.reset();
 }
 
@@ -153,6 +161,7 @@ void finish_round(self_pointer self) {
   report.consumed = s.consumed;
   report.state = std::move(r.state);
   report.kept = r.kept;
+  report.observations = r.observations;
   if (s.setup.wants_parameters(r.round) || r.last_of_epoch)  // the last round's are needed nowhere else
     report.parameters = last ? std::move(r.parameters) : make_tensor(*r.parameters, s.setup.meter);
   self->send(s.setup.coordinator, std::move(report));

@@ -1,5 +1,7 @@
 #include "actors/communicator_actor.hpp"
 
+#include "actors/trace.hpp"
+
 #include <chrono>
 
 namespace accord {
@@ -37,12 +39,18 @@ communicator_actor::behavior_type communicator_behavior(
                                                               std::to_string(request.round));
         }
         const auto start = std::chrono::steady_clock::now();
+        // The update rule's phases below land on this worker's communicator track.
+        set_thread_track(worker_track(s.link->rank(), trace_role::communicator));
+        const trace_span span(request.estimate ? "estimate round" : "round", -1, static_cast<std::int64_t>(request.round));
         try {
           const bool change = (s.change_epoch && s.layout > 0 && s.change_epoch->load() >= s.layout) ||
                               (s.stop_requested && s.stop_requested->load());
           double totals[4] = {request.local.micro_batches, request.local.loss_sum, request.local.items,
                               change ? 1.0 : 0.0};
-          s.link->all_reduce(std::span<double>(totals));
+          {
+            const trace_span phase("all-reduce totals");
+            s.link->all_reduce(std::span<double>(totals));
+          }
           const round_totals global{totals[0], totals[1], totals[2], totals[3]};
           s.rule->apply(*s.link, *request.buffer, request.local, global, request.learning_rate,
                         step_of_round(s.pipe, request.round), request.estimate);
@@ -50,6 +58,7 @@ communicator_actor::behavior_type communicator_behavior(
           result.round = request.round;
           result.global = global;
           result.last_of_epoch = global.changes > 0 && !request.estimate;
+          result.observations = s.rule->observations();
           if (s.keeper && (request.keep || result.last_of_epoch)) {
             keep_step(s, *request.buffer, request.round);
             result.kept = true;

@@ -1,5 +1,7 @@
 #include "actors/compute_actor.hpp"
 
+#include "actors/trace.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -17,6 +19,8 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
   return {
       [self](compute_atom, tensor& sum) -> caf::result<gradient_result> {
         auto& s = *self->state.setup;
+        const trace_span span("micro-batch", worker_track(s.stream.rank, trace_role::compute),
+                              static_cast<std::int64_t>(s.position));
         const auto start = std::chrono::steady_clock::now();
         double loss = 0, items = 0;
         try {  // a failing model or data set fails this worker with its message, not the process
@@ -63,6 +67,7 @@ evaluator_actor::behavior_type evaluator_behavior(
   return {
       [self](evaluate_atom, const tensor& parameters) -> caf::result<double> {
         auto& s = self->state;
+        const trace_span span("evaluate", evaluator_track);
         double sum = 0;
         try {
           for (std::uint64_t first = 0; first < s.examples; first += evaluation_chunk) {

@@ -1,13 +1,13 @@
 #include "actors/coordinator_actor.hpp"
 
 #include "actors/checkpoint.hpp"
-
-#include <nlohmann/json.hpp>
+#include "actors/metrics_file.hpp"
+#include "actors/trace.hpp"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <utility>
@@ -36,22 +36,26 @@ struct round_progress {
   bool kept = false;
   double consensus_distance = -1;
   std::vector<std::uint64_t> staleness;  // summed over the reports
+  double gradient_square_sum = 0;
+  double vote_agreement_sum = 0;
+  int votes = 0;
 };
 
 struct coordinator_state {
   coordinator_setup setup;
+  clock_type::time_point epoch_started = clock_type::now();
   clock_type::time_point last_step = clock_type::now();
   std::map<std::uint64_t, round_progress> rounds;
   std::vector<worker_marks> marks;
   // Sums over workers since the last completed step (ACCO: its estimate round included).
   double step_bytes = 0, step_communication = 0, step_wait = 0;
-  std::vector<worker_step> step_workers;  // by rank, since the last completed step
+  std::vector<worker_seconds> step_workers;  // by rank, since the last completed step
   std::deque<step_metrics> pending;  // completed steps waiting for their evaluation
   std::map<std::uint64_t, double> evaluations;
   int evaluations_running = 0;
   std::vector<std::pair<std::uint64_t, tensor>> deferred;  // (step, parameters) to evaluate at the end
   std::uint64_t completed_rounds = 0;
-  std::ofstream metrics;
+  std::optional<metrics_file> metrics;
   std::vector<caf::typed_response_promise<bool>> waiters;
   std::optional<std::string> failure;
   bool done = false;
@@ -71,6 +75,12 @@ void finish_if_done(self_pointer self) {
     s.done = true;
     auto& r = *s.setup.result;
     r.seconds = std::chrono::duration<double>(clock_type::now() - s.setup.started).count();
+    if (trace_recorder* trace = trace_recorder::active()) {
+      const auto wall_now = trace_clock::now();
+      trace->span(coordinator_track, "epoch",
+                  wall_now - std::chrono::duration_cast<trace_clock::duration>(clock_type::now() - s.epoch_started),
+                  wall_now, static_cast<std::int64_t>(s.setup.epoch));
+    }
     const double n = s.setup.workers;
     double compute = 0, communication = 0, wait = 0;
     for (const auto& m : s.marks) {
@@ -108,22 +118,7 @@ void flush_steps(self_pointer self) {
       if (evaluated == s.evaluations.end()) break;
       m.eval_loss = evaluated->second;
     }
-    if (s.metrics.is_open()) {
-      nlohmann::json line = {{"step", m.step},
-                             {"train_loss", m.train_loss},
-                             {"seconds", m.seconds},
-                             {"items_per_second", m.items_per_second},
-                             {"bits_per_parameter", m.bits_per_parameter},
-                             {"hidden_fraction", m.hidden_fraction},
-                             {"micro_batches", m.micro_batches},
-                             {"workers", m.workers},
-                             {"epoch", m.epoch}};
-      line["bytes"] = m.bytes_sent;
-      if (m.eval_loss >= 0) line["eval_loss"] = m.eval_loss;
-      if (m.consensus_distance >= 0) line["consensus_distance"] = m.consensus_distance;
-      if (!m.staleness.empty()) line["staleness"] = m.staleness;
-      s.metrics << line.dump() << '\n' << std::flush;
-    }
+    if (s.metrics) s.metrics->write(m);
     if (s.setup.on_step) s.setup.on_step(m);
     s.setup.result->steps.push_back(m);
     if (m.eval_loss >= 0) s.setup.result->final_eval_loss = m.eval_loss;
@@ -224,9 +219,16 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
   m.hidden_fraction = s.step_communication > 0
                           ? std::clamp(1.0 - s.step_wait / s.step_communication, 0.0, 1.0)
                           : 1.0;
-  m.learning_rate = s.setup.learning_rate ? s.setup.learning_rate(m.step - 1) : 0;
+  if (trace_recorder* trace = trace_recorder::active()) {
+    const auto wall_now = trace_clock::now();
+    trace->span(coordinator_track, "step", wall_now - std::chrono::duration_cast<trace_clock::duration>(now - s.last_step),
+                wall_now, static_cast<std::int64_t>(m.step));
+  }
+  if (s.setup.learning_rate) m.learning_rate = s.setup.learning_rate(m.step - 1);
   m.bytes_sent = static_cast<std::uint64_t>(s.step_bytes);
-  m.per_worker = std::exchange(s.step_workers, std::vector<worker_step>(static_cast<std::size_t>(s.setup.workers)));
+  m.gradient_norm = std::sqrt(progress.gradient_square_sum);
+  if (progress.votes > 0) m.vote_agreement = progress.vote_agreement_sum / progress.votes;
+  m.per_worker = std::exchange(s.step_workers, std::vector<worker_seconds>(s.step_workers.size()));
   s.last_step = now;
   s.step_bytes = s.step_communication = s.step_wait = 0;
   if (progress.parameters && step_due(s.setup.pipe, round, s.setup.rounds, s.setup.eval_interval)) {
@@ -247,8 +249,11 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
   s.step_workers.resize(static_cast<std::size_t>(s.setup.workers));
   s.completed_rounds = s.setup.first_round;
   if (!s.setup.metrics_path.empty()) {
-    s.metrics.open(s.setup.metrics_path, s.setup.append_metrics ? std::ios::app : std::ios::trunc);
-    if (!s.metrics) s.failure = "cannot write metrics file " + s.setup.metrics_path;
+    try {
+      s.metrics.emplace(s.setup.metrics_path, s.setup.append_metrics);
+    } catch (const std::exception& e) {
+      s.failure = e.what();
+    }
   }
   return {
       [self](round_report& report) {
@@ -258,10 +263,10 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         s.step_bytes += static_cast<double>(report.traffic.bytes_sent - mark.bytes_sent);
         s.step_communication += report.communication_seconds - mark.communication_seconds;
         s.step_wait += report.wait_seconds - mark.wait_seconds;
-        auto& share = s.step_workers.at(static_cast<std::size_t>(report.rank));
-        share.compute_seconds += report.compute_seconds - mark.compute_seconds;
-        share.communication_seconds += report.communication_seconds - mark.communication_seconds;
-        share.wait_seconds += report.wait_seconds - mark.wait_seconds;
+        worker_seconds& spent = s.step_workers.at(static_cast<std::size_t>(report.rank));
+        spent.compute += report.compute_seconds - mark.compute_seconds;
+        spent.communication += report.communication_seconds - mark.communication_seconds;
+        spent.wait += report.wait_seconds - mark.wait_seconds;
         mark = {report.traffic.bytes_sent, report.communication_seconds, report.wait_seconds,
                 report.compute_seconds};
 
@@ -277,6 +282,11 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         progress.consensus_distance = std::max(progress.consensus_distance, report.consensus_distance);
         if (progress.staleness.size() < report.staleness.size()) progress.staleness.resize(report.staleness.size());
         for (std::size_t k = 0; k < report.staleness.size(); ++k) progress.staleness[k] += report.staleness[k];
+        progress.gradient_square_sum += report.observations.gradient_square_sum;
+        if (report.observations.vote_agreement >= 0) {
+          progress.vote_agreement_sum += report.observations.vote_agreement;
+          ++progress.votes;
+        }
         if (report.parameter_hash) {
           if (progress.hash_rank < 0) {
             progress.hash = report.parameter_hash;

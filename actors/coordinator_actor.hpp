@@ -41,8 +41,8 @@ struct coordinator_setup {
   evaluator_actor evaluator;
   bool defer_evaluation = false;         // evaluate only once the last round is complete
   std::string metrics_path;
+  std::function<float(std::uint64_t step)> learning_rate;  // of a step (0-based), for the metrics
   std::function<void(const step_metrics&)> on_step;
-  std::function<float(std::uint64_t)> learning_rate;  // the schedule, by optimizer step (0-based)
   std::function<void(const std::string&, std::uint64_t)> on_checkpoint_written;  // path, step
   std::function<void()> abort;           // unblocks every transport after a failure
   std::shared_ptr<job_result> result;    // filled in as the job runs

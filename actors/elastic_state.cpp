@@ -1,5 +1,6 @@
 #include "actors/elastic_state.hpp"
 
+#include "actors/trace.hpp"
 #include "transport/shard.hpp"
 
 #include <algorithm>
@@ -75,6 +76,7 @@ std::size_t state_keeper::bytes() const {
 
 rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_t parameter_count) {
   const int world = link.size(), rank = link.rank();
+  const trace_span span("buddy copy", worker_track(rank, trace_role::communicator));
   const int from = buddy_source(rank, world);
   const shard theirs = shard_of(parameter_count, world, from);
   rule_state buddy = own;
@@ -87,6 +89,7 @@ rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_
 restored_state transfer_state(transport& link, const state_source& source, const std::optional<kept_state>& held,
                               std::size_t parameter_count, bool sharded) {
   const int world = link.size(), me = link.rank();
+  const trace_span span("state transfer", worker_track(me, trace_role::communicator));
   const std::size_t n = parameter_count;
   const auto& holders = source.parameter_holders;
   if (holders.empty()) throw std::invalid_argument("state transfer: nobody holds the parameters");

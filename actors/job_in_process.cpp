@@ -6,6 +6,7 @@
 #include "actors/job_runners.hpp"
 #include "actors/parameter_server.hpp"
 #include "actors/scope_exit.hpp"
+#include "actors/trace.hpp"
 #include "actors/worker_spawn.hpp"
 #include "transport/inproc.hpp"
 #include "transport/link_model.hpp"
@@ -185,6 +186,7 @@ job_result run_job_in_process(const model& prototype, std::shared_ptr<const data
   require(apps.empty() || (apps.size() == static_cast<std::size_t>(config.workers) && config.membership.empty()),
           "an app-driven job in one process has a fixed worker set (no membership changes)");
   const auto topo = job_topology(config, find_algorithm(config.algorithm), prototype, false);  // before the first epoch
+  const trace_session trace(config.trace_path);
   require(apps.empty() || !is_parameter_server(*topo),
           "--topology parameter-server runs its own workers (not app-driven ones)");
   if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step), apps);

@@ -9,6 +9,7 @@
 #include "actors/parameter_server.hpp"
 #include "actors/fingerprint.hpp"
 #include "actors/scope_exit.hpp"
+#include "actors/trace.hpp"
 #include "actors/transport_rendezvous.hpp"
 #include "actors/worker_spawn.hpp"
 
@@ -181,6 +182,7 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
   require(group.transport == "ucx" || group.transport == "nccl",
           "unknown transport '" + group.transport + "' (expected ucx|nccl)");
   require_worker_memory(prototype, 1);
+  const trace_session trace(config.trace_path, group.rank, group.join);
   const job_plan origin = plan_job(prototype, *train, config, nullptr, group.elastic || group.join);
   require(!is_parameter_server(*origin.topo), "--topology parameter-server runs in one process only");
   const bool master = !group.join && group.rank == 0;

@@ -1,6 +1,7 @@
 #include "actors/membership_actor.hpp"
 
 #include "actors/fingerprint.hpp"
+#include "actors/trace.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -309,6 +310,13 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
     answer(m, std::move(plan));
   }
   s.now = phase::running;
+  if (trace_recorder* trace = trace_recorder::active(); trace && s.epoch > 1) {
+    const auto wall_now = trace_clock::now();
+    trace->span(membership_track, "epoch forming",
+                wall_now - std::chrono::duration_cast<trace_clock::duration>(std::chrono::steady_clock::now() -
+                                                                             s.epoch_ended_at),
+                wall_now, static_cast<std::int64_t>(s.epoch));
+  }
   if (s.epoch > 1) {
     std::ostringstream line;
     line << "membership: epoch " << s.epoch << ", " << before << " -> " << s.epoch_workers << " workers from step "

@@ -61,6 +61,12 @@ struct round_totals {
   double changes = 0;
 };
 
+// What a round's update saw on one worker, for the metrics (the coordinator adds up workers).
+struct round_observations {
+  double gradient_square_sum = 0;  // this worker's share of the squared norm of the round's gradient
+  double vote_agreement = -1;      // sign votes: fraction of this worker's signs the outcome took (-1: no vote)
+};
+
 // A worker's accumulated gradient handed to its communicator for round `round`.
 struct round_request {
   std::uint64_t round = 0;
@@ -83,6 +89,7 @@ struct round_result {
   bool kept = false;            // this step's state was kept (elastic jobs)
   bool last_of_epoch = false;   // a membership change ends the epoch after this round
   double consensus_distance = -1;  // the topology's, when it measured one this round
+  round_observations observations;
 };
 
 // What the accumulator tells the coordinator after each round.
@@ -99,6 +106,7 @@ struct round_report {
   std::uint64_t consumed = 0;   // micro-batches of its stream this worker has taken
   rule_state state;             // present when a checkpoint is due
   bool kept = false;            // the worker kept this step's state (elastic jobs)
+  round_observations observations;
   tensor parameters;            // set by rank 0 for evaluations, checkpoints and the end
   double consensus_distance = -1;  // the topology's, when it measured one this round
   std::vector<std::uint64_t> staleness;  // parameter server: histogram of the step's applied gradients
@@ -131,10 +139,14 @@ typename Inspector::result_type inspect(Inspector& f, rule_state& x) {
            x.begin, x.values);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, round_observations& x) {
+  return f(caf::meta::type_name("round_observations"), x.gradient_square_sum, x.vote_agreement);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_report& x) {
   return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
            x.compute_seconds, x.communication_seconds, x.wait_seconds, x.parameter_hash, x.traffic,
-           x.consumed, x.state, x.kept, x.consensus_distance, x.staleness);
+           x.consumed, x.state, x.kept, x.observations, x.consensus_distance, x.staleness);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {

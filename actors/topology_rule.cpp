@@ -72,6 +72,7 @@ public:
     const topology_round round{step, steps_, learning_rate, local.micro_batches, global.micro_batches, estimate};
     topology_report report;
     worker_->round(buffer, round, peers, rules, report);
+    observed_ = algorithm_->observations();  // the metrics see the algorithm's gradient norm and votes
     if (status_) *status_ = {worker_->replicas_agree(step), report.consensus_distance};
   }
 

@@ -1,8 +1,12 @@
 #include "actors/update_rule.hpp"
 
+#include "actors/trace.hpp"
+
 #include "optim/lion.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <optional>
 #include <vector>
 
 namespace accord {
@@ -32,10 +36,19 @@ public:
              const round_totals& global, float learning_rate, std::uint64_t,
              bool estimate) override {
     const wire_precision wire = precision_.of(estimate);
-    link.reduce_scatter(buffer, wire);
+    {
+      const trace_span phase("reduce-scatter");
+      link.reduce_scatter(buffer, wire);
+    }
+    std::optional<trace_span> optimizer_phase(std::in_place, "optimizer step");
     std::span<float> slice = buffer.subspan(own_.begin, own_.size());
     const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
-    for (float& g : slice) g *= scale;  // mean over every micro-batch of every worker
+    double square_sum = 0;
+    for (float& g : slice) {
+      g *= scale;  // mean over every micro-batch of every worker
+      square_sum += static_cast<double>(g) * g;
+    }
+    observed_.gradient_square_sum = square_sum;  // the shards' sums add up to the squared norm
     if (estimate) {
       // θ̃ comes from the committed master weights and state, which stay as they were.
       const optimizer_state committed = optimizer_->state();
@@ -47,6 +60,8 @@ public:
       optimizer_->step(master_, slice, learning_rate);
       std::copy(master_.begin(), master_.end(), slice.begin());
     }
+    optimizer_phase.reset();
+    const trace_span phase("all-gather");
     link.all_gather(buffer, wire);
   }
 
@@ -88,7 +103,13 @@ public:
              bool estimate) override {
     // The vote is over each worker's own Lion direction from its own mean gradient.
     const float scale = local.micro_batches > 0 ? static_cast<float>(1.0 / local.micro_batches) : 0.f;
-    for (float& g : buffer) g *= scale;
+    double square_sum = 0;
+    for (float& g : buffer) {
+      g *= scale;
+      square_sum += static_cast<double>(g) * g;
+    }
+    // No worker sees the summed gradient: the workers' shares add up to their mean squared norm.
+    observed_.gradient_square_sum = square_sum / link.size();
     std::span<float> momentum = momentum_;
     if (estimate) {
       scratch_momentum_.assign(momentum_.begin(), momentum_.end());
@@ -101,12 +122,15 @@ public:
       std::copy(parameters_.begin(), parameters_.end(), buffer.begin());
       target = buffer;
     }
+    const trace_span phase("vote");
     if (!average_) {
       link.sign_majority(signs_, buffer.size(), step, voted_);
       apply_sign_update(target, voted_, learning_rate, config_.weight_decay);
+      observed_.vote_agreement = majority_agreement(buffer.size());
     } else {
       link.sign_counts(signs_, buffer.size(), plus_votes_);
       apply_sign_update(target, plus_votes_, link.size(), learning_rate, config_.weight_decay);
+      observed_.vote_agreement = average_agreement(link.size());
     }
     if (!estimate) std::copy(parameters_.begin(), parameters_.end(), buffer.begin());
   }
@@ -118,6 +142,27 @@ public:
   rule_state snapshot() const override { return {true, true, 0, 1, 0, momentum_}; }
 
 private:
+  // Fraction of the own signs equal to the majority's (packed words, padding bits excluded).
+  double majority_agreement(std::size_t count) const {
+    std::size_t agreeing = 0;
+    for (std::size_t w = 0; w < signs_.size(); ++w) {
+      std::uint64_t same = ~(signs_[w] ^ voted_[w]);
+      if (const std::size_t valid = count - w * 64; valid < 64) same &= (std::uint64_t{1} << valid) - 1;
+      agreeing += static_cast<std::size_t>(std::popcount(same));
+    }
+    return count ? static_cast<double>(agreeing) / static_cast<double>(count) : 1.0;
+  }
+  // Fraction of the own signs on the side most voters took (a tie takes neither).
+  double average_agreement(int voters) const {
+    std::size_t agreeing = 0;
+    for (std::size_t i = 0; i < plus_votes_.size(); ++i) {
+      const bool plus = (signs_[i / 64] >> (i % 64)) & 1;
+      const int margin = 2 * plus_votes_[i] - voters;
+      agreeing += plus ? margin > 0 : margin < 0;
+    }
+    return plus_votes_.empty() ? 1.0 : static_cast<double>(agreeing) / static_cast<double>(plus_votes_.size());
+  }
+
   bool average_;  // else the majority
   optimizer_config config_;
   std::vector<float> parameters_;  // committed replica θ (identical on every worker)

@@ -37,6 +37,11 @@ public:
   virtual std::size_t state_bytes() const = 0;
   // This worker's share of the committed state, for a checkpoint.
   virtual rule_state snapshot() const = 0;
+  // What the last apply saw (gradient norm, vote agreement), for the metrics.
+  const round_observations& observations() const { return observed_; }
+
+protected:
+  round_observations observed_;
 };
 
 // ZeRO-1: reduce-scatter the gradient sums, divide by the global micro-batch count, step the

@@ -1,11 +1,14 @@
 // accord-train: data-parallel training with actors in one process. With no flags it trains the
 // byte-level GPT on the fortunes corpus with ACCO on 4 workers over an emulated link.
 #include "apps/launch_env.hpp"
+#include "apps/status_server.hpp"
 #include "apps/training_options.hpp"
 #include <accord/blas_threads.hpp>
 
 #include <atomic>
 #include <charconv>
+#include <cmath>
+#include <optional>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +55,19 @@ std::string format_megabytes(std::size_t bytes) {
 std::string format_loss(double loss) {
   char text[16];
   std::snprintf(text, sizeof text, "%.4f", loss);
+  return text;
+}
+
+// "42s", "3m07s", "2h05m": time left at the pace so far.
+std::string format_duration(double seconds) {
+  char text[32];
+  const long long whole = std::llround(std::max(0.0, seconds));
+  if (whole < 60)
+    std::snprintf(text, sizeof text, "%llds", whole);
+  else if (whole < 3600)
+    std::snprintf(text, sizeof text, "%lldm%02llds", whole / 60, whole % 60);
+  else
+    std::snprintf(text, sizeof text, "%lldh%02lldm", whole / 3600, whole / 60 % 60);
   return text;
 }
 
@@ -109,6 +125,9 @@ int main(int argc, char** argv) {
        "between processes: seconds of silence after which a worker process counts as dead")
       ("rendezvous-timeout", number_flag(0.1, 1e6, 300.0),
        "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)")
+      ("status-port", number_flag(0, 65535),
+       "rank 0 serves a live status page (loss curves, workers, membership) at http://HOST:PORT/ and "
+       "Prometheus metrics at /metrics (0: a free port, printed)")
       ("master-bind", po::value<std::string>()->default_value(""),
        "rank 0: the address its master port listens on (0.0.0.0: every interface; default: MASTER_ADDR's, "
        "loopback when every rank is local)");
@@ -202,14 +221,33 @@ int main(int argc, char** argv) {
                   setup.device_description.c_str());
       std::fflush(stdout);
     }
+    std::unique_ptr<status_server> status;
+    if (leader && flags.count("status-port")) {
+      status = std::make_unique<status_server>(flags["status-port"].as<int>(),
+                                               job.algorithm + ", " + std::to_string(job.workers) + " workers, " +
+                                                   setup.net->signature() + ", " + setup.data_description,
+                                               job.steps);
+      std::printf("status page: http://%s:%d/ (Prometheus: /metrics)\n",
+                  place ? local_address_towards(place->master_addr, place->master_port).c_str() : "127.0.0.1",
+                  status->port());
+      std::fflush(stdout);
+    } else if (flags.count("status-port")) {
+      warn_ignored(flags, "accord-train", {{"status-port", "on a rank other than 0 (rank 0 serves the job's page)"}});
+    }
     double last_eval = -1;
     int last_workers = job.workers;
     bool resumed_reported = false;
+    std::optional<step_metrics> first_seen;  // the pace is measured from the first step this run saw
     auto progress = [&](const step_metrics& m) {
+          if (!first_seen) first_seen = m;
           // Between processes the membership actor's own lines tell of each change.
-          if (m.workers != last_workers && log_interval && !place) {
-            std::printf("membership: %d -> %d workers from step %llu\n", last_workers, m.workers,
-                        static_cast<unsigned long long>(m.step));
+          if (status) status->on_step(m);
+          if (m.workers != last_workers && !place) {
+            char line[128];
+            std::snprintf(line, sizeof line, "membership: %d -> %d workers from step %llu", last_workers, m.workers,
+                          static_cast<unsigned long long>(m.step));
+            if (log_interval) std::printf("%s\n", line);
+            if (status) status->on_event(line);
             last_workers = m.workers;
           }
           if (m.eval_loss >= 0) last_eval = m.eval_loss;
@@ -220,11 +258,16 @@ int main(int argc, char** argv) {
           }
           const bool last = m.step == job.steps;
           if (!log_interval || (m.step % log_interval != 0 && m.step != 1 && !last)) return;
-          std::printf("step %5llu/%llu | loss %.4f | eval %s | %s %s/s | %.1f bits/param | hidden %3.0f%% | %.1fs\n",
+          const double steps_done = static_cast<double>(m.step - first_seen->step);
+          const std::string eta =
+              steps_done > 0 ? " | ETA " + format_duration((m.seconds - first_seen->seconds) / steps_done *
+                                                           static_cast<double>(job.steps - m.step))
+                             : "";
+          std::printf("step %5llu/%llu | loss %.4f | eval %s | %s %s/s | %.1f bits/param | hidden %3.0f%% | %.1fs%s\n",
                       static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(job.steps),
                       m.train_loss, last_eval >= 0 ? format_loss(last_eval).c_str() : "   -  ",
                       format_rate(m.items_per_second).c_str(), language_model ? "tok" : "img",
-                      m.bits_per_parameter, 100 * m.hidden_fraction, m.seconds);
+                      m.bits_per_parameter, 100 * m.hidden_fraction, m.seconds, eta.c_str());
           std::fflush(stdout);
         };
     job_result result;
@@ -246,9 +289,10 @@ int main(int argc, char** argv) {
       // A joiner names its job only when told to; it named the job's address already.
       const char* named_job = std::getenv("ACCORD_JOB_ID");
       group.job_id = joining ? (named_job ? named_job : "") : job_id_from_environment();
-      group.on_event = [](const std::string& line) {
+      group.on_event = [&status](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);
+        if (status) status->on_event(line);
       };
       result = run_job_process(*setup.net, setup.train, setup.eval, job, group, progress);
     } else {

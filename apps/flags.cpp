@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -36,6 +38,35 @@ void store_flags(int argc, char** argv, const po::options_description& options, 
   po::notify(flags);
 }
 
+// The largest --config file read: options, not data.
+constexpr std::uintmax_t most_config_bytes = 1 << 20;
+
+std::string read_config_file(const std::string& path) {
+  std::error_code error;
+  const std::filesystem::file_type type = std::filesystem::status(path, error).type();
+  if (type != std::filesystem::file_type::regular)
+    throw std::invalid_argument("--config: " + path + ": " +
+                                (type == std::filesystem::file_type::not_found ? "no such file"
+                                 : error                                      ? error.message()
+                                                                              : "not a regular file"));
+  if (std::filesystem::file_size(path, error) > most_config_bytes)
+    throw std::invalid_argument("--config: " + path + ": larger than 1 MiB (it holds options, one per line)");
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) throw std::invalid_argument("--config: " + path + ": cannot be read");
+  return text.str();
+}
+
+// Stores the options of a config file ("name = value" lines, names as the long flags without
+// "--") under those from the command line, which po::store keeps: the command line wins.
+void store_config(const std::string& text, const po::options_description& options,
+                  po::variables_map& flags) {
+  std::istringstream in(text);
+  po::store(po::parse_config_file(in, options, false), flags);
+  po::notify(flags);
+}
+
 }  // namespace
 
 std::optional<po::variables_map> parse_flags(int argc, char** argv, const po::options_description& options,
@@ -61,6 +92,26 @@ std::optional<po::variables_map> parse_flags(int argc, char** argv, const po::op
   if (flags.count("help")) {
     help_out << usage << "\n\n" << options << std::endl;
     return std::nullopt;
+  }
+  if (options.find_nothrow("config", false) && flags.count("config")) {
+    const std::string path = flags["config"].as<std::string>();
+    const std::string text = read_config_file(path);
+    try {
+      po::variables_map whole_file;  // every value of the file is checked, also those the command line overrides
+      store_config(text, options, whole_file);
+      store_config(text, options, flags);
+    } catch (const po::error&) {
+      // As above: Boost's message is built from text shown with '%' as '?'.
+      std::string shown = text;
+      std::replace(shown.begin(), shown.end(), '%', '?');
+      try {
+        po::variables_map ignored;
+        store_config(shown, options, ignored);
+      } catch (const po::error& e) {
+        throw std::invalid_argument("--config: " + path + ": " + e.what());
+      }
+      throw std::invalid_argument("--config: " + path + ": malformed");
+    }
   }
   return flags;
 }

@@ -101,7 +101,9 @@ std::vector<std::string> list_items(const std::string& flag, const std::string& 
 // prints `usage` + options to `help_out` and returns nullopt: the program exits 0, and
 // callers that embed the parser (the fuzz target) are never exited under. Throws
 // std::invalid_argument with a one-line message on an unknown, malformed, repeated or
-// out-of-range flag, or a stray argument.
+// out-of-range flag, or a stray argument. When `options` has "config" and it is given, that
+// file's "name = value" lines fill in what the command line did not set (the command line
+// wins; every value of the file is still checked, and a bad one is refused naming the file).
 std::optional<boost::program_options::variables_map> parse_flags(
     int argc, char** argv, const boost::program_options::options_description& options, const std::string& usage,
     std::ostream& help_out = std::cout);

@@ -9,8 +9,11 @@
 #include "transport/link_model.hpp"
 #include "transport/wire_precision.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 
@@ -80,10 +83,6 @@ std::vector<membership_change> parse_membership(const std::string& list) {
       });
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // What decides the memory of a job in one process.
 struct job_shape {
   bool language_model = true;
@@ -149,10 +148,14 @@ void require_job_memory(const po::variables_map& flags, const job_shape& shape, 
 
 void add_training_options(po::options_description& options, const job_config& d) {
   static const std::string data_help =
-      "gpt: a text file, or an llm.c .bin token shard (default: the fortunes corpus); "
+      "gpt: a text file, an llm.c .bin token shard, a glob of either ('shards/train_*.bin') or a directory of "
+      "text files (default: the fortunes corpus); "
       "mlp: a Fashion-MNIST directory (default: " + std::string(default_fashion_mnist_directory) + ")";
   constexpr std::uint64_t most = most_steps;  // also the bound of intervals and warm-ups
   options.add_options()
+      ("config", po::value<std::string>(),
+       "read options from this file: 'name = value' lines, names as the flags without '--', '#' comments "
+       "(the command line wins)")
       ("algo", po::value<std::string>()->default_value(d.algorithm),
        "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion")
       ("topology", po::value<std::string>()->default_value(d.topology),
@@ -191,6 +194,10 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("device", po::value<std::string>()->default_value("auto"),
        "where compute actors run the gpt: cpu | cuda | auto (cuda when a GPU exists); the mlp runs on the cpu")
       ("data", po::value<std::string>(), data_help.c_str())
+      ("eval-data", po::value<std::string>(),
+       "gpt: held-out data as --data takes it (default: the last tenth of --data)")
+      ("vocab", number_flag(1, 65536), "gpt: vocabulary size (default: from the data: 256 for text, the largest "
+       "token + 1 for token shards)")
       ("context", number_flag(1, 1 << 20, 64), "gpt: context length")
       ("layers", number_flag(1, 1 << 20, 2), "gpt: transformer blocks")
       ("heads", number_flag(1, 1 << 20, 4), "gpt: attention heads")
@@ -219,7 +226,10 @@ void add_training_options(po::options_description& options, const job_config& d)
        "held-out examples per evaluation, the same set every time (gpt: windows of --context tokens)")
       ("replica-check", number_flag<std::uint64_t>(0, most, d.replica_check_interval),
        "compare parameter hashes of all replicas every this many rounds (0: never)")
-      ("metrics", po::value<std::string>(), "write one JSON line per step to this file")
+      ("metrics", po::value<std::string>(), "write one JSON line per step to this file (CSV when it ends in .csv)")
+      ("trace", po::value<std::string>(),
+       "write a Chrome / Perfetto timeline of every actor (ui.perfetto.dev, chrome://tracing) to this file; "
+       "between processes each rank writes FILE with .rankR before the extension")
       ("checkpoint", po::value<std::string>(),
        "write parameters, optimizer state and data position to this file (at the end, and every --checkpoint-interval steps)")
       ("checkpoint-interval", number_flag<std::uint64_t>(0, most, d.checkpoint_interval),
@@ -289,6 +299,14 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   if (job.eval_examples < 1) throw std::invalid_argument("--eval-examples must be at least 1");
   job.replica_check_interval = flags["replica-check"].as<std::uint64_t>();
   if (flags.count("metrics")) job.metrics_path = flags["metrics"].as<std::string>();
+  if (flags.count("trace")) {
+    job.trace_path = flags["trace"].as<std::string>();
+    // Refused before anything starts; between processes each rank writes a file beside it.
+    const std::filesystem::path parent = std::filesystem::path(job.trace_path).parent_path();
+    const std::string directory = parent.empty() ? "." : parent.string();
+    if (!std::filesystem::is_directory(directory) || ::access(directory.c_str(), W_OK) != 0)
+      throw std::invalid_argument("--trace: " + job.trace_path + ": cannot write into " + directory);
+  }
   if (flags.count("checkpoint")) job.checkpoint_path = flags["checkpoint"].as<std::string>();
   job.checkpoint_interval = flags["checkpoint-interval"].as<std::uint64_t>();
   if (flags.count("resume")) job.resume_path = flags["resume"].as<std::string>();
@@ -323,22 +341,18 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
     config.heads = flags["heads"].as<int>();
     config.width = flags["width"].as<int>();
     config.tied_head = !flags["untied-head"].as<bool>();
+    // Checked before the data are opened (a job too big for any data is refused at once) and
+    // again with the vocabulary the data give.
+    config.vocab = flags.count("vocab") ? flags["vocab"].as<int>() : 256;
     require_job_memory(flags, shape, workers_flag);
-    std::shared_ptr<const token_dataset> train, eval;
-    if (data.empty()) {
-      train = load_default_corpus(config.context, true, job.seed);
-      eval = load_default_corpus(config.context, false, job.seed);
-    } else if (ends_with(data, ".bin")) {
-      train = load_token_shard(data, config.context, config.vocab, true, job.seed);
-      eval = load_token_shard(data, config.context, config.vocab, false, job.seed);
-    } else {
-      train = load_text_file(data, config.context, true, job.seed);
-      eval = load_text_file(data, config.context, false, job.seed);
-    }
-    config.vocab = train->vocab_size();
+    const token_data tokens = load_token_data(data, flags.count("eval-data") ? flags["eval-data"].as<std::string>() : "",
+                                              flags.count("vocab") ? flags["vocab"].as<int>() : 0, config.context,
+                                              job.seed);
+    config.vocab = tokens.train->vocab_size();
+    require_job_memory(flags, shape, workers_flag);
     setup.net = make_gpt_on(device, config);
-    setup.train = train;
-    setup.eval = eval;
+    setup.train = tokens.train;
+    setup.eval = tokens.eval;
   } else {
     mlp_config& config = shape.mlp;
     config.hidden = parse_sizes("--hidden", flags["hidden"].as<std::string>());
@@ -356,7 +370,7 @@ void warn_ignored_training_flags(const po::variables_map& flags, const std::stri
   if (flags["model"].as<std::string>() == "gpt") {
     warn_ignored(flags, program, {{"hidden", "with --model gpt"}});
   } else {
-    for (const char* flag : {"context", "layers", "heads", "width", "untied-head"})
+    for (const char* flag : {"eval-data", "vocab", "context", "layers", "heads", "width", "untied-head"})
       warn_ignored(flags, program, {{flag, "with --model mlp"}});
   }
   if (flags["algo"].as<std::string>() != "dpu") warn_ignored(flags, program, {{"dpu-warmup", "without --algo dpu"}});

@@ -17,7 +17,7 @@ std::int32_t little_endian_i32(const std::uint8_t* bytes) {
 
 }  // namespace
 
-std::vector<std::uint16_t> parse_token_shard(const std::vector<std::uint8_t>& bytes, const std::string& path) {
+std::span<const std::uint8_t> token_shard_payload(std::span<const std::uint8_t> bytes, const std::string& path) {
   const std::size_t header_bytes = shard_header_words * 4;
   if (bytes.size() < header_bytes)
     throw data_error(path, "truncated token shard header (" + std::to_string(bytes.size()) +
@@ -41,12 +41,7 @@ std::vector<std::uint16_t> parse_token_shard(const std::vector<std::uint8_t>& by
   if (payload > expected)
     throw data_error(path, std::to_string(payload - expected) +
                                " unexpected bytes after the tokens");
-  std::vector<std::uint16_t> tokens(static_cast<std::size_t>(count));
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const std::uint8_t* token = bytes.data() + header_bytes + 2 * i;
-    tokens[i] = static_cast<std::uint16_t>(token[0] | (token[1] << 8));
-  }
-  return tokens;
+  return bytes.subspan(header_bytes, expected);
 }
 
 }  // namespace accord

@@ -302,6 +302,12 @@ TEST_CASE("IDX readers accept gzip and plain files and reject malformed ones") {
   }
 }
 
+// One split of the corpus at `spec`, as accord-train opens it.
+std::shared_ptr<const token_dataset> split_of(const std::string& spec, token_split split, int context,
+                                              std::uint64_t seed, int vocab = 256) {
+  return std::make_shared<const token_dataset>(open_token_corpus(spec), split, vocab, context, seed);
+}
+
 TEST_CASE("text windows come from the file with targets shifted by one") {
   const temp_dir dir;
   const std::string path = dir.file("text.txt");
@@ -312,11 +318,13 @@ TEST_CASE("text windows come from the file with targets shifted by one") {
   const std::size_t held_out = text.size() / 10, train_tokens = text.size() - held_out;
 
   for (const bool train : {true, false}) {
-    const auto data = load_text_file(path, context, train, 9);
+    const token_split split_kind = train ? token_split::training : token_split::held_out;
+    const auto data = split_of(path, split_kind, context, 9);
     const std::size_t offset = train ? 0 : train_tokens;
     const std::size_t split = train ? train_tokens : held_out;
     REQUIRE(data->vocab_size() == 256);
     REQUIRE(data->size() == split - context);
+    REQUIRE(data->token_count() == split);
     const std::size_t n = data->size();
     const batch b = data->examples(0, n);
     REQUIRE(b.tokens.size() == n * context);
@@ -333,9 +341,13 @@ TEST_CASE("text windows come from the file with targets shifted by one") {
     }
     CHECK(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
     // Same seed, same windows; another seed, another order.
-    CHECK(load_text_file(path, context, train, 9)->examples(5, 3).tokens == data->examples(5, 3).tokens);
-    CHECK(load_text_file(path, context, train, 10)->examples(0, 8).tokens != data->examples(0, 8).tokens);
+    CHECK(split_of(path, split_kind, context, 9)->examples(5, 3).tokens == data->examples(5, 3).tokens);
+    CHECK(split_of(path, split_kind, context, 10)->examples(0, 8).tokens != data->examples(0, 8).tokens);
   }
+  // A gzip-compressed copy reads as the same text.
+  write_gzip(dir.file("text.txt.gz"), {text.begin(), text.end()});
+  CHECK(split_of(dir.file("text.txt.gz"), token_split::training, context, 9)->examples(0, 20).tokens ==
+        split_of(path, token_split::training, context, 9)->examples(0, 20).tokens);
 }
 
 TEST_CASE("text and token shard errors name the file") {
@@ -343,17 +355,21 @@ TEST_CASE("text and token shard errors name the file") {
   const std::string text = dir.file("short.txt");
   write_bytes(text, std::vector<std::uint8_t>(100, 'a'));
   // 100 bytes: 90 training tokens, 10 held out.
-  CHECK_NOTHROW(load_text_file(text, 89, true, 1));
-  CHECK_THROWS_WITH_AS(load_text_file(text, 90, true, 1),
+  CHECK_NOTHROW(split_of(text, token_split::training, 89, 1));
+  CHECK_THROWS_WITH_AS(split_of(text, token_split::training, 90, 1),
                        (text + ": context 90 longer than the data (90 tokens in the training split)").c_str(),
                        data_error);
-  CHECK_THROWS_WITH_AS(load_text_file(text, 10, false, 1),
+  CHECK_THROWS_WITH_AS(split_of(text, token_split::held_out, 10, 1),
                        (text + ": context 10 longer than the data (10 tokens in the held-out split)").c_str(),
                        data_error);
-  CHECK_THROWS_WITH_AS(load_text_file(dir.file("absent.txt"), 8, true, 1),
+  CHECK_THROWS_WITH_AS(split_of(dir.file("absent.txt"), token_split::training, 8, 1),
                        (dir.file("absent.txt") + ": No such file or directory").c_str(), data_error);
-  CHECK_THROWS_WITH_AS(load_text_file(dir.path.string(), 8, true, 1),
-                       (dir.path.string() + ": not a regular file").c_str(), data_error);
+  const std::string empty_dir = dir.file("empty");
+  fs::create_directories(empty_dir);
+  CHECK_THROWS_WITH_AS(split_of(empty_dir, token_split::training, 8, 1),
+                       (empty_dir + ": holds no text files or .bin token shards").c_str(), data_error);
+  CHECK_THROWS_WITH_AS(split_of(dir.file("nothing_*.bin"), token_split::training, 8, 1),
+                       (dir.file("nothing_*.bin") + ": matches no file").c_str(), data_error);
 
   const std::string shard = dir.file("shard.bin");
   std::vector<std::uint16_t> tokens(1000);
@@ -361,7 +377,7 @@ TEST_CASE("text and token shard errors name the file") {
 
   SUBCASE("a valid shard loads") {
     write_bytes(shard, token_shard(20240520, 1, 1000, tokens));
-    const auto data = load_token_shard(shard, 32, 50257, true, 5);
+    const auto data = split_of(shard, token_split::training, 32, 5, 50257);
     CHECK(data->size() == 900 - 32);
     const batch b = data->examples(77, 1);
     const std::uint64_t start = data->window_start(77);
@@ -369,32 +385,100 @@ TEST_CASE("text and token shard errors name the file") {
       CHECK(b.tokens[t] == tokens[start + t]);
       CHECK(b.targets[t] == tokens[start + t + 1]);
     }
-    CHECK_THROWS_WITH_AS(load_token_shard(shard, 32, 256, true, 5),
+    CHECK_THROWS_WITH_AS(split_of(shard, token_split::training, 32, 5, 256),
                          (shard + ": token 259 at position 7 is outside the vocabulary of 256").c_str(),
                          data_error);
   }
   SUBCASE("bad magic") {
     write_bytes(shard, token_shard(20240521, 1, 1000, tokens));
-    CHECK_THROWS_WITH_AS(load_token_shard(shard, 32, 50257, true, 5),
+    CHECK_THROWS_WITH_AS(split_of(shard, token_split::training, 32, 5, 50257),
                          (shard + ": wrong token shard magic 20240521 (expected 20240520)").c_str(),
                          data_error);
   }
   SUBCASE("unsupported version") {
     write_bytes(shard, token_shard(20240520, 2, 1000, tokens));
-    CHECK_THROWS_WITH_AS(load_token_shard(shard, 32, 50257, true, 5),
+    CHECK_THROWS_WITH_AS(split_of(shard, token_split::training, 32, 5, 50257),
                          (shard + ": unsupported token shard version 2 (expected 1, uint16 tokens)").c_str(),
                          data_error);
   }
   SUBCASE("truncated tokens and header") {
     write_bytes(shard, token_shard(20240520, 1, 1001, tokens));
-    CHECK_THROWS_WITH_AS(load_token_shard(shard, 32, 50257, true, 5),
+    CHECK_THROWS_WITH_AS(split_of(shard, token_split::training, 32, 5, 50257),
                          (shard + ": truncated: header promises 1001 tokens, file holds 1000").c_str(),
                          data_error);
     write_bytes(shard, std::vector<std::uint8_t>(100, 0));
-    CHECK_THROWS_WITH_AS(load_token_shard(shard, 32, 50257, true, 5),
+    CHECK_THROWS_WITH_AS(split_of(shard, token_split::training, 32, 5, 50257),
                          (shard + ": truncated token shard header (100 of 1024 bytes)").c_str(),
                          data_error);
   }
+  SUBCASE("text and shards do not mix") {
+    write_bytes(shard, token_shard(20240520, 1, 1000, tokens));
+    CHECK_THROWS_WITH_AS(load_token_data(shard, text, 0, 8, 1),
+                         (text + ": holds text but the training data hold token shards").c_str(), data_error);
+  }
+}
+
+TEST_CASE("a glob of token shards trains, separate shards evaluate, the vocabulary comes from the data") {
+  const temp_dir dir;
+  // Shard f holds tokens 20000 f + i: a target is always its token + 1 unless a window crossed
+  // from one file into the next.
+  const std::vector<std::size_t> lengths = {300, 40, 500};
+  for (std::size_t f = 0; f < lengths.size(); ++f) {
+    std::vector<std::uint16_t> tokens(lengths[f]);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(20000 * f + i);
+    write_bytes(dir.file("train_" + std::to_string(f) + ".bin"),
+                token_shard(20240520, 1, static_cast<std::uint32_t>(tokens.size()), tokens));
+  }
+  std::vector<std::uint16_t> held_out(200);
+  for (std::size_t i = 0; i < held_out.size(); ++i) held_out[i] = static_cast<std::uint16_t>(60000 + i);
+  write_bytes(dir.file("val_0.bin"), token_shard(20240520, 1, 200, held_out));
+
+  const int context = 64;
+  const token_data data = load_token_data(dir.file("train_*.bin"), dir.file("val_*.bin"), 0, context, 3);
+  CHECK(data.train->vocab_size() == 60000 + 199 + 1);
+  CHECK(data.eval->vocab_size() == data.train->vocab_size());
+  // Every token of every training file is trained on; the 40-token file holds no window.
+  CHECK(data.train->token_count() == 840);
+  CHECK(data.train->size() == (300 - context) + (500 - context));
+  CHECK(data.eval->size() == 200 - context);
+  CHECK(data.train->describe().find("in 3 files") != std::string::npos);
+  const batch b = data.train->examples(0, data.train->size());
+  std::set<std::int32_t> files;
+  for (std::size_t k = 0; k < b.tokens.size(); ++k) {
+    CHECK(b.targets[k] == b.tokens[k] + 1);
+    files.insert(b.tokens[k] / 20000);
+  }
+  CHECK(files == std::set<std::int32_t>{0, 2});
+  for (std::int32_t t : data.eval->examples(0, 16).tokens) CHECK(t >= 60000);
+
+  CHECK_THROWS_WITH_AS(load_token_data(dir.file("train_*.bin"), dir.file("val_*.bin"), 50257, context, 3),
+                       (dir.file("val_0.bin") + ": token 60000 at position 0 is outside the vocabulary of 50257")
+                           .c_str(),
+                       data_error);
+  // Without held-out files the last tenth of all training tokens is held out (84 of 840: the
+  // last 84 of the third file).
+  const token_data split = load_token_data(dir.file("train_*.bin"), "", 0, 16, 3);
+  CHECK(split.eval->token_count() == 84);
+  CHECK(split.eval->token(0) == 40000 + 500 - 84);
+  CHECK(split.train->token(340) == 40000);
+}
+
+TEST_CASE("a directory of text files is a corpus: binary files and symlinks are skipped") {
+  const temp_dir dir;
+  fs::create_directories(dir.path / "sub");
+  const std::string a(100, 'a'), b(200, 'b');
+  write_bytes(dir.file("a.txt"), {a.begin(), a.end()});
+  write_bytes((dir.path / "sub" / "b.txt").string(), {b.begin(), b.end()});
+  write_bytes(dir.file("index.dat"), {1, 0, 0, 0, 'x'});
+  fs::create_symlink(dir.path / "a.txt", dir.path / "c.txt");
+  const auto data = split_of(dir.path.string(), token_split::whole, 8, 1);
+  CHECK(data->token_count() == 300);
+  CHECK(data->size() == (100 - 8) + (200 - 8));
+  // The default corpus's own directory, as --data takes it.
+  const auto fortunes = open_token_corpus(default_corpus_directory);
+  CHECK(fortunes->pieces().size() > 10);
+  CHECK(fortunes->is_text());
+  for (const token_piece& piece : fortunes->pieces()) CHECK(piece.name.find(".dat") == std::string::npos);
 }
 
 TEST_CASE("the default corpus is the fortunes text without separators") {

@@ -77,7 +77,10 @@ struct job_config {
   // benchmarks that time a run; step metrics still carry their eval loss, once known).
   bool defer_evaluation = false;
   std::uint64_t replica_check_interval = 1;  // rounds between parameter-hash comparisons
-  std::string metrics_path;          // JSON lines, one record per step (empty: none)
+  std::string metrics_path;          // JSON lines, one record per step (empty: none; CSV if it ends in .csv)
+  // Chrome / Perfetto trace of every actor's spans (empty: none, and no cost); between
+  // processes each rank writes its own, "trace.json" -> "trace.rank2.json", on one clock.
+  std::string trace_path;
   // Checkpoints (format in actors/checkpoint.hpp): written every checkpoint_interval steps and
   // at the end when checkpoint_path is set; resume_path continues a job with any worker count.
   std::string checkpoint_path;
@@ -106,11 +109,11 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-// One worker's share of a step: times since the previous step (ACCO: both rounds).
-struct worker_step {
-  double compute_seconds = 0;        // computing micro-batches
-  double communication_seconds = 0;  // its communicator busy with rounds
-  double wait_seconds = 0;           // compute idle, waiting for a round
+// Where one worker's time went during a step (seconds; ACCO: both rounds).
+struct worker_seconds {
+  double compute = 0;        // forward/backward
+  double communication = 0;  // its communicator busy with the step's rounds
+  double wait = 0;           // compute idle, waiting for a round
 };
 
 // One optimizer step as the coordinator saw it (also one line of the metrics file).
@@ -126,9 +129,14 @@ struct step_metrics {
   std::uint64_t micro_batches = 0; // summed over workers for this step
   int workers = 0;
   std::uint64_t epoch = 0;         // membership epoch (elastic jobs between processes)
-  double learning_rate = 0;        // the schedule's, at this step
+  double learning_rate = 0;        // of this step's update, after warm-up and schedule
   std::uint64_t bytes_sent = 0;    // by all workers for this step
-  std::vector<worker_step> per_worker;  // by rank
+  // Of the mean gradient the step applied (sharded optimizers: the reduced gradient; sign votes,
+  // where none is formed: the root mean square of the workers' own mean gradients' norms).
+  double gradient_norm = 0;
+  // Sign votes: fraction of the workers' signs that the outcome took, averaged (-1: no vote).
+  double vote_agreement = -1;
+  std::vector<worker_seconds> per_worker;  // by rank
   // Topologies whose replicas differ (local-sgd between outer steps): sqrt(mean_i ‖θ_i − θ̄‖²)
   // where measured this step (before merging), else -1.
   double consensus_distance = -1;
