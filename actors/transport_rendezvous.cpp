@@ -2,9 +2,7 @@
 #include "actors/transport_rendezvous.hpp"
 
 #include "transport/ucx/ucx_transport.hpp"
-#if ACCORD_HAVE_CUDA
-#include "gpu/nccl_transport.hpp"
-#endif
+#include "gpu/cuda_backend.hpp"
 
 #include <cstdlib>
 #include <stdexcept>
@@ -37,15 +35,15 @@ private:
   ucx_listener listener_;
 };
 
-#if ACCORD_HAVE_CUDA
 // NCCL needs one unique id for the whole communicator: rank 0 of the epoch (always rank 0's
 // process) makes it and publishes it as its "address" (hex); every rank then joins the
-// communicator on its own GPU.
+// communicator on its own GPU. NCCL lives in the CUDA plugin, loaded here.
 class nccl_rendezvous final : public transport_rendezvous {
 public:
-  nccl_rendezvous(const process_group& group, bool makes_id) : local_rank_(group.local_rank) {
+  nccl_rendezvous(const process_group& group, bool makes_id)
+      : cuda_(require_cuda_backend("transport nccl")), local_rank_(group.local_rank) {
     if (!makes_id) return;
-    const nccl_unique_id id = make_nccl_unique_id();
+    const nccl_unique_id id = cuda_.make_nccl_unique_id();
     static const char digits[] = "0123456789abcdef";
     for (std::byte b : id) {
       hex_ += digits[std::to_integer<int>(b) >> 4];
@@ -59,30 +57,23 @@ public:
     if (hex.size() != 2 * id.size()) throw transport_error("rank 0 published a malformed NCCL unique id");
     for (std::size_t i = 0; i < id.size(); ++i)
       id[i] = static_cast<std::byte>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-    return std::make_unique<nccl_transport>(id, rank, static_cast<int>(addresses.size()), local_rank_);
+    return cuda_.make_nccl_transport(id, rank, static_cast<int>(addresses.size()), local_rank_);
   }
   // ncclCommInitRank blocks on the host and cannot be interrupted (gpu/nccl_transport.hpp).
   void interrupt(const std::string&) override {}
 
 private:
+  const cuda_backend& cuda_;
   int local_rank_;
   std::string hex_;
 };
-#endif
 
 }  // namespace
 
 std::unique_ptr<transport_rendezvous> make_rendezvous(const process_group& group, const std::string& host,
                                                       bool master) {
   if (group.transport == "ucx") return std::make_unique<ucx_rendezvous>(group, host);
-  if (group.transport == "nccl") {
-#if ACCORD_HAVE_CUDA
-    return std::make_unique<nccl_rendezvous>(group, master);
-#else
-    (void)master;
-    throw std::invalid_argument("transport nccl: this build has no CUDA/NCCL (nvcc was not found at configure time)");
-#endif
-  }
+  if (group.transport == "nccl") return std::make_unique<nccl_rendezvous>(group, master);
   throw std::invalid_argument("unknown transport '" + group.transport + "' (expected ucx|nccl)");
 }
 

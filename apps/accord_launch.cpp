@@ -3,6 +3,7 @@
 // fails stops all the others, and its status becomes the launcher's. With --elastic only the RANK 0
 // worker (the coordinator) fails fast; the job goes on without any other worker that fails. With
 // --join the workers join a running elastic job instead: they get no rank, and none fails fast.
+#include "apps/flags.hpp"
 #include "apps/launch_env.hpp"
 
 #include <fcntl.h>
@@ -88,6 +89,7 @@ options:
                            HOST:PORT (its MASTER_ADDR:MASTER_PORT); implies --elastic; conflicts
                            with --master-addr, --master-port, --rank-offset and --world-size
   -h, --help               show this help
+  --version                print the version
 
 exit status: 0 when every worker exits 0; the first failed worker's status; 124 on timeout;
 128 + signal when the launcher was interrupted; 2 for bad flags; 127 when PROGRAM cannot be run.
@@ -162,7 +164,7 @@ std::string parse_join_flag(std::string_view text) {
   return std::string(text);
 }
 
-// Returns nullopt for --help.
+// Returns nullopt for --help and --version, once it has printed them.
 std::optional<launch_options> parse_command_line(int argc, char** argv) {
   launch_options options;
   bool saw_workers = false;
@@ -175,7 +177,14 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
       options.command.assign(argv + i + 1, argv + argc);
       break;
     }
-    if (arg == "-h" || arg == "--help") return std::nullopt;
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(help_text, stdout);
+      return std::nullopt;
+    }
+    if (arg == "--version") {
+      std::puts(accord::version_line(argv[0]).c_str());
+      return std::nullopt;
+    }
     // Accept both "--flag value" and "--flag=value".
     std::string_view flag = arg;
     std::optional<std::string_view> inline_value;
@@ -683,10 +692,7 @@ class supervisor {
 int main(int argc, char** argv) {
   try {
     const std::optional<launch_options> options = parse_command_line(argc, argv);
-    if (!options) {
-      std::fputs(help_text, stdout);
-      return 0;
-    }
+    if (!options) return 0;
     const std::string program = find_program(options->command.front());
     return supervisor(*options).run(program);
   } catch (const usage_error& error) {

@@ -1,5 +1,7 @@
 #include "apps/flags.hpp"
 
+#include <accord/version.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -69,8 +71,17 @@ void store_config(const std::string& text, const po::options_description& option
 
 }  // namespace
 
-std::optional<po::variables_map> parse_flags(int argc, char** argv, const po::options_description& options,
+std::string version_line(const char* argv0) {
+  const std::string program = argv0 && *argv0 ? std::filesystem::path(argv0).filename().string() : "accord";
+  return program + " " + std::string(version());
+}
+
+std::optional<po::variables_map> parse_flags(int argc, char** argv, const po::options_description& program_options,
                                              const std::string& usage, std::ostream& help_out) {
+  po::options_description every_program;
+  every_program.add_options()("version", "print the version and exit");
+  po::options_description options;  // groups print in order: the program's, then --version
+  options.add(program_options).add(every_program);
   po::variables_map flags;
   try {
     store_flags(argc, argv, options, flags);
@@ -91,6 +102,10 @@ std::optional<po::variables_map> parse_flags(int argc, char** argv, const po::op
   }
   if (flags.count("help")) {
     help_out << usage << "\n\n" << options << std::endl;
+    return std::nullopt;
+  }
+  if (flags.count("version")) {
+    help_out << version_line(argc > 0 ? argv[0] : nullptr) << std::endl;
     return std::nullopt;
   }
   if (options.find_nothrow("config", false) && flags.count("config")) {

@@ -97,8 +97,12 @@ number_value<T>* number_flag(T low, T high, T fallback) {
 // naming the flag and what an item should be (`expected`).
 std::vector<std::string> list_items(const std::string& flag, const std::string& list, const std::string& expected);
 
-// Parses argv against `options`. On --help (or any spelling Boost takes for it, "--hel", "---h")
-// prints `usage` + options to `help_out` and returns nullopt: the program exits 0, and
+// "accord-train 0.1.0 (git df03db9)": the program's name (from argv[0]) and accord::version().
+std::string version_line(const char* argv0);
+
+// Parses argv against `options` and --version, which every program has. On --help (or any
+// spelling Boost takes for it, "--hel", "---h") prints `usage` + options to `help_out`, on
+// --version version_line(), and returns nullopt: the program exits 0, and
 // callers that embed the parser (the fuzz target) are never exited under. Throws
 // std::invalid_argument with a one-line message on an unknown, malformed, repeated or
 // out-of-range flag, or a stray argument. When `options` has "config" and it is given, that

@@ -44,6 +44,11 @@ if(ACCORD_WITH_CUDA)
     endif()
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 20)
+    # CMake 3.25 does not know nvcc's C++20 flag (CMAKE_CUDA_STANDARD 20 fails at generate time
+    # with "does not support this"); nvcc 13 accepts -std=c++20. Set here, for every folder:
+    # programs that link the CUDA objects (tests, accord-bench-gpu) need it too.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION -std=c++20)
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION -std=c++20)
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     find_package(CUDAToolkit REQUIRED)
     accord_find_nccl(ACCORD_NCCL_FOUND)
@@ -58,8 +63,13 @@ message(STATUS "accord: CUDA/NCCL parts ${ACCORD_HAVE_CUDA}")
 # Internal headers are included as "folder/file.hpp" from the source root; the public
 # embedder API lives in include/accord/. Installed (cmake/install.cmake), the internal
 # headers sit in include/accord/<folder>/, hence the second install include directory.
+# Static by default, shared with ACCORD_SHARED=ON (or BUILD_SHARED_LIBS=ON).
 function(accord_library name)
-  add_library(${name} ${ARGN})
+  if(ACCORD_SHARED)
+    add_library(${name} SHARED ${ARGN})
+  else()
+    add_library(${name} STATIC ${ARGN})
+  endif()
   target_include_directories(${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>

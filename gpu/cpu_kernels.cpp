@@ -8,9 +8,7 @@
 #include "optim/lion.hpp"  // the Lion pieces and the tie rule, shared with the optimizers
 #include "transport/transport.hpp"
 
-#if ACCORD_HAVE_CUDA
-#include "gpu/cuda_kernels.hpp"
-#endif
+#include "gpu/cuda_backend.hpp"
 
 namespace accord {
 namespace {
@@ -200,11 +198,7 @@ void kernels::lion_step(std::span<float> parameters, std::span<const float> grad
 std::unique_ptr<kernels> make_kernels(device_kind kind) {
   if (kind == device_kind::cpu) return std::make_unique<cpu_kernels>();
   parse_device("cuda");  // throws a clear error when there is no usable device
-#if ACCORD_HAVE_CUDA
-  return make_cuda_kernels(nullptr);
-#else
-  throw std::logic_error("parse_device accepted cuda in a build without CUDA");
-#endif
+  return require_cuda_backend("--device cuda").make_kernels();
 }
 
 }  // namespace accord

@@ -6,36 +6,29 @@
 #include <stdexcept>
 #include <thread>
 
-#if ACCORD_HAVE_CUDA
-#include "gpu/cuda_check.hpp"
-#endif
+#include "gpu/cuda_backend.hpp"
 
 namespace accord {
 namespace {
 
 // Why there is no CUDA device, for error messages; empty when there is one.
 std::string cuda_unavailable_reason() {
-#if ACCORD_HAVE_CUDA
-  int count = 0;  // left unwritten when the call fails (e.g. error 35, no driver)
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) return cudaGetErrorString(status);
-  return count > 0 ? std::string() : std::string("no CUDA device found");
-#else
-  return "this build has no CUDA support (nvcc was not found at configure time)";
-#endif
+  std::string why;
+  const cuda_backend* backend = find_cuda_backend(why);
+  return backend ? backend->unavailable_reason() : why;
 }
+
+// The backend for memory of device_kind::cuda, which exists only once it has been loaded.
+const cuda_backend& memory_backend() { return require_cuda_backend("CUDA"); }
 
 }  // namespace
 
 std::string_view to_string(device_kind kind) { return kind == device_kind::cuda ? "cuda" : "cpu"; }
 
 int cuda_device_count() {
-#if ACCORD_HAVE_CUDA
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
-#else
-  return 0;
-#endif
+  std::string why;
+  const cuda_backend* backend = find_cuda_backend(why);
+  return backend ? backend->device_count() : 0;
 }
 
 bool cuda_available() { return cuda_device_count() > 0; }
@@ -54,25 +47,7 @@ device_kind parse_device(std::string_view name) {
                               "' (expected cpu, cuda or auto)");
 }
 
-cuda_device_properties cuda_properties() {
-#if ACCORD_HAVE_CUDA
-  int device = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  cudaDeviceProp properties{};
-  cuda_check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
-  // CUDA 13 dropped the clock fields from cudaDeviceProp; the attributes remain.
-  int memory_clock_khz = 0, bus_width_bits = 0;
-  cuda_check(cudaDeviceGetAttribute(&memory_clock_khz, cudaDevAttrMemoryClockRate, device),
-             "cudaDeviceGetAttribute(memory clock)");
-  cuda_check(cudaDeviceGetAttribute(&bus_width_bits, cudaDevAttrGlobalMemoryBusWidth, device),
-             "cudaDeviceGetAttribute(bus width)");
-  // Double data rate: two transfers per clock.
-  const double bandwidth = 2.0 * memory_clock_khz * 1e3 * bus_width_bits / 8.0;
-  return {device, properties.name, properties.totalGlobalMem, properties.major, properties.minor, bandwidth};
-#else
-  throw std::runtime_error("CUDA: " + cuda_unavailable_reason());
-#endif
-}
+cuda_device_properties cuda_properties() { return require_cuda_backend("CUDA").properties(); }
 
 std::string describe_device(device_kind kind) {
   if (kind == device_kind::cpu)
@@ -89,21 +64,15 @@ namespace detail {
 void* device_allocate(device_kind kind, std::size_t bytes) {
   if (bytes == 0) return nullptr;
   if (kind == device_kind::cpu) return ::operator new(bytes);
-#if ACCORD_HAVE_CUDA
-  void* pointer = nullptr;
-  cuda_check(cudaMalloc(&pointer, bytes), "cudaMalloc");
-  return pointer;
-#else
-  throw std::runtime_error("CUDA: " + cuda_unavailable_reason());
-#endif
+  return memory_backend().allocate(bytes);
 }
 
 void device_free(device_kind kind, void* pointer) noexcept {
   if (!pointer) return;
   if (kind == device_kind::cpu) return ::operator delete(pointer);
-#if ACCORD_HAVE_CUDA
-  cudaFree(pointer);
-#endif
+  // Memory of a cuda device_array was allocated through the backend, so it is loaded.
+  std::string why;
+  if (const cuda_backend* backend = find_cuda_backend(why)) backend->free(pointer);
 }
 
 void device_copy_in(device_kind kind, void* device, const void* host, std::size_t bytes) {
@@ -112,9 +81,7 @@ void device_copy_in(device_kind kind, void* device, const void* host, std::size_
     std::memcpy(device, host, bytes);
     return;
   }
-#if ACCORD_HAVE_CUDA
-  cuda_check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
-#endif
+  memory_backend().copy_in(device, host, bytes);
 }
 
 void device_copy_out(device_kind kind, void* host, const void* device, std::size_t bytes) {
@@ -123,9 +90,7 @@ void device_copy_out(device_kind kind, void* host, const void* device, std::size
     std::memcpy(host, device, bytes);
     return;
   }
-#if ACCORD_HAVE_CUDA
-  cuda_check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-#endif
+  memory_backend().copy_out(host, device, bytes);
 }
 
 void throw_size_mismatch(std::size_t device_size, std::size_t host_size) {

@@ -1,6 +1,7 @@
 #pragma once
-// Where compute runs, chosen at run time (--device cpu|cuda|auto). Every binary uses only the
-// CUDA runtime API, so it starts, and picks the CPU, on machines without a GPU or driver.
+// Where compute runs, chosen at run time (--device cpu|cuda|auto). The CUDA calls live in the
+// CUDA plugin (gpu/cuda_backend.hpp), loaded on the first question about a CUDA device, so
+// every binary starts, and picks the CPU, on machines without a GPU or driver.
 #include <cstddef>
 #include <span>
 #include <string>

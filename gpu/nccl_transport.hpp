@@ -1,7 +1,8 @@
 #pragma once
-// The transport interface over NCCL (CUDA builds only). Collectives run natively on the
-// transport's own CUDA stream, so they overlap with compute on other streams; every call
-// blocks the calling thread (the communicator actor's) until its stream work is done.
+// The transport interface over NCCL, part of the CUDA plugin (gpu/cuda_backend.hpp). Collectives
+// run natively on the transport's own CUDA stream, so they overlap with compute on other
+// streams; every call blocks the calling thread (the communicator actor's) until its stream
+// work is done.
 //
 // Host spans are staged through device buffers; the *_device calls take device memory of the
 // transport's GPU and skip the staging. Point-to-point: NCCL has no tags, so each send carries
@@ -20,12 +21,12 @@
 #include <span>
 #include <vector>
 
+#include "gpu/cuda_backend.hpp"
 #include "transport/transport.hpp"
 
 namespace accord {
 
-// ncclUniqueId as plain bytes: made by one rank, shipped to the others (e.g. over CAF).
-using nccl_unique_id = std::array<std::byte, 128>;
+// A new communicator's id (nccl_unique_id: gpu/cuda_backend.hpp).
 nccl_unique_id make_nccl_unique_id();
 
 class nccl_transport final : public transport {

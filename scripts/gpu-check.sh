@@ -44,4 +44,15 @@ if [ "$gpus" -ge 2 ]; then
 else
   echo "gpu-check: one GPU: the NCCL multi-process run needs two"
 fi
+# The CUDA plugin: the runs above loaded it for --device cuda; a --device cpu run must not, and
+# without the plugin --device cuda stops with one line.
+if LD_DEBUG=files timeout 120 "$BUILD_DIR/apps/accord-train" --device cpu --steps 2 --log-interval 0 2>&1 \
+    | grep -E "file=.*(libcudart|libcublas|libnccl|libaccord_cuda)"; then
+  echo "gpu-check: a --device cpu run loaded a CUDA library" >&2
+  exit 1
+fi
+missing=$(ACCORD_CUDA_PLUGIN=/nonexistent/libaccord_cuda.so "$BUILD_DIR/apps/accord-train" --device cuda \
+  --steps 1 2>&1 || true)
+grep -q "cannot load the CUDA plugin" <<<"$missing" \
+  || { echo "gpu-check: a missing plugin gave '$missing'" >&2; exit 1; }
 echo "gpu-check: done in $((SECONDS - start)) s"
