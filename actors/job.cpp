@@ -355,6 +355,9 @@ accumulator_actor spawn_worker(caf::actor_system& system, local_actors& local, c
   compute->data = std::move(train);
   compute->stream = {rank, workers, config.micro_batch, plan.data_position};
   compute->parameters = make_tensor(plan.initial, local.meter);
+  // A resumed 16-bit job computes with the rounded copy of its masters, as it did before.
+  if (plan.resume && plan.algo->aggregate == aggregation::sharded_optimizer)
+    round_to_wire(plan.precision.real, *compute->parameters);
   compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
   auto communication = std::make_shared<communicator_setup>();
   communication->link = std::move(spec.link);

@@ -626,6 +626,38 @@ TEST_CASE("a checkpoint resumes bit-identically, and re-shards for another worke
                        std::invalid_argument);
 }
 
+TEST_CASE("with a 16-bit wire a checkpoint holds the fp32 master weights and resumes bit-identically" *
+          doctest::test_suite("pipeline")) {
+  const std::size_t width = 50;
+  quadratic net(width);
+  auto data = std::make_shared<waves>(width);
+  job_config job;
+  job.algorithm = "ddp";
+  job.workers = 2;
+  job.micro_batch = 3;
+  job.optimizer = "adamw";
+  job.learning_rate = 0.05f;
+  job.cosine = false;
+  job.eval_examples = 3;
+  job.wire_precision = "bf16";
+  job.steps = 6;
+  const job_result uninterrupted = run_job(net, data, data, job);
+
+  job.checkpoint_path = "test_actors_resume_bf16.bin";
+  job.steps = 3;
+  const job_result first = run_job(net, data, data, job);
+  const checkpoint saved = read_checkpoint("test_actors_resume_bf16.bin");
+  std::vector<float> rounded = saved.parameters;
+  round_to_wire(wire_precision::bf16, rounded);
+  CHECK(rounded == first.parameters);             // the workers computed with the rounded copy ...
+  CHECK(saved.parameters != first.parameters);    // ... of masters that bf16 cannot hold
+
+  job.checkpoint_path.clear();
+  job.resume_path = "test_actors_resume_bf16.bin";
+  job.steps = 6;
+  CHECK(run_job(net, data, data, job).parameters == uninterrupted.parameters);
+}
+
 TEST_CASE("a worker whose model fails mid-run fails the job with its message, without hanging" *
           doctest::test_suite("pipeline")) {
   for (const char* algorithm : {"ddp", "acco", "dlion-mavo"}) {
