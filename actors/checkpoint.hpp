@@ -11,7 +11,7 @@
 //   u64 data_hash                      content hash of the training data (0: not recorded)
 //   u32 length + bytes                 model signature
 //   u32 length + bytes                 algorithm name
-//   f32 × parameter_count              parameters
+//   f32 × parameter_count              parameters (the fp32 master weights, also with a 16-bit wire)
 //   u64 optimizer_step, u32 slots      sharded optimizer state reassembled over all shards:
 //   f32 × slots × parameter_count        slot after slot (AdamW m then v; Lion m; SGD momentum)
 //   u32 momenta                        Distributed Lion: each worker's own momentum

@@ -20,6 +20,7 @@ void keep_step(communicator_setup& s, const std::vector<float>& parameters, std:
   kept.rank = s.link->rank();
   kept.steps = step_of_round(s.pipe, round) + 1;
   kept.own = s.rule->snapshot();
+  kept.own.master.clear();  // elastic recovery restarts from the kept compute copy
   if (s.replicate && kept.world > 1) kept.buddy = replicate_to_buddy(*s.link, kept.own, parameters.size());
   kept.parameters = parameters;
   s.keeper->keep(std::move(kept));

@@ -173,6 +173,10 @@ void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress
       c.momenta.push_back(state.values);
       continue;
     }
+    // A 16-bit wire leaves every worker a rounded copy: the checkpoint holds the fp32 masters.
+    if (state.begin > n || state.master.size() > n - state.begin)
+      throw std::invalid_argument("checkpoint: a worker's master weights do not fit the parameters");
+    std::copy(state.master.begin(), state.master.end(), c.parameters.begin() + static_cast<std::ptrdiff_t>(state.begin));
     c.optimizer_step = state.optimizer_step;
     c.slots = state.slots;
     c.optimizer.resize(std::size_t{state.slots} * n);

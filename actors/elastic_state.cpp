@@ -162,11 +162,11 @@ restored_state transfer_state(transport& link, const state_source& source, const
 rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank) {
   if (!sharded) {
     if (static_cast<std::size_t>(rank) >= c.momenta.size()) return {};
-    return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)]};
+    return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)], {}};
   }
   const std::size_t n = c.parameters.size();
   const shard own = shard_of(n, world, rank);
-  rule_state state{true, false, c.optimizer_step, c.slots, own.begin, std::vector<float>(c.slots * own.size())};
+  rule_state state{true, false, c.optimizer_step, c.slots, own.begin, std::vector<float>(c.slots * own.size()), {}};
   for (std::size_t slot = 0; slot < c.slots; ++slot)
     std::copy_n(c.optimizer.begin() + static_cast<std::ptrdiff_t>(slot * n + own.begin), own.size(),
                 state.values.begin() + static_cast<std::ptrdiff_t>(slot * own.size()));

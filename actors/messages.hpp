@@ -40,6 +40,9 @@ struct rule_state {
   std::uint32_t slots = 0;
   std::uint64_t begin = 0;         // sharded: where the shard starts in the flat buffer
   std::vector<float> values;       // sharded: slots × shard size, slot after slot
+  // Sharded with a 16-bit wire: the shard's fp32 master weights, which the parameters every
+  // worker holds are only a rounded copy of (empty otherwise: the copy is exact).
+  std::vector<float> master;
 };
 
 // A compute actor's answer: the accumulator's gradient sum, with one more micro-batch added.
@@ -136,7 +139,7 @@ typename Inspector::result_type inspect(Inspector& f, transfer_stats& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rule_state& x) {
   return f(caf::meta::type_name("rule_state"), x.present, x.momentum, x.optimizer_step, x.slots,
-           x.begin, x.values);
+           x.begin, x.values, x.master);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_observations& x) {

@@ -71,7 +71,9 @@ public:
 
   rule_state snapshot() const override {
     const optimizer_state& state = optimizer_->state();
-    return {true, false, state.step, static_cast<std::uint32_t>(state.slots), own_.begin, state.values};
+    rule_state snapshot{true, false, state.step, static_cast<std::uint32_t>(state.slots), own_.begin, state.values, {}};
+    if (precision_.real != wire_precision::fp32) snapshot.master = master_;
+    return snapshot;
   }
 
 private:
@@ -139,7 +141,7 @@ public:
     return (parameters_.size() + momentum_.size()) * sizeof(float);
   }
 
-  rule_state snapshot() const override { return {true, true, 0, 1, 0, momentum_}; }
+  rule_state snapshot() const override { return {true, true, 0, 1, 0, momentum_, {}}; }
 
 private:
   // Fraction of the own signs equal to the majority's (packed words, padding bits excluded).

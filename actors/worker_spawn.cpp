@@ -7,6 +7,7 @@
 #include "actors/compute_actor.hpp"
 #include "actors/membership_actor.hpp"
 #include "transport/hierarchical.hpp"
+#include "transport/wire_precision.hpp"
 
 #include <cblas.h>
 
@@ -68,6 +69,9 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   compute->data = std::move(train);
   compute->stream = {rank, workers, config.micro_batch, plan.data_position};
   compute->parameters = make_tensor(plan.initial, local.meter);
+  // A resumed 16-bit job computes with the rounded copy of its masters, as it did before.
+  if (plan.resume && plan.algo->aggregate == aggregation::sharded_optimizer)
+    round_to_wire(plan.precision.real, *compute->parameters);
   compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
   compute->app = spec.app;
   if (spec.app) spec.app->open();

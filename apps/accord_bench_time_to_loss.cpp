@@ -60,9 +60,13 @@ std::vector<double> parse_targets(const std::string& list) {
 bool staged(const std::string& name) { return name.rfind("acco", 0) == 0; }
 
 // The same number of micro-batches per step for every algorithm: synchronous ones take
-// `accumulation`, overlapped ones are capped to it (ACCO: half per stage).
-job_config job_for(const training_setup& setup, const std::string& name, std::size_t accumulation) {
+// `accumulation`, overlapped ones are capped to it (ACCO: half per stage). Repetition r runs
+// with seed --seed + r: a run is deterministic, and one seed's draw can decide a comparison
+// (Distributed Lion's final loss on the default GPT moves by ±0.25 between seeds).
+job_config job_for(const training_setup& setup, const std::string& name, std::size_t accumulation,
+                   int repetition = 0) {
   job_config job = setup.job;
+  job.seed += static_cast<std::uint64_t>(repetition);
   job.algorithm = name;
   job.accumulation = staged(name) ? accumulation / 2 : accumulation;
   job.max_accumulation = job.accumulation;
@@ -130,7 +134,7 @@ int main(int argc, char** argv) {
   options.add_options()("help,h", "show this help")
       ("algos", po::value<std::string>()->default_value("ddp,acco,dlion-mavo,acco-dlion"),
        "algorithms to compare; the first is the baseline of the ratios and of --targets auto")
-      ("repetitions", po::value<int>()->default_value(3), "interleaved runs of each algorithm (medians)")
+      ("repetitions", po::value<int>()->default_value(3), "interleaved runs of each algorithm, repetition r with seed --seed + r (medians)")
       ("targets", po::value<std::string>()->default_value("auto"),
        "two eval losses to time, e.g. 3.0,2.8; auto: the baseline's median eval loss at half its steps "
        "and its median final eval loss + 1%");
@@ -166,7 +170,7 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<job_result>> results;
     for (int repetition = 0; repetition < repetitions; ++repetition)
       for (const auto& name : names) {
-        job_result r = run_job(*setup.net, setup.train, setup.eval, job_for(setup, name, accumulation));
+        job_result r = run_job(*setup.net, setup.train, setup.eval, job_for(setup, name, accumulation, repetition));
         std::printf("  repetition %d %-11s %.1f s, final eval %.4f\n", repetition + 1, name.c_str(),
                     r.steps.empty() ? 0.0 : r.steps.back().seconds, r.final_eval_loss);
         std::fflush(stdout);

@@ -159,6 +159,46 @@ TEST_CASE("ACCO follows its equations on a quadratic: estimate from g̃, real st
   }
 }
 
+TEST_CASE("acco-dlion follows its equations on a quadratic: estimate vote from g̃, real vote from g̃ + g" *
+          doctest::test_suite("pipeline")) {
+  for (int workers : {1, 3}) {  // odd: no tied votes
+    CAPTURE(workers);
+    const std::uint64_t steps = 6;
+    const double lr = 0.05, beta1 = 0.9, beta2 = 0.99;
+    const auto sign = [](double x) { return x > 0 ? 1.0 : -1.0; };
+    // Per worker w: d̃ = sign(β1 m_w + (1−β1) g̃_w) votes θ̃_{t+1} = θ_t − lr·majority(d̃) without
+    // touching m_w; the real round's d = sign(β1 m_w + (1−β1) ḡ_w), ḡ_w = (g̃_w + g_w)/2, votes
+    // θ_{t+1} = θ_t − lr·majority(d) and only then m_w = β2 m_w + (1−β2) ḡ_w: momentum moves once per step.
+    std::vector<double> theta = initial_theta(), estimate = theta;
+    std::vector<std::vector<double>> momentum(workers, std::vector<double>(dim, 0.0));
+    for (std::uint64_t t = 0; t < steps; ++t) {
+      std::vector<double> estimate_votes(dim, 0.0), real_votes(dim, 0.0);
+      for (int w = 0; w < workers; ++w) {
+        const auto first = gradient(estimate, w, workers, 2 * t, 3);
+        const auto second = gradient(theta, w, workers, 2 * t + 1, 3);
+        for (std::size_t i = 0; i < dim; ++i) {
+          const double mean = (first[i] + second[i]) / 2;
+          estimate_votes[i] += sign(beta1 * momentum[w][i] + (1 - beta1) * first[i]);
+          real_votes[i] += sign(beta1 * momentum[w][i] + (1 - beta1) * mean);
+          momentum[w][i] = beta2 * momentum[w][i] + (1 - beta2) * mean;
+        }
+      }
+      for (std::size_t i = 0; i < dim; ++i) {
+        estimate[i] = theta[i] - lr * sign(estimate_votes[i]);
+        theta[i] -= lr * sign(real_votes[i]);
+      }
+    }
+    job_config job = sgd_job("acco-dlion", workers, steps);
+    job.optimizer.clear();  // the algorithm's Lion
+    job.learning_rate = static_cast<float>(lr);
+    job.beta1 = static_cast<float>(beta1);
+    job.beta2 = static_cast<float>(beta2);
+    const job_result result = run_quadratic(job);
+    check_close(result.parameters, theta, 1e-5);
+    CHECK(result.replicas_identical);
+  }
+}
+
 TEST_CASE("DPU applies each gradient one round late; DDP applies it at once" * doctest::test_suite("pipeline")) {
   const int workers = 2;
   const std::uint64_t steps = 5;
@@ -573,6 +613,38 @@ TEST_CASE("a checkpoint resumes bit-identically, and re-shards for another worke
   CHECK_THROWS_WITH_AS(run_job(net, data, data, job),
                        "test_actors_resume_3.bin: a ddp checkpoint cannot resume a dlion-mavo job",
                        std::invalid_argument);
+}
+
+TEST_CASE("with a 16-bit wire a checkpoint holds the fp32 master weights and resumes bit-identically" *
+          doctest::test_suite("pipeline")) {
+  const std::size_t width = 50;
+  quadratic net(width);
+  auto data = std::make_shared<waves>(width);
+  job_config job;
+  job.algorithm = "ddp";
+  job.workers = 2;
+  job.micro_batch = 3;
+  job.optimizer = "adamw";
+  job.learning_rate = 0.05f;
+  job.cosine = false;
+  job.eval_examples = 3;
+  job.wire_precision = "bf16";
+  job.steps = 6;
+  const job_result uninterrupted = run_job(net, data, data, job);
+
+  job.checkpoint_path = "test_actors_resume_bf16.bin";
+  job.steps = 3;
+  const job_result first = run_job(net, data, data, job);
+  const checkpoint saved = read_checkpoint("test_actors_resume_bf16.bin");
+  std::vector<float> rounded = saved.parameters;
+  round_to_wire(wire_precision::bf16, rounded);
+  CHECK(rounded == first.parameters);             // the workers computed with the rounded copy ...
+  CHECK(saved.parameters != first.parameters);    // ... of masters that bf16 cannot hold
+
+  job.checkpoint_path.clear();
+  job.resume_path = "test_actors_resume_bf16.bin";
+  job.steps = 6;
+  CHECK(run_job(net, data, data, job).parameters == uninterrupted.parameters);
 }
 
 TEST_CASE("a worker whose model fails mid-run fails the job with its message, without hanging" *
