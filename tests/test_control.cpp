@@ -51,10 +51,10 @@ TEST_CASE("on_step carries the learning rate, the bytes sent and every worker's 
     CHECK(m.bytes_sent > 0);
     REQUIRE(m.per_worker.size() == 3);
     for (const auto& w : m.per_worker) {
-      CHECK(w.compute_seconds >= 0);
-      CHECK(w.communication_seconds >= 0);
-      CHECK(w.wait_seconds >= 0);
-      compute += w.compute_seconds, communication += w.communication_seconds, wait += w.wait_seconds;
+      CHECK(w.compute >= 0);
+      CHECK(w.communication >= 0);
+      CHECK(w.wait >= 0);
+      compute += w.compute, communication += w.communication, wait += w.wait;
     }
   }
   CHECK(bytes == result.bytes_sent);
