@@ -172,9 +172,16 @@ struct ucx_worker {
   ucx_options options;
   context_ptr context;
   worker_ptr worker;
+  // Lives as long as the worker: a dial whose TCP connection UCX 1.13 accepted but whose connect
+  // data it has not read yet survives ucp_listener_destroy, and once the data comes its request
+  // goes to the destroyed listener (use after free: a segfault in ucp_worker_progress). So
+  // the listener goes only right before the worker, with no progress in between.
   listener_ptr listener;
   int event_fd = -1;
   std::string listen_address;
+  // Dials queue here while connect() waits for its peers; afterwards every dial is a stray,
+  // refused as it arrives.
+  bool accepting = true;
   std::vector<ucp_conn_request_h> connection_requests;
 
   int rank = -1;
@@ -194,6 +201,7 @@ struct ucx_worker {
   ucx_worker(const std::string& address, ucx_options opts);
   ~ucx_worker();
   void connect(int my_rank, const std::vector<std::string>& addresses);
+  void refuse_dials();
 
   std::string who() const { return "ucx rank " + std::to_string(rank) + ": "; }
   std::string describe_peer(int peer) const {
@@ -297,7 +305,11 @@ ucx_worker::ucx_worker(const std::string& address, ucx_options opts) : options(s
   listener_params.sockaddr.addr = bind_address.get();
   listener_params.sockaddr.addrlen = bind_address.length;
   listener_params.conn_handler.cb = [](ucp_conn_request_h request, void* self) {
-    static_cast<ucx_worker*>(self)->connection_requests.push_back(request);
+    ucx_worker& me = *static_cast<ucx_worker*>(self);
+    if (me.accepting)
+      me.connection_requests.push_back(request);
+    else
+      ucp_listener_reject(me.listener.get(), request);
   };
   listener_params.conn_handler.arg = this;
   ucp_listener_h raw_listener = nullptr;
@@ -315,9 +327,14 @@ ucx_worker::ucx_worker(const std::string& address, ucx_options opts) : options(s
                    ":" + port;
 }
 
-ucx_worker::~ucx_worker() {
+void ucx_worker::refuse_dials() {
+  accepting = false;
   for (ucp_conn_request_h request : connection_requests) ucp_listener_reject(listener.get(), request);
-  listener.reset();
+  connection_requests.clear();
+}
+
+ucx_worker::~ucx_worker() {
+  refuse_dials();
   // Deliver pending endpoint errors first, then flush-close healthy endpoints so peers see an
   // orderly disconnect; failed ones are dropped.
   while (ucp_worker_progress(worker.get()) != 0) {
@@ -332,6 +349,7 @@ ucx_worker::~ucx_worker() {
     progress(deadline);
   }
   for (void* request : closing) ucp_request_free(request);
+  listener.reset();  // then the worker, without progress in between (see `listener`)
 }
 
 void ucx_worker::progress(steady::time_point until) {
@@ -450,7 +468,11 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
       }
     }
 
-    for (ucp_conn_request_h request : connection_requests) {
+    while (!connection_requests.empty()) {
+      // Out of the queue before use: ucp_ep_create consumes it even when it fails (and throws
+      // here), so the teardown must not reject it again.
+      const ucp_conn_request_h request = connection_requests.front();
+      connection_requests.erase(connection_requests.begin());
       ucp_conn_request_attr_t attributes{};
       attributes.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
       std::string client = "an unknown client";
@@ -467,7 +489,6 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
                                "receiving hello from " + client);
       if (!a.hello_receive) a.hello_length = a.hello.size();
     }
-    connection_requests.clear();
 
     for (auto& a : accepts) {
       if (!a->current) continue;
@@ -529,9 +550,7 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
     progress(wake);
   }
   // Everyone expected has connected; later dials are strays.
-  for (ucp_conn_request_h request : connection_requests) ucp_listener_reject(listener.get(), request);
-  connection_requests.clear();
-  listener.reset();
+  refuse_dials();
 }
 
 link& ucx_worker::checked_peer(int peer, std::uint64_t tag) {

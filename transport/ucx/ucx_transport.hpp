@@ -65,9 +65,10 @@ public:
   const std::string& address() const;
 
   // Second half: connects to every other rank of `addresses` (indexed by rank; this rank's
-  // entry is not dialled) and returns the ready transport. Consumes the listener. `epoch`,
-  // when given, replaces options.epoch in the hellos: an elastic job creates and publishes the
-  // listener before the membership epoch it will connect for is known.
+  // entry is not dialled) and returns the ready transport. Consumes the listener; the transport
+  // keeps its address bound and refuses later dials. `epoch`, when given, replaces
+  // options.epoch in the hellos: an elastic job creates and publishes the listener before the
+  // membership epoch it will connect for is known.
   std::unique_ptr<ucx_transport> connect(int rank, const std::vector<std::string>& addresses,
                                          std::optional<std::uint64_t> epoch = {}) &&;
   // From another thread: a connect() in progress (or to come) throws transport_error naming
