@@ -1,6 +1,7 @@
 #pragma once
 // A quadratic model and a dataset of fixed waves, whose gradients make every update of an
 // algorithm, topology or app-driven worker checkable by hand (shared by the actor, topology and worker tests).
+#include <accord/job.hpp>
 #include <accord/model.hpp>
 
 #include <algorithm>
@@ -65,5 +66,17 @@ private:
   std::size_t dim_;
   double phase_;
 };
+
+// A short deterministic ACCO job on the quadratic: 3 workers, one micro-batch per stage.
+inline job_config small_acco_job(std::uint64_t steps) {
+  job_config job;
+  job.algorithm = "acco";
+  job.workers = 3;
+  job.steps = steps;
+  job.micro_batch = 3;
+  job.max_accumulation = 1;  // deterministic
+  job.eval_examples = 6;
+  return job;
+}
 
 }  // namespace accord::testing

@@ -15,14 +15,7 @@ using accord::testing::waves;
 namespace {
 
 job_config small_job() {
-  job_config job;
-  job.algorithm = "acco";
-  job.workers = 3;
-  job.steps = 4;
-  job.micro_batch = 3;
-  job.max_accumulation = 1;  // deterministic
-  job.eval_examples = 6;
-  return job;
+  return accord::testing::small_acco_job(4);
 }
 
 }  // namespace

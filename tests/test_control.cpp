@@ -16,14 +16,8 @@ using accord::testing::waves;
 namespace {
 
 job_config small_job() {
-  job_config job;
-  job.algorithm = "acco";
-  job.workers = 3;
-  job.steps = 6;
-  job.micro_batch = 3;
-  job.max_accumulation = 1;
+  job_config job = accord::testing::small_acco_job(6);
   job.learning_rate = 0.01f;
-  job.eval_examples = 6;
   return job;
 }
 
