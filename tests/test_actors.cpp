@@ -44,6 +44,19 @@ std::vector<double> gradient(const std::vector<double>& theta, int worker, int w
   return g;
 }
 
+// DDP with AdamW on 2 workers at a constant rate: the checkpoint tests resume its state.
+job_config adamw_ddp_job() {
+  job_config job;
+  job.algorithm = "ddp";
+  job.workers = 2;
+  job.micro_batch = 3;
+  job.optimizer = "adamw";
+  job.learning_rate = 0.05f;
+  job.cosine = false;
+  job.eval_examples = 3;
+  return job;
+}
+
 job_config sgd_job(const std::string& algorithm, int workers, std::uint64_t steps) {
   job_config job;
   job.algorithm = algorithm;
@@ -569,14 +582,7 @@ TEST_CASE("a checkpoint resumes bit-identically, and re-shards for another worke
   const std::size_t width = 50;
   quadratic net(width);
   auto data = std::make_shared<waves>(width);
-  job_config job;
-  job.algorithm = "ddp";
-  job.workers = 2;
-  job.micro_batch = 3;
-  job.optimizer = "adamw";
-  job.learning_rate = 0.05f;
-  job.cosine = false;
-  job.eval_examples = 3;
+  job_config job = adamw_ddp_job();
   job.steps = 6;
   const job_result uninterrupted = run_job(net, data, data, job);
 
@@ -620,14 +626,7 @@ TEST_CASE("with a 16-bit wire a checkpoint holds the fp32 master weights and res
   const std::size_t width = 50;
   quadratic net(width);
   auto data = std::make_shared<waves>(width);
-  job_config job;
-  job.algorithm = "ddp";
-  job.workers = 2;
-  job.micro_batch = 3;
-  job.optimizer = "adamw";
-  job.learning_rate = 0.05f;
-  job.cosine = false;
-  job.eval_examples = 3;
+  job_config job = adamw_ddp_job();
   job.wire_precision = "bf16";
   job.steps = 6;
   const job_result uninterrupted = run_job(net, data, data, job);
