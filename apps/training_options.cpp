@@ -224,6 +224,9 @@ void add_training_options(po::options_description& options, const job_config& d)
        "held-out loss every this many steps (0: only at the end)")
       ("eval-examples", number_flag<std::uint64_t>(1, 1'000'000'000, d.eval_examples),
        "held-out examples per evaluation, the same set every time (gpt: windows of --context tokens)")
+      ("defer-evaluation", po::bool_switch(),
+       "keep the parameters of every --eval-interval step and evaluate them after the last step, so "
+       "evaluations take no time from the training clock (time-to-loss comparisons)")
       ("replica-check", number_flag<std::uint64_t>(0, most, d.replica_check_interval),
        "compare parameter hashes of all replicas every this many rounds (0: never)")
       ("metrics", po::value<std::string>(), "write one JSON line per step to this file (CSV when it ends in .csv)")
@@ -297,6 +300,7 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   job.eval_interval = flags["eval-interval"].as<std::uint64_t>();
   job.eval_examples = flags["eval-examples"].as<std::uint64_t>();
   if (job.eval_examples < 1) throw std::invalid_argument("--eval-examples must be at least 1");
+  job.defer_evaluation = flags["defer-evaluation"].as<bool>();
   job.replica_check_interval = flags["replica-check"].as<std::uint64_t>();
   if (flags.count("metrics")) job.metrics_path = flags["metrics"].as<std::string>();
   if (flags.count("trace")) {

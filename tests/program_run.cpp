@@ -43,6 +43,7 @@ program_run run_program(const std::string& program, const std::vector<std::strin
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("run_program: fork failed");
   if (pid == 0) {
+    setpgid(0, 0);  // its own process group, so a deadline kills what it started too
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
     close(out[0]);
@@ -61,7 +62,7 @@ program_run run_program(const std::string& program, const std::vector<std::strin
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       result.timed_out = true;
-      kill(pid, SIGKILL);
+      kill(-pid, SIGKILL);
       break;
     }
     poll(streams, 2, static_cast<int>(left.count()));

@@ -1,30 +1,23 @@
 #pragma once
-// Runs a shell command, collecting its stdout and stderr and its exit status (128 + signal
-// when a signal ended it).
+// Runs a shell command line (pipes, `VAR=value` prefixes, `&&`) through run_program, with its
+// stdout and stderr together in one text as a user would see them.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <string>
+
+#include "program_run.hpp"
 
 namespace accord::testing {
 
 struct run_output {
-  int status = -1;
+  int status = -1;  // 128 + signal when a signal ended it
   std::string text;
 };
 
 inline run_output run(const std::string& command) {
-  run_output out;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buffer{};
-  while (std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) out.text.append(buffer.data(), n);
-  const int raw = pclose(pipe);
-  out.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  return out;
+  const program_run done = run_program("/bin/sh", {"-c", "exec 2>&1; " + command});
+  REQUIRE_MESSAGE(!done.timed_out, "command ran past its deadline and was killed: " << command);
+  return {done.exit_status, done.out + done.err};
 }
 
 }  // namespace accord::testing
