@@ -5,7 +5,8 @@
   acco_and_dlion     ACCO and Distributed Lion train: the loss falls
   bad_input          wrong dtype, length, memory layout, settings: one clear Python exception,
                      and the job goes on
-  app_error          an exception in the app's loss ends the job and is re-raised, no hang
+  app_error          an exception in the app's loss, evaluate or on_step ends the job and is
+                     raised from train(), no hang
 Run: PYTHONPATH=build/python python3 tests/test_python.py CASE
 Prints ACCORD_SKIPPED (ctest: skipped) when torch or numpy is not installed."""
 import sys
@@ -160,6 +161,13 @@ def app_error():
 
     raises(ZeroDivisionError, "the app's own failure",
            lambda: accord.torch.train(model(), loss, group=None, algorithm="acco", workers=2, steps=20))
+
+    def broken_evaluate(net):
+        raise KeyError("no held-out data")
+
+    raises(RuntimeError, "evaluate raised KeyError", lambda: accord.torch.train(
+        model(), lambda net, r: mean_loss(net, x, y, r.first_position, r.examples), group=None,
+        evaluate=broken_evaluate, algorithm="ddp", workers=2, steps=20, eval_interval=5))
 
     stop = RuntimeError("stop from on_step")
 
