@@ -1,0 +1,214 @@
+// accord.Job and accord.Worker: <accord/worker.hpp>'s app_job and worker for Python apps.
+// Every call that may block (next, submit, wait, the job's end) releases the GIL, so a job's
+// workers can be driven from Python threads; accord's threads take the GIL only to call the
+// app's on_step and evaluate.
+#include "bindings.hpp"
+#include "float_buffer.hpp"
+
+#include <accord/worker.hpp>
+
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <limits>
+#include <mutex>
+
+namespace py = pybind11;
+
+namespace accord::python {
+namespace {
+
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// A Python error's message without the traceback pybind11 appends.
+std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
+
+// A running job and the app's callbacks. The C++ callbacks reach the Python ones through this
+// object (never by holding Python objects themselves), so nothing Python is released without
+// the GIL.
+class job_handle {
+public:
+  job_handle(py::handle initial_parameters, job_config config, std::string signature,
+             std::optional<process_group> group, py::object on_step, py::object evaluate, std::string data)
+      : on_step_(std::move(on_step)), evaluate_(std::move(evaluate)) {
+    const float_buffer initial(initial_parameters, "parameters", false);
+    app_model model;
+    model.signature = std::move(signature);
+    model.data = std::move(data);
+    model.initial_parameters.assign(initial.data(), initial.data() + initial.size());
+    if (!evaluate_.is_none())
+      model.evaluate = [this](std::span<const float> parameters) { return call_evaluate(parameters); };
+    std::function<void(const step_metrics&)> step_callback;
+    if (!on_step_.is_none()) step_callback = [this](const step_metrics& step) { call_on_step(step); };
+    parameter_count_ = model.initial_parameters.size();
+
+    py::gil_scoped_release unlocked;
+    auto job = group ? app_job::start_process(std::move(model), config, *group, std::move(step_callback))
+                     : app_job::start(std::move(model), config, std::move(step_callback));
+    std::lock_guard lock(mutex_);
+    job_ = std::move(job);
+    copied_.assign(job_->local_workers(), copy_state{});
+  }
+
+  ~job_handle() {
+    py::gil_scoped_release unlocked;  // the job's end may wait for a callback that needs the GIL
+    std::unique_ptr<app_job> job;
+    {
+      std::lock_guard lock(mutex_);
+      job = std::move(job_);
+    }
+    job.reset();
+  }
+
+  std::size_t parameter_count() const { return parameter_count_; }
+  std::size_t local_workers() const { return job_->local_workers(); }
+  worker& local_worker(std::size_t index) { return job_->local_worker(index); }
+  void cancel() { job_->cancel(); }
+
+  job_result wait() {
+    std::optional<job_result> result;
+    {
+      py::gil_scoped_release unlocked;
+      result = job_->wait();
+    }
+    if (!callback_error_.empty()) throw std::runtime_error(callback_error_);
+    return std::move(*result);
+  }
+
+  // The parameters a worker's next() last copied into the app's buffer, and where.
+  struct copy_state {
+    std::uint64_t version = std::numeric_limits<std::uint64_t>::max();
+    const float* into = nullptr;
+  };
+  copy_state& copied(std::size_t index) { return copied_.at(index); }
+
+private:
+  void call_on_step(const step_metrics& step) {
+    if (interpreter_finalizing()) return;
+    py::gil_scoped_acquire locked;
+    try {
+      on_step_(step);
+    } catch (py::error_already_set& error) {
+      // The job stops after this step; wait() raises the app's error.
+      std::lock_guard lock(mutex_);
+      if (callback_error_.empty()) callback_error_ = "on_step raised " + first_line(error.what());
+      if (job_) job_->cancel();
+    }
+  }
+
+  double call_evaluate(std::span<const float> parameters) {
+    if (interpreter_finalizing()) return -1;
+    py::gil_scoped_acquire locked;
+    try {
+      const py::array_t<float> copy(static_cast<py::ssize_t>(parameters.size()), parameters.data());
+      return evaluate_(copy).cast<double>();
+    } catch (py::error_already_set& error) {
+      throw std::runtime_error("evaluate raised " + first_line(error.what()));
+    } catch (py::cast_error&) {
+      throw std::runtime_error("evaluate returned something that is not a number");
+    }
+  }
+
+  py::object on_step_, evaluate_;
+  std::mutex mutex_;
+  std::unique_ptr<app_job> job_;
+  std::size_t parameter_count_ = 0;
+  std::vector<copy_state> copied_;
+  std::string callback_error_;
+};
+
+// One local worker of a job, as Python sees it: the job stays alive while a handle exists.
+struct worker_handle {
+  std::shared_ptr<job_handle> job;
+  std::size_t index;
+
+  worker& get() const { return job->local_worker(index); }
+
+  // Waits (without the GIL) for accord's next request; copies the parameters into `into`, the
+  // app's flat buffer, when they changed since the last copy there.
+  std::optional<micro_batch_request> next(py::object into) {
+    std::optional<float_buffer> target;
+    if (!into.is_none()) {
+      target.emplace(into, "into", true);
+      target->require_size(job->parameter_count(), "the job's parameters are");
+    }
+    py::gil_scoped_release unlocked;
+    auto request = get().next();
+    if (request && target) {
+      auto& copied = job->copied(index);
+      if (copied.version != request->parameters_version || copied.into != target->data()) {
+        std::memcpy(target->data(), request->parameters.data(), request->parameters.size_bytes());
+        copied = {request->parameters_version, target->data()};
+      }
+    }
+    if (request) request->parameters = {};  // not valid beyond the next submit: Python never sees it
+    return request;
+  }
+
+  void submit(py::handle gradient, double items, double loss) {
+    const float_buffer values(gradient, "gradient", false);
+    values.require_size(job->parameter_count(), "the job's parameters are");
+    py::gil_scoped_release unlocked;
+    get().submit(std::span<const float>(values.data(), values.size()), items, loss);
+  }
+};
+
+}  // namespace
+
+void bind_job(py::module_& m) {
+  py::class_<micro_batch_request>(m, "Request", "A micro-batch accord asks a worker for.")
+      .def_readonly("index", &micro_batch_request::index, "this worker's micro-batch counter")
+      .def_readonly("first_position", &micro_batch_request::first_position,
+                    "where its examples start in the job's stream (workers' streams are disjoint)")
+      .def_readonly("examples", &micro_batch_request::examples, "JobConfig.micro_batch")
+      .def_readonly("parameters_version", &micro_batch_request::parameters_version,
+                    "grows whenever a round's new parameters arrive")
+      .def("__repr__", [](const micro_batch_request& r) {
+        return "<Request " + std::to_string(r.index) + ": examples [" + std::to_string(r.first_position) + ", +" +
+               std::to_string(r.examples) + "), parameters version " + std::to_string(r.parameters_version) + ">";
+      });
+
+  py::class_<worker_handle>(m, "Worker", "One worker of a job, driven by one app thread.")
+      .def("next", &worker_handle::next, py::arg("into") = py::none(),
+           "Waits until accord wants this worker's next micro-batch and returns its Request (None once "
+           "the job is over). `into`, a flat float32 array or CPU tensor of the parameters' size, "
+           "receives the parameters to compute it at (copied only when they changed).")
+      .def("submit", &worker_handle::submit, py::arg("gradient"), py::arg("items"), py::arg("loss"),
+           "The flat float32 gradient of the mean loss over the micro-batch's `items`, at the "
+           "parameters of the last next(), and that loss. Read at once; it may be reused.")
+      .def("fail", [](const worker_handle& w, const std::string& why) { w.get().fail(why); }, py::arg("why"),
+           "The app's computation failed: the job fails with this message.")
+      .def_property_readonly("rank", [](const worker_handle& w) { return w.get().rank(); });
+
+  py::class_<job_handle, std::shared_ptr<job_handle>>(m, "Job",
+                                                      "A running job whose micro-batches the app computes.")
+      .def(py::init<py::handle, job_config, std::string, std::optional<process_group>, py::object, py::object,
+                    std::string>(),
+           py::arg("parameters"), py::arg("config"), py::arg("signature"), py::arg("group") = py::none(),
+           py::arg("on_step") = py::none(), py::arg("evaluate") = py::none(),
+           py::arg("data") = "the app's own data",
+           "Starts a job over the flat float32 initial `parameters` (copied). Without `group`, all "
+           "config.workers workers run in this process; with one, this process's worker of a job "
+           "between processes. `signature` names the architecture (workers of one job must agree). "
+           "on_step(StepMetrics) and evaluate(parameters) -> float are called from accord's threads.")
+      .def_property_readonly("parameter_count", &job_handle::parameter_count)
+      .def_property_readonly("local_workers", &job_handle::local_workers)
+      .def("worker",
+           [](const std::shared_ptr<job_handle>& job, std::size_t index) {
+             job->local_worker(index);  // IndexError for a worker this process does not have
+             return worker_handle{job, index};
+           },
+           py::arg("index"))
+      .def("cancel", &job_handle::cancel, "Every worker stops after the same step.")
+      .def("wait", &job_handle::wait, "Waits for the end; the JobResult, or raises what failed the job.");
+}
+
+}  // namespace accord::python
