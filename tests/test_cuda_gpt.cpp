@@ -171,3 +171,49 @@ TEST_CASE("CUDA GPT clones agree, and bad batches and buffers are rejected") {
   CHECK(std::isfinite(original.forward_backward(parameters, input, gradients)));
 #endif
 }
+
+TEST_CASE("CUDA GPT on device memory equals its host forms and copies no tensor per micro-batch") {
+  if (skip_without_cuda()) return;
+#if ACCORD_HAVE_CUDA
+  const gpt_config config{.vocab = 40, .context = 12, .layers = 2, .heads = 2, .width = 16};
+  cuda_gpt model(config);
+  CHECK(model.memory().space == memory_space::cuda);
+  const std::vector<float> parameters = perturbed_parameters(model, 7);
+  std::mt19937 rng(8);
+  const std::vector<batch> micro_batches{token_batch(3, 12, config.vocab, rng), token_batch(2, 5, config.vocab, rng),
+                                         token_batch(3, 12, config.vocab, rng)};
+
+  // Host forms: a running sum over the micro-batches, staged through the device.
+  std::vector<float> host_sum(parameters.size(), 0.0f);
+  std::vector<double> host_losses;
+  for (const batch& b : micro_batches) host_losses.push_back(model.accumulate_gradients(parameters, b, host_sum));
+
+  // Device forms on the same values: the same kernels in the same order, so bitwise equal.
+  const device_array<float> device_parameters(device_kind::cuda, std::span<const float>(parameters));
+  device_array<float> device_sum(device_kind::cuda, std::span<const float>(std::vector<float>(parameters.size())));
+  const device_span<const float> p{device_parameters.span(), model.memory()};
+  const device_span<float> g{device_sum.span(), model.memory()};
+  const std::uint64_t copies_before = tensor_copies_to_and_from_devices();
+  std::vector<double> device_losses, device_evaluations;
+  for (const batch& b : micro_batches) {
+    device_losses.push_back(model.accumulate_gradients_at(p, b, g));
+    device_evaluations.push_back(model.evaluate_at(p, b));
+  }
+  CHECK(tensor_copies_to_and_from_devices() == copies_before);
+  CHECK(device_losses == host_losses);
+  for (std::size_t k = 0; k < micro_batches.size(); ++k)
+    CHECK(device_evaluations[k] == model.evaluate(parameters, micro_batches[k]));
+  CHECK(device_sum.to_host() == host_sum);
+
+  // Memory of another device, or host memory mixed with device memory, is named and refused.
+  const memory_location elsewhere{memory_space::cuda, model.memory().device + 1};
+  CHECK_THROWS_WITH_AS(model.accumulate_gradients_at({device_parameters.span(), elsewhere}, micro_batches[0], g),
+                       ("cuda_gpt: parameters in cuda:" + std::to_string(elsewhere.device) +
+                        ", but this model runs on cuda:" + std::to_string(model.memory().device))
+                           .c_str(),
+                       std::invalid_argument);
+  CHECK_THROWS_AS(model.accumulate_gradients_at(std::span<const float>(parameters), micro_batches[0], g),
+                  std::invalid_argument);
+  CHECK(device_sum.to_host() == host_sum);  // refused calls wrote nothing
+#endif
+}
