@@ -1,17 +1,50 @@
 #include "actors/compute_actor.hpp"
 
 #include "actors/trace.hpp"
+#include "gpu/device.hpp"
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 namespace accord {
 namespace {
 
+// A resident worker's tensors in its model's memory (compute_setup::resident).
+struct resident_tensors {
+  memory_location where;
+  device_array<float> parameters;
+  device_array<float> sum;
+  std::weak_ptr<std::vector<float>> sum_of;  // the lent tensor `sum` holds the running sum of
+
+  resident_tensors(memory_location location, const std::vector<float>& initial) : where(location) {
+    const device_kind kind = where.on_host() ? device_kind::cpu : device_kind::cuda;
+    if (kind == device_kind::cuda) use_cuda_device(where.device);  // where device_array allocates
+    parameters = device_array<float>(kind, std::span<const float>(initial));
+    sum = device_array<float>(kind, initial.size());
+  }
+};
+
 struct compute_state {
   std::shared_ptr<compute_setup> setup;
+  std::optional<resident_tensors> resident;  // made on the actor's own thread, at first use
 };
+
+resident_tensors& resident_of(compute_state& state) {
+  if (!state.resident) state.resident.emplace(state.setup->net->memory(), *state.setup->parameters);
+  return *state.resident;
+}
+
+// The micro-batch's gradient added into the resident sum of `sum` (uploaded at its first use).
+double accumulate_resident(compute_state& state, const batch& input, const tensor& sum) {
+  resident_tensors& r = resident_of(state);
+  if (r.sum_of.lock() != sum) {
+    r.sum.copy_from(*sum);
+    r.sum_of = sum;
+  }
+  return state.setup->net->accumulate_gradients_at({r.parameters.span(), r.where}, input, {r.sum.span(), r.where});
+}
 
 compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<compute_state> self,
                                               std::shared_ptr<compute_setup> setup) {
@@ -30,7 +63,8 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
             loss = answer.loss, items = answer.items;
           } else {
             const batch input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
-            loss = s.net->accumulate_gradients(*s.parameters, input, *sum);
+            loss = s.resident ? accumulate_resident(self->state, input, sum)
+                              : s.net->accumulate_gradients(*s.parameters, input, *sum);
             items = static_cast<double>(input.items());
           }
         } catch (const std::exception& e) {
@@ -44,10 +78,29 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
         return gradient_result{std::move(sum), loss, items, total.count(),
                                s.position};
       },
-      [self](params_atom, tensor& parameters) -> tensor {
-        std::swap(self->state.setup->parameters, parameters);
-        if (self->state.setup->app) self->state.setup->app->new_parameters();
+      [self](params_atom, tensor& parameters) -> caf::result<tensor> {
+        auto& s = *self->state.setup;
+        std::swap(s.parameters, parameters);
+        if (s.app) s.app->new_parameters();
+        try {
+          // Not made yet: it takes the current parameters when it is.
+          if (self->state.resident) self->state.resident->parameters.copy_from(*s.parameters);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
         return std::move(parameters);
+      },
+      [self](fetch_atom, tensor& sum) -> caf::result<tensor> {
+        auto& resident = self->state.resident;
+        if (!resident || resident->sum_of.lock() != sum) return std::move(sum);  // its host values are current
+        try {
+          resident->sum.copy_to(*sum);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
+        // The accumulator may now change or reuse the tensor: a later micro-batch uploads it again.
+        resident->sum_of.reset();
+        return std::move(sum);
       },
   };
 }

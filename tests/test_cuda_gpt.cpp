@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#include <accord/job.hpp>
+#include <accord/update_rule.hpp>
+
+#include "data/text.hpp"
 #include "gpu/device.hpp"
 #include "gpu/model_factory.hpp"
 #include "models/gpt.hpp"
@@ -215,5 +219,46 @@ TEST_CASE("CUDA GPT on device memory equals its host forms and copies no tensor 
   CHECK_THROWS_AS(model.accumulate_gradients_at(std::span<const float>(parameters), micro_batches[0], g),
                   std::invalid_argument);
   CHECK(device_sum.to_host() == host_sum);  // refused calls wrote nothing
+#endif
+}
+
+TEST_CASE("every algorithm trains on resident CUDA workers as on the CPU, copying no tensor per micro-batch") {
+  if (skip_without_cuda()) return;
+#if ACCORD_HAVE_CUDA
+  const gpt_config config{.vocab = 256, .context = 16, .layers = 1, .heads = 2, .width = 32};
+  const auto train = load_default_corpus(config.context, true, 1);
+  const auto eval = load_default_corpus(config.context, false, 1);
+  for (const auto& name : algorithm_names()) {
+    CAPTURE(name);
+    job_config job;
+    job.algorithm = name;
+    job.workers = 2;
+    job.steps = 3;
+    job.micro_batch = 4;
+    job.accumulation = 4;
+    job.max_accumulation = 4;  // fixed micro-batches per round: both runs see the same batches
+    job.eval_interval = 0;
+    job.eval_examples = 32;    // one evaluation call at the end
+    gpt cpu(config);
+    const job_result host = run_job(cpu, train, eval, job);
+    cuda_gpt cuda(config);
+    const std::uint64_t copies_before = tensor_copies_to_and_from_devices();
+    const job_result resident = run_job(cuda, train, eval, job);
+    const std::uint64_t copies = tensor_copies_to_and_from_devices() - copies_before;
+
+    REQUIRE(resident.steps.size() == host.steps.size());
+    for (std::size_t i = 0; i < host.steps.size(); ++i)
+      CHECK(resident.steps[i].train_loss == doctest::Approx(host.steps[i].train_loss).epsilon(1e-3));
+    CHECK(resident.final_eval_loss == doctest::Approx(host.final_eval_loss).epsilon(1e-3));
+    CHECK(resident.replicas_identical);
+    // Per worker: the parameters once at the start; per round the new parameters up, the sum
+    // up at its first micro-batch and back before the round; one staged evaluation. A
+    // host-staged worker would copy three tensors per micro-batch instead.
+    std::uint64_t rounds = 0, micro_batches = 0;
+    for (const step_metrics& step : resident.steps) micro_batches += step.micro_batches;
+    rounds = micro_batches / job.accumulation / static_cast<std::uint64_t>(job.workers);
+    CHECK(copies <= static_cast<std::uint64_t>(job.workers) * (1 + 3 * rounds) + 1);
+    CHECK(copies < 3 * micro_batches);
+  }
 #endif
 }
