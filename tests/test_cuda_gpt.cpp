@@ -238,7 +238,7 @@ TEST_CASE("every algorithm trains on resident CUDA workers as on the CPU, copyin
     job.accumulation = 4;
     job.max_accumulation = 4;  // fixed micro-batches per round: both runs see the same batches
     job.eval_interval = 0;
-    job.eval_examples = 32;    // one evaluation call at the end
+    job.eval_examples = 64;    // one evaluation at the end, of two chunks
     gpt cpu(config);
     const job_result host = run_job(cpu, train, eval, job);
     cuda_gpt cuda(config);
@@ -252,8 +252,8 @@ TEST_CASE("every algorithm trains on resident CUDA workers as on the CPU, copyin
     CHECK(resident.final_eval_loss == doctest::Approx(host.final_eval_loss).epsilon(1e-3));
     CHECK(resident.replicas_identical);
     // Per worker: the parameters once at the start; per round the new parameters up, the sum
-    // up at its first micro-batch and back before the round; one staged evaluation. A
-    // host-staged worker would copy three tensors per micro-batch instead.
+    // up at its first micro-batch and back before the round. The evaluation: the parameters
+    // once. A host-staged worker would copy three tensors per micro-batch instead.
     std::uint64_t rounds = 0, micro_batches = 0;
     for (const step_metrics& step : resident.steps) micro_batches += step.micro_batches;
     rounds = micro_batches / job.accumulation / static_cast<std::uint64_t>(job.workers);
