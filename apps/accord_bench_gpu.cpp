@@ -113,6 +113,8 @@ void bench_kernels(device_kind device, std::size_t n, int iterations, const band
   device_array<std::uint16_t> counts(device, n);
   const double f = sizeof(float);
   report("accumulate", 3 * f * n, time_per_call(*k, iterations, [&] { k->accumulate(p.span(), g.span(), 0.5f); }), reference);
+  report("widen_bf16", (f + 2.0) * n,
+         time_per_call(*k, iterations, [&] { k->widen_bf16(counts.span(), p.span()); }), reference);
   report("pack_signs", f * n + n / 8.0,
          time_per_call(*k, iterations, [&] { k->pack_signs(g.span(), 0, bits.span()); }), reference);
   report("count_votes (8)", voters * n / 8.0 + 2.0 * n,
