@@ -207,7 +207,8 @@ void finish_round(self_pointer self) {
 // The one place that decides what the worker does next.
 void advance(self_pointer self) {
   auto& s = self->state;
-  if (s.finished || s.computing || s.swapping || s.fetching) return;  // a micro-batch in flight belongs to the current round
+  // A micro-batch in flight belongs to the current round.
+  if (s.finished || s.computing || s.swapping || s.fetching) return;
   const auto& setup = s.setup;
   const bool overlap = overlaps_round(setup.pipe, s.round, setup.dpu_warmup);
   if (!s.in_flight) {

@@ -113,7 +113,8 @@ void bench_kernels(device_kind device, std::size_t n, int iterations, const band
   device_array<std::uint16_t> counts(device, n);
   device_array<float> widened(device, n);
   const double f = sizeof(float);
-  report("accumulate", 3 * f * n, time_per_call(*k, iterations, [&] { k->accumulate(p.span(), g.span(), 0.5f); }), reference);
+  report("accumulate", 3 * f * n,
+         time_per_call(*k, iterations, [&] { k->accumulate(p.span(), g.span(), 0.5f); }), reference);
   report("widen_bf16", (f + 2.0) * n,
          time_per_call(*k, iterations, [&] { k->widen_bf16(counts.span(), widened.span()); }), reference);
   report("pack_signs", f * n + n / 8.0,
@@ -269,7 +270,9 @@ void bench_gpt(device_kind device, int steps) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  po::options_description options("accord-bench-gpu: kernel bandwidth vs peak and copy, NCCL all-reduce, GPT tokens/s with and without a communicator");
+  po::options_description options(
+      "accord-bench-gpu: kernel bandwidth vs peak and copy, NCCL all-reduce, GPT tokens/s with and without a "
+      "communicator");
   options.add_options()("help", "show this help")
       ("device", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("elements", number_flag<std::size_t>(1, std::size_t{1} << 36, std::size_t{1} << 26), "floats per kernel call")

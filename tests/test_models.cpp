@@ -452,13 +452,12 @@ TEST_CASE("host models take device_span forms of host memory and refuse device m
   // A device pointer is never dereferenced: the call stops at the memory it names.
   const memory_location gpu{memory_space::cuda, 1};
   const device_span<const float> on_gpu{parameters, gpu};
+  const std::string refused = m.signature() + ": accumulate_gradients_at takes host memory only, got ";
   CHECK_THROWS_WITH_AS(m.accumulate_gradients_at(on_gpu, input, std::span<float>(sum)),
-                       (m.signature() + ": accumulate_gradients_at takes host memory only, got parameters in cuda:1").c_str(),
-                       std::invalid_argument);
+                       (refused + "parameters in cuda:1").c_str(), std::invalid_argument);
   CHECK_THROWS_WITH_AS(m.accumulate_gradients_at(std::span<const float>(parameters), input,
                                                  device_span<float>{sum, gpu}),
-                       (m.signature() + ": accumulate_gradients_at takes host memory only, got gradients in cuda:1").c_str(),
-                       std::invalid_argument);
+                       (refused + "gradients in cuda:1").c_str(), std::invalid_argument);
   CHECK_THROWS_WITH_AS(m.evaluate_at(on_gpu, input),
                        (m.signature() + ": evaluate_at takes host memory only, got parameters in cuda:1").c_str(),
                        std::invalid_argument);
