@@ -23,6 +23,8 @@ struct accumulator_state {
   bool in_flight = false;
   bool computing = false;              // the compute actor holds `accumulated`
   bool swapping = false;               // new parameters go in, the old ones are on their way back
+  bool fetching = false;               // the sum comes back from a resident compute actor
+  bool fetched = false;                // `accumulated` holds the sum of every micro-batch it was lent for
   bool finished = false;
   std::optional<round_result> arrived;  // the in-flight round's result, not yet applied
   std::vector<tensor> spares;          // buffers to reuse, so a worker allocates no more than three
@@ -95,6 +97,7 @@ void request_micro_batch(self_pointer self) {
   auto& s = self->state;
   stop_idling(s);
   s.computing = true;
+  s.fetched = false;
   // The model adds the micro-batch's gradient straight into the sum: no gradient buffer of its own.
   if (!s.accumulated) s.accumulated = take_zeroed(s);
   self->request(s.setup.compute, caf::infinite, compute_atom::value, std::move(s.accumulated))
@@ -132,6 +135,22 @@ void launch_round(self_pointer self) {
   self->request(setup.communicator, caf::infinite, std::move(request))
       .then([self](round_result& r) { on_round_result(self, r); },
             [self](caf::error& e) { fail(self, describe(self->system(), e)); });
+}
+
+// A resident compute actor hands the sum's values back (once per round, never per micro-batch).
+void fetch_sum(self_pointer self) {
+  auto& s = self->state;
+  s.fetching = true;
+  self->request(s.setup.compute, caf::infinite, fetch_atom::value, std::move(s.accumulated))
+      .then(
+          [self](tensor& sum) {
+            auto& s = self->state;
+            s.accumulated = std::move(sum);
+            s.fetching = false;
+            s.fetched = true;
+            advance(self);
+          },
+          [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });
 }
 
 void finish_round(self_pointer self) {
@@ -188,13 +207,17 @@ void finish_round(self_pointer self) {
 // The one place that decides what the worker does next.
 void advance(self_pointer self) {
   auto& s = self->state;
-  if (s.finished || s.computing || s.swapping) return;  // a micro-batch in flight belongs to the current round
+  // A micro-batch in flight belongs to the current round.
+  if (s.finished || s.computing || s.swapping || s.fetching) return;
   const auto& setup = s.setup;
   const bool overlap = overlaps_round(setup.pipe, s.round, setup.dpu_warmup);
   if (!s.in_flight) {
     // Overlapped rounds launch as soon as there is anything to send and fill up while in
     // flight; synchronous rounds launch once the accumulation is complete.
-    if (s.since_launch >= (overlap ? 1 : setup.accumulation)) launch_round(self);
+    if (s.since_launch >= (overlap ? 1 : setup.accumulation)) {
+      if (setup.fetch_sums && !s.fetched) return fetch_sum(self);  // advances again once back
+      launch_round(self);
+    }
   } else if (s.arrived && (!overlap || s.since_launch >= setup.accumulation)) {
     finish_round(self);
     return;

@@ -1,17 +1,82 @@
 #include "actors/compute_actor.hpp"
 
 #include "actors/trace.hpp"
+#include "gpu/device.hpp"
+#include "gpu/kernels.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 namespace accord {
 namespace {
 
+// The high halves of `values` when every one is a bf16 value (its low 16 bits are zero), as a
+// 16-bit wire leaves the parameters; false (and `halves` partly written) otherwise.
+bool narrow_to_bf16(const std::vector<float>& values, std::vector<std::uint16_t>& halves) {
+  halves.resize(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(values[i]);
+    if (bits & 0xffffu) return false;
+    halves[i] = static_cast<std::uint16_t>(bits >> 16);
+  }
+  return true;
+}
+
+// A resident worker's tensors in its model's memory (compute_setup::resident).
+struct resident_tensors {
+  memory_location where;
+  device_kind kind;
+  device_array<float> parameters;
+  device_array<float> sum;
+  std::weak_ptr<std::vector<float>> sum_of;  // the lent tensor `sum` holds the running sum of
+  // Parameters that are bf16 values go up in 16 bits and are widened on the device.
+  std::vector<std::uint16_t> narrowed;
+  device_array<std::uint16_t> narrowed_on_device;
+  std::unique_ptr<kernels> widen;
+
+  resident_tensors(memory_location location, const std::vector<float>& initial)
+      : where(location), kind(where.on_host() ? device_kind::cpu : device_kind::cuda) {
+    if (kind == device_kind::cuda) use_cuda_device(where.device);  // where device_array allocates
+    parameters = device_array<float>(kind, initial.size());
+    sum = device_array<float>(kind, initial.size());
+    upload_parameters(initial);
+  }
+
+  // Bitwise the host's values either way; in half the bytes when they are bf16 values.
+  void upload_parameters(const std::vector<float>& host) {
+    if (!narrow_to_bf16(host, narrowed)) return parameters.copy_from(host);
+    if (!widen) {
+      widen = make_kernels(kind);
+      narrowed_on_device = device_array<std::uint16_t>(kind, host.size());
+    }
+    narrowed_on_device.copy_from(narrowed);
+    widen->widen_bf16(narrowed_on_device.span(), parameters.span());
+    widen->synchronize();  // the model computes on its own stream
+  }
+};
+
 struct compute_state {
   std::shared_ptr<compute_setup> setup;
+  std::optional<resident_tensors> resident;  // made on the actor's own thread, at first use
 };
+
+resident_tensors& resident_of(compute_state& state) {
+  if (!state.resident) state.resident.emplace(state.setup->net->memory(), *state.setup->parameters);
+  return *state.resident;
+}
+
+// The micro-batch's gradient added into the resident sum of `sum` (uploaded at its first use).
+double accumulate_resident(compute_state& state, const batch& input, const tensor& sum) {
+  resident_tensors& r = resident_of(state);
+  if (r.sum_of.lock() != sum) {
+    r.sum.copy_from(*sum);
+    r.sum_of = sum;
+  }
+  return state.setup->net->accumulate_gradients_at({r.parameters.span(), r.where}, input, {r.sum.span(), r.where});
+}
 
 compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<compute_state> self,
                                               std::shared_ptr<compute_setup> setup) {
@@ -30,7 +95,8 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
             loss = answer.loss, items = answer.items;
           } else {
             const batch input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
-            loss = s.net->accumulate_gradients(*s.parameters, input, *sum);
+            loss = s.resident ? accumulate_resident(self->state, input, sum)
+                              : s.net->accumulate_gradients(*s.parameters, input, *sum);
             items = static_cast<double>(input.items());
           }
         } catch (const std::exception& e) {
@@ -44,10 +110,29 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
         return gradient_result{std::move(sum), loss, items, total.count(),
                                s.position};
       },
-      [self](params_atom, tensor& parameters) -> tensor {
-        std::swap(self->state.setup->parameters, parameters);
-        if (self->state.setup->app) self->state.setup->app->new_parameters();
+      [self](params_atom, tensor& parameters) -> caf::result<tensor> {
+        auto& s = *self->state.setup;
+        std::swap(s.parameters, parameters);
+        if (s.app) s.app->new_parameters();
+        try {
+          // Not made yet: it takes the current parameters when it is.
+          if (self->state.resident) self->state.resident->upload_parameters(*s.parameters);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
         return std::move(parameters);
+      },
+      [self](fetch_atom, tensor& sum) -> caf::result<tensor> {
+        auto& resident = self->state.resident;
+        if (!resident || resident->sum_of.lock() != sum) return std::move(sum);  // its host values are current
+        try {
+          resident->sum.copy_to(*sum);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, e.what());
+        }
+        // The accumulator may now change or reuse the tensor: a later micro-batch uploads it again.
+        resident->sum_of.reset();
+        return std::move(sum);
       },
   };
 }
@@ -70,9 +155,19 @@ evaluator_actor::behavior_type evaluator_behavior(
         const trace_span span("evaluate", evaluator_track);
         double sum = 0;
         try {
+          // A model on a GPU gets the parameters there once per evaluation, not once per chunk.
+          const memory_location where = s.net->memory();
+          std::optional<device_array<float>> on_device;
+          if (!where.on_host()) {
+            use_cuda_device(where.device);
+            on_device.emplace(device_kind::cuda, std::span<const float>(*parameters));
+          }
           for (std::uint64_t first = 0; first < s.examples; first += evaluation_chunk) {
             const std::uint64_t count = std::min(evaluation_chunk, s.examples - first);
-            sum += s.net->evaluate(*parameters, s.data->examples(first, count)) * static_cast<double>(count);
+            const batch input = s.data->examples(first, count);
+            const double loss = on_device ? s.net->evaluate_at({on_device->span(), where}, input)
+                                          : s.net->evaluate(*parameters, input);
+            sum += loss * static_cast<double>(count);
           }
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, e.what());

@@ -15,7 +15,10 @@ using compute_actor = caf::typed_actor<
     // added straight into the accumulator's sum, which comes back in the result.
     caf::replies_to<compute_atom, tensor>::with<gradient_result>,
     // Swap in new parameters; the old buffer comes back for reuse.
-    caf::replies_to<params_atom, tensor>::with<tensor>>;
+    caf::replies_to<params_atom, tensor>::with<tensor>,
+    // A resident worker's gradient sum is on its device: this brings the sum of the tensor
+    // lent with compute_atom back into it (the tensor comes back unchanged otherwise).
+    caf::replies_to<fetch_atom, tensor>::with<tensor>>;
 
 struct compute_setup {
   std::unique_ptr<model> net;
@@ -26,6 +29,11 @@ struct compute_setup {
   double speed_factor = 1.0;   // > 1 emulates slower hardware
   // An app-driven worker: the app computes each micro-batch (net and data are not used).
   std::shared_ptr<worker::state> app;
+  // The worker is resident on net's memory() (a GPU): the compute actor keeps the parameters
+  // and the gradient sum there, and micro-batches copy no tensor between host and device. The
+  // parameters go up once per swap; a lent sum goes up at its first micro-batch and comes
+  // back on fetch_atom, once per round. Until then the lent tensor's host values are stale.
+  bool resident = false;
 };
 
 compute_actor spawn_compute_actor(caf::actor_system& system, std::shared_ptr<compute_setup> setup);

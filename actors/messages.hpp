@@ -122,6 +122,7 @@ struct worker_failure {
 
 using compute_atom = caf::atom_constant<caf::atom("compute")>;
 using params_atom = caf::atom_constant<caf::atom("params")>;
+using fetch_atom = caf::atom_constant<caf::atom("fetch")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using evaluate_atom = caf::atom_constant<caf::atom("evaluate")>;
 using wait_atom = caf::atom_constant<caf::atom("wait")>;

@@ -74,6 +74,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
     round_to_wire(plan.precision.real, *compute->parameters);
   compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
   compute->app = spec.app;
+  compute->resident = !spec.app && (config.resident_on_host || !compute->net->memory().on_host());
   if (spec.app) spec.app->open();
   auto communication = std::make_shared<communicator_setup>();
   const int group_size = plan.topo->group_size();
@@ -106,6 +107,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.accumulation = config.accumulation;
   accumulation.max_accumulation = config.max_accumulation;
   accumulation.parameter_count = plan.initial.size();
+  accumulation.fetch_sums = compute->resident;
   accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
     return learning_rate_at(schedule, step);
   };

@@ -1,10 +1,14 @@
 // accord-bench-gpu: bandwidth of the training-loop kernels against the device's peak memory
-// bandwidth, the NCCL all-reduce over the local GPUs, and GPT training steps per second.
+// bandwidth and its measured copy bandwidth, the NCCL all-reduce over the local GPUs, and GPT
+// training throughput: host-staged, resident on the device, and resident while the NCCL
+// communicator all-reduces a step's worth of gradients at the same time.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "apps/flags.hpp"
@@ -15,6 +19,9 @@
 #include "models/memory.hpp"
 #include "transport/transport.hpp"
 #if ACCORD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "gpu/cuda_check.hpp"
 #include "gpu/nccl_transport.hpp"
 #endif
 
@@ -36,18 +43,61 @@ double time_per_call(kernels& k, int iterations, Body body) {
   return seconds(std::chrono::steady_clock::now() - start).count() / iterations;
 }
 
-void report(const char* name, double bytes, double per_call, double peak) {
+// What the kernels are measured against: the device's peak memory bandwidth (from its memory
+// clock and bus width) and what a plain device-to-device copy reaches (0: not known here).
+struct bandwidth_references {
+  double peak = 0;
+  double copy = 0;
+};
+
+void report(const char* name, double bytes, double per_call, const bandwidth_references& reference) {
   const double bandwidth = bytes / per_call;
-  if (peak > 0)
-    std::printf("  %-22s %8.3f ms  %8.1f GB/s  %5.1f%% of peak\n", name, per_call * 1e3, bandwidth / 1e9,
-                100 * bandwidth / peak);
-  else
-    std::printf("  %-22s %8.3f ms  %8.1f GB/s\n", name, per_call * 1e3, bandwidth / 1e9);
+  std::printf("  %-22s %8.3f ms  %8.1f GB/s", name, per_call * 1e3, bandwidth / 1e9);
+  if (reference.peak > 0) std::printf("  %5.1f%% of peak", 100 * bandwidth / reference.peak);
+  if (reference.copy > 0) std::printf("  %5.1f%% of copy", 100 * bandwidth / reference.copy);
+  std::printf("\n");
 }
 
-void bench_kernels(device_kind device, std::size_t n, int iterations) {
-  const double peak = device == device_kind::cuda ? cuda_properties().memory_bandwidth : 0.0;
-  if (peak > 0) std::printf("peak memory bandwidth %.1f GB/s (memory clock x bus width)\n", peak / 1e9);
+#if ACCORD_HAVE_CUDA
+// Bytes per second of cudaMemcpy from `from` to `to` (each `bytes` long), counting the bytes
+// read and written for a device-to-device copy as the kernels count theirs.
+double copy_bandwidth(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind, int iterations) {
+  const auto copy = [&] { cuda_check(cudaMemcpyAsync(to, from, bytes, kind, nullptr), "cudaMemcpyAsync"); };
+  copy();
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) copy();
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const double per_call = seconds(std::chrono::steady_clock::now() - start).count() / iterations;
+  return (kind == cudaMemcpyDeviceToDevice ? 2.0 : 1.0) * double(bytes) / per_call;
+}
+#endif
+
+// The device's copy bandwidth on `n` floats: device to device (the kernels' reference) and
+// host to device (what a host-staged micro-batch pays per tensor).
+bandwidth_references measure_copies(device_kind device, std::size_t n, int iterations) {
+  bandwidth_references reference;
+  if (device != device_kind::cuda) return reference;
+  reference.peak = cuda_properties().memory_bandwidth;
+  std::printf("peak memory bandwidth %.1f GB/s (memory clock x bus width)\n", reference.peak / 1e9);
+#if ACCORD_HAVE_CUDA
+  device_array<float> a(device, n), b(device, n);
+  reference.copy = copy_bandwidth(b.span().data(), a.span().data(), n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                  iterations);
+  std::vector<float> host(n, 1.0f);
+  const double upload = copy_bandwidth(b.span().data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice,
+                                       std::max(1, iterations / 4));
+  std::printf("measured copy bandwidth: device to device %.1f GB/s (read + write, %.1f%% of peak); "
+              "host to device %.1f GB/s (pageable)\n",
+              reference.copy / 1e9, 100 * reference.copy / reference.peak, upload / 1e9);
+#else
+  (void)n;
+  (void)iterations;
+#endif
+  return reference;
+}
+
+void bench_kernels(device_kind device, std::size_t n, int iterations, const bandwidth_references& reference) {
   std::printf("kernels over %zu floats, %d iterations:\n", n, iterations);
   auto k = make_kernels(device);
   std::vector<float> host(n);
@@ -61,21 +111,25 @@ void bench_kernels(device_kind device, std::size_t n, int iterations) {
   const std::size_t words = packed_words(n), voters = 8;
   device_array<std::uint64_t> bits(device, words), vectors(device, voters * words);
   device_array<std::uint16_t> counts(device, n);
+  device_array<float> widened(device, n);
   const double f = sizeof(float);
-  report("accumulate", 3 * f * n, time_per_call(*k, iterations, [&] { k->accumulate(p.span(), g.span(), 0.5f); }), peak);
+  report("accumulate", 3 * f * n,
+         time_per_call(*k, iterations, [&] { k->accumulate(p.span(), g.span(), 0.5f); }), reference);
+  report("widen_bf16", (f + 2.0) * n,
+         time_per_call(*k, iterations, [&] { k->widen_bf16(counts.span(), widened.span()); }), reference);
   report("pack_signs", f * n + n / 8.0,
-         time_per_call(*k, iterations, [&] { k->pack_signs(g.span(), 0, bits.span()); }), peak);
+         time_per_call(*k, iterations, [&] { k->pack_signs(g.span(), 0, bits.span()); }), reference);
   report("count_votes (8)", voters * n / 8.0 + 2.0 * n,
-         time_per_call(*k, iterations, [&] { k->count_votes(vectors.span(), voters, counts.span()); }), peak);
+         time_per_call(*k, iterations, [&] { k->count_votes(vectors.span(), voters, counts.span()); }), reference);
   report("majority", 2.0 * n + n / 8.0,
-         time_per_call(*k, iterations, [&] { k->majority(counts.span(), voters, 0, 0, bits.span()); }), peak);
+         time_per_call(*k, iterations, [&] { k->majority(counts.span(), voters, 0, 0, bits.span()); }), reference);
   std::uint64_t step = 0;
   report("adamw_step", 7 * f * n, time_per_call(*k, iterations, [&] {
            k->adamw_step(p.span(), g.span(), m.span(), v.span(), {1e-6f, 0.9f, 0.999f, 1e-8f, 0.0f, ++step});
-         }), peak);
+         }), reference);
   report("lion_step", 5 * f * n,
          time_per_call(*k, iterations, [&] { k->lion_step(p.span(), g.span(), m.span(), {1e-6f, 0.9f, 0.99f, 0.0f}); }),
-         peak);
+         reference);
 }
 
 void bench_nccl(std::size_t n, int iterations) {
@@ -101,17 +155,72 @@ void bench_nccl(std::size_t n, int iterations) {
 #endif
 }
 
-// forward_backward steps per second on one fixed batch, after one warm-up step.
-double gpt_steps_per_second(model& m, const std::vector<float>& parameters, const batch& input, int steps) {
-  std::vector<float> gradients(parameters.size());
-  m.forward_backward(parameters, input, gradients);
+// Micro-batches per second of `step` (one accumulate_gradients call), after one warm-up call.
+template <class Step>
+double steps_per_second(int steps, Step step) {
+  step();
   const auto start = std::chrono::steady_clock::now();
-  for (int s = 0; s < steps; ++s) m.forward_backward(parameters, input, gradients);
+  for (int s = 0; s < steps; ++s) step();
   return steps / seconds(std::chrono::steady_clock::now() - start).count();
 }
 
-// The GPT on the chosen device and, for cuda, the CPU reference beside it. Times include the
-// host<->device copies of parameters and gradients that the model interface implies.
+void print_rate(const char* what, double rate, const batch& input) {
+  std::printf("  %-52s %8.1f steps/s %10.0f tokens/s\n", what, rate, rate * input.items());
+}
+
+#if ACCORD_HAVE_CUDA
+// One NCCL rank per local GPU, each on its own thread, all-reducing a gradient-sized device
+// buffer back to back (a communicator moving a step's gradients, again and again) until
+// stopped: rank 0 shares GPU 0 with the model. Ranks agree on when to stop through a second,
+// one-value all-reduce, so that every rank runs the same collectives.
+class busy_communicator {
+public:
+  explicit busy_communicator(std::size_t floats) {
+    const int world = cuda_device_count();
+    std::vector<int> devices(world);
+    for (int d = 0; d < world; ++d) devices[d] = d;
+    group_ = make_nccl_group(devices);
+    for (auto& rank : group_)
+      threads_.emplace_back([this, link = rank.get(), floats] {
+        use_cuda_device(link->device());
+        device_array<float> gradients(device_kind::cuda, floats);
+        device_array<float> stop(device_kind::cuda, 1);
+        std::vector<float> stop_host(1);
+        for (;;) {
+          link->all_reduce_device(gradients.span());
+          stop_host[0] = link->rank() == 0 && stopping_.load() ? 1.0f : 0.0f;
+          stop.copy_from(stop_host);
+          link->all_reduce_device(stop.span());
+          stop.copy_to(stop_host);
+          if (stop_host[0] > 0) return;
+          if (link->rank() == 0) ++collectives_;
+        }
+      });
+  }
+  ~busy_communicator() { stop(); }
+  busy_communicator(const busy_communicator&) = delete;
+  busy_communicator& operator=(const busy_communicator&) = delete;
+
+  int world() const { return static_cast<int>(group_.size()); }
+  std::uint64_t collectives() const { return collectives_.load(); }
+  void stop() {
+    stopping_ = true;
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+private:
+  std::vector<std::unique_ptr<nccl_transport>> group_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> collectives_{0};
+};
+#endif
+
+// The GPT on the chosen device and, for cuda, three ways of feeding it beside the CPU
+// reference: host spans (the parameters go up and the gradients come down each micro-batch),
+// device memory (resident: nothing crosses), and device memory while the NCCL communicator
+// all-reduces the gradients' size on the same GPU (the overlap's cost to compute).
 void bench_gpt(device_kind device, int steps) {
   gpt_config config{256, 64, 4, 4, 128, true};
   auto on_device = make_gpt_on(device, config);
@@ -124,21 +233,46 @@ void bench_gpt(device_kind device, int steps) {
     input.tokens.push_back(static_cast<std::int32_t>(generator() % config.vocab));
     input.targets.push_back(static_cast<std::int32_t>(generator() % config.vocab));
   }
-  const double rate = gpt_steps_per_second(*on_device, parameters, input, steps);
-  std::printf("gpt %s (%zu parameters, batch 8x64) on %s: %.1f steps/s, %.0f tokens/s\n",
-              on_device->signature().c_str(), parameters.size(), std::string(to_string(device)).c_str(), rate,
-              rate * input.items());
+  std::printf("gpt %s (%zu parameters, batch 8x64), accumulate_gradients per micro-batch:\n",
+              on_device->signature().c_str(), parameters.size());
+  std::vector<float> sum(parameters.size());
+  const auto host_step = [&](model& m) { return [&] { m.accumulate_gradients(parameters, input, sum); }; };
+  const double cpu_rate = steps_per_second(steps, host_step(*make_gpt_on(device_kind::cpu, config)));
+  print_rate("cpu", cpu_rate, input);
   if (device == device_kind::cpu) return;
-  auto cpu = make_gpt_on(device_kind::cpu, config);
-  const double cpu_rate = gpt_steps_per_second(*cpu, parameters, input, steps);
-  std::printf("gpt same batch on cpu: %.1f steps/s, %.0f tokens/s; %s/cpu = %.1fx\n", cpu_rate,
-              cpu_rate * input.items(), std::string(to_string(device)).c_str(), rate / cpu_rate);
+  const double staged = steps_per_second(steps, host_step(*on_device));
+  print_rate("cuda, host spans (3 tensor copies per micro-batch)", staged, input);
+  const memory_location where = on_device->memory();
+  const device_array<float> resident_parameters(device, std::span<const float>(parameters));
+  device_array<float> resident_sum(device, std::span<const float>(sum));
+  const auto resident_step = [&] {
+    on_device->accumulate_gradients_at({resident_parameters.span(), where}, input, {resident_sum.span(), where});
+  };
+  const std::uint64_t copies = tensor_copies_to_and_from_devices();
+  const double resident = steps_per_second(steps, resident_step);
+  std::printf("  tensor copies during %d resident micro-batches: %llu\n", steps + 1,
+              static_cast<unsigned long long>(tensor_copies_to_and_from_devices() - copies));
+  print_rate("cuda, resident", resident, input);
+#if ACCORD_HAVE_CUDA
+  busy_communicator communicator(parameters.size());
+  const double overlapped = steps_per_second(steps, resident_step);
+  communicator.stop();
+  char what[96];
+  std::snprintf(what, sizeof what, "cuda, resident, NCCL all-reduce alongside (world %d)", communicator.world());
+  print_rate(what, overlapped, input);
+  std::printf("  overlap slowdown %.1f%% (%llu all-reduces of %zu floats meanwhile); cuda resident/cpu = %.1fx, "
+              "resident/host spans = %.2fx\n",
+              100 * (1 - overlapped / resident), static_cast<unsigned long long>(communicator.collectives()),
+              parameters.size(), resident / cpu_rate, resident / staged);
+#endif
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  po::options_description options("accord-bench-gpu: kernel bandwidth vs peak, NCCL all-reduce, GPT steps/s");
+  po::options_description options(
+      "accord-bench-gpu: kernel bandwidth vs peak and copy, NCCL all-reduce, GPT tokens/s with and without a "
+      "communicator");
   options.add_options()("help", "show this help")
       ("device", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("elements", number_flag<std::size_t>(1, std::size_t{1} << 36, std::size_t{1} << 26), "floats per kernel call")
@@ -150,12 +284,12 @@ int main(int argc, char** argv) try {
   const device_kind device = parse_device(vm["device"].as<std::string>());
   const std::size_t n = vm["elements"].as<std::size_t>();
   const int iterations = vm["iterations"].as<int>();
-  // Host bytes per element: its float; on the cpu also the four float arrays, the packed signs
+  // Host bytes per element: its float; on the cpu also the five float arrays, the packed signs
   // (one word set and eight voters' ones) and the 16-bit vote counts.
-  const double bytes_per_element = device == device_kind::cpu ? 5 * sizeof(float) + 9.0 / 8 + 2 : sizeof(float);
+  const double bytes_per_element = device == device_kind::cpu ? 6 * sizeof(float) + 9.0 / 8 + 2 : sizeof(float);
   require_memory(static_cast<double>(n) * bytes_per_element, "--elements " + std::to_string(n));
   std::printf("device: %s\n", describe_device(device).c_str());
-  bench_kernels(device, n, iterations);
+  bench_kernels(device, n, iterations, measure_copies(device, n, iterations));
   if (device == device_kind::cuda) bench_nccl(n, iterations);
   if (const int steps = vm["gpt-steps"].as<int>(); steps > 0) bench_gpt(device, steps);
   return 0;

@@ -3,6 +3,7 @@
 #include "apps/launch_env.hpp"
 #include "apps/status_server.hpp"
 #include "apps/training_options.hpp"
+#include "gpu/device.hpp"
 #include <accord/blas_threads.hpp>
 
 #include <atomic>
@@ -176,6 +177,10 @@ int main(int argc, char** argv) {
       joiner.master_port = port;
       place = joiner;
     }
+    // One process per GPU: its model (and so its resident tensors) on GPU LOCAL_RANK, where
+    // its NCCL rank is too; the CUDA device current now is the one the model is made on.
+    if (place && flags["device"].as<std::string>() != "cpu" && place->local_rank < cuda_device_count())
+      use_cuda_device(place->local_rank);
     // Between processes each process runs one worker; in one process, all of them.
     training_setup setup = make_training_setup(flags, place ? 1 : 0);
     warn_ignored_training_flags(flags, "accord-train");

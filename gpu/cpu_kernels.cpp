@@ -7,6 +7,7 @@
 #include "gpu/kernels.hpp"
 #include "optim/lion.hpp"  // the Lion pieces and the tie rule, shared with the optimizers
 #include "transport/transport.hpp"
+#include "transport/wire_precision.hpp"
 
 #include "gpu/cuda_backend.hpp"
 
@@ -44,6 +45,10 @@ public:
 protected:
   void do_accumulate(std::span<float> into, std::span<const float> values, float scale) override {
     for (std::size_t i = 0; i < into.size(); ++i) into[i] += scale * values[i];
+  }
+
+  void do_widen_bf16(std::span<const std::uint16_t> bf16, std::span<float> values) override {
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = from_bf16(bf16[i]);
   }
 
   void do_pack_signs(std::span<const float> values, std::uint64_t round,
@@ -127,6 +132,11 @@ adamw_factors adamw_factors::of(const adamw_step_config& c) {
 void kernels::accumulate(std::span<float> into, std::span<const float> values, float scale) {
   require(into.size() == values.size(), "accumulate", "sizes differ: " + sizes(into.size(), values.size()));
   do_accumulate(into, values, scale);
+}
+
+void kernels::widen_bf16(std::span<const std::uint16_t> bf16, std::span<float> values) {
+  require(bf16.size() == values.size(), "widen_bf16", "sizes differ: " + sizes(bf16.size(), values.size()));
+  do_widen_bf16(bf16, values);
 }
 
 void kernels::pack_signs(std::span<const float> values, std::uint64_t round,

@@ -18,6 +18,7 @@
 #include "transport/transport.hpp"
 
 #include <array>
+#include <cstdint>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -38,11 +39,15 @@ public:
   // Why there is no usable device ("CUDA driver version is insufficient ..."); empty when one exists.
   virtual std::string unavailable_reason() const = 0;
   virtual cuda_device_properties properties() const = 0;
+  // Makes `device` the calling thread's current device.
+  virtual void set_device(int device) const = 0;
 
   virtual void* allocate(std::size_t bytes) const = 0;
   virtual void free(void* pointer) const noexcept = 0;
   virtual void copy_in(void* device, const void* host, std::size_t bytes) const = 0;
   virtual void copy_out(void* host, const void* device, std::size_t bytes) const = 0;
+  // Host<->device copies of tensors the plugin has made so far (gpu/copy_count.hpp).
+  virtual std::uint64_t tensor_copies() const = 0;
 
   virtual std::unique_ptr<kernels> make_kernels() const = 0;
   virtual std::unique_ptr<model> make_gpt(const gpt_config& config) const = 0;

@@ -2,6 +2,7 @@
 // layer functions of gpu/cuda_layers.hpp over device buffers.
 #include "gpu/cuda_gpt.hpp"
 
+#include "gpu/copy_count.hpp"
 #include "gpu/cuda_check.hpp"
 #include "gpu/cuda_layers.hpp"
 #include "gpu/device.hpp"
@@ -35,6 +36,14 @@ T* at_least(device_array<T>& array, size_t size) {
   return array.span().data();
 }
 
+// A tensor from the host (counted, see gpu/copy_count.hpp).
+void upload_tensor(cudaStream_t stream, float* to, std::span<const float> from) {
+  count_tensor_copy();
+  cuda_check(cudaMemcpyAsync(to, from.data(), from.size_bytes(), cudaMemcpyHostToDevice, stream),
+             "cudaMemcpyAsync tensor to device");
+}
+
+// Batch data from the host: the inputs always come from there.
 template <class T>
 void upload(cudaStream_t stream, device_array<T>& to, std::span<const T> from) {
   cuda_check(cudaMemcpyAsync(at_least(to, from.size()), from.data(), from.size_bytes(),
@@ -91,7 +100,9 @@ struct cuda_gpt::device_state {
   std::vector<block_offsets> blocks;
   size_t token_embedding = 0, position_embedding = 0, final_ln_gain = 0, final_ln_bias = 0, head_weight = 0;
 
+  // Staging for the host forms only: the *_at forms work on the caller's device memory.
   device_array<float> parameters, gradients;
+  const float* current_parameters = nullptr;  // the staged copy or the caller's device memory
   device_array<std::int32_t> tokens, targets, group_positions, group_ids, group_starts;
   // Activations, laid out as gpt::activations.
   device_array<float> stream, attn_residual, ln1, ln1_mean, ln1_rstd, qkv, attn_probs, attn_out;
@@ -132,9 +143,9 @@ struct cuda_gpt::device_state {
   device_state(const device_state&) = delete;
   device_state& operator=(const device_state&) = delete;
 
-  // Sizes the activations for (examples, sequence) and queues the uploads of the batch and
-  // the parameters.
-  void prepare(std::span<const float> host_parameters, const batch& input, int sequence,
+  // Sizes the activations for (examples, sequence) and queues the uploads of the batch and,
+  // from host memory, of the parameters.
+  void prepare(device_span<const float> given_parameters, const batch& input, int sequence,
                const gpt_config& config) {
     cuda_check(cudaSetDevice(device), "cudaSetDevice");
     const size_t L = config.layers, C = config.width, V = config.vocab, H = config.heads;
@@ -157,7 +168,12 @@ struct cuda_gpt::device_state {
     at_least(final_rstd, rows);
     at_least(probs, rows * V);
     at_least(row_losses, rows);
-    upload(context.stream, parameters, host_parameters);
+    if (given_parameters.on_host()) {
+      upload_tensor(context.stream, at_least(parameters, given_parameters.size()), given_parameters.values);
+      current_parameters = parameters.span().data();
+    } else {
+      current_parameters = given_parameters.data();
+    }
     upload<std::int32_t>(context.stream, tokens, input.tokens);
     upload<std::int32_t>(context.stream, targets, input.targets);
   }
@@ -168,7 +184,7 @@ struct cuda_gpt::device_state {
     const size_t rows = size_t(B) * T;
     const int n = int(rows);
     const cuda_layers::context& c = context;
-    const float* p = parameters.span().data();
+    const float* p = current_parameters;
     float* s = stream.span().data();
 
     cuda_layers::embedding_forward(c, s, tokens.span().data(), p + token_embedding, p + position_embedding, B, T, C);
@@ -212,17 +228,15 @@ struct cuda_gpt::device_state {
                "cudaMemcpyAsync losses to host");
   }
 
-  // Queues the backward pass into `gradients`, which start from `sum` (the host's running sum,
-  // in accumulate mode) or from zero; forward() must have run.
-  void backward(const gpt_config& config, const batch& input, int sequence, size_t parameter_count,
-                std::span<const float> sum) {
+  // Queues the backward pass, which adds into the device gradients `g` (all parameter_count
+  // of them); forward() must have run.
+  void backward(const gpt_config& config, const batch& input, int sequence, float* g) {
     const int B = int(input.examples), T = sequence, C = config.width, V = config.vocab, H = config.heads;
     const size_t rows = size_t(B) * T;
     const int n = int(rows);
     const cuda_layers::context& c = context;
     const cudaStream_t st = context.stream;
-    const float* p = parameters.span().data();
-    float* g = at_least(gradients, parameter_count);
+    const float* p = current_parameters;
     float* ds = at_least(d_stream, rows * C);
     float* dln = at_least(d_ln, rows * C);
     float* dqkv = at_least(d_qkv, rows * 3 * C);
@@ -240,11 +254,6 @@ struct cuda_gpt::device_state {
     upload<std::int32_t>(st, group_ids, groups.ids);
     upload<std::int32_t>(st, group_starts, groups.starts);
 
-    if (sum.empty())
-      zero(g, parameter_count);
-    else
-      cuda_check(cudaMemcpyAsync(g, sum.data(), sum.size_bytes(), cudaMemcpyHostToDevice, st),
-                 "cudaMemcpyAsync gradient sum to device");
     zero(ds, rows * C);
     float* dlogits = probs.span().data();  // overwrites the probabilities
     cuda_layers::softmax_crossentropy_backward(c, dlogits, dlogits, targets.span().data(), n, V);
@@ -311,8 +320,21 @@ std::unique_ptr<model> cuda_gpt::clone() const {
   return std::make_unique<cuda_gpt>(config());
 }
 
+memory_location cuda_gpt::memory() const { return {memory_space::cuda, state_->device}; }
+
+void cuda_gpt::check_device_memory(const memory_location& where, const char* what) const {
+  if (where != memory())
+    throw std::invalid_argument("cuda_gpt: " + std::string(what) + " in " + describe_location(where) +
+                                ", but this model runs on " + describe_location(memory()));
+}
+
 double cuda_gpt::evaluate(std::span<const float> parameters, const batch& input) {
+  return evaluate_at(parameters, input);
+}
+
+double cuda_gpt::evaluate_at(device_span<const float> parameters, const batch& input) {
   check_size(parameters.size(), parameter_count(), "parameters");
+  if (!parameters.on_host()) check_device_memory(parameters.where, "parameters");
   const int sequence = gpt_sequence_length(input, config(), "cuda_gpt");
   state_->prepare(parameters, input, sequence, config());
   state_->forward(config(), int(input.examples), sequence);
@@ -329,6 +351,22 @@ double cuda_gpt::accumulate_gradients(std::span<const float> parameters, const b
   return run_backward(parameters, input, gradients, true);
 }
 
+double cuda_gpt::accumulate_gradients_at(device_span<const float> parameters, const batch& input,
+                                         device_span<float> gradients) {
+  if (parameters.on_host() && gradients.on_host())
+    return run_backward(parameters.values, input, gradients.values, true);
+  check_size(parameters.size(), parameter_count(), "parameters");
+  check_size(gradients.size(), parameter_count(), "gradients");
+  check_device_memory(parameters.where, "parameters");
+  check_device_memory(gradients.where, "gradients");
+  const int sequence = gpt_sequence_length(input, config(), "cuda_gpt");
+  device_state& d = *state_;
+  d.prepare(parameters, input, sequence, config());
+  d.forward(config(), int(input.examples), sequence);
+  d.backward(config(), input, sequence, gradients.data());
+  return d.finish();
+}
+
 double cuda_gpt::run_backward(std::span<const float> parameters, const batch& input, std::span<float> gradients,
                               bool accumulate) {
   check_size(parameters.size(), parameter_count(), "parameters");
@@ -337,10 +375,16 @@ double cuda_gpt::run_backward(std::span<const float> parameters, const batch& in
   device_state& d = *state_;
   d.prepare(parameters, input, sequence, config());
   d.forward(config(), int(input.examples), sequence);
-  d.backward(config(), input, sequence, parameter_count(),
-             accumulate ? std::span<const float>(gradients) : std::span<const float>());
-  cuda_check(cudaMemcpyAsync(gradients.data(), d.gradients.span().data(), gradients.size_bytes(),
-                             cudaMemcpyDeviceToHost, d.context.stream),
+  // Host gradients: staged on the device, starting from the host's running sum or from zero.
+  float* staged = at_least(d.gradients, parameter_count());
+  if (accumulate)
+    upload_tensor(d.context.stream, staged, gradients);
+  else
+    cuda_check(cudaMemsetAsync(staged, 0, gradients.size_bytes(), d.context.stream), "cudaMemsetAsync");
+  d.backward(config(), input, sequence, staged);
+  count_tensor_copy();
+  cuda_check(cudaMemcpyAsync(gradients.data(), staged, gradients.size_bytes(), cudaMemcpyDeviceToHost,
+                             d.context.stream),
              "cudaMemcpyAsync gradients to host");
   return d.finish();
 }

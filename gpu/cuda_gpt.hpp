@@ -4,10 +4,13 @@
 // initialisation and flat parameter layout as the CPU gpt, so parameters, gradients and
 // workers move between devices unchanged and CPU and GPU workers can train together.
 //
-// The model interface takes host spans. Each call copies the parameters to the device (always:
-// the caller's optimizer updates them in place between calls, so neither the pointer nor the
-// size says whether they changed), runs on the device, and forward_backward copies the whole
-// gradient back (accumulate_gradients first uploads the running sum and adds on the device). Activations stay on the device, grown to the largest batch shape seen.
+// memory() is the model's device: accumulate_gradients_at and evaluate_at on memory of that
+// device copy no tensor (only the batch's tokens and the loss cross). The host forms stage:
+// each call copies the parameters to the device (always: the caller's optimizer updates them
+// in place between calls, so neither the pointer nor the size says whether they changed), runs
+// on the device, and copies the whole gradient back (accumulate_gradients first uploads the
+// running sum and adds on the device). Activations stay on the device, grown to the largest
+// batch shape seen.
 //
 // Arithmetic: fp32 throughout (cuBLAS without TF32), kernels without atomics, so a given batch
 // gives bitwise identical results on every call; against the CPU gpt the differences come from
@@ -39,6 +42,10 @@ public:
   double accumulate_gradients(std::span<const float> parameters, const batch& input,
                               std::span<float> gradients) override;
   double evaluate(std::span<const float> parameters, const batch& input) override;
+  memory_location memory() const override;
+  double accumulate_gradients_at(device_span<const float> parameters, const batch& input,
+                                 device_span<float> gradients) override;
+  double evaluate_at(device_span<const float> parameters, const batch& input) override;
   std::unique_ptr<model> clone() const override;
 
   const gpt_config& config() const { return reference_.config(); }
@@ -52,6 +59,8 @@ private:
   gpt reference_;
   std::unique_ptr<device_state> state_;
 
+  // std::invalid_argument unless `where` is this model's device.
+  void check_device_memory(const memory_location& where, const char* what) const;
   // forward_backward (`accumulate` false) and accumulate_gradients (true).
   double run_backward(std::span<const float> parameters, const batch& input, std::span<float> gradients,
                       bool accumulate);

@@ -34,6 +34,11 @@ __global__ void accumulate_kernel(float* into, const float* values, float scale,
   if (i < n) into[i] = __fadd_rn(into[i], __fmul_rn(scale, values[i]));
 }
 
+__global__ void widen_bf16_kernel(const std::uint16_t* bf16, float* values, std::size_t n) {
+  const std::size_t i = global_index();
+  if (i < n) values[i] = __uint_as_float(std::uint32_t{bf16[i]} << 16);
+}
+
 __global__ void pack_signs_kernel(const float* values, std::size_t n, std::uint64_t round,
                                   std::uint32_t* halves, std::size_t halves_count) {
   const std::size_t i = global_index();
@@ -128,6 +133,9 @@ public:
 protected:
   void do_accumulate(std::span<float> into, std::span<const float> values, float scale) override {
     launch(into.size(), "accumulate", accumulate_kernel, into.data(), values.data(), scale, into.size());
+  }
+  void do_widen_bf16(std::span<const std::uint16_t> bf16, std::span<float> values) override {
+    launch(values.size(), "widen_bf16", widen_bf16_kernel, bf16.data(), values.data(), values.size());
   }
   void do_pack_signs(std::span<const float> values, std::uint64_t round,
                      std::span<std::uint64_t> bits) override {

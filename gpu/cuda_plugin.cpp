@@ -5,6 +5,7 @@
 
 #include <accord/version.hpp>
 
+#include "gpu/copy_count.hpp"
 #include "gpu/cuda_check.hpp"
 #include "gpu/cuda_gpt.hpp"
 #include "gpu/cuda_kernels.hpp"
@@ -46,6 +47,8 @@ public:
     return {device, properties.name, properties.totalGlobalMem, properties.major, properties.minor, bandwidth};
   }
 
+  void set_device(int device) const override { cuda_check(cudaSetDevice(device), "cudaSetDevice"); }
+
   void* allocate(std::size_t bytes) const override {
     void* pointer = nullptr;
     cuda_check(cudaMalloc(&pointer, bytes), "cudaMalloc");
@@ -53,11 +56,17 @@ public:
   }
   void free(void* pointer) const noexcept override { cudaFree(pointer); }
   void copy_in(void* device, const void* host, std::size_t bytes) const override {
+    count_tensor_copy();
     cuda_check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    // From pageable memory cudaMemcpy may return before the data has landed; kernels on
+    // non-blocking streams (the models', NCCL's) do not wait for the default stream.
+    cuda_check(cudaStreamSynchronize(nullptr), "cudaMemcpy to device");
   }
   void copy_out(void* host, const void* device, std::size_t bytes) const override {
+    count_tensor_copy();
     cuda_check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
   }
+  std::uint64_t tensor_copies() const override { return tensor_copies_made.load(); }
 
   std::unique_ptr<kernels> make_kernels() const override { return make_cuda_kernels(nullptr); }
   std::unique_ptr<model> make_gpt(const gpt_config& config) const override {

@@ -49,6 +49,14 @@ device_kind parse_device(std::string_view name) {
 
 cuda_device_properties cuda_properties() { return require_cuda_backend("CUDA").properties(); }
 
+void use_cuda_device(int index) { require_cuda_backend("CUDA").set_device(index); }
+
+std::uint64_t tensor_copies_to_and_from_devices() {
+  std::string why;
+  const cuda_backend* backend = find_cuda_backend(why);
+  return backend ? backend->tensor_copies() : 0;
+}
+
 std::string describe_device(device_kind kind) {
   if (kind == device_kind::cpu)
     return "cpu (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";

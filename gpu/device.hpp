@@ -3,6 +3,7 @@
 // CUDA plugin (gpu/cuda_backend.hpp), loaded on the first question about a CUDA device, so
 // every binary starts, and picks the CPU, on machines without a GPU or driver.
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,6 +37,15 @@ struct cuda_device_properties {
 };
 // Properties of the current CUDA device; throws std::runtime_error without one.
 cuda_device_properties cuda_properties();
+
+// Makes CUDA device `index` the calling thread's current device, on which device_array
+// allocates; throws std::runtime_error without a usable CUDA device.
+void use_cuda_device(int index);
+
+// Host<->device copies of tensors made so far in this process by the CUDA code (device_array
+// copies, the CUDA GPT's staging of host spans, the NCCL transport's staging); 0 while the
+// CUDA plugin is not loaded.
+std::uint64_t tensor_copies_to_and_from_devices();
 
 namespace detail {
 void* device_allocate(device_kind kind, std::size_t bytes);

@@ -51,6 +51,9 @@ public:
 
   // into += scale * values (gradient accumulation into fp32).
   void accumulate(std::span<float> into, std::span<const float> values, float scale = 1.0f);
+  // values[i] = the bf16 value bf16[i] (from_bf16 of transport/wire_precision.hpp: exact), so
+  // that fp32 values which are bf16 values cross to the device in half the bytes.
+  void widen_bf16(std::span<const std::uint16_t> bf16, std::span<float> values);
   // bits[i] = values[i] > 0; a zero takes +1 when (i + round) is even, so zeros do not all
   // vote the same way and the choice alternates over rounds. bits: packed_words(values.size()).
   void pack_signs(std::span<const float> values, std::uint64_t round, std::span<std::uint64_t> bits);
@@ -80,6 +83,7 @@ public:
 protected:
   // Called with sizes already checked.
   virtual void do_accumulate(std::span<float> into, std::span<const float> values, float scale) = 0;
+  virtual void do_widen_bf16(std::span<const std::uint16_t> bf16, std::span<float> values) = 0;
   virtual void do_pack_signs(std::span<const float> values, std::uint64_t round,
                              std::span<std::uint64_t> bits) = 0;
   virtual void do_unpack_signs(std::span<const std::uint64_t> bits, std::span<float> signs) = 0;

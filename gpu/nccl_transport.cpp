@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "gpu/copy_count.hpp"
 #include "gpu/cuda_check.hpp"
 #include "gpu/cuda_kernels.hpp"
 #include "gpu/device.hpp"
@@ -118,13 +119,16 @@ struct nccl_transport::impl {
   }
 
   void copy_in(void* device_data, const void* host, std::size_t bytes) {
-    if (bytes) cuda_check(cudaMemcpyAsync(device_data, host, bytes, cudaMemcpyHostToDevice, stream), "copy in");
+    if (!bytes) return;
+    count_tensor_copy();
+    cuda_check(cudaMemcpyAsync(device_data, host, bytes, cudaMemcpyHostToDevice, stream), "copy in");
   }
   // A copy to pageable host memory blocks the thread until the stream reaches it, out of
   // sight of wait()'s watch, so the stream's earlier work is waited for first.
   void copy_out(void* host, const void* device_data, std::size_t bytes) {
     if (!bytes) return;
     wait();
+    count_tensor_copy();
     cuda_check(cudaMemcpyAsync(host, device_data, bytes, cudaMemcpyDeviceToHost, stream), "copy out");
   }
 

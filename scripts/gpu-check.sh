@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The GPU check, for a machine with an NVIDIA GPU (H100/H200: sm_90): builds the GPU parts in
-# their own build directory, runs the CPU/GPU parity tests (kernels, NCCL, the CUDA GPT), then
-# the benchmark (GPT steps/s on cuda beside the cpu), and prints the figures. Budget: under 8
-# minutes (the build dominates; one architecture only).
+# their own build directory, runs the CPU/GPU parity tests (kernels, NCCL, the CUDA GPT, every
+# algorithm on resident CUDA workers with the tensor copies counted), then the benchmark, and
+# prints the figures: the kernels' bandwidth against peak and against the measured copy
+# bandwidth, GPT tokens/s host-staged, resident, and resident with an NCCL all-reduce of the
+# gradients' size running alongside (the overlap slowdown), and with two GPUs or more ACCO's
+# against DDP's time per step. Budget: under 5 minutes (the build dominates; one architecture).
 # Needs the Debian packages of scripts/setup.sh and CUDA 13 + NCCL under /usr/local/cuda.
 #   BUILD_DIR   build directory          (default: build-gpu-check)
 #   CUDA_ARCH   CMAKE_CUDA_ARCHITECTURES (default: 90)
-#   ELEMENTS    floats per kernel call   (default: 2^27, 512 MiB per buffer)
+#   ELEMENTS    floats per kernel call   (default: 2^26, 256 MiB per buffer)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu-check}"
@@ -25,24 +28,29 @@ echo "gpu-check: built in $((SECONDS - start)) s"
 # test_gpu: kernels and NCCL; test_cuda_gpt: the CUDA GPT against the CPU GPT.
 for test in test_gpu test_cuda_gpt; do
   log="$BUILD_DIR/$test.log"
-  timeout 240 "$BUILD_DIR/tests/$test" 2>&1 | tee "$log"
+  timeout 120 "$BUILD_DIR/tests/$test" 2>&1 | tee "$log"
   if grep -q ACCORD_SKIPPED "$log"; then
     echo "gpu-check: $test was skipped: no usable CUDA device (driver?)" >&2
     exit 1
   fi
 done
 
-timeout 180 "$BUILD_DIR/apps/accord-bench-gpu" --device cuda --elements "${ELEMENTS:-134217728}" \
-  --iterations 20 --gpt-steps 5
-# End to end: ACCO with the CUDA GPT in every compute actor (in one process, one GPU), then,
-# with two GPUs or more, one process per GPU over NCCL.
-timeout 120 "$BUILD_DIR/apps/accord-train" --device cuda --workers 2 --steps 30 --log-interval 10
+timeout 90 "$BUILD_DIR/apps/accord-bench-gpu" --device cuda --elements "${ELEMENTS:-67108864}" \
+  --iterations 20 --gpt-steps 20
+# End to end: ACCO with the CUDA GPT resident in every compute actor (in one process, one
+# GPU), then, with two GPUs or more, one process per GPU over NCCL, ACCO against DDP.
+timeout 90 "$BUILD_DIR/apps/accord-train" --device cuda --workers 2 --steps 30 --log-interval 10
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$gpus" -ge 2 ]; then
-  timeout 120 "$BUILD_DIR/apps/accord-launch" -n 2 -- "$BUILD_DIR/apps/accord-train" --device cuda \
-    --transport nccl --algo acco --steps 30 --log-interval 10
+  for algo in acco ddp; do
+    done_line=$(timeout 60 "$BUILD_DIR/apps/accord-launch" -n 2 -- "$BUILD_DIR/apps/accord-train" --device cuda \
+      --transport nccl --algo "$algo" --steps 30 --eval-interval 0 --log-interval 10 | tee /dev/stderr | grep -o 'done: .*')
+    # "[rank 0] done: 30 steps in 4.2s | ..."
+    awk -v algo="$algo" '{ printf "gpu-check: %s over NCCL, 2 GPUs: %.1f ms per step\n", algo, 1000 * $5 / $2 }' \
+      <<<"${done_line//s |/ |}"
+  done
 else
-  echo "gpu-check: one GPU: the NCCL multi-process run needs two"
+  echo "gpu-check: one GPU: ACCO against DDP over NCCL needs two"
 fi
 # The CUDA plugin: the runs above loaded it for --device cuda; a --device cpu run must not, and
 # without the plugin --device cuda stops with one line.

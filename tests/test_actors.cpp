@@ -292,6 +292,38 @@ TEST_CASE("every algorithm keeps all replicas bit-identical, also with unequal w
   }
 }
 
+TEST_CASE("a resident worker (a GPU worker's data path, on host copies) trains bitwise as the default one" *
+          doctest::test_suite("pipeline")) {
+  // Resident: the compute actor keeps parameters and the gradient sum in the model's memory,
+  // the accumulator fetches the sum before each round. Two micro-batches per round exercise
+  // the sum staying put between micro-batches, ACCO's kept accumulation its re-upload.
+  for (const auto& name : algorithm_names())
+    for (const char* precision : {"fp32", "bf16"}) {
+      CAPTURE(name);
+      CAPTURE(precision);
+      job_config job;
+      job.algorithm = name;
+      job.wire_precision = precision;
+      job.workers = 2;
+      job.steps = 4;
+      job.micro_batch = 2;
+      job.accumulation = 2;
+      job.max_accumulation = 2;  // a fixed number of micro-batches per round: deterministic
+      job.eval_interval = 2;
+      job.eval_examples = 4;
+      const job_result host = run_quadratic(job);
+      job.resident_on_host = true;
+      const job_result resident = run_quadratic(job);
+      CHECK(resident.parameters == host.parameters);
+      REQUIRE(resident.steps.size() == host.steps.size());
+      for (std::size_t i = 0; i < host.steps.size(); ++i) {
+        CHECK(resident.steps[i].train_loss == host.steps[i].train_loss);
+        CHECK(resident.steps[i].micro_batches == host.steps[i].micro_batches);
+      }
+      CHECK(resident.final_eval_loss == host.final_eval_loss);
+    }
+}
+
 TEST_CASE("bf16 and fp16 on the wire: half the bits per parameter, the loss of fp32") {
   job_config job;
   job.workers = 3;

@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#include <accord/job.hpp>
+#include <accord/update_rule.hpp>
+
+#include "data/text.hpp"
 #include "gpu/device.hpp"
 #include "gpu/model_factory.hpp"
 #include "models/gpt.hpp"
@@ -169,5 +173,92 @@ TEST_CASE("CUDA GPT clones agree, and bad batches and buffers are rejected") {
   CHECK_THROWS_AS(original.forward_backward(parameters, input, short_gradients), std::invalid_argument);
   // A rejected call leaves the model usable.
   CHECK(std::isfinite(original.forward_backward(parameters, input, gradients)));
+#endif
+}
+
+TEST_CASE("CUDA GPT on device memory equals its host forms and copies no tensor per micro-batch") {
+  if (skip_without_cuda()) return;
+#if ACCORD_HAVE_CUDA
+  const gpt_config config{.vocab = 40, .context = 12, .layers = 2, .heads = 2, .width = 16};
+  cuda_gpt model(config);
+  CHECK(model.memory().space == memory_space::cuda);
+  const std::vector<float> parameters = perturbed_parameters(model, 7);
+  std::mt19937 rng(8);
+  const std::vector<batch> micro_batches{token_batch(3, 12, config.vocab, rng), token_batch(2, 5, config.vocab, rng),
+                                         token_batch(3, 12, config.vocab, rng)};
+
+  // Host forms: a running sum over the micro-batches, staged through the device.
+  std::vector<float> host_sum(parameters.size(), 0.0f);
+  std::vector<double> host_losses;
+  for (const batch& b : micro_batches) host_losses.push_back(model.accumulate_gradients(parameters, b, host_sum));
+
+  // Device forms on the same values: the same kernels in the same order, so bitwise equal.
+  const device_array<float> device_parameters(device_kind::cuda, std::span<const float>(parameters));
+  device_array<float> device_sum(device_kind::cuda, std::span<const float>(std::vector<float>(parameters.size())));
+  const device_span<const float> p{device_parameters.span(), model.memory()};
+  const device_span<float> g{device_sum.span(), model.memory()};
+  const std::uint64_t copies_before = tensor_copies_to_and_from_devices();
+  std::vector<double> device_losses, device_evaluations;
+  for (const batch& b : micro_batches) {
+    device_losses.push_back(model.accumulate_gradients_at(p, b, g));
+    device_evaluations.push_back(model.evaluate_at(p, b));
+  }
+  CHECK(tensor_copies_to_and_from_devices() == copies_before);
+  CHECK(device_losses == host_losses);
+  for (std::size_t k = 0; k < micro_batches.size(); ++k)
+    CHECK(device_evaluations[k] == model.evaluate(parameters, micro_batches[k]));
+  CHECK(device_sum.to_host() == host_sum);
+
+  // Memory of another device, or host memory mixed with device memory, is named and refused.
+  const memory_location elsewhere{memory_space::cuda, model.memory().device + 1};
+  CHECK_THROWS_WITH_AS(model.accumulate_gradients_at({device_parameters.span(), elsewhere}, micro_batches[0], g),
+                       ("cuda_gpt: parameters in cuda:" + std::to_string(elsewhere.device) +
+                        ", but this model runs on cuda:" + std::to_string(model.memory().device))
+                           .c_str(),
+                       std::invalid_argument);
+  CHECK_THROWS_AS(model.accumulate_gradients_at(std::span<const float>(parameters), micro_batches[0], g),
+                  std::invalid_argument);
+  CHECK(device_sum.to_host() == host_sum);  // refused calls wrote nothing
+#endif
+}
+
+TEST_CASE("every algorithm trains on resident CUDA workers as on the CPU, copying no tensor per micro-batch") {
+  if (skip_without_cuda()) return;
+#if ACCORD_HAVE_CUDA
+  const gpt_config config{.vocab = 256, .context = 16, .layers = 1, .heads = 2, .width = 32};
+  const auto train = load_default_corpus(config.context, true, 1);
+  const auto eval = load_default_corpus(config.context, false, 1);
+  for (const auto& name : algorithm_names()) {
+    CAPTURE(name);
+    job_config job;
+    job.algorithm = name;
+    job.workers = 2;
+    job.steps = 3;
+    job.micro_batch = 4;
+    job.accumulation = 4;
+    job.max_accumulation = 4;  // fixed micro-batches per round: both runs see the same batches
+    job.eval_interval = 0;
+    job.eval_examples = 64;    // one evaluation at the end, of two chunks
+    gpt cpu(config);
+    const job_result host = run_job(cpu, train, eval, job);
+    cuda_gpt cuda(config);
+    const std::uint64_t copies_before = tensor_copies_to_and_from_devices();
+    const job_result resident = run_job(cuda, train, eval, job);
+    const std::uint64_t copies = tensor_copies_to_and_from_devices() - copies_before;
+
+    REQUIRE(resident.steps.size() == host.steps.size());
+    for (std::size_t i = 0; i < host.steps.size(); ++i)
+      CHECK(resident.steps[i].train_loss == doctest::Approx(host.steps[i].train_loss).epsilon(1e-3));
+    CHECK(resident.final_eval_loss == doctest::Approx(host.final_eval_loss).epsilon(1e-3));
+    CHECK(resident.replicas_identical);
+    // Per worker: the parameters once at the start; per round the new parameters up, the sum
+    // up at its first micro-batch and back before the round. The evaluation: the parameters
+    // once. A host-staged worker would copy three tensors per micro-batch instead.
+    std::uint64_t rounds = 0, micro_batches = 0;
+    for (const step_metrics& step : resident.steps) micro_batches += step.micro_batches;
+    rounds = micro_batches / job.accumulation / static_cast<std::uint64_t>(job.workers);
+    CHECK(copies <= static_cast<std::uint64_t>(job.workers) * (1 + 3 * rounds) + 1);
+    CHECK(copies < 3 * micro_batches);
+  }
 #endif
 }

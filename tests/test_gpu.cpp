@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iterator>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -108,13 +109,17 @@ TEST_CASE("device_array on the cpu copies in and out and checks sizes") {
   CHECK(array.size() == 0);
 }
 
-TEST_CASE("cpu kernels: accumulate, sign packing with the tie rule, unpacking") {
+TEST_CASE("cpu kernels: accumulate, bf16 widening, sign packing with the tie rule, unpacking") {
   auto k = make_kernels(device_kind::cpu);
   std::vector<float> into{1.0f, 2.0f, -3.0f};
   k->accumulate(into, std::vector<float>{0.5f, 0.5f, 1.0f});
   CHECK(into == std::vector<float>{1.5f, 2.5f, -2.0f});
   k->accumulate(into, std::vector<float>{2.0f, 0.0f, 4.0f}, 0.25f);
   CHECK(into == std::vector<float>{2.0f, 2.5f, -1.0f});
+  std::vector<float> widened(3);
+  k->widen_bf16(std::vector<std::uint16_t>{0x3f80, 0xc040, 0x8000}, widened);
+  CHECK(widened == std::vector<float>{1.0f, -3.0f, -0.0f});
+  CHECK(std::signbit(widened[2]));
 
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> values{1.0f, -1.0f, 0.0f, 0.0f, -0.0f, nan};
@@ -210,6 +215,7 @@ TEST_CASE("kernels refuse mismatched sizes with a message naming the kernel") {
   CHECK_THROWS_AS(k->count_votes(words, 3, counts), std::invalid_argument);
   CHECK_THROWS_AS(k->pack_counts(counts, 17, words), std::invalid_argument);
   CHECK_THROWS_AS(k->adamw_step(a, a, a, b, {}), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(k->widen_bf16(counts, b), "kernels::widen_bf16: sizes differ: 3 vs 4", std::invalid_argument);
 }
 
 // Every kernel on the GPU against the CPU reference. The CUDA kernels avoid FMA contraction
@@ -232,6 +238,17 @@ TEST_CASE("cuda kernels match the cpu reference") {
     gpu->accumulate(d_into.span(), to_gpu(values).span(), 0.37f);
     cpu->accumulate(into, values, 0.37f);
     check_close(d_into.to_host(), into, 1e-6f);
+  }
+  SUBCASE("widen bf16") {
+    std::vector<std::uint16_t> bf16(n);
+    std::mt19937 generator(9);
+    for (auto& b : bf16) b = static_cast<std::uint16_t>(generator());  // NaNs and infinities too
+    std::vector<float> values(n);
+    cpu->widen_bf16(bf16, values);
+    device_array<float> d_values(device_kind::cuda, n);
+    gpu->widen_bf16(to_gpu(bf16).span(), d_values.span());
+    const std::vector<float> got = d_values.to_host();
+    CHECK(std::memcmp(got.data(), values.data(), n * sizeof(float)) == 0);  // bitwise, NaNs included
   }
   SUBCASE("pack and unpack signs") {
     const std::vector<float> values = random_values(n, 3);

@@ -436,6 +436,34 @@ TEST_CASE("forward_backward overwrites the gradient buffer") {
   CHECK(clean == dirty);
 }
 
+TEST_CASE("host models take device_span forms of host memory and refuse device memory in one line") {
+  std::mt19937 rng(13);
+  gpt m({.vocab = 13, .context = 8, .layers = 1, .heads = 2, .width = 8});
+  CHECK(m.memory() == memory_location{});
+  std::vector<float> parameters(m.parameter_count());
+  m.initialize(parameters, 4);
+  const batch input = token_batch(2, 8, 13, rng);
+  std::vector<float> expected(parameters.size(), 0.5f), sum(parameters.size(), 0.5f);
+  const double loss = m.accumulate_gradients(parameters, input, expected);
+  CHECK(m.accumulate_gradients_at(std::span<const float>(parameters), input, std::span<float>(sum)) == loss);
+  CHECK(sum == expected);
+  CHECK(m.evaluate_at(std::span<const float>(parameters), input) == m.evaluate(parameters, input));
+
+  // A device pointer is never dereferenced: the call stops at the memory it names.
+  const memory_location gpu{memory_space::cuda, 1};
+  const device_span<const float> on_gpu{parameters, gpu};
+  const std::string refused = m.signature() + ": accumulate_gradients_at takes host memory only, got ";
+  CHECK_THROWS_WITH_AS(m.accumulate_gradients_at(on_gpu, input, std::span<float>(sum)),
+                       (refused + "parameters in cuda:1").c_str(), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(m.accumulate_gradients_at(std::span<const float>(parameters), input,
+                                                 device_span<float>{sum, gpu}),
+                       (refused + "gradients in cuda:1").c_str(), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(m.evaluate_at(on_gpu, input),
+                       (m.signature() + ": evaluate_at takes host memory only, got parameters in cuda:1").c_str(),
+                       std::invalid_argument);
+  CHECK(sum == expected);
+}
+
 TEST_CASE("clones are independent and agree with the original") {
   std::mt19937 rng(12);
   const gpt_config config{.vocab = 50, .context = 16, .layers = 2, .heads = 2, .width = 16};

@@ -40,6 +40,10 @@ struct job_config {
   // Per worker slowdown: a factor f makes a worker take f times its measured compute time
   // (emulates heterogeneous hardware). Empty: all 1.
   std::vector<double> speed_factors;  // each in [1, 1000]
+  // A worker whose model computes on a GPU (model::memory()) keeps its parameters and gradient
+  // sum in the GPU's memory and copies no tensor per micro-batch. This runs that same data
+  // path on copies in host memory, for a host model: results are bitwise the default's (tests).
+  bool resident_on_host = false;
 
   std::uint64_t steps = 100;         // optimizer steps (ACCO: each takes two rounds)
   std::size_t micro_batch = 8;       // examples per micro-batch

@@ -2,10 +2,13 @@
 // Public embedder API: a model is a pure function of one flat parameter buffer (llm.c style).
 // It owns only scratch memory (activations), so the framework decides where parameters and
 // gradients live: a compute actor can run on parameters that the communicator is not touching.
+#include <accord/device_span.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -55,8 +58,39 @@ public:
   // Mean loss over the batch, no gradients.
   virtual double evaluate(std::span<const float> parameters, const batch& input) = 0;
 
+  // Where this model wants its parameters and gradients: the host for a CPU model, its GPU for
+  // a CUDA model. A worker keeps its parameters and gradient sums there and calls the *_at
+  // forms below with them, so nothing crosses PCIe per micro-batch.
+  virtual memory_location memory() const { return {}; }
+
+  // accumulate_gradients and evaluate on memory that may live on a device. Both spans must be
+  // in the same memory; device memory must be of memory()'s device and have no writes pending
+  // on other CUDA streams. A call returns once its results are written (the model's own stream
+  // is synchronised). The defaults take host memory only and call the host forms; a model
+  // whose memory() is a device overrides both.
+  virtual double accumulate_gradients_at(device_span<const float> parameters, const batch& input,
+                                         device_span<float> gradients) {
+    require_host("accumulate_gradients_at", parameters.where, gradients.where);
+    return accumulate_gradients(parameters.values, input, gradients.values);
+  }
+  virtual double evaluate_at(device_span<const float> parameters, const batch& input) {
+    require_host("evaluate_at", parameters.where);
+    return evaluate(parameters.values, input);
+  }
+
   // An independent instance (own scratch memory) for another compute thread.
   virtual std::unique_ptr<model> clone() const = 0;
+
+protected:
+  // std::invalid_argument naming the model and the memory it was handed, unless both are host.
+  void require_host(const char* call, const memory_location& parameters,
+                    const memory_location& gradients = {}) const {
+    if (parameters.on_host() && gradients.on_host()) return;
+    const memory_location& device = parameters.on_host() ? gradients : parameters;
+    throw std::invalid_argument(signature() + ": " + call + " takes host memory only, got " +
+                                (parameters.on_host() ? "gradients" : "parameters") + " in " +
+                                describe_location(device));
+  }
 
 private:
   std::vector<float> accumulate_scratch_;  // the default accumulate_gradients' gradient
