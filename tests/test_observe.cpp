@@ -259,17 +259,28 @@ TEST_CASE("--trace writes a Chrome trace: a track per actor, spans for micro-bat
   CHECK(refused.text == "accord-train: --trace: /nonexistent/dir/trace.json: cannot write into /nonexistent/dir\n");
 }
 
-TEST_CASE("between processes every rank writes its own trace, on one clock") {
+TEST_CASE("accord-launch --trace merges the ranks' traces into one, on rank 0's clock") {
   const scratch_dir dir;
-  const accord::testing::run_output run =
-      accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 2 -- " + train + tiny + " --algo ddp --steps 2 --trace " +
-                  dir.file("job.json"));
+  const std::string trace = dir.file("job.json");
+  const accord::testing::run_output run = accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 2 --trace " + trace +
+                                                               " -- " + train + tiny + " --algo ddp --steps 2");
   REQUIRE_MESSAGE(run.status == 0, run.text);
-  const trace_file rank0(dir.file("job.rank0.json")), rank1(dir.file("job.rank1.json"));
-  CHECK(rank0.processes == std::set<int>{0});
-  CHECK(rank1.processes == std::set<int>{1});
-  CHECK(rank0.on("coordinator", "step").size() == 2);
-  const auto rounds0 = rank0.on("worker 0 communicator", "round"), rounds1 = rank1.on("worker 1 communicator", "round");
+  CHECK_MESSAGE(run.text.find("accord-launch: trace of 2 worker(s): " + trace + "\n") != std::string::npos, run.text);
+  CHECK_FALSE(fs::exists(dir.file("job.rank0.json")));  // merged, then removed
+  CHECK_FALSE(fs::exists(dir.file("job.rank1.json")));
+  const trace_file merged(trace);
+  CHECK(merged.processes == std::set<int>{0, 1});
+  CHECK(merged.on("coordinator", "step").size() == 2);
+  CHECK(merged.on("membership", "epoch forming").size() == 1);  // the rendezvous
+  // Each process row says by how much its clock was moved onto rank 0's.
+  std::ifstream in(trace);
+  const nlohmann::json whole = nlohmann::json::parse(in);
+  std::set<int> offsets_stated;
+  for (const auto& event : whole.at("traceEvents"))
+    if (event.at("name") == "process_name" && event.at("args").at("clock_offset_us").is_number_integer())
+      offsets_stated.insert(event.at("pid").get<int>());
+  CHECK(offsets_stated == std::set<int>{0, 1});
+  const auto rounds0 = merged.on("worker 0 communicator", "round"), rounds1 = merged.on("worker 1 communicator", "round");
   REQUIRE(rounds0.size() == 2);
   REQUIRE(rounds1.size() == 2);
   // One clock: the two ranks' rounds of a synchronous job overlap in time.
@@ -278,6 +289,22 @@ TEST_CASE("between processes every rank writes its own trace, on one clock") {
     CHECK(begin1 <= begin0 + rounds0[r].at("dur").get<std::int64_t>());
     CHECK(begin0 <= begin1 + rounds1[r].at("dur").get<std::int64_t>());
   }
+
+  // accord-train's own --trace under the launcher: each rank's part stays where it wrote it.
+  const accord::testing::run_output parts = accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 2 -- " + train +
+                                                                 tiny + " --algo ddp --steps 1 --trace " + dir.file("own.json"));
+  REQUIRE_MESSAGE(parts.status == 0, parts.text);
+  CHECK(trace_file(dir.file("own.rank1.json")).processes == std::set<int>{1});
+
+  const accord::testing::run_output refused =
+      accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 1 --trace /nonexistent/dir/t.json -- /bin/true");
+  CHECK(refused.status == 2);
+  CHECK(refused.text == "accord-launch: --trace: '/nonexistent/dir/t.json': cannot write into /nonexistent/dir\n");
+  // A program that writes no trace: named, and the launch's status stands.
+  const accord::testing::run_output none =
+      accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 1 --trace " + dir.file("none.json") + " -- /bin/true");
+  CHECK(none.status == 0);
+  CHECK(none.text == "accord-launch: --trace: rank 0 wrote no trace (" + dir.file("none.rank0.json") + ")\n");
 }
 
 namespace {
