@@ -16,6 +16,7 @@
 #include <caf/io/all.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
@@ -35,6 +36,28 @@ master_port_limits master_limits(const process_group& group, std::size_t paramet
   limits.max_connections = 2 * group.world_size + 16;  // elastic jobs admit joiners
   limits.idle_timeout = std::max(2 * group.heartbeat_timeout, std::chrono::milliseconds(10'000));
   return limits;
+}
+
+// Rank 0's wall clock minus this process's (Cristian's method: rank 0 read its clock about
+// halfway through the exchange; of a few, the one with the shortest round trip is the closest).
+std::chrono::microseconds clock_offset_to(caf::scoped_actor& self, const membership_actor& membership) {
+  const auto microseconds = [](trace_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  };
+  std::int64_t offset = 0, shortest = INT64_MAX;
+  for (int exchange = 0; exchange < 5; ++exchange) {
+    std::optional<std::int64_t> theirs;
+    const std::int64_t sent = microseconds(trace_clock::now());
+    self->request(membership, std::chrono::seconds(5), clock_atom::value)
+        .receive([&](std::int64_t at) { theirs = at; }, [](caf::error&) {});
+    const std::int64_t received = microseconds(trace_clock::now());
+    if (!theirs) break;  // rank 0 gone: the hello's failure or the epoch request says so
+    if (received - sent < shortest) {
+      shortest = received - sent;
+      offset = *theirs - (sent + received) / 2;
+    }
+  }
+  return std::chrono::microseconds(offset);
 }
 
 // Rank 0's membership actor at host:port. Unlike middleman::remote_actor, gives up after
@@ -309,6 +332,8 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
     self->request(me.agent, caf::infinite, hello_atom::value,
                   member_hello{group.join ? -1 : group.rank, group.world_size, print, host, job_id})
         .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
+    if (trace_recorder* trace = trace_recorder::active(); trace && !master && !failure)
+      trace->set_clock_offset(clock_offset_to(self, me.membership));
     while (!failure) {
       // A throw here would leave the actors running and the system's destructor waiting on them.
       std::unique_ptr<transport_rendezvous> rendezvous;

@@ -310,7 +310,8 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
     answer(m, std::move(plan));
   }
   s.now = phase::running;
-  if (trace_recorder* trace = trace_recorder::active(); trace && s.epoch > 1) {
+  // Epoch 1 forms while the starting ranks say hello: the rendezvous.
+  if (trace_recorder* trace = trace_recorder::active()) {
     const auto wall_now = trace_clock::now();
     trace->span(membership_track, "epoch forming",
                 wall_now - std::chrono::duration_cast<trace_clock::duration>(std::chrono::steady_clock::now() -
@@ -477,6 +478,7 @@ void check_rendezvous(self_pointer self) {
 
 membership_actor::behavior_type membership_behavior(self_pointer self, membership_setup setup) {
   self->state.setup = std::move(setup);
+  self->state.epoch_ended_at = std::chrono::steady_clock::now();  // the first epoch forms from here
   self->send(self, rendezvous_atom::value);
   self->set_down_handler([self](const caf::down_msg& down) {
     for (auto& [id, m] : self->state.members)
@@ -564,6 +566,9 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
       [self](dropped_atom, std::uint64_t id) -> std::string {
         const auto found = self->state.dropped.find(id);
         return found == self->state.dropped.end() ? std::string() : found->second;
+      },
+      [](clock_atom) -> std::int64_t {
+        return std::chrono::duration_cast<std::chrono::microseconds>(trace_clock::now().time_since_epoch()).count();
       },
       [self](wait_atom) -> caf::result<bool> {
         self->state.waiters.push_back(self->make_response_promise<bool>());

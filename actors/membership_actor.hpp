@@ -35,6 +35,7 @@ using grace_atom = caf::atom_constant<caf::atom("grace")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using rendezvous_atom = caf::atom_constant<caf::atom("rendezvous")>;
 using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
+using clock_atom = caf::atom_constant<caf::atom("clock")>;
 
 // How to interrupt the transport of a worker process's current epoch (its connection setup,
 // then the transport itself). The agent does so when the epoch fails, wherever the process is
@@ -134,6 +135,8 @@ using membership_actor = caf::typed_actor<
     // Why a member was dropped from the job (asked by one that lost its connection to rank 0
     // and reconnected); empty when it was not.
     caf::replies_to<dropped_atom, std::uint64_t>::with<std::string>,
+    // Rank 0's wall clock (microseconds since the epoch): the other processes' traces line up on it.
+    caf::replies_to<clock_atom>::with<std::int64_t>,
     // Replies once the job is over and every member still alive has been told so.
     caf::replies_to<wait_atom>::with<bool>>;
 

@@ -1,11 +1,11 @@
 #include "actors/trace.hpp"
+#include "actors/trace_files.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -48,14 +48,16 @@ void trace_recorder::span(int track, const char* name, trace_clock::time_point b
 
 void trace_recorder::write(const std::string& path) const {
   nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"ph", "M"}, {"pid", process_}, {"name", "process_name"}, {"args", {{"name", process_name_}}}});
+  const std::int64_t offset = clock_offset_us_;
+  events.push_back({{"ph", "M"}, {"pid", process_}, {"name", "process_name"},
+                    {"args", {{"name", process_name_}, {"clock_offset_us", offset}}}});
   events.push_back({{"ph", "M"}, {"pid", process_}, {"name", "process_sort_index"}, {"args", {{"sort_index", process_}}}});
   const std::lock_guard lock(mutex_);
   std::vector<int> tracks;
   for (const event& e : events_) {
     if (std::find(tracks.begin(), tracks.end(), e.track) == tracks.end()) tracks.push_back(e.track);
     nlohmann::json span = {{"ph", "X"}, {"pid", process_}, {"tid", e.track}, {"name", e.name},
-                           {"ts", e.begin_us},  {"dur", e.duration_us}};
+                           {"ts", e.begin_us + offset},  {"dur", e.duration_us}};
     if (e.index >= 0) span["args"] = {{"index", e.index}};
     events.push_back(std::move(span));
   }
@@ -75,22 +77,12 @@ void trace_recorder::clear() {
   events_ = {};
 }
 
-namespace {
-
-// "trace.json", "rank2" -> "trace.rank2.json"
-std::string labelled_path(const std::string& path, const std::string& label) {
-  const std::filesystem::path p(path);
-  return (p.parent_path() / (p.stem().string() + "." + label + p.extension().string())).string();
-}
-
-}  // namespace
-
 trace_session::trace_session(const std::string& path) : trace_session(path, 0, std::string("accord job (one process)")) {}
 
 trace_session::trace_session(const std::string& path, int rank, bool joiner)
     : trace_session(path.empty() ? ""
-                    : joiner     ? labelled_path(path, "join" + std::to_string(::getpid()))
-                                 : labelled_path(path, "rank" + std::to_string(rank)),
+                    : joiner     ? trace_part_path(path, "join" + std::to_string(::getpid()))
+                                 : trace_part_path(path, "rank" + std::to_string(rank)),
                     joiner ? static_cast<int>(::getpid()) : rank,
                     joiner ? "joiner " + std::to_string(::getpid()) : "rank " + std::to_string(rank)) {}
 

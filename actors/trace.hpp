@@ -3,8 +3,9 @@
 // (a thread row) per actor — each worker's compute, accumulator and communicator, the
 // coordinator, the evaluator, the membership actor — holding spans: micro-batches, rounds and
 // their phases (all-reduce of the totals, reduce-scatter, optimizer step, all-gather, vote),
-// waits, steps, epochs. Timestamps are the wall clock (CLOCK_REALTIME) in microseconds, so the
-// files that the processes of one job write (one per rank) line up on one clock.
+// waits, steps, epochs. Timestamps are the wall clock (CLOCK_REALTIME) in microseconds; a process
+// of a job between processes writes them on rank 0's clock (set_clock_offset, measured when it
+// joins), so the files that the ranks write line up and merge by concatenation.
 //
 // A trace_session makes a recorder active for the process; with none, trace_span costs one
 // null check. Recording takes a mutex per span (spans are milliseconds apart).
@@ -41,6 +42,9 @@ public:
 
   void clear();  // drops the events recorded so far
 
+  // Added to every timestamp written: rank 0's wall clock minus this process's.
+  void set_clock_offset(std::chrono::microseconds offset) { clock_offset_us_ = offset.count(); }
+
   // The process's active recorder, nullptr when no trace is being taken (inline: when off,
   // this load and its null check are all a span costs).
   static trace_recorder* active() { return active_.load(std::memory_order_acquire); }
@@ -56,6 +60,7 @@ private:
   };
   int process_;
   std::string process_name_;
+  std::atomic<std::int64_t> clock_offset_us_{0};
   mutable std::mutex mutex_;
   std::vector<event> events_;
 };

@@ -3,6 +3,7 @@
 // fails stops all the others, and its status becomes the launcher's. With --elastic only the RANK 0
 // worker (the coordinator) fails fast; the job goes on without any other worker that fails. With
 // --join the workers join a running elastic job instead: they get no rank, and none fails fast.
+#include "actors/trace_files.hpp"
 #include "apps/flags.hpp"
 #include "apps/launch_env.hpp"
 
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -54,6 +56,7 @@ Each worker gets torchrun's variables (read them with accord::rendezvous_from_en
   MASTER_PORT       --master-port, or a port that was free here at launch
   ACCORD_ELASTIC    1 with --elastic or --join; removed from the workers' environment without them
   ACCORD_JOIN       HOST:PORT with --join; removed from the workers' environment without it
+  ACCORD_TRACE      FILE with --trace; removed from the workers' environment without it
   ACCORD_JOB_ID      accord-launch:HOST:PID when this launcher starts the whole job and neither
                     ACCORD_JOB_ID, TORCHELASTIC_RUN_ID nor SLURM_JOB_ID names it (another job's
                     workers reaching the same master port are then refused as such)
@@ -88,6 +91,13 @@ options:
   --join HOST:PORT         start N more workers for the running elastic job whose RANK 0 listens at
                            HOST:PORT (its MASTER_ADDR:MASTER_PORT); implies --elastic; conflicts
                            with --master-addr, --master-port, --rank-offset and --world-size
+  --trace FILE             every worker (accord-train) records the job's timeline and writes its
+                           part beside FILE (FILE.rankR.json, a joiner FILE.join<pid>.json, each
+                           on RANK 0's clock); once all have exited, the launcher merges the parts
+                           of its workers into FILE (one Chrome / Perfetto trace) and removes them
+  --log-dir DIR            also write each worker's output, without the prefix, to DIR/rank-R.log
+                           (a joiner: DIR/join-L.log), stdout and stderr together, line by line,
+                           a file per worker created afresh; DIR is created when missing
   -h, --help               show this help
   --version                print the version
 
@@ -124,6 +134,8 @@ struct launch_options {
   double grace_seconds = 5.0;
   bool elastic = false;
   std::optional<std::string> join_address;  // HOST:PORT of a running elastic job's RANK 0
+  std::optional<std::string> trace_path;    // the merged trace of the workers started here
+  std::optional<std::string> log_dir;       // where each worker's output is also written
   std::vector<std::string> command;
 
   // The coordinator is RANK 0; a machine whose workers join a running job has none.
@@ -219,6 +231,21 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
       options.timeout_seconds = parse_seconds_flag(flag, value(), false);
     } else if (flag == "--grace") {
       options.grace_seconds = parse_seconds_flag(flag, value(), true);
+    } else if (flag == "--trace") {
+      options.trace_path = value();
+      const std::filesystem::path parent = std::filesystem::path(*options.trace_path).parent_path();
+      const std::string directory = parent.empty() ? "." : parent.string();
+      if (options.trace_path->empty() || !std::filesystem::is_directory(directory) ||
+          access(directory.c_str(), W_OK) != 0)
+        throw usage_error("--trace: '" + *options.trace_path + "': cannot write into " + directory);
+    } else if (flag == "--log-dir") {
+      options.log_dir = value();
+      std::error_code error;
+      if (!options.log_dir->empty()) std::filesystem::create_directories(*options.log_dir, error);
+      if (options.log_dir->empty() || error || !std::filesystem::is_directory(*options.log_dir) ||
+          access(options.log_dir->c_str(), W_OK) != 0)
+        throw usage_error("--log-dir: '" + *options.log_dir + "': cannot write into it" +
+                          (error ? " (" + error.message() + ")" : std::string()));
     } else if (flag == "--elastic") {
       if (inline_value) throw usage_error("--elastic takes no value, got '" + std::string(arg) + "'");
       options.elastic = true;
@@ -332,6 +359,7 @@ struct output_stream {
   int destination = STDOUT_FILENO;
   std::string prefix;
   std::string pending;  // bytes after the last newline
+  int log = -1;         // --log-dir: the worker's file (its stdout and stderr share it), lines unprefixed
 
   // A line that never ends is still forwarded once it is this long, so memory stays bounded.
   static constexpr std::size_t longest_line = 1 << 20;
@@ -357,16 +385,21 @@ struct output_stream {
   }
 
   void forward_lines(bool at_end) {
-    std::string out;
+    std::string out, logged;
+    const auto forward = [&](std::string_view line) {
+      out.append(prefix).append(line).push_back('\n');
+      if (log >= 0) logged.append(line).push_back('\n');
+    };
     std::size_t begin = 0;
     for (std::size_t newline; (newline = pending.find('\n', begin)) != std::string::npos; begin = newline + 1)
-      out.append(prefix).append(pending, begin, newline - begin).push_back('\n');
+      forward(std::string_view(pending).substr(begin, newline - begin));
     pending.erase(0, begin);
     if (!pending.empty() && (at_end || pending.size() >= longest_line)) {
-      out.append(prefix).append(pending).push_back('\n');
+      forward(pending);
       pending.clear();
     }
     if (!out.empty()) write_all(destination, out);
+    if (!logged.empty()) write_all(log, logged);
   }
 };
 
@@ -383,7 +416,7 @@ struct worker {
 // inherited RANK give a joiner a rank, nor an inherited ACCORD_JOIN turn ranked workers into joiners.
 constexpr std::string_view launcher_variables[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE",
                                                    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                                   "ACCORD_ELASTIC", "ACCORD_JOIN"};
+                                                   "ACCORD_ELASTIC", "ACCORD_JOIN", "ACCORD_TRACE"};
 
 // master_port is nullopt for joiners, which learn their master from the job.
 std::vector<std::string> worker_environment(const launch_options& options, int local_rank,
@@ -401,6 +434,7 @@ std::vector<std::string> worker_environment(const launch_options& options, int l
     assigned.emplace_back("MASTER_PORT", std::to_string(*master_port));
   }
   if (options.elastic) assigned.emplace_back("ACCORD_ELASTIC", "1");
+  if (options.trace_path) assigned.emplace_back("ACCORD_TRACE", *options.trace_path);
   // A launcher that starts the whole job names it, so that another job's workers reaching the
   // same master port are refused as such (unless the environment names the job already).
   if (!options.join_address && *options.world_size == options.workers && accord::job_id_from_environment().empty()) {
@@ -430,7 +464,7 @@ std::vector<char*> as_pointers(std::vector<std::string>& strings) {
 // Forks and execs one worker in its own process group with stdout/stderr on fresh pipes. An exec
 // failure comes back over a close-on-exec pipe as errno and is thrown as cannot_run_error.
 void start_worker(worker& w, const std::string& prefix, const std::string& program,
-                  std::vector<std::string> arguments, std::vector<std::string> environment) {
+                  std::vector<std::string> arguments, std::vector<std::string> environment, int log) {
   std::vector<char*> argv = as_pointers(arguments);
   std::vector<char*> envp = as_pointers(environment);
   int out[2], err[2], exec_status[2];
@@ -470,8 +504,8 @@ void start_worker(worker& w, const std::string& prefix, const std::string& progr
   fcntl(err[0], F_SETFL, O_NONBLOCK);
   w.pid = pid;
   w.running = true;
-  w.out = output_stream{out[0], STDOUT_FILENO, prefix, {}};
-  w.err = output_stream{err[0], STDERR_FILENO, prefix, {}};
+  w.out = output_stream{out[0], STDOUT_FILENO, prefix, {}, log};
+  w.err = output_stream{err[0], STDERR_FILENO, prefix, {}, log};
   if (got == static_cast<ssize_t>(sizeof exec_error))
     throw cannot_run_error("cannot run '" + program + "': " + std::strerror(exec_error));
 }
@@ -493,7 +527,7 @@ class supervisor {
       try {
         // append rather than "[" + label(w): GCC 12 gives a false -Wrestrict warning on that.
         start_worker(w, std::string("[").append(label(w)).append("] "), program, options_.command,
-                     worker_environment(options_, local, master_port));
+                     worker_environment(options_, local, master_port), open_log(w));
       } catch (const std::exception& error) {
         // Workers already running must not outlive a launch that failed halfway.
         say(error.what());
@@ -503,6 +537,7 @@ class supervisor {
       }
     }
     supervise();
+    if (options_.trace_path) merge_trace();
     // Without the coordinator here, an elastic machine did its part if any of its workers did.
     if (options_.elastic && !options_.hosts_coordinator() && exit_status_ == 0 && !any_worker_succeeded_ &&
         last_failure_status_)
@@ -515,6 +550,39 @@ class supervisor {
   std::string_view kind() const { return options_.join_address ? "join" : "rank"; }
   std::string label(const worker& w) const { return std::string(kind()) + " " + std::to_string(w.number); }
   bool is_coordinator(const worker& w) const { return options_.hosts_coordinator() && w.number == 0; }
+
+  // --log-dir's file for worker w ("rank-3.log", "join-0.log"), or -1 without --log-dir.
+  int open_log(const worker& w) const {
+    if (!options_.log_dir) return -1;
+    const std::string path = *options_.log_dir + "/" + std::string(kind()) + "-" + std::to_string(w.number) + ".log";
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw std::runtime_error("--log-dir: cannot write " + path + ": " + std::strerror(errno));
+    return fd;
+  }
+
+  // The workers' trace parts into --trace's file; a worker that wrote none is named (it failed
+  // early, or its program takes no trace). A merge that fails makes a successful launch fail.
+  void merge_trace() {
+    std::vector<std::string> parts;
+    for (const worker& w : workers_) {
+      const std::string part = accord::trace_part_path(
+          *options_.trace_path, options_.join_address ? "join" + std::to_string(w.pid) : "rank" + std::to_string(w.number));
+      if (std::filesystem::exists(part))
+        parts.push_back(part);
+      else if (w.pid > 0)
+        say("--trace: " + label(w) + " wrote no trace (" + part + ")");
+    }
+    if (parts.empty()) return;
+    try {
+      accord::merge_trace_files(parts, *options_.trace_path);
+    } catch (const std::exception& error) {
+      say("--trace: " + std::string(error.what()));
+      if (exit_status_ == 0) exit_status_ = 1;
+      return;
+    }
+    for (const std::string& part : parts) std::filesystem::remove(part);
+    say("trace of " + std::to_string(parts.size()) + " worker(s): " + *options_.trace_path);
+  }
 
   static clock_type::duration to_duration(double seconds) {
     return std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));

@@ -185,6 +185,9 @@ int main(int argc, char** argv) {
     training_setup setup = make_training_setup(flags, place ? 1 : 0);
     warn_ignored_training_flags(flags, "accord-train");
     setup.job.keep_interval = flags["keep-interval"].as<std::uint64_t>();
+    // accord-launch --trace FILE: every rank writes its part beside FILE, the launcher merges them.
+    if (const char* trace = std::getenv("ACCORD_TRACE"); trace && *trace && !flags.count("trace"))
+      setup.job.trace_path = trace;
     if (place) {
       warn_ignored(flags, "accord-train", {{"link", "between processes (the network is real)"}});
       if (!elastic && !joining) warn_ignored(flags, "accord-train", {{"keep-interval", "without --elastic"}});

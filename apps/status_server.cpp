@@ -5,11 +5,15 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+
+#include "apps/status_page.hpp"
 
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -35,56 +39,17 @@ std::string number(double value, const char* format = "%.6g") {
   return text;
 }
 
-std::string escape_html(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
+// One point of the curves: step, train loss, items/s, hidden fraction.
+using curve_point = std::array<double, 4>;
+using eval_point = std::array<double, 2>;
 
-struct point {
-  double step, loss;
-};
-
-// A polyline chart of one or two series in an SVG of its own.
-std::string svg_chart(const std::vector<point>& train, const std::vector<point>& eval) {
-  constexpr double width = 720, height = 300, margin = 50;
-  if (train.empty()) return "<p>no steps yet</p>";
-  double x_high = 1, y_low = 1e300, y_high = -1e300;
-  for (const auto* series : {&train, &eval})
-    for (const point& p : *series) {
-      x_high = std::max(x_high, p.step);
-      y_low = std::min(y_low, p.loss);
-      y_high = std::max(y_high, p.loss);
-    }
-  if (y_high <= y_low) y_high = y_low + 1;
-  const auto x = [&](double step) { return margin + (width - 2 * margin) * step / x_high; };
-  const auto y = [&](double loss) { return height - margin - (height - 2 * margin) * (loss - y_low) / (y_high - y_low); };
-  std::ostringstream svg;
-  svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height
-      << "' style='background:#fff;border:1px solid #ccc'>";
-  svg << "<line x1='" << margin << "' y1='" << height - margin << "' x2='" << width - margin << "' y2='"
-      << height - margin << "' stroke='#888'/><line x1='" << margin << "' y1='" << margin << "' x2='" << margin
-      << "' y2='" << height - margin << "' stroke='#888'/>";
-  svg << "<text x='" << margin << "' y='" << margin - 8 << "' font-size='12'>" << number(y_high, "%.4f") << "</text>";
-  svg << "<text x='" << 4 << "' y='" << height - margin << "' font-size='12'>" << number(y_low, "%.4f") << "</text>";
-  svg << "<text x='" << width - margin - 40 << "' y='" << height - margin + 20 << "' font-size='12'>step "
-      << number(x_high, "%.0f") << "</text>";
-  const auto polyline = [&](const std::vector<point>& series, const char* colour, double stroke) {
-    svg << "<polyline fill='none' stroke='" << colour << "' stroke-width='" << stroke << "' points='";
-    for (const point& p : series) svg << number(x(p.step), "%.1f") << ',' << number(y(p.loss), "%.1f") << ' ';
-    svg << "'/>";
-  };
-  polyline(train, "#1f77b4", 1);
-  if (!eval.empty()) polyline(eval, "#ff7f0e", 2.5);
-  svg << "<text x='" << width - 160 << "' y='" << margin << "' font-size='12' fill='#1f77b4'>train loss</text>";
-  svg << "<text x='" << width - 160 << "' y='" << margin + 16 << "' font-size='12' fill='#ff7f0e'>held-out loss</text>";
-  svg << "</svg>";
-  return svg.str();
+// Every other point: the curve keeps its shape and its length bounded.
+template <typename Point>
+void thin(std::vector<Point>& points) {
+  if (points.size() <= most_points) return;
+  std::vector<Point> kept;
+  for (std::size_t i = 0; i < points.size(); i += 2) kept.push_back(points[i]);
+  points = std::move(kept);
 }
 
 }  // namespace
@@ -93,8 +58,10 @@ struct status_server::state {
   std::string job;
   std::uint64_t steps = 0;
   mutable std::mutex mutex;
-  std::vector<point> train, eval;
-  std::optional<step_metrics> last;
+  std::vector<curve_point> curve;
+  std::vector<eval_point> eval;
+  std::optional<step_metrics> first, last;
+  std::vector<std::uint64_t> staleness;  // gradients applied k updates stale, whole job, by k
   std::deque<std::string> events;
 
   asio::io_context io;
@@ -126,7 +93,12 @@ struct status_server::state {
     if (target == "/" || target == "/index.html") {
       response.result(http::status::ok);
       response.set(http::field::content_type, "text/html; charset=utf-8");
-      response.body() = render_page();
+      response.body() = status_page_html;
+    } else if (target == "/status.json") {
+      response.result(http::status::ok);
+      response.set(http::field::content_type, "application/json");
+      response.set(http::field::cache_control, "no-store");
+      response.body() = render_json();
     } else if (target == "/metrics") {
       response.result(http::status::ok);
       response.set(http::field::content_type, "text/plain; version=0.0.4");
@@ -134,45 +106,44 @@ struct status_server::state {
     } else {
       response.result(http::status::not_found);
       response.set(http::field::content_type, "text/plain");
-      response.body() = "not found: the status page is / and the Prometheus metrics are /metrics\n";
+      response.body() = "not found: the status page is /, its figures /status.json and the Prometheus metrics /metrics\n";
     }
     response.prepare_payload();
     http::write(socket, response, error);
     socket.shutdown(tcp::socket::shutdown_both, error);
   }
 
-  std::string render_page() const {
+  // What the page draws: the job, the last step, the curves, staleness and membership events.
+  std::string render_json() const {
     const std::lock_guard lock(mutex);
-    std::ostringstream page;
-    page << "<!DOCTYPE html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
-            "<title>accord: "
-         << escape_html(job)
-         << "</title><style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 10px;text-align:right}"
-            "th{background:#eee}</style></head><body>";
-    page << "<h1>accord</h1><p>" << escape_html(job) << "</p>";
+    nlohmann::json status = {{"job", job},         {"steps", steps},         {"points", curve},
+                             {"eval", eval},       {"staleness", staleness}, {"events", events},
+                             {"last", nullptr}};
     if (last) {
       const step_metrics& m = *last;
-      page << "<p>step " << m.step << " of " << steps << " | train loss " << number(m.train_loss, "%.4f")
-           << " | held-out loss " << (eval.empty() ? std::string("-") : number(eval.back().loss, "%.4f")) << " | "
-           << number(m.items_per_second, "%.0f") << " items/s | " << number(m.bits_per_parameter, "%.1f")
-           << " bits/param | hidden " << number(100 * m.hidden_fraction, "%.0f") << "% | lr "
-           << number(m.learning_rate) << " | gradient norm " << number(m.gradient_norm, "%.4g") << " | "
-           << m.workers << " workers, epoch " << m.epoch << " | " << number(m.seconds, "%.1f") << " s</p>";
+      nlohmann::json per_worker = nlohmann::json::array();
+      for (const worker_seconds& w : m.per_worker)
+        per_worker.push_back({{"compute", w.compute}, {"communication", w.communication}, {"wait", w.wait}});
+      status["last"] = {{"step", m.step},
+                        {"train_loss", m.train_loss},
+                        {"eval_loss", eval.empty() ? nlohmann::json() : nlohmann::json(eval.back()[1])},
+                        {"seconds", m.seconds},
+                        {"items_per_second", m.items_per_second},
+                        {"bits_per_parameter", m.bits_per_parameter},
+                        {"bytes", m.bytes_sent},
+                        {"hidden_fraction", m.hidden_fraction},
+                        {"learning_rate", m.learning_rate},
+                        {"gradient_norm", m.gradient_norm},
+                        {"workers", m.workers},
+                        {"epoch", m.epoch},
+                        {"per_worker", std::move(per_worker)}};
+      if (m.vote_agreement >= 0) status["last"]["vote_agreement"] = m.vote_agreement;
+      if (m.consensus_distance >= 0) status["last"]["consensus_distance"] = m.consensus_distance;
+      // The pace for the ETA is measured from the first step this run saw (a resumed job starts late).
+      status["first_step"] = first->step;
+      status["first_seconds"] = first->seconds;
     }
-    page << "<h2>Loss</h2>" << svg_chart(train, eval);
-    page << "<h2>Workers (last step)</h2><table><tr><th>rank</th><th>compute s</th><th>communication s</th>"
-            "<th>wait s</th></tr>";
-    if (last)
-      for (std::size_t r = 0; r < last->per_worker.size(); ++r) {
-        const worker_seconds& w = last->per_worker[r];
-        page << "<tr><td>" << r << "</td><td>" << number(w.compute, "%.4f") << "</td><td>"
-             << number(w.communication, "%.4f") << "</td><td>" << number(w.wait, "%.4f") << "</td></tr>";
-      }
-    page << "</table><h2>Membership</h2><ul>";
-    for (const std::string& line : events) page << "<li>" << escape_html(line) << "</li>";
-    if (events.empty()) page << "<li>no membership events</li>";
-    page << "</ul></body></html>\n";
-    return page.str();
+    return status.dump();
   }
 
   std::string render_prometheus() const {
@@ -187,7 +158,7 @@ struct status_server::state {
     const step_metrics& m = *last;
     gauge("step", "last completed optimizer step", static_cast<double>(m.step));
     gauge("train_loss", "mean training loss of the last step", m.train_loss);
-    if (!eval.empty()) gauge("eval_loss", "latest held-out loss", eval.back().loss);
+    if (!eval.empty()) gauge("eval_loss", "latest held-out loss", eval.back()[1]);
     gauge("items_per_second", "tokens or examples per second, all workers", m.items_per_second);
     gauge("bits_per_parameter", "bits sent per parameter and worker in the last step", m.bits_per_parameter);
     gauge("hidden_fraction", "fraction of communication time hidden behind compute", m.hidden_fraction);
@@ -238,14 +209,16 @@ int status_server::port() const { return state_->acceptor.local_endpoint().port(
 void status_server::on_step(const step_metrics& m) {
   const std::lock_guard lock(state_->mutex);
   auto& s = *state_;
+  if (!s.first) s.first = m;
   s.last = m;
-  s.train.push_back({static_cast<double>(m.step), m.train_loss});
-  if (m.eval_loss >= 0) s.eval.push_back({static_cast<double>(m.step), m.eval_loss});
-  if (s.train.size() > most_points) {  // every other point: the curve keeps its shape and its length bounded
-    std::vector<point> thinned;
-    for (std::size_t i = 0; i < s.train.size(); i += 2) thinned.push_back(s.train[i]);
-    s.train = std::move(thinned);
+  s.curve.push_back({static_cast<double>(m.step), m.train_loss, m.items_per_second, m.hidden_fraction});
+  thin(s.curve);
+  if (m.eval_loss >= 0) {
+    s.eval.push_back({static_cast<double>(m.step), m.eval_loss});
+    thin(s.eval);
   }
+  if (s.staleness.size() < m.staleness.size()) s.staleness.resize(m.staleness.size());
+  for (std::size_t k = 0; k < m.staleness.size(); ++k) s.staleness[k] += m.staleness[k];
 }
 
 void status_server::on_event(const std::string& line) {

@@ -1,9 +1,9 @@
 #pragma once
 // accord-train's live status page (--status-port, rank 0): an HTTP server on its own thread
-// (Boost.Beast) serving "/" — a self-contained HTML page, refreshed every 5 s, with the loss
-// curves drawn as inline SVG, the last step's figures, every worker's time split and the
-// membership events — and "/metrics" in Prometheus' text format. No script, no external file:
-// the machines it runs on may have no internet.
+// (Boost.Beast) serving "/" — the page of apps/status_page.hpp, whose script draws what it
+// fetches from "/status.json" (the job, the last step's figures, the loss, throughput and hidden
+// fraction curves, every worker's time split, staleness and membership events) — and
+// "/metrics" in Prometheus' text format.
 #include <accord/job.hpp>
 
 #include <memory>

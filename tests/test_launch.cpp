@@ -13,6 +13,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -310,6 +313,31 @@ TEST_CASE("accord-launch forwards whole lines, stdout and stderr apart, and an u
   CHECK(errors == std::multiset<std::string>{"[rank 0] oops", "[rank 1] oops", "[rank 2] oops", "[rank 3] oops"});
 }
 
+TEST_CASE("--log-dir writes each worker's output, unprefixed, to DIR/rank-R.log as well") {
+  const std::string dir = "/tmp/accord_test_launch_logs_" + std::to_string(::getpid());
+  const std::string logs = dir + "/logs";  // created by the launcher
+  const auto result = run_launcher({"-n", "2", "--log-dir", logs, "--", "sh", "-c",
+                                    "echo out $RANK; echo err $RANK >&2; printf 'tail %s' $RANK"});
+  CHECK(result.exit_status == 0);
+  CHECK(result.out.find("[rank 1] out 1\n") != std::string::npos);  // the console still gets it
+  for (const std::string rank : {"0", "1"}) {
+    std::ifstream in(logs + "/rank-" + rank + ".log");
+    std::multiset<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.insert(line);
+    CHECK(lines == std::multiset<std::string>{"out " + rank, "err " + rank, "tail " + rank});
+  }
+  // A second launch starts the files afresh.
+  CHECK(run_launcher({"-n", "1", "--log-dir", logs, "--", "echo", "again"}).exit_status == 0);
+  std::ifstream again(logs + "/rank-0.log");
+  CHECK(std::string(std::istreambuf_iterator<char>(again), {}) == "again\n");
+  std::filesystem::remove_all(dir);
+
+  const auto refused = run_launcher({"-n", "1", "--log-dir", "/proc/accord-logs", "--", "true"});
+  CHECK(refused.exit_status == 2);
+  CHECK(refused.err.rfind("accord-launch: --log-dir: '/proc/accord-logs': cannot write into it", 0) == 0);
+  CHECK(std::count(refused.err.begin(), refused.err.end(), '\n') == 1);
+}
+
 TEST_CASE("a failing worker stops the others and its status becomes the launcher's") {
   SUBCASE("exit status 3; the others sleep until stopped") {
     const auto result = run_launcher({"-n", "3", "--", "sh", "-c",
@@ -527,7 +555,7 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
   CHECK(help.out.find("usage: accord-launch -n N") == 0);
   for (const char* documented : {"--master-addr", "--master-port", "--rank-offset", "--world-size", "--timeout",
                                  "--grace", "--elastic", "--join HOST:PORT", "ACCORD_ELASTIC", "ACCORD_JOIN",
-                                 "[join L]", "LOCAL_WORLD_SIZE", "SIGKILL"})
+                                 "[join L]", "LOCAL_WORLD_SIZE", "SIGKILL", "--trace FILE", "--log-dir DIR"})
     CHECK(help.out.find(documented) != std::string::npos);
 }
 

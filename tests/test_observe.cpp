@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <set>
@@ -258,17 +259,28 @@ TEST_CASE("--trace writes a Chrome trace: a track per actor, spans for micro-bat
   CHECK(refused.text == "accord-train: --trace: /nonexistent/dir/trace.json: cannot write into /nonexistent/dir\n");
 }
 
-TEST_CASE("between processes every rank writes its own trace, on one clock") {
+TEST_CASE("accord-launch --trace merges the ranks' traces into one, on rank 0's clock") {
   const scratch_dir dir;
-  const accord::testing::run_output run =
-      accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 2 -- " + train + tiny + " --algo ddp --steps 2 --trace " +
-                  dir.file("job.json"));
+  const std::string trace = dir.file("job.json");
+  const accord::testing::run_output run = accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 2 --trace " + trace +
+                                                               " -- " + train + tiny + " --algo ddp --steps 2");
   REQUIRE_MESSAGE(run.status == 0, run.text);
-  const trace_file rank0(dir.file("job.rank0.json")), rank1(dir.file("job.rank1.json"));
-  CHECK(rank0.processes == std::set<int>{0});
-  CHECK(rank1.processes == std::set<int>{1});
-  CHECK(rank0.on("coordinator", "step").size() == 2);
-  const auto rounds0 = rank0.on("worker 0 communicator", "round"), rounds1 = rank1.on("worker 1 communicator", "round");
+  CHECK_MESSAGE(run.text.find("accord-launch: trace of 2 worker(s): " + trace + "\n") != std::string::npos, run.text);
+  CHECK_FALSE(fs::exists(dir.file("job.rank0.json")));  // merged, then removed
+  CHECK_FALSE(fs::exists(dir.file("job.rank1.json")));
+  const trace_file merged(trace);
+  CHECK(merged.processes == std::set<int>{0, 1});
+  CHECK(merged.on("coordinator", "step").size() == 2);
+  CHECK(merged.on("membership", "epoch forming").size() == 1);  // the rendezvous
+  // Each process row says by how much its clock was moved onto rank 0's.
+  std::ifstream in(trace);
+  const nlohmann::json whole = nlohmann::json::parse(in);
+  std::set<int> offsets_stated;
+  for (const auto& event : whole.at("traceEvents"))
+    if (event.at("name") == "process_name" && event.at("args").at("clock_offset_us").is_number_integer())
+      offsets_stated.insert(event.at("pid").get<int>());
+  CHECK(offsets_stated == std::set<int>{0, 1});
+  const auto rounds0 = merged.on("worker 0 communicator", "round"), rounds1 = merged.on("worker 1 communicator", "round");
   REQUIRE(rounds0.size() == 2);
   REQUIRE(rounds1.size() == 2);
   // One clock: the two ranks' rounds of a synchronous job overlap in time.
@@ -277,6 +289,22 @@ TEST_CASE("between processes every rank writes its own trace, on one clock") {
     CHECK(begin1 <= begin0 + rounds0[r].at("dur").get<std::int64_t>());
     CHECK(begin0 <= begin1 + rounds1[r].at("dur").get<std::int64_t>());
   }
+
+  // accord-train's own --trace under the launcher: each rank's part stays where it wrote it.
+  const accord::testing::run_output parts = accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 2 -- " + train +
+                                                                 tiny + " --algo ddp --steps 1 --trace " + dir.file("own.json"));
+  REQUIRE_MESSAGE(parts.status == 0, parts.text);
+  CHECK(trace_file(dir.file("own.rank1.json")).processes == std::set<int>{1});
+
+  const accord::testing::run_output refused =
+      accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 1 --trace /nonexistent/dir/t.json -- /bin/true");
+  CHECK(refused.status == 2);
+  CHECK(refused.text == "accord-launch: --trace: '/nonexistent/dir/t.json': cannot write into /nonexistent/dir\n");
+  // A program that writes no trace: named, and the launch's status stands.
+  const accord::testing::run_output none =
+      accord::testing::run(std::string(ACCORD_LAUNCH_BINARY) + " -n 1 --trace " + dir.file("none.json") + " -- /bin/true");
+  CHECK(none.status == 0);
+  CHECK(none.text == "accord-launch: --trace: rank 0 wrote no trace (" + dir.file("none.rank0.json") + ")\n");
 }
 
 namespace {
@@ -299,31 +327,60 @@ std::string http_get(int port, const std::string& target) {
   return answer;
 }
 
+// A job of accord-train --status-port 0 `flags` that runs until stop(): the shell prints its pid
+// and becomes accord-train, which prints where the page is.
+struct status_job {
+  FILE* output = nullptr;
+  pid_t pid = 0;
+  int port = 0;
+
+  explicit status_job(const std::string& flags) {
+    output = popen(("sh -c 'echo $$; exec " + train + tiny + " --steps 1000000 --status-port 0 " + flags + "' 2>&1").c_str(), "r");
+    REQUIRE(output);
+    char line[1024];
+    REQUIRE(std::fgets(line, sizeof line, output));
+    pid = std::stoi(line);
+    while (port == 0 && std::fgets(line, sizeof line, output)) {
+      const std::string text = line;
+      if (const auto at = text.find("status page: http://127.0.0.1:"); at != std::string::npos)
+        port = std::stoi(text.substr(at + 30));
+    }
+    REQUIRE(port > 0);
+  }
+  nlohmann::json status() const {
+    const std::string answer = http_get(port, "/status.json");
+    REQUIRE(answer.rfind("HTTP/1.1 200 OK", 0) == 0);
+    return nlohmann::json::parse(answer.substr(answer.find("\r\n\r\n") + 4));
+  }
+  // Polls /status.json until `ready` holds for it (a minute at most: the steps take milliseconds).
+  void wait_for(const std::function<bool(const nlohmann::json&)>& ready) const {
+    for (int attempt = 0; attempt < 600; ++attempt) {
+      if (ready(status())) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    FAIL("status.json never got there: " << status().dump());
+  }
+  // `signal` (SIGTERM: it stops after the current step); the exit status.
+  int stop(int signal = SIGTERM) {
+    ::kill(pid, signal);
+    char line[1024];
+    while (std::fgets(line, sizeof line, output)) {
+    }
+    const int status = pclose(output);
+    output = nullptr;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  ~status_job() {
+    if (output) stop();
+  }
+};
+
 }  // namespace
 
-TEST_CASE("--status-port serves the live page and Prometheus metrics over HTTP while the job runs") {
-  // The shell prints its pid and becomes accord-train, which prints where the page is.
-  FILE* job = popen(("sh -c 'echo $$; exec " + train + tiny +
-                     " --algo ddp --workers 2 --steps 1000000 --eval-interval 5 --status-port 0' 2>&1")
-                        .c_str(),
-                    "r");
-  REQUIRE(job);
-  char line[1024];
-  REQUIRE(std::fgets(line, sizeof line, job));
-  const pid_t pid = std::stoi(line);
-  int port = 0;
-  while (port == 0 && std::fgets(line, sizeof line, job)) {
-    const std::string text = line;
-    if (const auto at = text.find("status page: http://127.0.0.1:"); at != std::string::npos)
-      port = std::stoi(text.substr(at + 30));
-  }
-  REQUIRE(port > 0);
-  // Wait (without a time bound on the answer's content) until held-out losses are in.
-  std::string metrics;
-  for (int attempt = 0; attempt < 600 && metrics.find("accord_eval_loss") == std::string::npos; ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    metrics = http_get(port, "/metrics");
-  }
+TEST_CASE("--status-port serves the live page, its figures and Prometheus metrics over HTTP while the job runs") {
+  status_job job("--algo ddp --workers 2 --eval-interval 5");
+  job.wait_for([](const nlohmann::json& status) { return !status.at("eval").empty(); });
+  const std::string metrics = http_get(job.port, "/metrics");
   CHECK(metrics.rfind("HTTP/1.1 200 OK", 0) == 0);
   CHECK(metrics.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
   CHECK(metrics.find("# TYPE accord_train_loss gauge\naccord_train_loss ") != std::string::npos);
@@ -331,19 +388,108 @@ TEST_CASE("--status-port serves the live page and Prometheus metrics over HTTP w
   CHECK(metrics.find("accord_workers 2\n") != std::string::npos);
   CHECK(metrics.find("accord_worker_seconds{rank=\"1\",activity=\"wait\"} ") != std::string::npos);
 
-  const std::string page = http_get(port, "/");
-  CHECK(page.rfind("HTTP/1.1 200 OK", 0) == 0);
-  CHECK(page.find("<svg") != std::string::npos);
-  CHECK(page.find("<polyline") != std::string::npos);
-  CHECK(page.find("<td>1</td>") != std::string::npos);  // worker 1's row
-  CHECK(page.find("<script") == std::string::npos);     // self-contained
-  CHECK(page.find("</html>") != std::string::npos);
-  CHECK(http_get(port, "/nope").rfind("HTTP/1.1 404", 0) == 0);
+  const nlohmann::json status = job.status();
+  CHECK(status.at("steps") == 1000000);
+  CHECK(status.at("job").get<std::string>().rfind("ddp, 2 workers", 0) == 0);
+  CHECK(status.at("last").at("step").get<int>() >= 5);
+  CHECK(status.at("last").at("per_worker").size() == 2);
+  CHECK(status.at("points").size() >= 5);
+  CHECK(status.at("eval").at(0).at(0) == 5);
+  CHECK(status.at("events").empty());
 
-  ::kill(pid, SIGTERM);  // stops after the current step
-  while (std::fgets(line, sizeof line, job)) {
+  const std::string page = http_get(job.port, "/");
+  CHECK(page.rfind("HTTP/1.1 200 OK", 0) == 0);
+  CHECK(page.find("fetch(\"status.json\"") != std::string::npos);
+  // Self-contained: nothing loaded from elsewhere.
+  for (const char* outside : {" src=", " href=", "@import", "url("}) CHECK_MESSAGE(page.find(outside) == std::string::npos, outside);
+  CHECK(page.find("</html>") != std::string::npos);
+  CHECK(http_get(job.port, "/nope").rfind("HTTP/1.1 404", 0) == 0);
+  CHECK(job.stop() == 143);
+}
+
+namespace {
+
+// The page at 127.0.0.1:port as headless Chromium leaves it after 5 s of virtual time (its
+// script fetches status.json at once and every 2 s): the DOM the script built, serialised.
+std::string rendered_page(int port, const std::string& profile_dir) {
+  fs::create_directories(profile_dir);
+  // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+  const accord::testing::run_output dump = accord::testing::run(
+      "(timeout -k 5 120 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+      "--user-data-dir=" + profile_dir + " --virtual-time-budget=5000 --dump-dom http://127.0.0.1:" +
+      std::to_string(port) + "/ 2>" + profile_dir + "/stderr.txt)");
+  REQUIRE_MESSAGE(dump.status == 0, dump.text);
+  return dump.text;
+}
+
+// The texts of the cells (<td>) of the first table row that holds `marker`.
+std::vector<std::string> row_cells(const std::string& page, const std::string& marker) {
+  std::vector<std::string> cells;
+  const auto at = page.find(marker);
+  if (at == std::string::npos) return cells;
+  const auto row_end = page.find("</tr>", at);
+  for (auto open = page.find("<td>", at); open < row_end; open = page.find("<td>", open + 4))
+    cells.push_back(page.substr(open + 4, page.find('<', open + 4) - open - 4));
+  return cells;
+}
+
+// The value of a figure of the page's table ("" when absent).
+std::string figure(const std::string& page, const std::string& name) {
+  const auto cells = row_cells(page, "<tr data-figure=\"" + name + "\">");
+  return cells.empty() ? "" : cells.front();
+}
+
+// Points of the polyline drawn for `series` (0 when there is none).
+std::size_t polyline_points(const std::string& page, const std::string& series) {
+  const auto at = page.find("<polyline data-series=\"" + series + "\"");
+  if (at == std::string::npos) return 0;
+  const auto begin = page.find("points=\"", at) + 8;
+  const std::string points = page.substr(begin, page.find('"', begin) - begin);
+  return static_cast<std::size_t>(std::count(points.begin(), points.end(), ','));
+}
+
+}  // namespace
+
+TEST_CASE("in headless Chromium the status page's script draws curves, workers, staleness and membership events") {
+  if (accord::testing::run("command -v chromium").status != 0) {
+    MESSAGE("ACCORD_SKIPPED: Debian's chromium is not installed");
+    return;
   }
-  const int status = pclose(job);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 143);
+  const scratch_dir dir;
+  {
+    // A worker leaves after step 3: the page lists the change.
+    status_job job("--algo ddp --workers 3 --membership 3:2 --eval-interval 2");
+    job.wait_for([](const nlohmann::json& status) { return !status.at("events").empty() && status.at("eval").size() >= 2; });
+    const std::string page = rendered_page(job.port, dir.file("profile-ddp"));
+    CHECK(job.stop() == 143);
+    CHECK_MESSAGE(page.find("<p id=\"job\">ddp, 3 workers") != std::string::npos, page);
+    CHECK(page.find("running: step ") != std::string::npos);
+    CHECK(std::stoi(figure(page, "step")) >= 4);
+    CHECK(std::stod(figure(page, "train loss")) > 0);
+    CHECK(std::stod(figure(page, "held-out loss")) > 0);
+    CHECK(figure(page, "hidden").find('%') != std::string::npos);
+    CHECK(figure(page, "workers") == "2");
+    CHECK(polyline_points(page, "train loss") >= 4);
+    CHECK(polyline_points(page, "items/s") >= 4);
+    CHECK(polyline_points(page, "hidden %") >= 4);
+    CHECK(page.find("<circle data-series=\"held-out loss\"") != std::string::npos);
+    CHECK(page.find("<tr data-rank=\"1\">") != std::string::npos);
+    CHECK(page.find("<tr data-rank=\"2\">") == std::string::npos);  // left
+    CHECK(page.find("<li>membership: 3 -&gt; 2 workers from step 4</li>") != std::string::npos);
+    CHECK(page.find("no stale gradients") != std::string::npos);
+    CHECK(page.find("<p id=\"connection\"></p>") != std::string::npos);  // every fetch answered
+  }
+  {
+    status_job job("--algo ddp --workers 2 --topology parameter-server --max-staleness 1");
+    job.wait_for([](const nlohmann::json& status) { return !status.at("staleness").empty(); });
+    const std::string page = rendered_page(job.port, dir.file("profile-ps"));
+    // SIGKILL: the parameter-server topology does not stop after the current step on SIGTERM.
+    CHECK(job.stop(SIGKILL) == 128 + SIGKILL);
+    CHECK_MESSAGE(page.find("<table id=\"staleness-table\">") != std::string::npos, page);
+    const auto fresh = row_cells(page, "<tr data-staleness=\"0\">");
+    REQUIRE(fresh.size() == 2);
+    CHECK(fresh[0] == "0");
+    CHECK(std::stoi(fresh[1]) > 0);
+    CHECK(page.find("<li>no membership events</li>") != std::string::npos);
+  }
 }
