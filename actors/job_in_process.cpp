@@ -31,6 +31,7 @@ parameter_server_setup parameter_server_for(const job_plan& plan, const model& p
   s.steps = config.steps;
   s.data_position = plan.data_position;
   s.speed_factors = config.speed_factors;
+  s.membership = config.membership;
   s.max_staleness = config.topology_settings.max_staleness;
   s.link = link_model::parse(config.link);
   s.optimizer = plan.optimizer;
@@ -189,7 +190,9 @@ job_result run_job_in_process(const model& prototype, std::shared_ptr<const data
   const trace_session trace(config.trace_path);
   require(apps.empty() || !is_parameter_server(*topo),
           "--topology parameter-server runs its own workers (not app-driven ones)");
-  if (config.membership.empty()) return run_epoch(prototype, train, eval, config, std::move(on_step), apps);
+  // The parameter server follows membership changes itself: its workers come and go around the servers.
+  if (config.membership.empty() || is_parameter_server(*topo))
+    return run_epoch(prototype, train, eval, config, std::move(on_step), apps);
 
   // Elastic: one epoch per worker set, each continuing from the state the previous one left.
   job_result total;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace accord {
 
@@ -181,12 +182,24 @@ struct parameter_server_run::impl {
   std::vector<std::thread> workers;
   std::thread reporter;
 
-  // Stale synchronous parallel: pushes each worker has sent (finished workers count as ahead of all).
+  // Stale synchronous parallel: pushes each worker has sent (finished and idle workers count as
+  // ahead of all).
   std::mutex clock_mutex;
   std::condition_variable clock_changed;
   std::vector<std::uint64_t> clocks;
   std::atomic<bool> stopping{false};
-  std::atomic<std::uint64_t> tickets{0};  // asynchronous: gradients claimed by some worker
+
+  // Asynchronous: gradient t (of steps x workers) reads the micro-batches that rank t % workers
+  // reads at step t / workers, whoever computes it; a gradient lost with a crashed worker is
+  // redone by another. Guarded by ticket_mutex.
+  std::mutex ticket_mutex;
+  std::condition_variable tickets_changed;
+  std::uint64_t next_ticket = 0;
+  std::deque<std::uint64_t> redo;
+  std::uint64_t in_flight = 0;                 // claimed, neither pushed nor given back
+  std::vector<bool> killed;                    // by a crash of the membership schedule
+  std::size_t changes_applied = 0;             // of setup.membership, in order
+  int active = 0;                              // workers taking gradients now
 
   // Per worker, cumulative: what the reports carry.
   struct worker_figures {
@@ -196,8 +209,21 @@ struct parameter_server_run::impl {
   std::vector<worker_figures> figures;
 
   impl(caf::actor_system& system, parameter_server_setup s)
-      : setup(std::move(s)), system(system), clocks(static_cast<std::size_t>(setup.workers), 0),
-        figures(static_cast<std::size_t>(setup.workers)) {}
+      : setup(std::move(s)), system(system), clocks(static_cast<std::size_t>(most_workers(setup)), 0),
+        figures(static_cast<std::size_t>(setup.workers)), killed(static_cast<std::size_t>(most_workers(setup))),
+        active(setup.workers) {
+    for (std::size_t w = static_cast<std::size_t>(setup.workers); w < clocks.size(); ++w) clocks[w] = idle_clock;
+  }
+
+  // Where worker `w`'s figures go: the reports carry --workers ranks, a joiner's count with w % workers.
+  std::size_t slot(int w) const { return static_cast<std::size_t>(w % setup.workers); }
+
+  static constexpr std::uint64_t idle_clock = ~std::uint64_t{0} / 2;  // holds nobody back
+  static int most_workers(const parameter_server_setup& s) {
+    int most = s.workers;
+    for (const auto& change : s.membership) most = std::max(most, change.workers);
+    return most;
+  }
 
   bool synchronous() const { return setup.max_staleness == 0; }
   std::uint64_t total_gradients() const { return setup.steps * static_cast<std::uint64_t>(setup.workers); }
@@ -225,13 +251,74 @@ struct parameter_server_run::impl {
     const auto bytes = setup.initial.size() * sizeof(float);
     const auto took = setup.link.wire_time(bytes) + setup.link.latency();
     if (took.count() > 0) std::this_thread::sleep_for(took);
-    figures[static_cast<std::size_t>(worker)].bytes += bytes;
+    figures[slot(worker)].bytes += bytes;
   }
 
   static void add(std::atomic<double>& total, double seconds) {
     double seen = total.load();
     while (!total.compare_exchange_weak(seen, seen + seconds)) {
     }
+  }
+
+  // The next gradient for worker `w` to compute, once it is among the active workers; nothing
+  // once every gradient is pushed (or the servers stop). Applies the membership schedule as the
+  // gradients of each changing step are reached: workers from the new count on stop taking
+  // gradients (a crash also loses the ones they compute), new ranks start.
+  std::optional<std::uint64_t> claim(int w) {
+    std::unique_lock lock(ticket_mutex);
+    for (;;) {
+      while (changes_applied < setup.membership.size() &&
+             next_ticket >= setup.membership[changes_applied].step * static_cast<std::uint64_t>(setup.workers)) {
+        const membership_change& change = setup.membership[changes_applied++];
+        if (change.crash)
+          for (int k = change.workers; k < active; ++k) killed[static_cast<std::size_t>(k)] = true;
+        active = change.workers;
+        tickets_changed.notify_all();
+      }
+      if (stopping || (redo.empty() && next_ticket >= total_gradients() && in_flight == 0)) return std::nullopt;
+      if (w < active && (!redo.empty() || next_ticket < total_gradients())) break;
+      rest(w);
+      killed[static_cast<std::size_t>(w)] = false;  // a crash finds an idle worker with nothing to lose
+      tickets_changed.wait(lock);
+    }
+    wake(w);
+    ++in_flight;
+    if (!redo.empty()) {
+      const std::uint64_t t = redo.front();
+      redo.pop_front();
+      return t;
+    }
+    return next_ticket++;
+  }
+
+  // Gradient `t` is applied (or, `lost`, must be computed again by someone).
+  void settle(std::uint64_t t, bool lost) {
+    {
+      std::lock_guard lock(ticket_mutex);
+      --in_flight;
+      if (lost) redo.push_back(t);
+    }
+    tickets_changed.notify_all();
+  }
+
+  // Whether worker `w` died under the gradient it computed (it is not pushed).
+  bool dies(int w) {
+    std::lock_guard lock(ticket_mutex);
+    const bool dead = killed[static_cast<std::size_t>(w)];
+    killed[static_cast<std::size_t>(w)] = false;
+    return dead;
+  }
+
+  // An idle worker holds nobody back; one that starts again starts level with the slowest.
+  void rest(int w) { advance_clock(w, idle_clock); }
+  void wake(int w) {
+    std::lock_guard lock(clock_mutex);
+    auto& mine = clocks[static_cast<std::size_t>(w)];
+    if (mine != idle_clock) return;
+    std::uint64_t slowest = idle_clock;
+    for (std::size_t k = 0; k < clocks.size(); ++k)
+      if (k != static_cast<std::size_t>(w)) slowest = std::min(slowest, clocks[k]);
+    mine = slowest == idle_clock ? 0 : slowest;
   }
 
   // Waits until this worker may compute its gradient `k` (at most max_staleness ahead).
@@ -255,15 +342,24 @@ struct parameter_server_run::impl {
   void run_worker(int w) {
     caf::scoped_actor self{system};
     std::unique_ptr<model> net = setup.prototype->clone();
-    const micro_batch_stream stream{w, setup.workers, setup.micro_batch, setup.data_position};
-    const double speed = setup.speed_factors.empty() ? 1.0 : setup.speed_factors[static_cast<std::size_t>(w)];
-    auto& mine = figures[static_cast<std::size_t>(w)];
-    std::uint64_t position = 0;
+    const auto workers = static_cast<std::uint64_t>(setup.workers);
+    const double speed = static_cast<std::size_t>(w) < setup.speed_factors.size()
+                             ? setup.speed_factors[static_cast<std::size_t>(w)] : 1.0;
+    auto& mine = figures[slot(w)];
     std::vector<std::uint64_t> versions(servers.size());
     try {
       for (std::uint64_t k = 0;; ++k) {
-        if (synchronous() ? k >= setup.steps : tickets.fetch_add(1) >= total_gradients()) break;
+        std::uint64_t ticket = k * workers + static_cast<std::uint64_t>(w);  // synchronous: round k's
         auto waited = clock_type::now();
+        if (synchronous()) {
+          if (k >= setup.steps) break;
+        } else {
+          const auto claimed = claim(w);
+          if (!claimed) break;
+          ticket = *claimed;
+          std::lock_guard lock(clock_mutex);
+          k = clocks[static_cast<std::size_t>(w)];  // pushes so far (level with the slowest after a rest)
+        }
         if (!may_compute(k)) return;
         // Synchronous: the parameters after round k; otherwise whatever the shards hold now.
         auto parameters = pull(self, synchronous() ? k : 0, &versions);
@@ -276,8 +372,11 @@ struct parameter_server_run::impl {
         auto gradient = std::make_shared<std::vector<float>>(parameters->size(), 0.f);
         gradient_push push;
         push.worker = w;
-        for (std::size_t m = 0; m < setup.accumulation; ++m, ++position) {
-          const batch input = setup.train->examples(stream.first_position(position), stream.size);
+        const micro_batch_stream stream{static_cast<int>(ticket % workers), setup.workers, setup.micro_batch,
+                                        setup.data_position};
+        for (std::size_t m = 0; m < setup.accumulation; ++m) {
+          const batch input = setup.train->examples(stream.first_position((ticket / workers) * setup.accumulation + m),
+                                                    stream.size);
           push.loss_sum += net->accumulate_gradients(*parameters, input, *gradient);
           push.items += static_cast<double>(input.items());
           push.micro_batches += 1;
@@ -285,6 +384,10 @@ struct parameter_server_run::impl {
         const std::chrono::duration<double> took = clock_type::now() - computing;
         if (speed > 1.0) std::this_thread::sleep_for(took * (speed - 1.0));
         add(mine.compute, std::chrono::duration<double>(clock_type::now() - computing).count());
+        if (!synchronous() && dies(w)) {  // the membership schedule's crash: this gradient is lost
+          settle(ticket, true);
+          continue;
+        }
         push.gradient = std::move(gradient);
         communicating = clock_type::now();
         cross_link(w);
@@ -294,11 +397,12 @@ struct parameter_server_run::impl {
         }
         add(mine.communication, std::chrono::duration<double>(clock_type::now() - communicating).count());
         advance_clock(w, k + 1);
+        if (!synchronous()) settle(ticket, false);
       }
     } catch (const std::exception& e) {
       self->send(setup.coordinator, worker_failure{w, e.what()});
     }
-    advance_clock(w, ~std::uint64_t{0} / 2);  // done: it holds nobody back
+    advance_clock(w, idle_clock);  // done: it holds nobody back
   }
 
   // Turns shard 0's applied gradients into steps of `workers` gradients each, one report per
@@ -368,7 +472,8 @@ parameter_server_run::parameter_server_run(caf::actor_system& system, parameter_
     p.servers.push_back(system.spawn(server_behavior, std::move(s)));
   }
   p.reporter = std::thread([&p] { p.run_reporter(); });
-  for (int w = 0; w < p.setup.workers; ++w) p.workers.emplace_back([&p, w] { p.run_worker(w); });
+  const int threads = p.synchronous() ? p.setup.workers : impl::most_workers(p.setup);  // joiners wait their turn
+  for (int w = 0; w < threads; ++w) p.workers.emplace_back([&p, w] { p.run_worker(w); });
 }
 
 parameter_server_run::~parameter_server_run() {
@@ -381,6 +486,10 @@ void parameter_server_run::stop() {
   if (p.stopping.exchange(true)) return;
   for (auto& server : p.servers) caf::anon_send(server, stop_atom::value);
   p.clock_changed.notify_all();
+  {
+    std::lock_guard lock(p.ticket_mutex);  // a waiting claim sees `stopping`
+  }
+  p.tickets_changed.notify_all();
   p.applied->close();
 }
 
@@ -421,7 +530,8 @@ topology_factory parameter_server_topology() {
     if (!job.synchronous || !job.sharded_optimizer)
       refuse("servers step a sharded optimizer on pushed gradients (--algo ddp or lion), not --algo " + job.algorithm);
     if (job.checkpoints) refuse("checkpoints are not supported");
-    if (job.membership_changes) refuse("workers coming and going are not supported");
+    if (job.membership_changes && job.options.max_staleness == 0)
+      refuse("workers coming and going need --max-staleness >= 1 (synchronous rounds wait for every worker)");
     return std::make_unique<parameter_server>();
   };
 }

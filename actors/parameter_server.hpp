@@ -8,6 +8,7 @@
 // workers are not held back by slow ones. Every applied gradient's staleness (updates applied
 // to the shard between the worker's pull and the gradient's apply) is recorded per step. The
 // step metrics go through the ordinary coordinator (one step: as many gradients as workers).
+// Asynchronous servers keep going when workers leave, join or die (job_config::membership).
 // In one process, over the emulated link (each pull and push takes its wire time and latency).
 #include <accord/job.hpp>
 #include <accord/topology.hpp>
@@ -22,7 +23,7 @@
 namespace accord {
 
 // The parameter server's registry entry: refuses what it cannot run (overlapped or
-// sign-vote algorithms, checkpoints, membership changes).
+// sign-vote algorithms, checkpoints, membership changes of synchronous servers).
 topology_factory parameter_server_topology();
 // Whether `t` is the parameter server (run_job then calls run_parameter_server instead of
 // running rounds).
@@ -37,6 +38,10 @@ struct parameter_server_setup {
   std::uint64_t steps = 0;           // of `workers` applied gradients each
   std::uint64_t data_position = 0;
   std::vector<double> speed_factors;
+  // Asynchronous only: from each change's step on (that many steps' gradients claimed), the
+  // first `workers` ranks take gradients; a crash loses the gradients being computed by the
+  // ranks it removes (others redo them). A step stays `workers` (the initial count) gradients.
+  std::vector<membership_change> membership;
   std::uint64_t max_staleness = 0;
   link_model link;                   // each worker's link to the servers
   optimizer_config optimizer;

@@ -3,32 +3,21 @@
 // of each algorithm, then the next round), and every figure is the median over repetitions.
 // With --link auto the emulated link is calibrated first so that DDP's communication per step
 // takes about as long as its compute.
-#include "apps/training_options.hpp"
+#include "apps/time_to_loss.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 #include <map>
-#include <sstream>
 
 namespace po = boost::program_options;
 using namespace accord;
 
 namespace {
 
-constexpr double never = std::numeric_limits<double>::infinity();
-
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> items;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) items.push_back(item);
-  return items;
-}
-
 std::vector<std::string> parse_algorithms(const std::string& list) {
   const std::vector<std::string> known = algorithm_names();
-  std::vector<std::string> names = split(list);
+  std::vector<std::string> names = split_list(list);
   if (names.empty()) throw std::invalid_argument("--algos: expected at least one algorithm");
   for (const auto& name : names)
     if (std::find(known.begin(), known.end(), name) == known.end())
@@ -40,7 +29,7 @@ std::vector<std::string> parse_algorithms(const std::string& list) {
 std::vector<double> parse_targets(const std::string& list) {
   if (list == "auto") return {};
   std::vector<double> targets;
-  for (const auto& item : split(list)) {
+  for (const auto& item : split_list(list)) {
     std::size_t used = 0;
     double value = 0;
     try {
@@ -73,50 +62,6 @@ job_config job_for(const training_setup& setup, const std::string& name, std::si
   job.defer_evaluation = true;  // evaluations take no compute from the timed run
   job.replica_check_interval = 0;
   return job;
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  if (n == 0) return never;
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-// Training seconds at the first evaluation at or below `target` (never if none).
-double seconds_to(const job_result& r, double target) {
-  for (const auto& m : r.steps)
-    if (m.eval_loss >= 0 && m.eval_loss <= target) return m.seconds;
-  return never;
-}
-
-// A DDP step that spends as long on the wire as on compute: bytes per step over compute time.
-std::string calibrated_link(const training_setup& setup, std::size_t accumulation) {
-  job_config probe = job_for(setup, "ddp", accumulation);
-  probe.link = "unlimited";
-  probe.steps = 8;
-  probe.eval_interval = 0;
-  const job_result r = run_job(*setup.net, setup.train, setup.eval, probe);
-  const double steps = static_cast<double>(r.steps.size());
-  const double compute_per_step = r.compute_seconds / steps;
-  const double bytes_per_step = static_cast<double>(r.bytes_sent) / probe.workers / steps;
-  const double megabits = std::max(1.0, std::round(8 * bytes_per_step / compute_per_step / 1e6));
-  std::printf("link auto: DDP computes %.1f ms and sends %.0f KB per worker and step -> %.0fmbit,100us\n",
-              1e3 * compute_per_step, bytes_per_step / 1e3, megabits);
-  return std::to_string(static_cast<long long>(megabits)) + "mbit,100us";
-}
-
-std::string format_seconds(double s) {
-  char text[16];
-  if (std::isinf(s)) return "-";
-  std::snprintf(text, sizeof text, "%.1f", s);
-  return text;
-}
-
-std::string format_ratio(double baseline, double s) {
-  char text[16];
-  if (std::isinf(s) || std::isinf(baseline)) return "-";
-  std::snprintf(text, sizeof text, "%.2f", baseline / s);
-  return text;
 }
 
 }  // namespace
@@ -160,7 +105,8 @@ int main(int argc, char** argv) {
     for (const auto& name : names)
       if (staged(name) && accumulation % 2 != 0)
         throw std::invalid_argument("--accumulation must be even: " + name + " takes half of it per stage");
-    if (setup.job.link == "auto") setup.job.link = calibrated_link(setup, accumulation);
+    // A DDP step that spends as long on the wire as on compute.
+    if (setup.job.link == "auto") setup.job.link = calibrated_link(setup, job_for(setup, "ddp", accumulation));
     std::printf("%s, %d workers, %llu steps of %zu micro-batches x %zu examples, link %s, wire %s%s\n",
                 setup.net->signature().c_str(), setup.job.workers, static_cast<unsigned long long>(setup.job.steps),
                 accumulation, setup.job.micro_batch, setup.job.link.c_str(), setup.job.wire_precision.c_str(),
@@ -185,12 +131,7 @@ int main(int argc, char** argv) {
     const std::string& baseline = names.front();
     if (targets.empty()) {
       const std::uint64_t half = setup.job.steps / 2;
-      const double at_half = median_of(baseline, [&](const job_result& r) {
-        double loss = never;  // the last evaluation at or before half the steps
-        for (const auto& m : r.steps)
-          if (m.step <= half && m.eval_loss >= 0) loss = m.eval_loss;
-        return loss;
-      });
+      const double at_half = median_of(baseline, [&](const job_result& r) { return eval_loss_at(r, half); });
       targets = {at_half, 1.01 * median_of(baseline, [](const job_result& r) { return r.final_eval_loss; })};
     }
     std::printf("\nmedians over %d repetitions; targets: eval loss %.3f and %.3f; speed-up = %s's seconds / these\n",

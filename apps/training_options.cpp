@@ -146,18 +146,9 @@ void require_job_memory(const po::variables_map& flags, const job_shape& shape, 
 
 }  // namespace
 
-void add_training_options(po::options_description& options, const job_config& d) {
-  static const std::string data_help =
-      "gpt: a text file, an llm.c .bin token shard, a glob of either ('shards/train_*.bin') or a directory of "
-      "text files (default: the fortunes corpus); "
-      "mlp: a Fashion-MNIST directory (default: " + std::string(default_fashion_mnist_directory) + ")";
-  constexpr std::uint64_t most = most_steps;  // also the bound of intervals and warm-ups
+void add_topology_options(po::options_description& options, const job_config& d) {
+  constexpr std::uint64_t most = most_steps;
   options.add_options()
-      ("config", po::value<std::string>(),
-       "read options from this file: 'name = value' lines, names as the flags without '--', '#' comments "
-       "(the command line wins)")
-      ("algo", po::value<std::string>()->default_value(d.algorithm),
-       "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion")
       ("topology", po::value<std::string>()->default_value(d.topology),
        "who exchanges with whom, when, and how results merge: ring (the algorithm's rounds over every worker) | "
        "local-sgd (--local-steps inner steps, then an outer Nesterov step) | hierarchical (groups of --group-size) | "
@@ -178,7 +169,23 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("group-size", number_flag(1, most_workers),
        "hierarchical: workers per group, consecutive ranks (default between processes: LOCAL_WORLD_SIZE)")
       ("inter-link", po::value<std::string>(),
-       "hierarchical, in one process: emulated link between groups (default: as --link, which is the link inside a group)")
+       "hierarchical, in one process: emulated link between groups (default: as --link, which is the link inside a group)");
+}
+
+void add_training_options(po::options_description& options, const job_config& d) {
+  static const std::string data_help =
+      "gpt: a text file, an llm.c .bin token shard, a glob of either ('shards/train_*.bin') or a directory of "
+      "text files (default: the fortunes corpus); "
+      "mlp: a Fashion-MNIST directory (default: " + std::string(default_fashion_mnist_directory) + ")";
+  constexpr std::uint64_t most = most_steps;  // also the bound of intervals and warm-ups
+  options.add_options()
+      ("config", po::value<std::string>(),
+       "read options from this file: 'name = value' lines, names as the flags without '--', '#' comments "
+       "(the command line wins)")
+      ("algo", po::value<std::string>()->default_value(d.algorithm),
+       "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion");
+  add_topology_options(options, d);
+  options.add_options()
       ("workers", number_flag(1, most_workers, d.workers), "data-parallel workers")
       ("speed", po::value<std::string>(),
        "per-worker slowdown factors in [1, 1000], e.g. 1,1,1,4 (emulates heterogeneous hardware)")
@@ -244,11 +251,21 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("blas-threads", number_flag(0, 1024, d.blas_threads), "BLAS threads per worker (0: OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else cores / (LOCAL_WORLD_SIZE x workers))");
 }
 
-training_setup make_training_setup(const po::variables_map& flags, int local_workers) {
-  training_setup setup;
-  job_config& job = setup.job;
-  job.algorithm = flags["algo"].as<std::string>();
-  job.workers = flags["workers"].as<int>();
+std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const std::string& topology) {
+  static const std::pair<const char*, std::vector<const char*>> owners[] = {
+      {"local-sgd", {"local-steps", "outer-lr", "outer-momentum"}},
+      {"gossip", {"gossip-rate", "gossip-graph"}},
+      {"parameter-server", {"max-staleness"}},
+      {"hierarchical", {"group-size", "inter-link"}},
+  };
+  std::vector<std::pair<std::string, std::string>> ignored;
+  for (const auto& [owner, flags] : owners)
+    if (topology != owner)
+      for (const char* flag : flags) ignored.emplace_back(flag, std::string("without --topology ") + owner);
+  return ignored;
+}
+
+void read_topology_options(const po::variables_map& flags, job_config& job, int local_workers) {
   job.topology = flags["topology"].as<std::string>();
   if (const auto names = topology_names(); std::find(names.begin(), names.end(), job.topology) == names.end()) {
     std::string known;
@@ -274,6 +291,14 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
     job.topology_settings.inter_link = flags["inter-link"].as<std::string>();
     link_model::parse(job.topology_settings.inter_link);  // a bad spec names itself
   }
+}
+
+training_setup make_training_setup(const po::variables_map& flags, int local_workers) {
+  training_setup setup;
+  job_config& job = setup.job;
+  job.algorithm = flags["algo"].as<std::string>();
+  job.workers = flags["workers"].as<int>();
+  read_topology_options(flags, job, local_workers);
   if (flags.count("speed")) job.speed_factors = parse_speed_factors(flags["speed"].as<std::string>());
   job.steps = flags["steps"].as<std::uint64_t>();
   job.micro_batch = flags["micro-batch"].as<std::size_t>();
@@ -378,15 +403,7 @@ void warn_ignored_training_flags(const po::variables_map& flags, const std::stri
       warn_ignored(flags, program, {{flag, "with --model mlp"}});
   }
   if (flags["algo"].as<std::string>() != "dpu") warn_ignored(flags, program, {{"dpu-warmup", "without --algo dpu"}});
-  const std::string topology = flags["topology"].as<std::string>();
-  if (topology != "local-sgd")
-    for (const char* flag : {"local-steps", "outer-lr", "outer-momentum"})
-      warn_ignored(flags, program, {{flag, "without --topology local-sgd"}});
-  if (topology != "gossip")
-    for (const char* flag : {"gossip-rate", "gossip-graph"}) warn_ignored(flags, program, {{flag, "without --topology gossip"}});
-  if (topology != "parameter-server") warn_ignored(flags, program, {{"max-staleness", "without --topology parameter-server"}});
-  if (topology != "hierarchical")
-    for (const char* flag : {"group-size", "inter-link"}) warn_ignored(flags, program, {{flag, "without --topology hierarchical"}});
+  warn_ignored(flags, program, topology_flags_ignored_by(flags["topology"].as<std::string>()));
   if (flags["schedule"].as<std::string>() != "cosine")
     warn_ignored(flags, program, {{"min-lr-ratio", "without --schedule cosine"}});
 }

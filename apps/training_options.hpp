@@ -1,5 +1,5 @@
 #pragma once
-// Command-line flags shared by the programs that train (accord-train, accord-bench-algorithms):
+// Command-line flags shared by the programs that train (accord-train, the benchmarks):
 // the model, the data and the job, parsed once into what run_job needs.
 #include "apps/flags.hpp"
 
@@ -8,6 +8,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace accord {
 
@@ -23,6 +25,14 @@ struct training_setup {
 // Adds the model, data and job flags, with `defaults` shown as the defaults.
 void add_training_options(boost::program_options::options_description& options,
                           const job_config& defaults);
+// The topology flags alone (--topology and each topology's settings; add_training_options
+// adds them too), and what they set in `job` (`local_workers` as for make_training_setup).
+void add_topology_options(boost::program_options::options_description& options, const job_config& defaults);
+void read_topology_options(const boost::program_options::variables_map& flags, job_config& job, int local_workers = 0);
+// The flags of the other built-in topologies, each with why `topology` ignores it
+// ("without --topology gossip"), as warn_ignored takes them.
+std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const std::string& topology);
+
 // Builds the model and data sets and fills the job from parsed flags. Throws
 // std::invalid_argument / std::runtime_error with a one-line message naming the bad flag or file,
 // also when the job cannot fit in this machine's memory with `local_workers` of its workers in

@@ -81,6 +81,7 @@ const std::string bench_algorithms = ACCORD_BENCH_ALGORITHMS_BINARY;
 const std::string bench_models = ACCORD_BENCH_MODELS_BINARY;
 const std::string bench_gpu = ACCORD_BENCH_GPU_BINARY;
 const std::string bench_collectives = ACCORD_BENCH_COLLECTIVES_BINARY;
+const std::string bench_topologies = ACCORD_BENCH_TOPOLOGIES_BINARY;
 
 // A job small enough that the refusals that come after loading the data stay quick.
 const std::string tiny = " --width 16 --heads 2 --layers 1 --context 8 --steps 2";
@@ -281,6 +282,12 @@ TEST_CASE("the benchmarks refuse bad flags naming them") {
       {bench_collectives, "--min-bytes 4096 --max-bytes 1024", "--max-bytes"},
       {bench_collectives, "--volume-mib nan", "--volume-mib"},
       {bench_collectives, "--max-bytes 17179869184 --ranks 64", "--max-bytes"},
+      {bench_topologies, "--runs ring;;gossip", "--runs: an empty run"},
+      {bench_topologies, "--runs star", "--runs 'star': --topology: 'star'"},
+      {bench_topologies, "--runs local-sgd --algo acco", "--topology local-sgd: its inner steps"},
+      {bench_topologies, "--topology gossip", "--topology: each run of --runs names its own topology"},
+      {bench_topologies, "--target -1", "--target: '-1'"},
+      {bench_topologies, "--repetitions 0", "--repetitions"},
   };
   for (const auto& c : cases) check_refused(c);
 }

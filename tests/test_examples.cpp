@@ -45,6 +45,14 @@ TEST_CASE("custom rule: signSGD with error feedback, registered by name, trains 
   CHECK(out.text.find("acco-signsgd-ef:") != std::string::npos);
 }
 
+TEST_CASE("custom topology: periodic model averaging, registered by name, trains and ends with one model") {
+  const auto out = run(ACCORD_EXAMPLE_CUSTOM_TOPOLOGY);
+  CAPTURE(out.text);
+  CHECK(out.status == 0);
+  CHECK(out.text.find("model-averaging: train loss") != std::string::npos);
+  CHECK(out.text.find("replicas identical: yes") != std::string::npos);
+}
+
 TEST_CASE("caf actors: a job's actors in the app's own actor system, awaited and asked through typed handles") {
   const auto out = run(ACCORD_EXAMPLE_CAF_ACTORS);
   CAPTURE(out.text);

@@ -86,6 +86,14 @@ TEST_CASE("topologies over UCX between 3 processes give the same parameters as i
   }
 }
 
+TEST_CASE("the parameter server between processes is refused with one line") {
+  const run_output out = run(launch + "-n 2 -- " + train + " --algo ddp --topology parameter-server" + train_flags +
+                             " --steps 2");
+  INFO(out.text);
+  CHECK(out.status != 0);
+  CHECK(out.text.find("--topology parameter-server runs in one process only") != std::string::npos);
+}
+
 TEST_CASE("a worker whose model differs is refused with a message naming it") {
   const run_output out = run(launch + "-n 2 -- /bin/sh -c 'if [ \"$RANK\" = 1 ]; then exec " + train + train_flags +
                              " --untied-head; else exec " + train + train_flags + "; fi'");

@@ -251,6 +251,26 @@ TEST_CASE("an asynchronous parameter server records every applied gradient's sta
   for (float p : served.parameters) CHECK(std::isfinite(p));
 }
 
+TEST_CASE("an asynchronous parameter server keeps going when workers die, leave and join") {
+  job_config job = sgd_job(3, 12);
+  job.topology = "parameter-server";
+  job.topology_settings.max_staleness = 2;
+  job.link = "1gbit,100us";
+  // After step 3 one worker dies mid-gradient (another redoes it), after 6 one more leaves,
+  // after 9 three join: every gradient of the 12 steps is still applied once.
+  job.membership = {{3, 2, true}, {6, 1, false}, {9, 4, false}};
+  const job_result served = run_quadratic(job);
+  REQUIRE(served.steps.size() == 12);
+  std::uint64_t applied = 0;
+  for (const auto& m : served.steps)
+    for (std::uint64_t count : m.staleness) applied += count;
+  CHECK(applied == 12 * 3);  // a step stays as many gradients as the job started with
+  CHECK(served.steps.back().train_loss < served.steps.front().train_loss);
+  for (float p : served.parameters) CHECK(std::isfinite(p));
+  job.topology_settings.max_staleness = 0;
+  CHECK(refusal(job).find("--topology parameter-server: workers coming and going need --max-staleness >= 1") == 0);
+}
+
 TEST_CASE("the parameter server refuses what it cannot run with one line") {
   job_config job = sgd_job(2, 2);
   job.topology = "parameter-server";

@@ -1,0 +1,65 @@
+#include "apps/time_to_loss.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace accord {
+
+std::vector<std::string> split_list(const std::string& list, char separator) {
+  std::vector<std::string> items;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, separator);) items.push_back(item);
+  return items;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  if (n == 0) return never;
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+double seconds_to(const job_result& r, double target) {
+  for (const auto& m : r.steps)
+    if (m.eval_loss >= 0 && m.eval_loss <= target) return m.seconds;
+  return never;
+}
+
+double eval_loss_at(const job_result& r, std::uint64_t step) {
+  double loss = never;
+  for (const auto& m : r.steps)
+    if (m.step <= step && m.eval_loss >= 0) loss = m.eval_loss;
+  return loss;
+}
+
+std::string calibrated_link(const training_setup& setup, job_config probe) {
+  probe.link = "unlimited";
+  probe.steps = 8;
+  probe.eval_interval = 0;
+  const job_result r = run_job(*setup.net, setup.train, setup.eval, probe);
+  const double steps = static_cast<double>(r.steps.size());
+  const double compute_per_step = r.compute_seconds / steps;
+  const double bytes_per_step = static_cast<double>(r.bytes_sent) / probe.workers / steps;
+  const double megabits = std::max(1.0, std::round(8 * bytes_per_step / compute_per_step / 1e6));
+  std::printf("link auto: %s computes %.1f ms and sends %.0f KB per worker and step -> %.0fmbit,100us\n",
+              probe.algorithm.c_str(), 1e3 * compute_per_step, bytes_per_step / 1e3, megabits);
+  return std::to_string(static_cast<long long>(megabits)) + "mbit,100us";
+}
+
+std::string format_seconds(double seconds) {
+  char text[16];
+  if (std::isinf(seconds)) return "-";
+  std::snprintf(text, sizeof text, "%.1f", seconds);
+  return text;
+}
+
+std::string format_ratio(double baseline, double seconds) {
+  char text[16];
+  if (std::isinf(seconds) || std::isinf(baseline)) return "-";
+  std::snprintf(text, sizeof text, "%.2f", baseline / seconds);
+  return text;
+}
+
+}  // namespace accord
