@@ -39,6 +39,7 @@ parameter_server_setup parameter_server_for(const job_plan& plan, const model& p
   s.initial = plan.initial;
   s.eval_interval = config.eval_interval;
   s.coordinator = std::move(coordinator);
+  s.stop_requested = config.stop_requested;
   return s;
 }
 

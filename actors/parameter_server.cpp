@@ -200,6 +200,10 @@ struct parameter_server_run::impl {
   std::vector<bool> killed;                    // by a crash of the membership schedule
   std::size_t changes_applied = 0;             // of setup.membership, in order
   int active = 0;                              // workers taking gradients now
+  // Steps the job runs: setup.steps, or fewer once a stop is asked for (then the step being
+  // computed is the last; the reporter marks it, so the coordinator ends the job there).
+  std::atomic<std::uint64_t> step_limit{0};
+  bool stop_noticed = false;                   // guarded by ticket_mutex
 
   // Per worker, cumulative: what the reports carry.
   struct worker_figures {
@@ -210,8 +214,8 @@ struct parameter_server_run::impl {
 
   impl(caf::actor_system& system, parameter_server_setup s)
       : setup(std::move(s)), system(system), clocks(static_cast<std::size_t>(most_workers(setup)), 0),
-        figures(static_cast<std::size_t>(setup.workers)), killed(static_cast<std::size_t>(most_workers(setup))),
-        active(setup.workers) {
+        killed(static_cast<std::size_t>(most_workers(setup))), active(setup.workers), step_limit(setup.steps),
+        figures(static_cast<std::size_t>(setup.workers)) {
     for (std::size_t w = static_cast<std::size_t>(setup.workers); w < clocks.size(); ++w) clocks[w] = idle_clock;
   }
 
@@ -226,7 +230,15 @@ struct parameter_server_run::impl {
   }
 
   bool synchronous() const { return setup.max_staleness == 0; }
-  std::uint64_t total_gradients() const { return setup.steps * static_cast<std::uint64_t>(setup.workers); }
+  std::uint64_t total_gradients() const { return step_limit.load() * static_cast<std::uint64_t>(setup.workers); }
+
+  // With ticket_mutex held, `started` steps begun: a stop asked for since ends the job after
+  // step `started` (at least one step, so the coordinator sees an end).
+  void notice_stop(std::uint64_t started) {
+    if (stop_noticed || !setup.stop_requested || !setup.stop_requested->load()) return;
+    stop_noticed = true;
+    step_limit = std::min(step_limit.load(), started + 1);
+  }
 
   // The parameters, each shard at `at_least` updates or more; empty once the servers stopped.
   std::optional<std::vector<float>> pull(caf::scoped_actor& self, std::uint64_t at_least,
@@ -275,6 +287,7 @@ struct parameter_server_run::impl {
         active = change.workers;
         tickets_changed.notify_all();
       }
+      notice_stop(next_ticket / static_cast<std::uint64_t>(setup.workers));
       if (stopping || (redo.empty() && next_ticket >= total_gradients() && in_flight == 0)) return std::nullopt;
       if (w < active && (!redo.empty() || next_ticket < total_gradients())) break;
       rest(w);
@@ -352,7 +365,9 @@ struct parameter_server_run::impl {
         std::uint64_t ticket = k * workers + static_cast<std::uint64_t>(w);  // synchronous: round k's
         auto waited = clock_type::now();
         if (synchronous()) {
-          if (k >= setup.steps) break;
+          std::lock_guard lock(ticket_mutex);
+          notice_stop(k);
+          if (k >= step_limit) break;
         } else {
           const auto claimed = claim(w);
           if (!claimed) break;
@@ -420,6 +435,7 @@ struct parameter_server_run::impl {
       if (histogram.size() <= g->staleness) histogram.resize(g->staleness + 1);
       ++histogram[g->staleness];
       if (++in_step < static_cast<std::uint64_t>(setup.workers)) continue;
+      if (step + 1 == step_limit && step_limit < setup.steps) totals.changes = 1;  // a stop: the last step
       tensor parameters;
       if (step_due(pipeline::synchronous, step, setup.steps, setup.eval_interval)) {
         // Synchronous: every shard at this step's update; otherwise what they hold now.
@@ -506,7 +522,7 @@ std::vector<float> parameter_server_run::finish() {
   join();
   caf::scoped_actor self{p.system};
   // Every shard has applied every push: one update per round, or one per gradient.
-  auto parameters = p.pull(self, p.synchronous() ? p.setup.steps : p.total_gradients());
+  auto parameters = p.pull(self, p.synchronous() ? p.step_limit.load() : p.total_gradients());
   stop();
   if (!parameters) throw std::runtime_error("the parameter server stopped before the last update");
   return std::move(*parameters);

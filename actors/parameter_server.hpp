@@ -18,6 +18,7 @@
 #include "optim/schedule.hpp"
 #include "transport/link_model.hpp"
 
+#include <atomic>
 #include <memory>
 
 namespace accord {
@@ -49,6 +50,8 @@ struct parameter_server_setup {
   std::vector<float> initial;
   std::uint64_t eval_interval = 0;
   coordinator_actor coordinator;     // gets one report per worker and step
+  // job_config::stop_requested: once set, the job ends after the step being computed.
+  const std::atomic<bool>* stop_requested = nullptr;
 };
 
 // Starts the server shards (one per worker), the workers and the step reporter at once.

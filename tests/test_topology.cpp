@@ -8,6 +8,7 @@
 #include "quadratic_model.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <stdexcept>
@@ -269,6 +270,28 @@ TEST_CASE("an asynchronous parameter server keeps going when workers die, leave 
   for (float p : served.parameters) CHECK(std::isfinite(p));
   job.topology_settings.max_staleness = 0;
   CHECK(refusal(job).find("--topology parameter-server: workers coming and going need --max-staleness >= 1") == 0);
+}
+
+TEST_CASE("a stop asked for (SIGTERM in accord-train) ends a parameter-server job after the step being computed") {
+  for (std::uint64_t staleness : {0, 2}) {
+    CAPTURE(staleness);
+    job_config job = sgd_job(3, 1000);
+    job.topology = "parameter-server";
+    job.topology_settings.max_staleness = staleness;
+    job.link = "1gbit,100us";
+    std::atomic<bool> stop{false};
+    job.stop_requested = &stop;
+    quadratic net(dim);
+    auto data = std::make_shared<waves>(dim);
+    const job_result served = run_job(net, data, data, job, [&](const step_metrics& m) {
+      if (m.step == 3) stop = true;
+    });
+    REQUIRE(served.steps.size() >= 3);
+    CHECK(served.steps.size() < 1000);
+    CHECK(served.steps.back().step == served.steps.size());
+    REQUIRE(served.parameters.size() == dim);
+    for (float p : served.parameters) CHECK(std::isfinite(p));
+  }
 }
 
 TEST_CASE("the parameter server refuses what it cannot run with one line") {
