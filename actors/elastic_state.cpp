@@ -121,7 +121,7 @@ restored_state transfer_state(transport& link, const state_source& source, const
                                 " shards");
   const std::size_t slots = source.slots;
   const shard mine = shard_of(n, world, me);
-  out.own = {true, false, source.optimizer_step, source.slots, mine.begin, std::vector<float>(slots * mine.size())};
+  out.own = {true, false, source.optimizer_step, source.slots, mine.begin, std::vector<float>(slots * mine.size()), {}};
   auto old_shard_values = [&](int i) -> const rule_state& {
     if (held && held->rank == i) return held->own;
     if (held && held->buddy.present && buddy_source(held->rank, held->world) == i) return held->buddy;
