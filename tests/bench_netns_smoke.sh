@@ -1,13 +1,18 @@
 #!/bin/sh
 # scripts/bench-netns end to end at toy size: two ranks in their own network namespaces, two
-# steps each of ddp and acco, one table row each. Skipped (77) where namespaces cannot be made
-# (not root, or a container that forbids them).
+# steps each of ddp and acco, one table row each. Skipped (77) where namespaces, veth pairs or
+# tc's tbf cannot be made (not root, or a container that forbids them).
 # Usage: bench_netns_smoke.sh SOURCE_DIR BUILD_DIR
 set -eu
 source_dir=$1 build_dir=$2
-probe=accb-probe-$$
+probe=accbp$$
 ip netns add "$probe" 2>/dev/null || { echo "skipped: cannot create network namespaces here"; exit 77; }
 ip netns del "$probe"
+ip link add "$probe" type veth peer name "${probe}p" 2>/dev/null || { echo "skipped: cannot create veth pairs here"; exit 77; }
+shaped=0
+tc qdisc add dev "$probe" root tbf rate 100mbit burst 64kb latency 200ms 2>/dev/null && shaped=1
+ip link del "$probe"
+[ "$shaped" = 1 ] || { echo "skipped: tc's token bucket (tbf) is not available here"; exit 77; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$source_dir/scripts/bench-netns" --workers 2 --rate 200mbit --steps 2 --eval-interval 1 --repetitions 1 \
