@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,14 @@ private:
   std::size_t dim_;
   double phase_;
 };
+
+// `job` run in one process on a quadratic of `dimension` parameters, its data also held out.
+inline job_result run_quadratic(const job_config& job, std::function<void(const step_metrics&)> on_step = {},
+                                std::size_t dimension = 5) {
+  quadratic net(dimension);
+  auto data = std::make_shared<waves>(dimension);
+  return run_job(net, data, data, job, std::move(on_step));
+}
 
 // A short deterministic ACCO job on the quadratic: 3 workers, one micro-batch per stage.
 inline job_config small_acco_job(std::uint64_t steps) {

@@ -23,6 +23,7 @@
 using namespace accord;
 using accord::testing::quadratic;
 using accord::testing::waves;
+using accord::testing::run_quadratic;
 
 namespace {
 
@@ -82,12 +83,6 @@ std::vector<double> initial_theta() {
 void check_close(const std::vector<float>& got, const std::vector<double>& want, double tolerance) {
   REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(tolerance));
-}
-
-job_result run_quadratic(const job_config& job) {
-  quadratic net(dim);
-  auto data = std::make_shared<waves>(dim);
-  return run_job(net, data, data, job);
 }
 
 // A quadratic whose forward/backward fails on one worker's `fail_at`-th micro-batch, like a

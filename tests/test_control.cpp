@@ -10,8 +10,7 @@
 #include <filesystem>
 
 using namespace accord;
-using accord::testing::quadratic;
-using accord::testing::waves;
+using accord::testing::run_quadratic;
 
 namespace {
 
@@ -19,12 +18,6 @@ job_config small_job() {
   job_config job = accord::testing::small_acco_job(6);
   job.learning_rate = 0.01f;
   return job;
-}
-
-job_result run_quadratic(const job_config& job, std::function<void(const step_metrics&)> on_step = {}) {
-  quadratic net(5);
-  auto data = std::make_shared<waves>(5);
-  return run_job(net, data, data, job, std::move(on_step));
 }
 
 }  // namespace

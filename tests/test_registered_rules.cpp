@@ -11,8 +11,7 @@
 #include <stdexcept>
 
 using namespace accord;
-using accord::testing::quadratic;
-using accord::testing::waves;
+using accord::testing::run_quadratic;
 
 namespace {
 
@@ -48,12 +47,6 @@ job_config sgd_job(const std::string& algorithm) {
   job.cosine = false;
   job.eval_examples = 3;
   return job;
-}
-
-job_result run_quadratic(const job_config& job) {
-  quadratic net(5);
-  auto data = std::make_shared<waves>(5);
-  return run_job(net, data, data, job);
 }
 
 }  // namespace

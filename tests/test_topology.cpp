@@ -16,8 +16,7 @@
 #include <type_traits>
 
 using namespace accord;
-using accord::testing::quadratic;
-using accord::testing::waves;
+using accord::testing::run_quadratic;
 
 namespace {
 
@@ -41,12 +40,6 @@ job_config sgd_job(int workers, std::uint64_t steps) {
   return job;
 }
 
-job_result run_quadratic(const job_config& job) {
-  quadratic net(dim);
-  auto data = std::make_shared<waves>(dim);
-  return run_job(net, data, data, job);
-}
-
 double worst_difference(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
   double worst = 0;
@@ -56,7 +49,7 @@ double worst_difference(const std::vector<float>& a, const std::vector<float>& b
 
 std::string refusal(const job_config& job) {
   try {
-    run_quadratic(job);
+    run_quadratic(job, {}, dim);
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
@@ -122,24 +115,24 @@ TEST_CASE("an app's own topology plugs in through register_topology") {
   register_topology("app-ring", [](const topology_job&) { return std::make_unique<app_topology<app_ring_worker>>(); });
   register_topology("app-allreduce",
                     [](const topology_job&) { return std::make_unique<app_topology<app_allreduce_worker>>(); });
-  const job_result ring = run_quadratic(sgd_job(3, 6));
+  const job_result ring = run_quadratic(sgd_job(3, 6), {}, dim);
   job_config job = sgd_job(3, 6);
   job.topology = "app-ring";
-  CHECK(run_quadratic(job).parameters == ring.parameters);  // the same round, bit for bit
+  CHECK(run_quadratic(job, {}, dim).parameters == ring.parameters);  // the same round, bit for bit
   job.topology = "app-allreduce";
-  const job_result mine = run_quadratic(job);
+  const job_result mine = run_quadratic(job, {}, dim);
   CHECK(worst_difference(mine.parameters, ring.parameters) < 1e-6);
   CHECK(mine.replicas_identical);
 }
 
 TEST_CASE("local SGD with one inner step and an outer SGD of rate 1 without momentum is DDP") {
-  const job_result ddp = run_quadratic(sgd_job(3, 8));
+  const job_result ddp = run_quadratic(sgd_job(3, 8), {}, dim);
   job_config job = sgd_job(3, 8);
   job.topology = "local-sgd";
   job.topology_settings.local_steps = 1;
   job.topology_settings.outer_learning_rate = 1.0f;
   job.topology_settings.outer_momentum = 0.0f;
-  const job_result local = run_quadratic(job);
+  const job_result local = run_quadratic(job, {}, dim);
   CHECK(worst_difference(local.parameters, ddp.parameters) < 1e-5);
   for (std::size_t s = 0; s < ddp.steps.size(); ++s)
     CHECK(local.steps[s].train_loss == doctest::Approx(ddp.steps[s].train_loss).epsilon(1e-5));
@@ -153,7 +146,7 @@ TEST_CASE("local SGD: replicas drift between outer steps, agree after each, and 
   job.topology_settings.local_steps = 4;
   job.replica_check_interval = 1;  // checked only where replicas agree (steps 4, 8 and the last)
   job.metrics_path = metrics;
-  const job_result result = run_quadratic(job);
+  const job_result result = run_quadratic(job, {}, dim);
   CHECK(result.replicas_identical);
   REQUIRE(result.steps.size() == 9);
   for (const auto& m : result.steps) {
@@ -197,8 +190,8 @@ TEST_CASE("hierarchical is the flat ring within float tolerance, and its votes a
   grouped.topology = "hierarchical";
   grouped.topology_settings.group_size = 2;
   grouped.topology_settings.inter_link = "1gbit,100us";
-  const job_result ring = run_quadratic(flat);
-  const job_result tree = run_quadratic(grouped);
+  const job_result ring = run_quadratic(flat, {}, dim);
+  const job_result tree = run_quadratic(grouped, {}, dim);
   CHECK(worst_difference(tree.parameters, ring.parameters) < 1e-5);
   CHECK(tree.replicas_identical);
   CHECK(tree.bytes_sent != ring.bytes_sent);  // other messages went: the collectives were grouped
@@ -208,10 +201,10 @@ TEST_CASE("hierarchical is the flat ring within float tolerance, and its votes a
     flat.optimizer = grouped.optimizer = "";
     flat.learning_rate = grouped.learning_rate = 0;
     flat.beta1 = grouped.beta1 = std::nullopt;
-    CHECK(run_quadratic(grouped).parameters == run_quadratic(flat).parameters);
+    CHECK(run_quadratic(grouped, {}, dim).parameters == run_quadratic(flat, {}, dim).parameters);
   }
   grouped.algorithm = "acco";  // overlapped pipelines' rounds go through the same collectives
-  CHECK(run_quadratic(grouped).replicas_identical);
+  CHECK(run_quadratic(grouped, {}, dim).replicas_identical);
 }
 
 TEST_CASE("hierarchical without a group size is refused with one line") {
@@ -221,11 +214,11 @@ TEST_CASE("hierarchical without a group size is refused with one line") {
 }
 
 TEST_CASE("a parameter server with staleness 0 is DDP on the same data order") {
-  const job_result ddp = run_quadratic(sgd_job(3, 6));
+  const job_result ddp = run_quadratic(sgd_job(3, 6), {}, dim);
   job_config job = sgd_job(3, 6);
   job.topology = "parameter-server";
   job.eval_interval = 2;
-  const job_result served = run_quadratic(job);
+  const job_result served = run_quadratic(job, {}, dim);
   CHECK(worst_difference(served.parameters, ddp.parameters) < 1e-5);
   REQUIRE(served.steps.size() == ddp.steps.size());
   for (std::size_t s = 0; s < ddp.steps.size(); ++s) {
@@ -242,7 +235,7 @@ TEST_CASE("an asynchronous parameter server records every applied gradient's sta
   job.topology_settings.max_staleness = 2;
   job.speed_factors = {1.0, 1.0, 3.0};
   job.link = "1gbit,100us";
-  const job_result served = run_quadratic(job);
+  const job_result served = run_quadratic(job, {}, dim);
   REQUIRE(served.steps.size() == 12);
   std::uint64_t applied = 0;
   for (const auto& m : served.steps)
@@ -260,7 +253,7 @@ TEST_CASE("an asynchronous parameter server keeps going when workers die, leave 
   // After step 3 one worker dies mid-gradient (another redoes it), after 6 one more leaves,
   // after 9 three join: every gradient of the 12 steps is still applied once.
   job.membership = {{3, 2, true}, {6, 1, false}, {9, 4, false}};
-  const job_result served = run_quadratic(job);
+  const job_result served = run_quadratic(job, {}, dim);
   REQUIRE(served.steps.size() == 12);
   std::uint64_t applied = 0;
   for (const auto& m : served.steps)
@@ -281,11 +274,9 @@ TEST_CASE("a stop asked for (SIGTERM in accord-train) ends a parameter-server jo
     job.link = "1gbit,100us";
     std::atomic<bool> stop{false};
     job.stop_requested = &stop;
-    quadratic net(dim);
-    auto data = std::make_shared<waves>(dim);
-    const job_result served = run_job(net, data, data, job, [&](const step_metrics& m) {
+    const job_result served = run_quadratic(job, [&](const step_metrics& m) {
       if (m.step == 3) stop = true;
-    });
+    }, dim);
     REQUIRE(served.steps.size() >= 3);
     CHECK(served.steps.size() < 1000);
     CHECK(served.steps.back().step == served.steps.size());
@@ -311,7 +302,7 @@ TEST_CASE("gossip on a quadratic: averaging pulls the copies together, and the j
   const auto spread_at_end = [&](const char* graph, double rate) {
     job.topology_settings.gossip_graph = graph;
     job.topology_settings.gossip_rate = rate;
-    const job_result result = run_quadratic(job);
+    const job_result result = run_quadratic(job, {}, dim);
     CHECK(result.replicas_identical);  // the final average: one model
     REQUIRE(result.steps.size() == 20);
     for (std::size_t s = 0; s + 1 < result.steps.size(); ++s) CHECK(result.steps[s].consensus_distance < 0);
