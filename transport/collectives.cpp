@@ -117,6 +117,17 @@ private:
   std::span<T> storage_;
 };
 
+// sum[i] += piece[i]. Distinct arrays (restrict) in groups of a fixed 8: GCC vectorises this
+// at -O2 as well as -O3 (a plain loop over possibly aliasing spans needs -O3 and a runtime
+// overlap check), so the reduction runs at memory speed whatever the build type.
+template <class T>
+void add_piece(T* __restrict sum, const T* __restrict piece, std::size_t count) {
+  std::size_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    for (std::size_t k = 0; k < 8; ++k) sum[i + k] += piece[i + k];
+  for (; i < count; ++i) sum[i] += piece[i];
+}
+
 // Block of rank s when `elements` are sharded in whole units of `unit` elements.
 shard block_of(std::size_t elements, std::size_t unit, int world, int s) {
   const shard units = shard_of(elements / unit, world, s);
@@ -173,9 +184,7 @@ void ring_collective(transport& t, std::span<T> data, bool reduce, bool gather, 
         return step < reduce_steps ? scratch.slot(slot, count) : data.subspan(in_blocks[step].begin + offset, count);
       },
       [&](std::size_t step, std::size_t offset, std::span<const T> piece_in) {
-        if (step >= reduce_steps) return;
-        T* sum = data.data() + in_blocks[step].begin + offset;
-        for (std::size_t i = 0; i < piece_in.size(); ++i) sum[i] += piece_in[i];
+        if (step < reduce_steps) add_piece(data.data() + in_blocks[step].begin + offset, piece_in.data(), piece_in.size());
       });
 }
 
