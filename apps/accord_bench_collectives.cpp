@@ -11,6 +11,13 @@
 //              its predecessor (send_recv), the link pattern of a ring step;
 //   perftest:  ucx_perftest's tag bandwidth, where installed (its own server and client
 //              processes, busy polling, no accord code involved), run after the others.
+// All ranks share this machine's cores with each other (and with anything else running), so
+// bus bandwidth on a busy or small machine shows the cores as much as the code. The column
+// "ar/pair 1 core" is the ratio it would reach with an idle core per rank, derived from CPU
+// time, which load barely changes: a pair transfer costs one copy of its bytes (the receiver's
+// CPU, as UCX's shared memory and CMA copy on the receiving side) and an all-reduce costs
+// 2(N-1) such copies of its buffer over all ranks plus the reduction, so with each rank on its
+// own core the ratio is 2(N-1) * cpu(pair) / cpu(all_reduce).
 // Every size runs a warm-up call of each kind, then --repetitions rounds, each timing every
 // kind once in turn (interleaved, so load changes hit all alike) over a barrier; a
 // measurement's time is the slowest rank's, and the table shows medians over the rounds. CPU
@@ -308,8 +315,9 @@ int main(int argc, char** argv) {
                 options.detect_peer_failure ? "PEER (tcp)" : "NONE (shm+cma)", p.repetitions);
     std::printf("GB/s = 1e9 bytes/s, bus bandwidth per NCCL's convention; ar/pair and ar/perf = all_reduce bus "
                 "bandwidth / pair p2p and / ucx_perftest;\ncpu ns/B = CPU seconds of all ranks per byte of the buffer\n");
-    std::printf("%8s %6s | %8s %8s %8s %10s %10s %10s | %7s %7s | %8s %8s %8s\n", "size", "calls", "perftest", "pair",
-                "ring", "all_reduce", "red_scat", "sign_vote", "ar/pair", "ar/perf", "cpu pair", "cpu ar", "cpu vote");
+    std::printf("%8s %6s | %8s %8s %8s %10s %10s %10s | %7s %7s | %8s %8s %8s | %14s\n", "size", "calls", "perftest",
+                "pair", "ring", "all_reduce", "red_scat", "sign_vote", "ar/pair", "ar/perf", "cpu pair", "cpu ar",
+                "cpu vote", "ar/pair 1 core");
     std::size_t index = 0;
     for (const std::size_t bytes : p.sizes) {
       const int calls = calls_per_measurement(p.volume_mib, bytes);
@@ -331,13 +339,13 @@ int main(int argc, char** argv) {
       }
       index += static_cast<std::size_t>(p.repetitions) * kinds;
       const auto perftest = perftest_bandwidth(bytes, calls * p.repetitions, options.net_devices);
-      std::printf("%8s %6d | %8s %8.2f %8.2f %10.2f %10.2f %10.2f | %7.2f %7s | %8.3f %8.3f %8.3f\n",
+      std::printf("%8s %6d | %8s %8.2f %8.2f %10.2f %10.2f %10.2f | %7.2f %7s | %8.3f %8.3f %8.3f | %14.2f\n",
                   human_bytes(bytes).c_str(), calls,
                   two_decimals(perftest).c_str(), bandwidth[pair_p2p],
                   bandwidth[ring_p2p], bandwidth[all_reduce], bandwidth[reduce_scatter], bandwidth[sign_majority],
                   bandwidth[all_reduce] / bandwidth[pair_p2p],
                   two_decimals(perftest ? std::optional(bandwidth[all_reduce] / *perftest) : std::nullopt).c_str(),
-                  cpu[pair_p2p], cpu[all_reduce], cpu[sign_majority]);
+                  cpu[pair_p2p], cpu[all_reduce], cpu[sign_majority], 2.0 * (ranks - 1) * cpu[pair_p2p] / cpu[all_reduce]);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {
