@@ -99,17 +99,24 @@ void pipelined_exchange(transport& t, std::uint64_t tag, std::span<const exchang
   for (const transport::request handle : sends) t.wait(handle);
 }
 
-// Scratch for pipeline_depth pieces, where receives land before they are consumed. The storage
-// is kept per thread between calls (a transport is driven by one thread at a time): fresh
-// pages for every collective cost a fault and a clearing per page, about a tenth of the copy.
+// Storage kept per thread between calls (a transport is driven by one thread at a time):
+// fresh pages for every collective cost a fault and a clearing per page, about a tenth of the
+// copy. `Use` keeps apart the buffers one collective needs at once; contents are whatever an
+// earlier call left.
+enum class kept_use { landing, wire };
+template <class T, kept_use Use>
+std::span<T> kept_storage(std::size_t count) {
+  thread_local std::vector<T> kept;
+  if (kept.size() < count) kept.resize(count);
+  return std::span<T>(kept).first(count);
+}
+
+// Scratch for pipeline_depth pieces, where receives land before they are consumed.
 template <class T>
 class piece_slots {
 public:
-  piece_slots(std::size_t piece, std::size_t largest_step) : piece_(std::min(piece, largest_step)) {
-    thread_local std::vector<T> kept;
-    if (kept.size() < piece_ * pipeline_depth) kept.resize(piece_ * pipeline_depth);
-    storage_ = kept;
-  }
+  piece_slots(std::size_t piece, std::size_t largest_step)
+      : piece_(std::min(piece, largest_step)), storage_(kept_storage<T, kept_use::landing>(piece_ * pipeline_depth)) {}
   std::span<T> slot(std::size_t index, std::size_t count) { return storage_.subspan(index * piece_, count); }
 
 private:
@@ -214,7 +221,7 @@ void send_shards_to_owners(transport& t, std::span<const T> data, std::uint64_t 
 // owner, which adds them to its own fp32 values in fp32 as they arrive (a ring would round
 // every partial sum again). Same bytes per rank as the ring.
 void direct_reduce_scatter(transport& t, std::span<float> data, wire_precision precision, std::uint64_t tag) {
-  std::vector<std::uint16_t> wire(data.size());
+  const std::span<std::uint16_t> wire = kept_storage<std::uint16_t, kept_use::wire>(data.size());
   to_wire(precision, data, wire);
   const shard mine = shard_of(data.size(), t.size(), t.rank());
   const std::span<float> sums = data.subspan(mine.begin, mine.size());
@@ -226,9 +233,10 @@ void direct_reduce_scatter(transport& t, std::span<float> data, wire_precision p
 // 16-bit all-gather: the owners' shards travel rounded, and every rank unpacks all of them,
 // its own included, so all replicas hold the same rounded values.
 void rounded_all_gather(transport& t, std::span<float> data, wire_precision precision, std::uint64_t tag) {
-  std::vector<std::uint16_t> wire(data.size());
+  // Every block is overwritten: the own one here, the others as they arrive.
+  const std::span<std::uint16_t> wire = kept_storage<std::uint16_t, kept_use::wire>(data.size());
   const shard mine = shard_of(data.size(), t.size(), t.rank());
-  to_wire(precision, data.subspan(mine.begin, mine.size()), std::span(wire).subspan(mine.begin, mine.size()));
+  to_wire(precision, data.subspan(mine.begin, mine.size()), wire.subspan(mine.begin, mine.size()));
   ring_collective<std::uint16_t>(t, wire, false, true, 1, tag);
   from_wire(precision, wire, data);
 }
