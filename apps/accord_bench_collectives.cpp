@@ -9,6 +9,8 @@
 //   pair:      rank 0 streams frames of the size to rank 1 while the others idle;
 //   ring:      every rank sends a frame of the size to its successor while receiving one from
 //              its predecessor (send_recv), the link pattern of a ring step;
+//   bf16:      all_reduce with --wire-precision bf16 (accord-train's default), bus bandwidth of
+//              the bytes on the wire (half the buffer's);
 //   perftest:  ucx_perftest's tag bandwidth, where installed (its own server and client
 //              processes, busy polling, no accord code involved), run after the others.
 // All ranks share this machine's cores with each other (and with anything else running), so
@@ -54,7 +56,7 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-enum measured { pair_p2p, ring_p2p, all_reduce, reduce_scatter, sign_majority, kinds };
+enum measured { pair_p2p, ring_p2p, all_reduce, all_reduce_bf16, reduce_scatter, sign_majority, kinds };
 
 // One rank's time and CPU time for the calls of one measurement.
 struct sample {
@@ -104,6 +106,7 @@ std::vector<sample> measure_rank(transport& t, const plan& p) {
         },
         [&] { t.send_recv((rank + 1) % world, out, (rank + world - 1) % world, in, 2); },
         [&] { t.all_reduce(floats); },
+        [&] { t.all_reduce(floats, wire_precision::bf16); },
         [&] { t.reduce_scatter(floats); },
         [&] { t.sign_majority(votes, signs, 0, majority); },
     };
@@ -308,16 +311,17 @@ int main(int argc, char** argv) {
   try {
     const auto samples = run_ranks(ranks, options, p);
     const double ring_factor = 2.0 * (ranks - 1) / ranks, scatter_factor = double(ranks - 1) / ranks;
-    const double factors[kinds] = {1, 1, ring_factor, scatter_factor, ring_factor};
+    // bf16 counts the bytes on the wire, half the buffer's.
+    const double factors[kinds] = {1, 1, ring_factor, ring_factor / 2, scatter_factor, ring_factor};
     std::printf("UCX between %d processes on this machine (%u hardware threads), error mode %s, %d interleaved "
                 "repetitions, medians\n",
                 ranks, std::thread::hardware_concurrency(),
                 options.detect_peer_failure ? "PEER (tcp)" : "NONE (shm+cma)", p.repetitions);
     std::printf("GB/s = 1e9 bytes/s, bus bandwidth per NCCL's convention; ar/pair and ar/perf = all_reduce bus "
                 "bandwidth / pair p2p and / ucx_perftest;\ncpu ns/B = CPU seconds of all ranks per byte of the buffer\n");
-    std::printf("%8s %6s | %8s %8s %8s %10s %10s %10s | %7s %7s | %8s %8s %8s | %14s\n", "size", "calls", "perftest",
-                "pair", "ring", "all_reduce", "red_scat", "sign_vote", "ar/pair", "ar/perf", "cpu pair", "cpu ar",
-                "cpu vote", "ar/pair 1 core");
+    std::printf("%8s %6s | %8s %8s %8s %10s %8s %10s %10s | %7s %7s | %8s %8s %8s %8s | %14s\n", "size", "calls",
+                "perftest", "pair", "ring", "all_reduce", "ar bf16", "red_scat", "sign_vote", "ar/pair", "ar/perf",
+                "cpu pair", "cpu ar", "cpu bf16", "cpu vote", "ar/pair 1 core");
     std::size_t index = 0;
     for (const std::size_t bytes : p.sizes) {
       const int calls = calls_per_measurement(p.volume_mib, bytes);
@@ -339,13 +343,14 @@ int main(int argc, char** argv) {
       }
       index += static_cast<std::size_t>(p.repetitions) * kinds;
       const auto perftest = perftest_bandwidth(bytes, calls * p.repetitions, options.net_devices);
-      std::printf("%8s %6d | %8s %8.2f %8.2f %10.2f %10.2f %10.2f | %7.2f %7s | %8.3f %8.3f %8.3f | %14.2f\n",
-                  human_bytes(bytes).c_str(), calls,
-                  two_decimals(perftest).c_str(), bandwidth[pair_p2p],
-                  bandwidth[ring_p2p], bandwidth[all_reduce], bandwidth[reduce_scatter], bandwidth[sign_majority],
+      std::printf("%8s %6d | %8s %8.2f %8.2f %10.2f %8.2f %10.2f %10.2f | %7.2f %7s | %8.3f %8.3f %8.3f %8.3f | %14.2f\n",
+                  human_bytes(bytes).c_str(), calls, two_decimals(perftest).c_str(), bandwidth[pair_p2p],
+                  bandwidth[ring_p2p], bandwidth[all_reduce], bandwidth[all_reduce_bf16], bandwidth[reduce_scatter],
+                  bandwidth[sign_majority],
                   bandwidth[all_reduce] / bandwidth[pair_p2p],
                   two_decimals(perftest ? std::optional(bandwidth[all_reduce] / *perftest) : std::nullopt).c_str(),
-                  cpu[pair_p2p], cpu[all_reduce], cpu[sign_majority], 2.0 * (ranks - 1) * cpu[pair_p2p] / cpu[all_reduce]);
+                  cpu[pair_p2p], cpu[all_reduce], cpu[all_reduce_bf16], cpu[sign_majority],
+                  2.0 * (ranks - 1) * cpu[pair_p2p] / cpu[all_reduce]);
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {
