@@ -1,20 +1,40 @@
-// accord-bench-collectives: bus bandwidth of the ring collectives over UCX on loopback (ranks
-// as threads of this process), printed beside the raw UCX point-to-point bandwidth measured in
-// the same run, so the ratio shows what the collective layer costs on top of the wire.
+// accord-bench-collectives: bus bandwidth of the ring collectives over UCX between processes on
+// this machine (one forked process per rank, as accord-launch runs a job), printed beside the
+// raw UCX point-to-point bandwidth measured in the same run, so the ratio shows what the
+// collective layer costs on top of the wire.
 //
 // Bus bandwidth follows NCCL's convention: bytes moved per rank per second on the busiest link,
 // i.e. algorithm bandwidth (buffer bytes / time) times 2(N-1)/N for all-reduce and the sign
-// vote (votes up, result down) and (N-1)/N for reduce-scatter. Two raw baselines:
-//   pair:  rank 0 streams frames of the size to rank 1 while the others idle;
-//   ring:  every rank sends a frame of the size to its successor while receiving one from its
-//          predecessor (send_recv), the exact link pattern of a ring step.
-// Where ucx_perftest is installed, its tag bandwidth at the largest size is printed too (a
-// separate server and client process, busy-polling, no accord code involved).
+// vote (votes up, result down) and (N-1)/N for reduce-scatter. Raw baselines:
+//   pair:      rank 0 streams frames of the size to rank 1 while the others idle;
+//   ring:      every rank sends a frame of the size to its successor while receiving one from
+//              its predecessor (send_recv), the link pattern of a ring step;
+//   bf16:      all_reduce with --wire-precision bf16 (accord-train's default), bus bandwidth of
+//              the bytes on the wire (half the buffer's);
+//   perftest:  ucx_perftest's tag bandwidth, where installed (its own server and client
+//              processes, busy polling, no accord code involved), run after the others.
+// All ranks share this machine's cores with each other (and with anything else running), so
+// bus bandwidth on a busy or small machine shows the cores as much as the code. The column
+// "ar/pair 1 core" is the ratio it would reach with an idle core per rank, derived from CPU
+// time, which load barely changes: a pair transfer costs one copy of its bytes (the receiver's
+// CPU, as UCX's shared memory and CMA copy on the receiving side) and an all-reduce costs
+// 2(N-1) such copies of its buffer over all ranks plus the reduction, so with each rank on its
+// own core the ratio is 2(N-1) * cpu(pair) / cpu(all_reduce).
+// Every size runs a warm-up call of each kind, then --repetitions rounds, each timing every
+// kind once in turn (interleaved, so load changes hit all alike) over a barrier; a
+// measurement's time is the slowest rank's, and the table shows medians over the rounds. CPU
+// seconds (user + system of every rank's process, medians) per byte of the buffer do not depend
+// on how busy the machine is, unlike bandwidths.
+#include <poll.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,32 +56,71 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-// Runs body(rank's transport) on one thread per rank; returns the slowest rank's seconds per
-// call after one warm-up call. Every rank makes the same calls, so they stay in lockstep.
-double time_on_all_ranks(std::vector<std::unique_ptr<transport>>& group, int calls,
-                         const std::function<void(transport&)>& body) {
-  std::vector<double> seconds(group.size());
-  std::vector<std::thread> threads;
-  for (std::size_t r = 0; r < group.size(); ++r)
-    threads.emplace_back([&, r] {
-      transport& t = *group[r];
-      body(t);
-      std::vector<float> barrier(1);
-      t.all_reduce(barrier);
-      const auto start = steady::now();
-      for (int i = 0; i < calls; ++i) body(t);
-      seconds[r] = std::chrono::duration<double>(steady::now() - start).count() / calls;
-    });
-  for (auto& thread : threads) thread.join();
-  return *std::ranges::max_element(seconds);
+enum measured { pair_p2p, ring_p2p, all_reduce, all_reduce_bf16, reduce_scatter, sign_majority, kinds };
+
+// One rank's time and CPU time for the calls of one measurement.
+struct sample {
+  double seconds = 0;
+  double cpu_seconds = 0;
+};
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
-double gigabytes_per_second(double bytes, double seconds) { return bytes / seconds / 1e9; }
+std::vector<std::size_t> message_sizes(std::size_t min_bytes, std::size_t max_bytes) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) sizes.push_back(bytes);
+  return sizes;
+}
 
-std::string human_bytes(std::size_t bytes) {
-  if (bytes >= (1u << 20)) return std::to_string(bytes >> 20) + " MiB";
-  if (bytes >= (1u << 10)) return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " B";
+int calls_per_measurement(double volume_mib, std::size_t bytes) {
+  return std::max(1, static_cast<int>(volume_mib * (1 << 20) / static_cast<double>(bytes)));
+}
+
+struct plan {
+  std::vector<std::size_t> sizes;
+  int repetitions = 0;
+  double volume_mib = 0;
+};
+
+// One rank's whole run: samples in order size, repetition, kind.
+std::vector<sample> measure_rank(transport& t, const plan& p) {
+  const int rank = t.rank(), world = t.size();
+  std::vector<sample> samples;
+  std::vector<float> barrier(1);
+  for (const std::size_t bytes : p.sizes) {
+    const int calls = calls_per_measurement(p.volume_mib, bytes);
+    std::vector<std::byte> out(bytes, std::byte{1}), in(bytes);
+    std::vector<float> floats(bytes / sizeof(float), 1.0f);
+    const std::size_t signs = bytes * 8;
+    std::vector<std::uint64_t> votes(packed_words(signs), 0x5a5a5a5aull ^ static_cast<std::uint64_t>(rank));
+    std::vector<std::uint64_t> majority(packed_words(signs));
+    const std::array<std::function<void()>, kinds> bodies = {
+        [&] {
+          if (rank == 0) t.send(1, 1, out);
+          if (rank == 1) t.recv(0, 1, in);
+        },
+        [&] { t.send_recv((rank + 1) % world, out, (rank + world - 1) % world, in, 2); },
+        [&] { t.all_reduce(floats); },
+        [&] { t.all_reduce(floats, wire_precision::bf16); },
+        [&] { t.reduce_scatter(floats); },
+        [&] { t.sign_majority(votes, signs, 0, majority); },
+    };
+    for (const auto& body : bodies) body();  // warm-up: buffers faulted in, connections busy
+    for (int repetition = 0; repetition < p.repetitions; ++repetition)
+      for (const auto& body : bodies) {
+        t.all_reduce(barrier);
+        const double cpu = cpu_seconds();
+        const auto start = steady::now();
+        for (int i = 0; i < calls; ++i) body();
+        samples.push_back({std::chrono::duration<double>(steady::now() - start).count(), cpu_seconds() - cpu});
+      }
+  }
+  return samples;
 }
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
@@ -75,6 +134,105 @@ int free_port() {
   getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
   close(probe);
   return ntohs(address.sin_port);
+}
+
+bool write_all(int fd, const void* data, std::size_t bytes) {
+  const char* at = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t written = write(fd, at, bytes);
+    if (written <= 0) return false;
+    at += written;
+    bytes -= static_cast<std::size_t>(written);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, std::size_t bytes) {
+  char* at = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t got = read(fd, at, bytes);
+    if (got <= 0) return false;
+    at += got;
+    bytes -= static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+// Forks one process per rank; each connects over UCX and runs the plan, then hands its samples
+// to the parent through a pipe. Returns samples[rank]; throws if a rank failed (its own error
+// went to stderr) after stopping the others.
+std::vector<std::vector<sample>> run_ranks(int world, const ucx_options& options, const plan& p) {
+  std::vector<std::string> addresses;
+  for (int r = 0; r < world; ++r) addresses.push_back("127.0.0.1:" + std::to_string(free_port()));
+  const std::size_t expected = p.sizes.size() * static_cast<std::size_t>(p.repetitions) * kinds;
+  std::vector<pid_t> children;
+  std::vector<int> pipes;
+  for (int r = 0; r < world; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("cannot create a pipe for rank " + std::to_string(r));
+    std::fflush(nullptr);
+    const pid_t child = fork();
+    if (child < 0) throw std::runtime_error("cannot fork rank " + std::to_string(r));
+    if (child == 0) {
+      close(fds[0]);
+      int status = 0;
+      try {
+        const auto t = connect_ucx_rank(r, addresses, options);
+        const std::vector<sample> samples = measure_rank(*t, p);
+        status = write_all(fds[1], samples.data(), samples.size() * sizeof(sample)) ? 0 : 1;
+      } catch (const std::exception& e) {
+        std::cerr << "accord-bench-collectives: rank " << r << ": " << e.what() << "\n";
+        status = 1;
+      }
+      _exit(status);
+    }
+    close(fds[1]);
+    children.push_back(child);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<std::vector<sample>> samples(world, std::vector<sample>(expected));
+  std::vector<bool> done(world, false);
+  std::string failed;
+  for (int finished = 0; finished < world && failed.empty();) {
+    std::vector<pollfd> waiting;
+    for (int r = 0; r < world; ++r)
+      if (!done[r]) waiting.push_back({pipes[r], POLLIN, 0});
+    poll(waiting.data(), waiting.size(), -1);
+    for (const pollfd& w : waiting) {
+      if (w.revents == 0) continue;
+      const int r = static_cast<int>(std::ranges::find(pipes, w.fd) - pipes.begin());
+      done[r] = true;
+      ++finished;
+      if (!read_all(w.fd, samples[r].data(), expected * sizeof(sample))) failed = "rank " + std::to_string(r) + " failed";
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    if (!failed.empty()) kill(children[r], SIGTERM);
+    waitpid(children[r], nullptr, 0);
+    close(pipes[r]);
+  }
+  if (!failed.empty()) throw std::runtime_error(failed);
+  return samples;
+}
+
+double median(std::vector<double> values) {
+  std::ranges::sort(values);
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// "1.23", or "-" for no value.
+std::string two_decimals(std::optional<double> value) {
+  if (!value) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", *value);
+  return text;
+}
+
+std::string human_bytes(std::size_t bytes) {
+  if (bytes >= (1u << 20)) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (1u << 10)) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
 }
 
 // ucx_perftest's tag_bw bandwidth (GB/s) between a server and a client process on loopback.
@@ -107,30 +265,31 @@ std::optional<double> perftest_bandwidth(std::size_t bytes, int iterations, cons
 int main(int argc, char** argv) {
   ucx_options options;
   po::options_description flags(
-      "accord-bench-collectives: bus bandwidth of all_reduce / reduce_scatter / sign_majority over UCX on\n"
-      "loopback (ranks as threads), beside raw UCX point-to-point bandwidth from the same run.\nOptions");
+      "accord-bench-collectives: bus bandwidth of all_reduce / reduce_scatter / sign_majority over UCX\n"
+      "between processes on this machine, beside raw UCX point-to-point bandwidth from the same run.\nOptions");
   flags.add_options()("help,h", "print this help")
-      ("ranks,n", number_flag(2, 64, 2), "number of ranks (threads), 2..64")
-      ("min-bytes", number_flag<std::size_t>(8, std::size_t{1} << 34, 1 << 12), "smallest message size in bytes")
+      ("ranks,n", number_flag(2, 64, 2), "number of ranks (processes), 2..64")
+      ("min-bytes", number_flag<std::size_t>(8, std::size_t{1} << 34, 1 << 20), "smallest message size in bytes")
       ("max-bytes", number_flag<std::size_t>(8, std::size_t{1} << 34, 64 << 20),
        "largest message size in bytes (sizes step x4)")
-      ("volume-mib", number_flag(number_range<double>{0, 1e6, true}, 512.0),
-       "bytes per measurement and size, in MiB (sets the repetitions; at least 3)")
+      ("volume-mib", number_flag(number_range<double>{0, 1e6, true}, 64.0),
+       "bytes per measurement and size, in MiB (sets the calls per measurement; at least 1)")
+      ("repetitions", number_flag(1, 1000, 5), "interleaved measurements per size and kind (medians are shown)")
       ("detect-peer-failure", po::bool_switch(&options.detect_peer_failure),
        "UCX error mode PEER: tcp only, no shared memory (see transport/ucx/ucx_transport.hpp)")
       ("net-devices", po::value(&options.net_devices)->default_value(""),
        "UCX_NET_DEVICES for the ranks (default: lo, or the environment's)");
   int ranks = 0;
-  std::size_t min_bytes = 0, max_bytes = 0;
-  double volume_mib = 0;
+  plan p;
   try {
     const auto parsed = parse_flags(argc, argv, flags, "usage: accord-bench-collectives [options]");
     if (!parsed) return 0;  // --help
     const po::variables_map& args = *parsed;
     ranks = args["ranks"].as<int>();
-    min_bytes = args["min-bytes"].as<std::size_t>();
-    max_bytes = args["max-bytes"].as<std::size_t>();
-    volume_mib = args["volume-mib"].as<double>();
+    const auto min_bytes = args["min-bytes"].as<std::size_t>();
+    const auto max_bytes = args["max-bytes"].as<std::size_t>();
+    p.volume_mib = args["volume-mib"].as<double>();
+    p.repetitions = args["repetitions"].as<int>();
     if (options.net_devices.find_first_not_of(
             "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:,.-") != std::string::npos)
       throw std::invalid_argument("--net-devices '" + options.net_devices + "' is not a device list");
@@ -139,62 +298,61 @@ int main(int argc, char** argv) {
                                   std::to_string(min_bytes));
     // Per rank at the largest size: the byte buffers out and in, the floats, the votes and the majority.
     require_memory(double(ranks) * 5 * double(max_bytes), "--max-bytes " + std::to_string(max_bytes));
+    p.sizes = message_sizes(min_bytes, max_bytes);
   } catch (const std::exception& e) {
     std::cerr << "accord-bench-collectives: " << e.what() << "\n";
     return 2;
   }
+  const char* environment_devices = std::getenv("UCX_NET_DEVICES");
+  if (options.net_devices.empty()) options.net_devices = environment_devices ? environment_devices : "lo";
+  // A rank that dies leaves its peers waiting; the parent then stops them, but not for minutes.
+  options.operation_timeout = std::chrono::seconds(120);
 
   try {
-    auto group = make_ucx_loopback_group(ranks, options);
+    const auto samples = run_ranks(ranks, options, p);
     const double ring_factor = 2.0 * (ranks - 1) / ranks, scatter_factor = double(ranks - 1) / ranks;
-    std::printf("UCX loopback, %d ranks as threads, %u hardware threads, error mode %s\n", ranks,
-                std::thread::hardware_concurrency(), options.detect_peer_failure ? "PEER (tcp)" : "NONE (shm+cma)");
-    std::printf("GB/s = 1e9 bytes/s; bus bandwidth per NCCL's convention; ratio = all_reduce bus / ring p2p\n");
-    std::printf("%10s %10s %10s %12s %12s %12s %7s\n", "size", "pair p2p", "ring p2p", "all_reduce", "red_scatter",
-                "sign_major", "ratio");
-    for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
-      const int calls = std::max(3, static_cast<int>(volume_mib * (1 << 20) / static_cast<double>(bytes)));
-      const double size = static_cast<double>(bytes);
-
-      std::vector<std::vector<std::byte>> out(ranks, std::vector<std::byte>(bytes, std::byte{1}));
-      std::vector<std::vector<std::byte>> in(ranks, std::vector<std::byte>(bytes));
-      const double pair = time_on_all_ranks(group, calls, [&](transport& t) {
-        if (t.rank() == 0) t.send(1, 1, out[0]);
-        if (t.rank() == 1) t.recv(0, 1, in[1]);
-      });
-      const double ring = time_on_all_ranks(group, calls, [&](transport& t) {
-        const int r = t.rank();
-        t.send_recv((r + 1) % ranks, out[r], (r + ranks - 1) % ranks, in[r], 2);
-      });
-      std::vector<std::vector<float>> floats(ranks, std::vector<float>(bytes / sizeof(float), 1.0f));
-      const double all_reduce = time_on_all_ranks(group, calls, [&](transport& t) { t.all_reduce(floats[t.rank()]); });
-      const double reduce_scatter =
-          time_on_all_ranks(group, calls, [&](transport& t) { t.reduce_scatter(floats[t.rank()]); });
-      const std::size_t signs = bytes * 8;
-      std::vector<std::vector<std::uint64_t>> votes(ranks, std::vector<std::uint64_t>(packed_words(signs), 0x5a5a5a5aull));
-      std::vector<std::vector<std::uint64_t>> majority(ranks, std::vector<std::uint64_t>(packed_words(signs)));
-      const double vote = time_on_all_ranks(
-          group, calls, [&](transport& t) { t.sign_majority(votes[t.rank()], signs, 0, majority[t.rank()]); });
-
-      const double ring_bandwidth = gigabytes_per_second(size, ring);
-      const double all_reduce_bus = gigabytes_per_second(size, all_reduce) * ring_factor;
-      std::printf("%10s %10.2f %10.2f %12.2f %12.2f %12.2f %7.2f\n", human_bytes(bytes).c_str(),
-                  gigabytes_per_second(size, pair), ring_bandwidth, all_reduce_bus,
-                  gigabytes_per_second(size, reduce_scatter) * scatter_factor,
-                  gigabytes_per_second(size, vote) * ring_factor, all_reduce_bus / ring_bandwidth);
+    // bf16 counts the bytes on the wire, half the buffer's.
+    const double factors[kinds] = {1, 1, ring_factor, ring_factor / 2, scatter_factor, ring_factor};
+    std::printf("UCX between %d processes on this machine (%u hardware threads), error mode %s, %d interleaved "
+                "repetitions, medians\n",
+                ranks, std::thread::hardware_concurrency(),
+                options.detect_peer_failure ? "PEER (tcp)" : "NONE (shm+cma)", p.repetitions);
+    std::printf("GB/s = 1e9 bytes/s, bus bandwidth per NCCL's convention; ar/pair and ar/perf = all_reduce bus "
+                "bandwidth / pair p2p and / ucx_perftest;\ncpu ns/B = CPU seconds of all ranks per byte of the buffer\n");
+    std::printf("%8s %6s | %8s %8s %8s %10s %8s %10s %10s | %7s %7s | %8s %8s %8s %8s | %14s\n", "size", "calls",
+                "perftest", "pair", "ring", "all_reduce", "ar bf16", "red_scat", "sign_vote", "ar/pair", "ar/perf",
+                "cpu pair", "cpu ar", "cpu bf16", "cpu vote", "ar/pair 1 core");
+    std::size_t index = 0;
+    for (const std::size_t bytes : p.sizes) {
+      const int calls = calls_per_measurement(p.volume_mib, bytes);
+      double bandwidth[kinds], cpu[kinds];
+      for (int k = 0; k < kinds; ++k) {
+        std::vector<double> seconds, cpu_seconds;
+        for (int repetition = 0; repetition < p.repetitions; ++repetition) {
+          const std::size_t at = index + static_cast<std::size_t>(repetition) * kinds + k;
+          double slowest = 0, total_cpu = 0;
+          for (const auto& rank_samples : samples) {
+            slowest = std::max(slowest, rank_samples[at].seconds);
+            total_cpu += rank_samples[at].cpu_seconds;
+          }
+          seconds.push_back(slowest / calls);
+          cpu_seconds.push_back(total_cpu / calls);
+        }
+        bandwidth[k] = double(bytes) / median(seconds) / 1e9 * factors[k];
+        cpu[k] = median(cpu_seconds) / double(bytes) * 1e9;
+      }
+      index += static_cast<std::size_t>(p.repetitions) * kinds;
+      const auto perftest = perftest_bandwidth(bytes, calls * p.repetitions, options.net_devices);
+      std::printf("%8s %6d | %8s %8.2f %8.2f %10.2f %8.2f %10.2f %10.2f | %7.2f %7s | %8.3f %8.3f %8.3f %8.3f | %14.2f\n",
+                  human_bytes(bytes).c_str(), calls, two_decimals(perftest).c_str(), bandwidth[pair_p2p],
+                  bandwidth[ring_p2p], bandwidth[all_reduce], bandwidth[all_reduce_bf16], bandwidth[reduce_scatter],
+                  bandwidth[sign_majority],
+                  bandwidth[all_reduce] / bandwidth[pair_p2p],
+                  two_decimals(perftest ? std::optional(bandwidth[all_reduce] / *perftest) : std::nullopt).c_str(),
+                  cpu[pair_p2p], cpu[all_reduce], cpu[all_reduce_bf16], cpu[sign_majority],
+                  2.0 * (ranks - 1) * cpu[pair_p2p] / cpu[all_reduce]);
       std::fflush(stdout);
     }
-    std::size_t largest = min_bytes;
-    while (largest * 4 <= max_bytes) largest *= 4;
-    const char* environment_devices = std::getenv("UCX_NET_DEVICES");
-    const std::string devices = !options.net_devices.empty() ? options.net_devices
-                                : environment_devices        ? environment_devices
-                                                             : "lo";
-    const int calls = std::max(3, static_cast<int>(volume_mib * (1 << 20) / static_cast<double>(largest)));
-    if (const auto perftest = perftest_bandwidth(largest, calls, devices))
-      std::printf("ucx_perftest -t tag_bw -s %zu (two processes, busy polling): %.2f GB/s\n", largest, *perftest);
-    else
-      std::printf("ucx_perftest: not installed or no result\n");
   } catch (const std::exception& e) {
     std::cerr << "accord-bench-collectives: " << e.what() << "\n";
     return 1;

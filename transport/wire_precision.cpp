@@ -14,44 +14,21 @@ void check_lengths(wire_precision precision, std::size_t values, std::size_t wir
                                 std::to_string(wire) + " wire elements");
 }
 
-// One conversion pair per 16-bit precision, picked once per span rather than per element.
-template <class Body>
-void with_conversions(wire_precision precision, Body body) {
-  if (precision == wire_precision::bf16)
-    body([](float v) { return to_bf16(v); }, [](std::uint16_t b) { return from_bf16(b); });
-  else
-    body([](float v) { return to_fp16(v); }, [](std::uint16_t b) { return from_fp16(b); });
-}
-
-}  // namespace
-
-std::string_view precision_name(wire_precision precision) {
-  switch (precision) {
-    case wire_precision::fp32: return "fp32";
-    case wire_precision::bf16: return "bf16";
-    case wire_precision::fp16: return "fp16";
-  }
-  return "?";
-}
-
-wire_precision parse_wire_precision(std::string_view text, std::string_view what) {
-  for (wire_precision p : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16})
-    if (text == precision_name(p)) return p;
-  throw std::invalid_argument(std::string(what) + ": '" + std::string(text) + "' (expected fp32|bf16|fp16)");
-}
-
-std::size_t wire_bytes(wire_precision precision) { return precision == wire_precision::fp32 ? 4 : 2; }
-
-std::uint16_t to_bf16(float value) {
+// The conversions, internal so that the loops over spans inline them: the public to_bf16 etc.
+// may be interposed in a shared (-fPIC) build, so calls to them stay calls, one per element.
+std::uint16_t bf16_bits(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
   // Round to nearest even at bit 16; a carry into the exponent is the correct result (up to inf).
-  return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const std::uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+  // A select, not a branch, so that the loops over spans vectorise (the magnitude fits int32).
+  const bool nan = static_cast<std::int32_t>(bits & 0x7fffffffu) > 0x7f800000;
+  return static_cast<std::uint16_t>(nan ? quiet_nan : rounded);
 }
 
-float from_bf16(std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t{bits} << 16); }
+float bf16_value(std::uint16_t bits) { return std::bit_cast<float>(std::uint32_t{bits} << 16); }
 
-std::uint16_t to_fp16(float value) {
+std::uint16_t fp16_bits(float value) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
   const std::uint32_t sign = (bits >> 16) & 0x8000u;
   const std::uint32_t magnitude = bits & 0x7fffffffu;
@@ -73,7 +50,7 @@ std::uint16_t to_fp16(float value) {
   return static_cast<std::uint16_t>(sign | units);
 }
 
-float from_fp16(std::uint16_t bits) {
+float fp16_value(std::uint16_t bits) {
   const std::uint32_t sign = std::uint32_t{bits & 0x8000u} << 16;
   const std::uint32_t exponent = (bits >> 10) & 0x1fu, mantissa = bits & 0x3ffu;
   if (exponent == 0) {  // zero or subnormal: mantissa · 2^-24, exact in fp32
@@ -83,6 +60,39 @@ float from_fp16(std::uint16_t bits) {
   if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
+
+// One conversion pair per 16-bit precision, picked once per span rather than per element.
+template <class Body>
+void with_conversions(wire_precision precision, Body body) {
+  if (precision == wire_precision::bf16)
+    body([](float v) { return bf16_bits(v); }, [](std::uint16_t b) { return bf16_value(b); });
+  else
+    body([](float v) { return fp16_bits(v); }, [](std::uint16_t b) { return fp16_value(b); });
+}
+
+}  // namespace
+
+std::string_view precision_name(wire_precision precision) {
+  switch (precision) {
+    case wire_precision::fp32: return "fp32";
+    case wire_precision::bf16: return "bf16";
+    case wire_precision::fp16: return "fp16";
+  }
+  return "?";
+}
+
+wire_precision parse_wire_precision(std::string_view text, std::string_view what) {
+  for (wire_precision p : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16})
+    if (text == precision_name(p)) return p;
+  throw std::invalid_argument(std::string(what) + ": '" + std::string(text) + "' (expected fp32|bf16|fp16)");
+}
+
+std::size_t wire_bytes(wire_precision precision) { return precision == wire_precision::fp32 ? 4 : 2; }
+
+std::uint16_t to_bf16(float value) { return bf16_bits(value); }
+float from_bf16(std::uint16_t bits) { return bf16_value(bits); }
+std::uint16_t to_fp16(float value) { return fp16_bits(value); }
+float from_fp16(std::uint16_t bits) { return fp16_value(bits); }
 
 void to_wire(wire_precision precision, std::span<const float> values, std::span<std::uint16_t> wire) {
   check_lengths(precision, values.size(), wire.size(), "to_wire");
