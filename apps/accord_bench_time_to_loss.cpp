@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
       ("algos", po::value<std::string>()->default_value("ddp,acco,dlion-mavo,acco-dlion"),
        "algorithms to compare; the first is the baseline of the ratios and of --targets auto")
       ("repetitions", po::value<int>()->default_value(3), "interleaved runs of each algorithm, repetition r with seed --seed + r (medians)")
+      ("comm-ratio", po::value<double>()->default_value(1.0),
+       "with --link auto: the baseline's communication time / its compute time per step")
       ("targets", po::value<std::string>()->default_value("auto"),
        "two eval losses to time, e.g. 3.0,2.8; auto: the baseline's median eval loss at half its steps "
        "and its median final eval loss + 1%");
@@ -91,22 +93,26 @@ int main(int argc, char** argv) {
         "Times each algorithm to two held-out losses at equal tokens per step and equal wire\n"
         "precision: synchronous algorithms accumulate --accumulation micro-batches per step,\n"
         "ACCO-style ones half of it per stage (two stages per step), overlapped ones capped.\n"
-        "--link auto (the default) emulates a link on which DDP communicates about as long as\n"
-        "it computes. Prints medians over interleaved repetitions: seconds to each target and\n"
+        "--link auto (the default) emulates a link on which DDP communicates --comm-ratio times as\n"
+        "long as it computes. Prints medians over interleaved repetitions: seconds to each target and\n"
         "the speed-up over the baseline, final eval loss, bits/param/step, peak memory/minimum.");
     if (!parsed) return 0;  // --help
     const po::variables_map& flags = *parsed;
     const std::vector<std::string> names = parse_algorithms(flags["algos"].as<std::string>());
     const int repetitions = flags["repetitions"].as<int>();
     if (repetitions < 1) throw std::invalid_argument("--repetitions must be at least 1");
+    const double comm_ratio = flags["comm-ratio"].as<double>();
+    if (!(comm_ratio > 0) || !std::isfinite(comm_ratio) || comm_ratio > 1e6)
+      throw std::invalid_argument("--comm-ratio must be a positive number up to 1e6");
     std::vector<double> targets = parse_targets(flags["targets"].as<std::string>());
     training_setup setup = make_training_setup(flags);
     const std::size_t accumulation = setup.job.accumulation;
     for (const auto& name : names)
       if (staged(name) && accumulation % 2 != 0)
         throw std::invalid_argument("--accumulation must be even: " + name + " takes half of it per stage");
-    // A DDP step that spends as long on the wire as on compute.
-    if (setup.job.link == "auto") setup.job.link = calibrated_link(setup, job_for(setup, "ddp", accumulation));
+    // A DDP step that spends --comm-ratio times its compute on the wire.
+    if (setup.job.link == "auto")
+      setup.job.link = calibrated_link(setup, job_for(setup, "ddp", accumulation), comm_ratio);
     std::printf("%s, %d workers, %llu steps of %zu micro-batches x %zu examples, link %s, wire %s%s\n",
                 setup.net->signature().c_str(), setup.job.workers, static_cast<unsigned long long>(setup.job.steps),
                 accumulation, setup.job.micro_batch, setup.job.link.c_str(), setup.job.wire_precision.c_str(),

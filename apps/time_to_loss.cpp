@@ -34,7 +34,7 @@ double eval_loss_at(const job_result& r, std::uint64_t step) {
   return loss;
 }
 
-std::string calibrated_link(const training_setup& setup, job_config probe) {
+std::string calibrated_link(const training_setup& setup, job_config probe, double comm_ratio) {
   probe.link = "unlimited";
   probe.steps = 8;
   probe.eval_interval = 0;
@@ -42,9 +42,10 @@ std::string calibrated_link(const training_setup& setup, job_config probe) {
   const double steps = static_cast<double>(r.steps.size());
   const double compute_per_step = r.compute_seconds / steps;
   const double bytes_per_step = static_cast<double>(r.bytes_sent) / probe.workers / steps;
-  const double megabits = std::max(1.0, std::round(8 * bytes_per_step / compute_per_step / 1e6));
-  std::printf("link auto: %s computes %.1f ms and sends %.0f KB per worker and step -> %.0fmbit,100us\n",
-              probe.algorithm.c_str(), 1e3 * compute_per_step, bytes_per_step / 1e3, megabits);
+  const double megabits = std::max(1.0, std::round(8 * bytes_per_step / (comm_ratio * compute_per_step) / 1e6));
+  std::printf("link auto: %s computes %.1f ms and sends %.0f KB per worker and step -> %.0fmbit,100us "
+              "(communication %gx compute)\n",
+              probe.algorithm.c_str(), 1e3 * compute_per_step, bytes_per_step / 1e3, megabits, comm_ratio);
   return std::to_string(static_cast<long long>(megabits)) + "mbit,100us";
 }
 

@@ -25,10 +25,11 @@ double seconds_to(const job_result& r, double target);
 // The last evaluation at or before step `step` (never if none).
 double eval_loss_at(const job_result& r, std::uint64_t step);
 
-// An emulated link on which `probe`'s communication per step takes about as long as its compute:
-// the probe runs 8 steps on an unlimited link and its bytes per worker and step over its compute
-// time per step give the bandwidth (latency 100us). Prints what it measured.
-std::string calibrated_link(const training_setup& setup, job_config probe);
+// An emulated link on which `probe`'s communication per step takes `comm_ratio` times its compute:
+// the probe runs 8 steps on an unlimited link and its bytes per worker and step over
+// comm_ratio x its compute time per step give the bandwidth (latency 100us). Prints what it
+// measured.
+std::string calibrated_link(const training_setup& setup, job_config probe, double comm_ratio = 1.0);
 
 // "12.3", or "-" for never.
 std::string format_seconds(double seconds);

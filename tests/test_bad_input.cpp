@@ -82,6 +82,7 @@ const std::string bench_models = ACCORD_BENCH_MODELS_BINARY;
 const std::string bench_gpu = ACCORD_BENCH_GPU_BINARY;
 const std::string bench_collectives = ACCORD_BENCH_COLLECTIVES_BINARY;
 const std::string bench_topologies = ACCORD_BENCH_TOPOLOGIES_BINARY;
+const std::string bench_time_to_loss = ACCORD_BENCH_TIME_TO_LOSS_BINARY;
 
 // A job small enough that the refusals that come after loading the data stay quick.
 const std::string tiny = " --width 16 --heads 2 --layers 1 --context 8 --steps 2";
@@ -288,6 +289,12 @@ TEST_CASE("the benchmarks refuse bad flags naming them") {
       {bench_topologies, "--topology gossip", "--topology: each run of --runs names its own topology"},
       {bench_topologies, "--target -1", "--target: '-1'"},
       {bench_topologies, "--repetitions 0", "--repetitions"},
+      {bench_time_to_loss, "--comm-ratio nan", "--comm-ratio"},
+      {bench_time_to_loss, "--comm-ratio 0", "--comm-ratio"},
+      {bench_time_to_loss, "--targets 3.0", "--targets"},
+      {bench_time_to_loss, "--algos ddp,nope", "--algos"},
+      {bench_time_to_loss, "--repetitions 0", "--repetitions"},
+      {bench_time_to_loss, "--algos ddp,acco --accumulation 3", "--accumulation must be even"},
   };
   for (const auto& c : cases) check_refused(c);
 }
