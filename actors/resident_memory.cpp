@@ -32,7 +32,7 @@ resident_memory::slot& resident_memory::slot_of(const tensor& t, bool upload) {
   s.owner = t;
   if (upload) {
     s.values.copy_from(*t);  // synchronous: nothing pending afterwards
-    s.last_write.reset();
+    s.last_use.reset();
   }
   return s;
 }
@@ -44,29 +44,29 @@ device_span<float> resident_memory::buffer_of(const tensor& t, bool upload) {
 void resident_memory::zero(const tensor& t) {
   slot& s = slot_of(t, false);
   stream_->fill(s.values.span(), 0.0f);
-  s.last_write = stream_->record();
+  s.last_use = stream_->record();
 }
 
 void resident_memory::copy(const tensor& from, const tensor& to) {
   slot& source = slot_of(from, false);
   slot& target = slot_of(to, false);
   stream_->copy(source.values.span(), target.values.span());
-  target.last_write = stream_->record();
+  source.last_use = target.last_use = stream_->record();  // the source must not change before it is read
 }
 
 device_span<float> resident_memory::ready_for_model(const tensor& t) {
   slot& s = slot_of(t, false);
-  if (s.last_write) {
-    stream_->wait_for(*s.last_write);
+  if (s.last_use) {
+    stream_->wait_for(*s.last_use);
     stream_->synchronize();
-    s.last_write.reset();
+    s.last_use.reset();
   }
   return {s.values.span(), where_};
 }
 
 void resident_memory::order_on(const tensor& t, kernels& stream) {
   slot& s = slot_of(t, false);
-  if (s.last_write) stream.wait_for(*s.last_write);
+  if (s.last_use) stream.wait_for(*s.last_use);
 }
 
 void resident_memory::download(const tensor& t) {

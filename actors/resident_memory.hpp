@@ -12,10 +12,12 @@
 // reports and checkpoints read them), never a micro-batch's.
 //
 // Ordering: buffer operations (zero, copy) are queued on the worker's buffer stream without a
-// host wait; the buffer remembers the event after its last queued write. A stream that reads it
-// next waits for that event on the device (order_on); the model, which takes memory with no
-// pending writes, gets it after a host wait on the event (ready_for_model) — in practice only
-// the first micro-batch of a round, after the zeroing, ever waits.
+// host wait; each buffer they touch, read or written, remembers the event after them. A stream
+// that uses the buffer next waits for that event on the device (order_on); the model, which
+// takes memory with no pending work of other streams, gets it after a host wait on the event
+// (ready_for_model). That covers ACCO's copy too: the sum it reads is written by the next
+// micro-batch only once the copy has run. In practice only the first micro-batch after a
+// zeroing or a copy waits, for one short kernel.
 //
 // Threads: each actor uses a tensor only while it holds it, so buffers need no lock; the table
 // of buffers has one. On a host memory_location (job_config::resident_on_host) the same path
@@ -49,7 +51,7 @@ public:
   void copy(const tensor& from, const tensor& to);
   // `t`'s buffer as the model may take it: every write to it has finished.
   device_span<float> ready_for_model(const tensor& t);
-  // Work queued on `stream` from now on runs after every write queued to t's buffer.
+  // Work queued on `stream` from now on runs after the buffer operations queued on t's buffer.
   void order_on(const tensor& t, kernels& stream);
   // t's host values := its buffer's (a counted device-to-host copy); the buffer has no pending
   // writes of other streams (the caller finished them).
@@ -59,7 +61,7 @@ private:
   struct slot {
     std::weak_ptr<std::vector<float>> owner;
     device_array<float> values;
-    std::shared_ptr<const device_event> last_write;  // null: nothing pending
+    std::shared_ptr<const device_event> last_use;  // after the last buffer operation; null: none pending
   };
   slot& slot_of(const tensor& t, bool upload);
   void activate() const;

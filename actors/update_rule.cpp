@@ -91,6 +91,8 @@ public:
     collectives.reduce_scatter(buffer, wire);
     const std::span<float> slice = buffer.subspan(own_.begin, own_.size());
     k.scale(slice, global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f);
+    // square_sum waits for the stream; the reduce-scatter first, watching for failed peers.
+    collectives.finish();
     observed_.gradient_square_sum = k.square_sum(slice);
     device_shard& d = *device_;
     std::span<float> master = d.master.span(), state = d.state.span();
