@@ -46,7 +46,10 @@ tensor take_spare(accumulator_state& s) {
 
 tensor take_zeroed(accumulator_state& s) {
   tensor t = take_spare(s);
-  std::fill(t->begin(), t->end(), 0.f);
+  if (s.setup.memory)
+    s.setup.memory->zero(t);
+  else
+    std::fill(t->begin(), t->end(), 0.f);
   return t;
 }
 
@@ -125,7 +128,10 @@ void launch_round(self_pointer self) {
   if (keeps_accumulation(setup.pipe, s.round)) {
     // ACCO's estimate round: g̃ goes on the wire and also stays for the real round.
     request.buffer = take_spare(s);
-    std::copy(s.accumulated->begin(), s.accumulated->end(), request.buffer->begin());
+    if (setup.memory)
+      setup.memory->copy(s.accumulated, request.buffer);
+    else
+      std::copy(s.accumulated->begin(), s.accumulated->end(), request.buffer->begin());
   } else {
     request.buffer = std::move(s.accumulated);
     s.totals = {};

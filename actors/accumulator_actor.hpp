@@ -28,6 +28,8 @@ struct accumulator_setup {
   // The compute actor is resident (compute_setup::resident): a lent sum's host values are stale
   // until fetched, which happens right before its round goes out.
   bool fetch_sums = false;
+  // Rounds run on the device (compute_setup::memory): buffers are zeroed and copied there.
+  std::shared_ptr<resident_memory> memory;
   std::function<float(std::uint64_t)> learning_rate;  // per optimizer step
   std::function<bool(std::uint64_t)> wants_parameters;  // round → attach a copy to the report
   std::function<bool(std::uint64_t)> wants_snapshot;    // round → attach the optimizer state

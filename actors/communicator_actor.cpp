@@ -53,8 +53,17 @@ communicator_actor::behavior_type communicator_behavior(
             s.link->all_reduce(std::span<double>(totals));
           }
           const round_totals global{totals[0], totals[1], totals[2], totals[3]};
-          s.rule->apply(*s.link, *request.buffer, request.local, global, request.learning_rate,
-                        step_of_round(s.pipe, request.round), request.estimate);
+          const std::uint64_t step = step_of_round(s.pipe, request.round);
+          if (s.collectives) {
+            // The accumulator's last writes to the buffer (zeroing, ACCO's copy) come first, on the device.
+            s.memory->order_on(request.buffer, s.collectives->stream());
+            s.rule->apply_on_device(*s.collectives, s.memory->buffer_of(request.buffer).values, request.local, global,
+                                    request.learning_rate, step, request.estimate);
+            s.memory->download(request.buffer);  // hash, divergence check, reports
+          } else {
+            s.rule->apply(*s.link, *request.buffer, request.local, global, request.learning_rate, step,
+                          request.estimate);
+          }
           round_result result;
           result.round = request.round;
           result.global = global;

@@ -6,6 +6,7 @@
 #include "actors/elastic_state.hpp"
 #include "actors/messages.hpp"
 #include "actors/algorithm.hpp"
+#include "actors/resident_memory.hpp"
 #include "actors/topology_rule.hpp"
 #include "actors/update_rule.hpp"
 
@@ -19,6 +20,11 @@ struct communicator_setup {
   // Shared with the process that built it, which may interrupt() it from another thread.
   std::shared_ptr<transport> link;
   std::unique_ptr<update_rule> rule;
+  // Rounds on the device (a resident worker whose rule has a device form, over collectives that
+  // serve its memory): the rule runs on the device buffer of the request's tensor, and the new
+  // parameters are mirrored to the host once per round. Both null: rounds on the host.
+  std::shared_ptr<resident_memory> memory;
+  std::unique_ptr<device_collectives> collectives;
   // What the rule's topology says after each round (null: replicas always agree).
   std::shared_ptr<const topology_status> topology;
   std::uint64_t hash_interval = 1;  // rounds between parameter hashes (0: never)

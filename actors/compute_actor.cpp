@@ -95,8 +95,14 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
             loss = answer.loss, items = answer.items;
           } else {
             const batch input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
-            loss = s.resident ? accumulate_resident(self->state, input, sum)
-                              : s.net->accumulate_gradients(*s.parameters, input, *sum);
+            if (s.memory) {
+              s.memory->buffer_of(s.parameters, true);  // the initial parameters go up once
+              loss = s.net->accumulate_gradients_at(s.memory->ready_for_model(s.parameters), input,
+                                                    s.memory->ready_for_model(sum));
+            } else {
+              loss = s.resident ? accumulate_resident(self->state, input, sum)
+                                : s.net->accumulate_gradients(*s.parameters, input, *sum);
+            }
             items = static_cast<double>(input.items());
           }
         } catch (const std::exception& e) {
@@ -116,6 +122,7 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
         if (s.app) s.app->new_parameters();
         try {
           // Not made yet: it takes the current parameters when it is.
+          // With s.memory the new tensor's device buffer already holds them: swapped by handle.
           if (self->state.resident) self->state.resident->upload_parameters(*s.parameters);
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, e.what());

@@ -5,6 +5,7 @@
 // computing held-out loss for the coordinator.
 #include "actors/app_bridge.hpp"
 #include "actors/messages.hpp"
+#include "actors/resident_memory.hpp"
 
 #include <accord/model.hpp>
 
@@ -34,6 +35,10 @@ struct compute_setup {
   // parameters go up once per swap; a lent sum goes up at its first micro-batch and comes
   // back on fetch_atom, once per round. Until then the lent tensor's host values are stale.
   bool resident = false;
+  // A resident worker whose rounds run on the device: its tensors are handles into `memory`
+  // (shared with its accumulator and communicator), so the compute actor neither uploads new
+  // parameters nor is asked to fetch sums; the initial parameters go up at the first micro-batch.
+  std::shared_ptr<resident_memory> memory;
 };
 
 compute_actor spawn_compute_actor(caf::actor_system& system, std::shared_ptr<compute_setup> setup);

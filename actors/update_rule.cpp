@@ -6,17 +6,32 @@
 
 #include <algorithm>
 #include <bit>
+#include <stdexcept>
 #include <optional>
 #include <vector>
 
 namespace accord {
+
+void update_rule::apply_on_device(device_collectives&, std::span<float>, const round_totals&, const round_totals&,
+                                  float, std::uint64_t, bool) {
+  throw std::logic_error("this update rule has no device form; its rounds run on the host");
+}
+
 namespace {
+
+// A rule's state in the device memory of its collectives, uploaded from the host state once.
+device_array<float> upload(const device_collectives& collectives, std::span<const float> host) {
+  const memory_location where = collectives.memory();
+  const device_kind kind = where.on_host() ? device_kind::cpu : device_kind::cuda;
+  if (kind == device_kind::cuda) use_cuda_device(where.device);
+  return device_array<float>(kind, host);
+}
 
 class sharded_optimizer_rule final : public update_rule {
 public:
   sharded_optimizer_rule(const optimizer_config& config, std::span<const float> initial, int world,
                          int rank, round_precision precision, const rule_state* resume)
-      : precision_(precision), own_(shard_of(initial.size(), world, rank)),
+      : config_(config), precision_(precision), own_(shard_of(initial.size(), world, rank)),
         master_(initial.begin() + own_.begin, initial.begin() + own_.end),
         optimizer_(make_optimizer(config, own_.size())) {
     if (!resume) return;
@@ -65,11 +80,53 @@ public:
     link.all_gather(buffer, wire);
   }
 
+  bool has_device_form() const override { return config_.kind == "adamw" || config_.kind == "lion"; }
+
+  // apply's steps as kernels on the collectives' stream, on master weights and state kept there.
+  void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals&,
+                       const round_totals& global, float learning_rate, std::uint64_t, bool estimate) override {
+    if (!device_) device_.emplace(collectives, master_, optimizer_->state());
+    kernels& k = collectives.stream();
+    const wire_precision wire = precision_.of(estimate);
+    collectives.reduce_scatter(buffer, wire);
+    const std::span<float> slice = buffer.subspan(own_.begin, own_.size());
+    k.scale(slice, global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f);
+    // square_sum waits for the stream; the reduce-scatter first, watching for failed peers.
+    collectives.finish();
+    observed_.gradient_square_sum = k.square_sum(slice);
+    device_shard& d = *device_;
+    std::span<float> master = d.master.span(), state = d.state.span();
+    if (estimate) {  // step copies: the committed master and state stay as they were
+      k.copy(master, d.scratch_master.span());
+      k.copy(state, d.scratch_state.span());
+      master = d.scratch_master.span();
+      state = d.scratch_state.span();
+    }
+    const std::uint64_t step = d.steps + 1;
+    const std::size_t n = own_.size();
+    if (config_.kind == "adamw")
+      k.adamw_step(master, slice, state.first(n), state.subspan(n, n),
+                   {learning_rate, config_.beta1, config_.beta2, config_.epsilon, config_.weight_decay, step});
+    else
+      k.lion_step(master, slice, state.first(n), {learning_rate, config_.beta1, config_.beta2, config_.weight_decay});
+    if (!estimate) d.steps = step;
+    k.copy(master, slice);
+    collectives.all_gather(buffer, wire);
+    collectives.finish();
+  }
+
   std::size_t state_bytes() const override {
     return (master_.size() + optimizer_->state().values.size()) * sizeof(float);
   }
 
   rule_state snapshot() const override {
+    if (device_) {  // the committed state lives on the device: bring it back for the checkpoint
+      device_->master.copy_to(master_);
+      optimizer_state state = optimizer_->state();
+      state.step = device_->steps;
+      device_->state.copy_to(state.values);
+      optimizer_->restore(std::move(state));
+    }
     const optimizer_state& state = optimizer_->state();
     rule_state snapshot{true, false, state.step, static_cast<std::uint32_t>(state.slots), own_.begin, state.values, {}};
     if (precision_.real != wire_precision::fp32) snapshot.master = master_;
@@ -77,11 +134,25 @@ public:
   }
 
 private:
+  // The own shard's master weights and optimizer state (slot after slot, as optimizer_state)
+  // in device memory, with copies for estimate rounds.
+  struct device_shard {
+    device_array<float> master, state, scratch_master, scratch_state;
+    std::uint64_t steps;
+    device_shard(const device_collectives& collectives, std::span<const float> master_values,
+                 const optimizer_state& host)
+        : master(upload(collectives, master_values)), state(upload(collectives, host.values)),
+          scratch_master(upload(collectives, master_values)), scratch_state(upload(collectives, host.values)),
+          steps(host.step) {}
+  };
+
+  optimizer_config config_;
   round_precision precision_;
   shard own_;
-  std::vector<float> master_;   // fp32 master weights of the own shard
+  mutable std::vector<float> master_;  // fp32 master weights of the own shard (stale while device_ holds them)
   std::vector<float> scratch_;  // estimate rounds step a copy of master_
   std::unique_ptr<optimizer> optimizer_;
+  mutable std::optional<device_shard> device_;
 };
 
 class sign_vote_rule final : public update_rule {
@@ -137,11 +208,48 @@ public:
     if (!estimate) std::copy(parameters_.begin(), parameters_.end(), buffer.begin());
   }
 
+  bool has_device_form() const override { return true; }
+
+  // apply's steps as kernels on the collectives' stream; θ and the momentum are kept there.
+  void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals& local,
+                       const round_totals&, float learning_rate, std::uint64_t step, bool estimate) override {
+    if (!device_) device_.emplace(collectives, parameters_, momentum_, average_);
+    kernels& k = collectives.stream();
+    device_replica& d = *device_;
+    k.scale(buffer, local.micro_batches > 0 ? static_cast<float>(1.0 / local.micro_batches) : 0.f);
+    observed_.gradient_square_sum = k.square_sum(buffer) / collectives.world();
+    std::span<float> momentum = d.momentum.span();
+    if (estimate) {
+      k.copy(momentum, d.scratch_momentum.span());
+      momentum = d.scratch_momentum.span();
+    }
+    k.lion_signs(buffer, momentum, config_.beta1, config_.beta2, step, d.signs.span());
+    std::span<float> target = d.parameters.span();
+    if (estimate) {
+      k.copy(d.parameters.span(), buffer);
+      target = buffer;
+    }
+    const trace_span phase("vote");
+    if (!average_) {
+      collectives.sign_majority(d.signs.span(), buffer.size(), step, d.voted.span());
+      k.sign_update(target, d.voted.span(), learning_rate, config_.weight_decay);
+    } else {
+      collectives.sign_counts(d.signs.span(), buffer.size(), d.plus_votes.span());
+      k.sign_update(target, d.plus_votes.span(), collectives.world(), learning_rate, config_.weight_decay);
+    }
+    if (!estimate) k.copy(d.parameters.span(), buffer);
+    collectives.finish();
+    observed_.vote_agreement = -1;  // not observed on the device (it would need the signs on the host)
+  }
+
   std::size_t state_bytes() const override {
     return (parameters_.size() + momentum_.size()) * sizeof(float);
   }
 
-  rule_state snapshot() const override { return {true, true, 0, 1, 0, momentum_, {}}; }
+  rule_state snapshot() const override {
+    if (device_) device_->momentum.copy_to(momentum_);  // the committed momentum lives on the device
+    return {true, true, 0, 1, 0, momentum_, {}};
+  }
 
 private:
   // Fraction of the own signs equal to the majority's (packed words, padding bits excluded).
@@ -165,10 +273,24 @@ private:
     return plus_votes_.empty() ? 1.0 : static_cast<double>(agreeing) / static_cast<double>(plus_votes_.size());
   }
 
+  // θ, the momentum and the vote's buffers in device memory.
+  struct device_replica {
+    device_array<float> parameters, momentum, scratch_momentum;
+    device_array<std::uint64_t> signs, voted;
+    device_array<std::uint16_t> plus_votes;
+    device_replica(const device_collectives& collectives, std::span<const float> theta,
+                   std::span<const float> momentum_values, bool average)
+        : parameters(upload(collectives, theta)), momentum(upload(collectives, momentum_values)),
+          scratch_momentum(upload(collectives, momentum_values)),
+          signs(parameters.kind(), packed_words(theta.size())), voted(parameters.kind(), packed_words(theta.size())),
+          plus_votes(parameters.kind(), average ? theta.size() : 0) {}
+  };
+
   bool average_;  // else the majority
   optimizer_config config_;
-  std::vector<float> parameters_;  // committed replica θ (identical on every worker)
-  std::vector<float> momentum_;    // this worker's own Lion momentum, never communicated
+  std::vector<float> parameters_;  // committed replica θ (identical on every worker; stale while device_ holds it)
+  mutable std::vector<float> momentum_;  // this worker's own Lion momentum, never communicated
+  mutable std::optional<device_replica> device_;
   std::vector<float> scratch_momentum_;
   std::vector<std::uint64_t> signs_;
   std::vector<std::uint64_t> voted_;

@@ -4,6 +4,7 @@
 // optimizer shard and master weights, or its Lion momentum). Plain C++, no actors: the
 // algorithms are testable on their own.
 #include "actors/messages.hpp"
+#include "gpu/device_collectives.hpp"
 #include "optim/optimizer.hpp"
 #include "transport/shard.hpp"
 #include "transport/transport.hpp"
@@ -33,6 +34,16 @@ public:
   virtual void apply(transport& link, std::span<float> buffer, const round_totals& local,
                      const round_totals& global, float learning_rate, std::uint64_t step,
                      bool estimate) = 0;
+  // The device form: the same round with `buffer` in collectives.memory() (a resident GPU
+  // worker over --transport nccl), its state kept there too (uploaded at the first call), and
+  // every step a kernel on the collectives' stream; returns once the round has run
+  // (collectives.finish()). Results equal apply's up to the collectives' summation order.
+  // Only rules whose has_device_form() is true have one (the others throw std::logic_error);
+  // their rounds run on the host.
+  virtual bool has_device_form() const { return false; }
+  virtual void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals& local,
+                               const round_totals& global, float learning_rate, std::uint64_t step,
+                               bool estimate);
   // Bytes of state this worker keeps (master weights, optimizer state), for the memory report.
   virtual std::size_t state_bytes() const = 0;
   // This worker's share of the committed state, for a checkpoint.
@@ -55,6 +66,7 @@ std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config&
                                                          int world, int rank, round_precision precision = {},
                                                          const rule_state* resume = nullptr);
 
+// Both built-in rules have a device form, the sharded one for AdamW and Lion (not SGD).
 // Distributed Lion: local mean gradient → local Lion direction with this worker's own momentum
 // → packed sign vote (majority, or average when `average`) → the same update x -= lr (Δ + wd x)
 // everywhere. Votes are 1 bit up whatever the wire precision, and parameters never travel.

@@ -86,12 +86,21 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   communication->link = group_size > 1 ? std::shared_ptr<transport>(make_hierarchical_transport(spec.link, group_size))
                                        : std::move(spec.link);
   auto status = std::make_shared<topology_status>();
-  communication->rule = make_topology_rule(
-      plan.topo->make_worker(rank, plan.initial),
-      plan.algo->make_rule(rule_inputs{plan.optimizer, plan.initial, workers, rank, plan.precision,
-                                       spec.state ? &*spec.state : nullptr}),
-      plan.optimizer, plan.schedule.total_steps, status);
-  communication->topology = std::move(status);
+  std::unique_ptr<update_rule> algorithm_rule = plan.algo->make_rule(
+      rule_inputs{plan.optimizer, plan.initial, workers, rank, plan.precision, spec.state ? &*spec.state : nullptr});
+  // Rounds on the device (README "GPU data path"): a resident worker on the ring, whose rule has
+  // a device form, over collectives that serve its memory (NCCL on its GPU; the reference on
+  // host memory for resident_on_host). Anything else runs its rounds on the host.
+  if (compute->resident && config.device_rounds && config.topology == "ring" && algorithm_rule->has_device_form())
+    communication->collectives = make_device_collectives(*communication->link, compute->net->memory());
+  if (communication->collectives) {
+    communication->memory = compute->memory = std::make_shared<resident_memory>(compute->net->memory());
+    communication->rule = std::move(algorithm_rule);  // the ring adds nothing to the algorithm's round
+  } else {
+    communication->rule = make_topology_rule(plan.topo->make_worker(rank, plan.initial), std::move(algorithm_rule),
+                                             plan.optimizer, plan.schedule.total_steps, status);
+    communication->topology = std::move(status);
+  }
   communication->hash_interval = config.replica_check_interval;
   communication->crash = std::move(spec.crash);
   communication->crash_round = spec.crash_round;
@@ -112,7 +121,8 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.accumulation = config.accumulation;
   accumulation.max_accumulation = config.max_accumulation;
   accumulation.parameter_count = plan.initial.size();
-  accumulation.fetch_sums = compute->resident;
+  accumulation.fetch_sums = compute->resident && !compute->memory;
+  accumulation.memory = compute->memory;
   accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
     return learning_rate_at(schedule, step);
   };

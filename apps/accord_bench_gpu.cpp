@@ -110,7 +110,7 @@ void bench_kernels(device_kind device, std::size_t n, int iterations, const band
   v.copy_from(host);
   const std::size_t words = packed_words(n), voters = 8;
   device_array<std::uint64_t> bits(device, words), vectors(device, voters * words);
-  device_array<std::uint16_t> counts(device, n);
+  device_array<std::uint16_t> counts(device, n), wire(device, n);
   device_array<float> widened(device, n);
   const double f = sizeof(float);
   report("accumulate", 3 * f * n,
@@ -130,6 +130,20 @@ void bench_kernels(device_kind device, std::size_t n, int iterations, const band
   report("lion_step", 5 * f * n,
          time_per_call(*k, iterations, [&] { k->lion_step(p.span(), g.span(), m.span(), {1e-6f, 0.9f, 0.99f, 0.0f}); }),
          reference);
+  // The device rounds' own kernels (update_rule::apply_on_device).
+  report("to_wire bf16", (f + 2.0) * n,
+         time_per_call(*k, iterations, [&] { k->to_wire(wire_precision::bf16, g.span(), wire.span()); }), reference);
+  report("add_from_wire bf16", (2 * f + 2.0) * n, time_per_call(*k, iterations, [&] {
+           k->add_from_wire(wire_precision::bf16, wire.span(), widened.span());
+         }), reference);
+  report("lion_signs", 3 * f * n + n / 8.0,
+         time_per_call(*k, iterations, [&] { k->lion_signs(g.span(), m.span(), 0.9f, 0.99f, 0, bits.span()); }),
+         reference);
+  report("sign_update (majority)", 2 * f * n + n / 8.0,
+         time_per_call(*k, iterations, [&] { k->sign_update(p.span(), bits.span(), 1e-9f, 0.0f); }), reference);
+  report("sign_update (average)", (2 * f + 2.0) * n, time_per_call(*k, iterations, [&] {
+           k->sign_update(p.span(), counts.span(), static_cast<int>(voters), 1e-9f, 0.0f);
+         }), reference);
 }
 
 void bench_nccl(std::size_t n, int iterations) {

@@ -342,6 +342,11 @@ int main(int argc, char** argv) {
                 result.kept_bytes_per_worker
                     ? (", plus " + format_megabytes(result.kept_bytes_per_worker) + " kept for elastic recovery").c_str()
                     : "");
+    // GPU workers: copies per step well below micro-batches per step say no micro-batch crossed PCIe.
+    if (const std::uint64_t copies = tensor_copies_to_and_from_devices())
+      std::printf("host<->device tensor copies in this process: %llu (%.1f per step)\n",
+                  static_cast<unsigned long long>(copies),
+                  result.steps.empty() ? 0.0 : static_cast<double>(copies) / static_cast<double>(result.steps.size()));
     if (!job.metrics_path.empty()) std::printf("metrics: %s\n", job.metrics_path.c_str());
     return 0;
   } catch (const job_already_finished& e) {

@@ -1,5 +1,6 @@
 // The CPU reference kernels (built from the optimizers' own per-element pieces), and the size
 // checks every implementation shares.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -41,8 +42,40 @@ class cpu_kernels final : public kernels {
 public:
   device_kind kind() const override { return device_kind::cpu; }
   void synchronize() override {}
+  std::shared_ptr<const device_event> record() override { return std::make_shared<device_event>(); }
+  void wait_for(const device_event&) override {}
 
 protected:
+  void do_fill(std::span<float> values, float value) override { std::fill(values.begin(), values.end(), value); }
+  void do_copy(std::span<const float> from, std::span<float> to) override {
+    std::copy(from.begin(), from.end(), to.begin());
+  }
+  void do_scale(std::span<float> values, float factor) override {
+    for (float& v : values) v *= factor;
+  }
+  double do_square_sum(std::span<const float> values) override {
+    double sum = 0;  // in order, as the host rules add it
+    for (float v : values) sum += static_cast<double>(v) * v;
+    return sum;
+  }
+  void do_convert(wire_precision precision, wire_direction direction, std::span<float> values,
+                  std::span<std::uint16_t> wire) override {
+    switch (direction) {
+      case wire_direction::narrow: return accord::to_wire(precision, values, wire);
+      case wire_direction::widen: return accord::from_wire(precision, wire, values);
+      case wire_direction::add_widened: return accord::add_from_wire(precision, wire, values);
+    }
+  }
+  void do_lion_signs(std::span<const float> gradients, std::span<float> momentum, float beta1, float beta2,
+                     std::uint64_t round, std::span<std::uint64_t> bits) override {
+    lion_local_direction(gradients, momentum, beta1, beta2, bits, round);
+  }
+  void do_sign_update(std::span<float> parameters, std::span<const std::uint64_t> majority,
+                      std::span<const std::uint16_t> plus_votes, int voters, float learning_rate,
+                      float weight_decay) override {
+    if (plus_votes.empty()) return apply_sign_update(parameters, majority, learning_rate, weight_decay);
+    apply_sign_update(parameters, plus_votes, voters, learning_rate, weight_decay);
+  }
   void do_accumulate(std::span<float> into, std::span<const float> values, float scale) override {
     for (std::size_t i = 0; i < into.size(); ++i) into[i] += scale * values[i];
   }
@@ -127,6 +160,65 @@ adamw_factors adamw_factors::of(const adamw_step_config& c) {
   return {static_cast<float>(c.learning_rate / (1.0 - std::pow(double{c.beta1}, t))),
           static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{c.beta2}, t))),
           1.0f - c.learning_rate * c.weight_decay};
+}
+
+void kernels::fill(std::span<float> values, float value) { do_fill(values, value); }
+
+void kernels::copy(std::span<const float> from, std::span<float> to) {
+  require(from.size() == to.size(), "copy", "sizes differ: " + sizes(from.size(), to.size()));
+  do_copy(from, to);
+}
+
+void kernels::scale(std::span<float> values, float factor) { do_scale(values, factor); }
+
+double kernels::square_sum(std::span<const float> values) { return do_square_sum(values); }
+
+namespace {
+void require_wire(wire_precision precision, std::size_t values, std::size_t wire, const char* kernel) {
+  require(precision != wire_precision::fp32, kernel, "fp32 values travel unconverted");
+  require(values == wire, kernel, "sizes differ: " + sizes(values, wire));
+}
+}  // namespace
+
+void kernels::to_wire(wire_precision precision, std::span<const float> values, std::span<std::uint16_t> wire) {
+  require_wire(precision, values.size(), wire.size(), "to_wire");
+  // Narrowing only reads the values.
+  do_convert(precision, wire_direction::narrow, {const_cast<float*>(values.data()), values.size()}, wire);
+}
+
+void kernels::from_wire(wire_precision precision, std::span<const std::uint16_t> wire, std::span<float> values) {
+  require_wire(precision, values.size(), wire.size(), "from_wire");
+  do_convert(precision, wire_direction::widen, values, {const_cast<std::uint16_t*>(wire.data()), wire.size()});
+}
+
+void kernels::add_from_wire(wire_precision precision, std::span<const std::uint16_t> wire, std::span<float> sums) {
+  require_wire(precision, sums.size(), wire.size(), "add_from_wire");
+  do_convert(precision, wire_direction::add_widened, sums, {const_cast<std::uint16_t*>(wire.data()), wire.size()});
+}
+
+void kernels::lion_signs(std::span<const float> gradients, std::span<float> momentum, float beta1, float beta2,
+                         std::uint64_t round, std::span<std::uint64_t> bits) {
+  require(momentum.size() == gradients.size(), "lion_signs",
+          "gradients and momentum differ: " + sizes(gradients.size(), momentum.size()));
+  require(bits.size() == packed_words(gradients.size()), "lion_signs",
+          "need packed_words(gradients) words: " + sizes(bits.size(), packed_words(gradients.size())));
+  do_lion_signs(gradients, momentum, beta1, beta2, round, bits);
+}
+
+void kernels::sign_update(std::span<float> parameters, std::span<const std::uint64_t> majority,
+                          float learning_rate, float weight_decay) {
+  require(majority.size() == packed_words(parameters.size()), "sign_update",
+          "need packed_words(parameters) words: " + sizes(majority.size(), packed_words(parameters.size())));
+  do_sign_update(parameters, majority, {}, 0, learning_rate, weight_decay);
+}
+
+void kernels::sign_update(std::span<float> parameters, std::span<const std::uint16_t> plus_votes, int voters,
+                          float learning_rate, float weight_decay) {
+  require(plus_votes.size() == parameters.size(), "sign_update",
+          "parameters and vote counts differ: " + sizes(parameters.size(), plus_votes.size()));
+  require(voters >= 1 && voters <= 0xffff, "sign_update", "voters must be 1..65535");
+  if (parameters.empty()) return;  // the empty vote span means the majority form
+  do_sign_update(parameters, {}, plus_votes, voters, learning_rate, weight_decay);
 }
 
 void kernels::accumulate(std::span<float> into, std::span<const float> values, float scale) {

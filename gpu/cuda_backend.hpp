@@ -13,6 +13,7 @@
 #include <accord/model.hpp>
 
 #include "gpu/device.hpp"
+#include "gpu/device_collectives.hpp"
 #include "gpu/kernels.hpp"
 #include "models/gpt.hpp"
 #include "transport/transport.hpp"
@@ -56,6 +57,9 @@ public:
   // Joins communicator `id` as `rank` of `size` on CUDA device `device` (see nccl_transport).
   virtual std::unique_ptr<transport> make_nccl_transport(const nccl_unique_id& id, int rank, int size,
                                                          int device) const = 0;
+  // Device collectives on `link`'s NCCL communicator and stream; null unless `link` is an NCCL
+  // transport on CUDA device `device`.
+  virtual std::unique_ptr<device_collectives> make_device_collectives(transport& link, int device) const = 0;
 };
 
 // The backend, loaded on first use; null with the reason in `why` when CUDA cannot be used

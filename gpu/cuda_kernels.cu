@@ -1,8 +1,11 @@
 // CUDA twins of the reference kernels in cpu_kernels.cpp. Arithmetic uses the _rn intrinsics in
 // the reference's order so nvcc cannot contract it into FMAs: results are bit-identical to the
 // CPU, and replicas on different devices stay identical (Distributed Lion relies on that).
+#include <memory>
+
 #include "gpu/cuda_check.hpp"
 #include "gpu/cuda_kernels.hpp"
+#include "gpu/device.hpp"
 #include "transport/transport.hpp"
 
 namespace accord {
@@ -120,6 +123,115 @@ __global__ void lion_kernel(float* parameters, const float* gradients, float* m,
   m[i] = __fadd_rn(__fmul_rn(c.beta2, m_i), __fmul_rn(1.0f - c.beta2, g));
 }
 
+// The wire conversions of transport/wire_precision.cpp, operation for operation (the host
+// ones are not callable on the device); tests/test_gpu.cpp compares the two bit for bit.
+__device__ std::uint16_t bf16_bits(float value) {
+  const std::uint32_t bits = __float_as_uint(value);
+  const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const std::uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  return static_cast<std::uint16_t>(nan ? quiet_nan : rounded);
+}
+
+__device__ float bf16_value(std::uint16_t bits) { return __uint_as_float(std::uint32_t{bits} << 16); }
+
+__device__ std::uint16_t fp16_bits(float value) {
+  const std::uint32_t bits = __float_as_uint(value);
+  const std::uint32_t sign = (bits >> 16) & 0x8000u;
+  const std::uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);
+  if (magnitude >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);
+  if (magnitude >= 0x38800000u) {
+    const std::uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
+    return static_cast<std::uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+  }
+  if (magnitude <= 0x33000000u) return static_cast<std::uint16_t>(sign);
+  const std::uint32_t exponent = magnitude >> 23;
+  const std::uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+  const std::uint32_t shift = 126 - exponent;
+  std::uint32_t units = mantissa >> shift;
+  const std::uint32_t rest = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (units & 1u))) ++units;
+  return static_cast<std::uint16_t>(sign | units);
+}
+
+__device__ float fp16_value(std::uint16_t bits) {
+  const std::uint32_t sign = std::uint32_t{bits & 0x8000u} << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu, mantissa = bits & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = __fmul_rn(static_cast<float>(mantissa), 0x1p-24f);
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
+  return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+__global__ void fill_kernel(float* values, float value, std::size_t n) {
+  const std::size_t i = global_index();
+  if (i < n) values[i] = value;
+}
+
+__global__ void scale_kernel(float* values, float factor, std::size_t n) {
+  const std::size_t i = global_index();
+  if (i < n) values[i] = __fmul_rn(values[i], factor);
+}
+
+// Sum of squares in double: each block sums a grid-stride share (then a tree in shared memory)
+// into partials[block]; launched again with one block over the partials (squares = false).
+__global__ void square_sum_kernel(const float* values, const double* partial_values, std::size_t n,
+                                  bool squares, double* partials) {
+  __shared__ double sums[block_size];
+  double sum = 0;
+  for (std::size_t i = global_index(); i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    sum += squares ? double{values[i]} * values[i] : partial_values[i];
+  sums[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned half = block_size / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = sums[0];
+}
+
+// direction: 0 narrow, 1 widen, 2 add widened (kernels::wire_direction); bf16 else fp16.
+__global__ void convert_kernel(bool bf16, int direction, float* values, std::uint16_t* wire, std::size_t n) {
+  const std::size_t i = global_index();
+  if (i >= n) return;
+  if (direction == 0) {
+    wire[i] = bf16 ? bf16_bits(values[i]) : fp16_bits(values[i]);
+    return;
+  }
+  const float value = bf16 ? bf16_value(wire[i]) : fp16_value(wire[i]);
+  values[i] = direction == 1 ? value : __fadd_rn(values[i], value);
+}
+
+// lion_local_direction: direction before the momentum moves, its sign (ties by tie_vote).
+__global__ void lion_signs_kernel(const float* gradients, float* momentum, std::size_t n, float beta1,
+                                  float beta2, std::uint64_t round, std::uint32_t* halves,
+                                  std::size_t halves_count) {
+  const std::size_t i = global_index();
+  bool plus = false;
+  if (i < n) {
+    const float g = gradients[i], m = momentum[i];
+    const float direction = __fadd_rn(__fmul_rn(beta1, m), __fmul_rn(1.0f - beta1, g));
+    momentum[i] = __fadd_rn(__fmul_rn(beta2, m), __fmul_rn(1.0f - beta2, g));
+    plus = direction > 0.0f || (direction == 0.0f && ((i + round) & 1u) == 0);
+  }
+  store_ballot(plus, i, halves, halves_count);
+}
+
+// apply_sign_update: majority bits (plus_votes null) or the averaged delta (2c - N) / N.
+__global__ void sign_update_kernel(float* parameters, const std::uint64_t* majority,
+                                   const std::uint16_t* plus_votes, int voters, std::size_t n,
+                                   float learning_rate, float decay) {
+  const std::size_t i = global_index();
+  if (i >= n) return;
+  const float delta = plus_votes ? __fdiv_rn(static_cast<float>(2 * int{plus_votes[i]} - voters),
+                                             static_cast<float>(voters))
+                                 : (bit_of(majority, i) ? 1.0f : -1.0f);
+  parameters[i] = __fsub_rn(__fmul_rn(parameters[i], decay), __fmul_rn(learning_rate, delta));
+}
+
 std::uint32_t* halves_of(std::span<std::uint64_t> words) {
   return reinterpret_cast<std::uint32_t*>(words.data());
 }
@@ -129,8 +241,52 @@ public:
   explicit cuda_kernels(cudaStream_t stream) : stream_(stream) {}
   device_kind kind() const override { return device_kind::cuda; }
   void synchronize() override { cuda_check(cudaStreamSynchronize(stream_), "kernels::synchronize"); }
+  std::shared_ptr<const device_event> record() override { return record_cuda_event(stream_); }
+  void wait_for(const device_event& event) override { wait_for_cuda_event(stream_, event); }
 
 protected:
+  void do_fill(std::span<float> values, float value) override {
+    launch(values.size(), "fill", fill_kernel, values.data(), value, values.size());
+  }
+  void do_copy(std::span<const float> from, std::span<float> to) override {
+    if (from.empty()) return;
+    cuda_check(cudaMemcpyAsync(to.data(), from.data(), from.size_bytes(), cudaMemcpyDeviceToDevice, stream_),
+               "kernels::copy");
+  }
+  void do_scale(std::span<float> values, float factor) override {
+    launch(values.size(), "scale", scale_kernel, values.data(), factor, values.size());
+  }
+  double do_square_sum(std::span<const float> values) override {
+    constexpr unsigned blocks = 256;  // the second pass is one block of block_size threads
+    static_assert(blocks <= block_size);
+    if (partials_.size() < blocks + 1) partials_ = device_array<double>(device_kind::cuda, blocks + 1);
+    double* partials = partials_.span().data();
+    square_sum_kernel<<<blocks, block_size, 0, stream_>>>(values.data(), nullptr, values.size(), true, partials);
+    cuda_check(cudaGetLastError(), "square_sum");
+    square_sum_kernel<<<1, block_size, 0, stream_>>>(nullptr, partials, blocks, false, partials + blocks);
+    cuda_check(cudaGetLastError(), "square_sum");
+    double sum = 0;  // a scalar, not a tensor: not counted as a tensor copy
+    cuda_check(cudaMemcpyAsync(&sum, partials + blocks, sizeof sum, cudaMemcpyDeviceToHost, stream_), "square_sum");
+    synchronize();
+    return sum;
+  }
+  void do_convert(wire_precision precision, wire_direction direction, std::span<float> values,
+                  std::span<std::uint16_t> wire) override {
+    launch(values.size(), "wire conversion", convert_kernel, precision == wire_precision::bf16,
+           static_cast<int>(direction), values.data(), wire.data(), values.size());
+  }
+  void do_lion_signs(std::span<const float> gradients, std::span<float> momentum, float beta1, float beta2,
+                     std::uint64_t round, std::span<std::uint64_t> bits) override {
+    launch(bits.size() * 64, "lion_signs", lion_signs_kernel, gradients.data(), momentum.data(),
+           gradients.size(), beta1, beta2, round, halves_of(bits), 2 * bits.size());
+  }
+  void do_sign_update(std::span<float> parameters, std::span<const std::uint64_t> majority,
+                      std::span<const std::uint16_t> plus_votes, int voters, float learning_rate,
+                      float weight_decay) override {
+    launch(parameters.size(), "sign_update", sign_update_kernel, parameters.data(), majority.data(),
+           plus_votes.empty() ? nullptr : plus_votes.data(), voters, parameters.size(), learning_rate,
+           1.0f - learning_rate * weight_decay);
+  }
   void do_accumulate(std::span<float> into, std::span<const float> values, float scale) override {
     launch(into.size(), "accumulate", accumulate_kernel, into.data(), values.data(), scale, into.size());
   }
@@ -187,9 +343,31 @@ private:
   }
 
   cudaStream_t stream_;
+  device_array<double> partials_;  // square_sum's per-block sums and result
 };
 
 }  // namespace
+
+namespace {
+
+struct cuda_event final : device_event {
+  cudaEvent_t event = nullptr;
+  ~cuda_event() override { cudaEventDestroy(event); }
+};
+
+}  // namespace
+
+std::shared_ptr<const device_event> record_cuda_event(cudaStream_t stream) {
+  auto marker = std::make_shared<cuda_event>();
+  cuda_check(cudaEventCreateWithFlags(&marker->event, cudaEventDisableTiming), "cudaEventCreate");
+  cuda_check(cudaEventRecord(marker->event, stream), "cudaEventRecord");
+  return marker;
+}
+
+void wait_for_cuda_event(cudaStream_t stream, const device_event& event) {
+  if (const auto* marker = dynamic_cast<const cuda_event*>(&event))
+    cuda_check(cudaStreamWaitEvent(stream, marker->event, 0), "cudaStreamWaitEvent");
+}
 
 std::unique_ptr<kernels> make_cuda_kernels(cudaStream_t stream) {
   return std::make_unique<cuda_kernels>(stream);

@@ -78,6 +78,10 @@ public:
                                                  int device) const override {
     return std::make_unique<nccl_transport>(id, rank, size, device);
   }
+  std::unique_ptr<device_collectives> make_device_collectives(transport& link, int device) const override {
+    auto* nccl = dynamic_cast<nccl_transport*>(&link);
+    return nccl && nccl->device() == device ? make_nccl_collectives(*nccl) : nullptr;
+  }
 };
 
 const cuda_runtime_backend backend;

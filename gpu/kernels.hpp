@@ -11,6 +11,7 @@
 #include <span>
 
 #include "gpu/device.hpp"
+#include "transport/wire_precision.hpp"
 
 namespace accord {
 
@@ -42,12 +43,48 @@ struct adamw_factors {
   static adamw_factors of(const adamw_step_config& config);
 };
 
+// A point in a stream's queued work (kernels::record). CUDA: an event; the CPU's kernels run
+// as they are called, so their points are always reached.
+class device_event {
+public:
+  virtual ~device_event() = default;
+};
+
 class kernels {
 public:
   virtual ~kernels() = default;
   virtual device_kind kind() const = 0;
   // Waits until every queued kernel has finished (no-op on the CPU).
   virtual void synchronize() = 0;
+
+  // Stream ordering without a host wait: record() marks the work queued so far on this stream
+  // (cudaEventRecord); wait_for(e) makes the work queued here from now on wait on the device
+  // until e is reached (cudaStreamWaitEvent). An event of another kind (a CPU one) is reached.
+  virtual std::shared_ptr<const device_event> record() = 0;
+  virtual void wait_for(const device_event& event) = 0;
+
+  // values[i] = value; to[i] = from[i]; values[i] *= factor.
+  void fill(std::span<float> values, float value);
+  void copy(std::span<const float> from, std::span<float> to);
+  void scale(std::span<float> values, float factor);
+  // Sum of squares in double (the gradient norm's share a round reports). Waits for the stream:
+  // the one host wait inside a device round, for 8 bytes.
+  double square_sum(std::span<const float> values);
+  // The 16-bit wire conversions of transport/wire_precision.hpp, bit for bit (bf16 or fp16):
+  // wire = to_wire(values); values = from_wire(wire); sums += from_wire(wire).
+  void to_wire(wire_precision precision, std::span<const float> values, std::span<std::uint16_t> wire);
+  void from_wire(wire_precision precision, std::span<const std::uint16_t> wire, std::span<float> values);
+  void add_from_wire(wire_precision precision, std::span<const std::uint16_t> wire, std::span<float> sums);
+  // Distributed Lion's local half, lion_local_direction of optim/lion.hpp: the direction
+  // b1*m + (1-b1)*g packed into sign bits (ties by tie_vote(i, round)), then m = b2*m + (1-b2)*g.
+  void lion_signs(std::span<const float> gradients, std::span<float> momentum, float beta1, float beta2,
+                  std::uint64_t round, std::span<std::uint64_t> bits);
+  // Its shared half, apply_sign_update of optim/lion.hpp: p = p*(1 - lr*wd) - lr*delta, delta
+  // = +-1 by the majority bit, or (2*plus_votes - voters)/voters when averaging.
+  void sign_update(std::span<float> parameters, std::span<const std::uint64_t> majority, float learning_rate,
+                   float weight_decay);
+  void sign_update(std::span<float> parameters, std::span<const std::uint16_t> plus_votes, int voters,
+                   float learning_rate, float weight_decay);
 
   // into += scale * values (gradient accumulation into fp32).
   void accumulate(std::span<float> into, std::span<const float> values, float scale = 1.0f);
@@ -82,6 +119,20 @@ public:
 
 protected:
   // Called with sizes already checked.
+  virtual void do_fill(std::span<float> values, float value) = 0;
+  virtual void do_copy(std::span<const float> from, std::span<float> to) = 0;
+  virtual void do_scale(std::span<float> values, float factor) = 0;
+  virtual double do_square_sum(std::span<const float> values) = 0;
+  // narrow reads `values` and writes `wire`; widen and add_widened read `wire`, write `values`.
+  enum class wire_direction { narrow, widen, add_widened };
+  virtual void do_convert(wire_precision precision, wire_direction direction, std::span<float> values,
+                          std::span<std::uint16_t> wire) = 0;
+  virtual void do_lion_signs(std::span<const float> gradients, std::span<float> momentum, float beta1,
+                             float beta2, std::uint64_t round, std::span<std::uint64_t> bits) = 0;
+  // plus_votes empty: the majority form (delta +-1 by `majority`'s bit).
+  virtual void do_sign_update(std::span<float> parameters, std::span<const std::uint64_t> majority,
+                              std::span<const std::uint16_t> plus_votes, int voters, float learning_rate,
+                              float weight_decay) = 0;
   virtual void do_accumulate(std::span<float> into, std::span<const float> values, float scale) = 0;
   virtual void do_widen_bf16(std::span<const std::uint16_t> bf16, std::span<float> values) = 0;
   virtual void do_pack_signs(std::span<const float> values, std::uint64_t round,

@@ -260,6 +260,21 @@ int nccl_transport::rank() const { return impl_->rank; }
 int nccl_transport::size() const { return impl_->size; }
 int nccl_transport::device() const { return impl_->device; }
 transfer_stats nccl_transport::stats() const { return impl_->stats; }
+ncclComm* nccl_transport::communicator() const {
+  if (!impl_->comm) impl_->fail("the communicator was aborted");
+  return impl_->comm;
+}
+CUstream_st* nccl_transport::stream() const { return impl_->stream; }
+void nccl_transport::activate() const { impl_->activate(); }
+void nccl_transport::wait_for_stream() {
+  impl_->activate();
+  impl_->wait();
+}
+void nccl_transport::count_traffic(std::uint64_t bytes_sent, std::uint64_t bytes_received, std::uint64_t messages) {
+  impl_->stats.bytes_sent += bytes_sent;
+  impl_->stats.bytes_received += bytes_received;
+  impl_->stats.messages_sent += messages;
+}
 
 void nccl_transport::send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
   throw_if_interrupted();

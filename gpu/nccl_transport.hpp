@@ -24,6 +24,9 @@
 #include "gpu/cuda_backend.hpp"
 #include "transport/transport.hpp"
 
+struct ncclComm;     // nccl.h's communicator
+struct CUstream_st;  // a cudaStream_t points to one
+
 namespace accord {
 
 // A new communicator's id (nccl_unique_id: gpu/cuda_backend.hpp).
@@ -64,6 +67,16 @@ public:
   void reduce_scatter_device(std::span<float> data);
   void all_gather_device(std::span<float> data);
 
+  // For the device collectives (make_nccl_collectives), which queue on this communicator and
+  // stream: the calling thread is switched to device() by activate().
+  ncclComm* communicator() const;
+  CUstream_st* stream() const;
+  void activate() const;
+  // Waits for the stream as the collectives above do (failed peers, interrupt()).
+  void wait_for_stream();
+  // Traffic queued by the device collectives, for stats().
+  void count_traffic(std::uint64_t bytes_sent, std::uint64_t bytes_received, std::uint64_t messages);
+
 private:
   struct impl;
   explicit nccl_transport(std::unique_ptr<impl> state);
@@ -75,6 +88,10 @@ private:
 
   std::unique_ptr<impl> impl_;
 };
+
+// Device collectives (gpu/device_collectives.hpp) on `link`'s communicator and stream; `link`
+// must outlive them.
+std::unique_ptr<device_collectives> make_nccl_collectives(nccl_transport& link);
 
 // One communicator whose rank r runs on devices[r], for ranks driven by threads of this
 // process. NCCL refuses the same GPU twice in one communicator, so the devices must be

@@ -5,7 +5,7 @@
 # prints the figures: the kernels' bandwidth against peak and against the measured copy
 # bandwidth, GPT tokens/s host-staged, resident, and resident with an NCCL all-reduce of the
 # gradients' size running alongside (the overlap slowdown), and with two GPUs or more ACCO's
-# against DDP's time per step. Budget: under 5 minutes (the build dominates; one architecture).
+# against DDP's time per step (rounds on the device: update_rule::apply_on_device). Budget: under 5 minutes (the build dominates; one architecture).
 # Needs the Debian packages of scripts/setup.sh and CUDA 13 + NCCL under /usr/local/cuda.
 #   BUILD_DIR   build directory          (default: build-gpu-check)
 #   CUDA_ARCH   CMAKE_CUDA_ARCHITECTURES (default: 90)
@@ -20,13 +20,14 @@ configure_log=$(cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAC
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}")
 grep -q "CUDA/NCCL parts ON" <<<"$configure_log" \
   || { echo "gpu-check: CMake found no nvcc; nothing to check" >&2; exit 1; }
-cmake --build "$BUILD_DIR" --target test_gpu test_cuda_gpt accord-bench-gpu accord-train accord-launch \
+cmake --build "$BUILD_DIR" --target test_gpu test_cuda_gpt test_device_rounds accord-bench-gpu accord-train accord-launch \
   --parallel "$(nproc)"
 echo "gpu-check: built in $((SECONDS - start)) s"
 
 # Run the test binaries directly: on this machine a skipped GPU test is a failure.
-# test_gpu: kernels and NCCL; test_cuda_gpt: the CUDA GPT against the CPU GPT.
-for test in test_gpu test_cuda_gpt; do
+# test_gpu: kernels, NCCL and the device collectives; test_cuda_gpt: the CUDA GPT against the
+# CPU GPT; test_device_rounds: every rule's device form on NCCL against its host form.
+for test in test_gpu test_cuda_gpt test_device_rounds; do
   log="$BUILD_DIR/$test.log"
   timeout 120 "$BUILD_DIR/tests/$test" 2>&1 | tee "$log"
   if grep -q ACCORD_SKIPPED "$log"; then
@@ -40,7 +41,13 @@ timeout 90 "$BUILD_DIR/apps/accord-bench-gpu" --device cuda --elements "${ELEMEN
 # End to end: ACCO with the CUDA GPT resident in every compute actor (in one process, one
 # GPU), then, with two GPUs or more, one process per GPU over NCCL, ACCO against DDP.
 timeout 90 "$BUILD_DIR/apps/accord-train" --device cuda --workers 2 --steps 30 --log-interval 10
+# Rounds on the device end to end (resident_memory, the rules' device forms, NCCL device
+# collectives): one process per GPU over NCCL; with one GPU a world of one.
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+for algo in acco dlion-mavo; do
+  timeout 60 "$BUILD_DIR/apps/accord-launch" -n 1 -- "$BUILD_DIR/apps/accord-train" --device cuda --transport nccl \
+    --algo "$algo" --steps 30 --eval-interval 0 --log-interval 10
+done
 if [ "$gpus" -ge 2 ]; then
   for algo in acco ddp; do
     done_line=$(timeout 60 "$BUILD_DIR/apps/accord-launch" -n 2 -- "$BUILD_DIR/apps/accord-train" --device cuda \

@@ -290,7 +290,7 @@ TEST_CASE("every algorithm keeps all replicas bit-identical, also with unequal w
 TEST_CASE("a resident worker (a GPU worker's data path, on host copies) trains bitwise as the default one" *
           doctest::test_suite("pipeline")) {
   // Resident: the compute actor keeps parameters and the gradient sum in the model's memory,
-  // the accumulator fetches the sum before each round. Two micro-batches per round exercise
+  // the accumulator fetches the sum before each round, or the round runs on that memory. Two micro-batches per round exercise
   // the sum staying put between micro-batches, ACCO's kept accumulation its re-upload.
   for (const auto& name : algorithm_names())
     for (const char* precision : {"fp32", "bf16"}) {
@@ -308,14 +308,20 @@ TEST_CASE("a resident worker (a GPU worker's data path, on host copies) trains b
       job.eval_examples = 4;
       const job_result host = run_quadratic(job);
       job.resident_on_host = true;
-      const job_result resident = run_quadratic(job);
-      CHECK(resident.parameters == host.parameters);
-      REQUIRE(resident.steps.size() == host.steps.size());
-      for (std::size_t i = 0; i < host.steps.size(); ++i) {
-        CHECK(resident.steps[i].train_loss == host.steps[i].train_loss);
-        CHECK(resident.steps[i].micro_batches == host.steps[i].micro_batches);
+      // Rounds on the host (the sum fetched), and on the "device" (resident_memory, the rules'
+      // device forms on the reference collectives and CPU kernels; custom rules fall back).
+      for (const bool device_rounds : {false, true}) {
+        CAPTURE(device_rounds);
+        job.device_rounds = device_rounds;
+        const job_result resident = run_quadratic(job);
+        CHECK(resident.parameters == host.parameters);
+        REQUIRE(resident.steps.size() == host.steps.size());
+        for (std::size_t i = 0; i < host.steps.size(); ++i) {
+          CHECK(resident.steps[i].train_loss == host.steps[i].train_loss);
+          CHECK(resident.steps[i].micro_batches == host.steps[i].micro_batches);
+        }
+        CHECK(resident.final_eval_loss == host.final_eval_loss);
       }
-      CHECK(resident.final_eval_loss == host.final_eval_loss);
     }
 }
 

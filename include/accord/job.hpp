@@ -44,6 +44,9 @@ struct job_config {
   // sum in the GPU's memory and copies no tensor per micro-batch. This runs that same data
   // path on copies in host memory, for a host model: results are bitwise the default's (tests).
   bool resident_on_host = false;
+  // A resident worker runs its rounds on the device where it can (NCCL on the ring, a built-in
+  // rule but SGD; README "GPU data path"); false keeps them on the host (tests compare the two).
+  bool device_rounds = true;
 
   std::uint64_t steps = 100;         // optimizer steps (ACCO: each takes two rounds)
   std::size_t micro_batch = 8;       // examples per micro-batch
