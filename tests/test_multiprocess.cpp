@@ -67,7 +67,7 @@ TEST_CASE("3 processes over UCX give the same parameters as 3 in-process workers
 TEST_CASE("topologies over UCX between 3 processes give the same parameters as in one process") {
   const std::vector<std::pair<std::string, std::string>> topologies = {
       {"local_sgd", " --algo ddp --topology local-sgd --local-steps 2 --steps 5"},
-      {"gossip", " --algo ddp --topology gossip --gossip-graph complete --gossip-rate 2 --steps 4"},
+      {"gossip", " --algo ddp --topology gossip --gossip-lockstep --gossip-graph complete --gossip-rate 2 --steps 4"},
       {"hierarchical", " --algo ddp --topology hierarchical --group-size 2 --steps 3"},
       {"hierarchical_vote", " --algo dlion-mavo --topology hierarchical --group-size 2 --steps 3"},
   };
