@@ -184,13 +184,13 @@ private:
     active_[leaver] = false;
     if (crashed) return;  // its copy dies with it
     // Each remaining copy takes (θ_w − θ̄)/(n − 1): their mean is the mean with θ_w.
-    std::vector<std::size_t> rest = active_workers();
-    if (rest.empty()) return;
+    const std::vector<std::size_t> remaining = active_workers();
+    if (remaining.empty()) return;
     std::vector<std::unique_lock<std::mutex>> held;
-    for (std::size_t k : rest) held.emplace_back(locks_[k]);
-    const std::vector<float> mean = mean_of(rest, &copies_[leaver]);
-    const float share = 1.0f / static_cast<float>(rest.size());
-    for (std::size_t k : rest)
+    for (std::size_t k : remaining) held.emplace_back(locks_[k]);
+    const std::vector<float> mean = mean_of(remaining, &copies_[leaver]);
+    const float share = 1.0f / static_cast<float>(remaining.size());
+    for (std::size_t k : remaining)
       for (std::size_t i = 0; i < mean.size(); ++i) copies_[k][i] += (copies_[leaver][i] - mean[i]) * share;
   }
 
@@ -216,7 +216,7 @@ private:
     return present;
   }
 
-  // The mean of `copies` (and `also`, when given), their locks held.
+  // The mean of the copies of `ranks` (and `also`, when given), their locks held.
   std::vector<float> mean_of(const std::vector<std::size_t>& ranks, const std::vector<float>* also) const {
     std::vector<double> sum(copies_[ranks.front()].size(), 0.0);
     for (std::size_t k : ranks)

@@ -86,12 +86,17 @@ TEST_CASE("topologies over UCX between 3 processes give the same parameters as i
   }
 }
 
-TEST_CASE("the parameter server between processes is refused with one line") {
-  const run_output out = run(launch + "-n 2 -- " + train + " --algo ddp --topology parameter-server" + train_flags +
-                             " --steps 2");
-  INFO(out.text);
-  CHECK(out.status != 0);
-  CHECK(out.text.find("--topology parameter-server runs in one process only") != std::string::npos);
+TEST_CASE("the asynchronous topologies between processes are refused with one line") {
+  for (const std::string topology : {"parameter-server", "gossip"}) {
+    const run_output out = run(launch + "-n 2 -- " + train + " --algo ddp --topology " + topology + train_flags +
+                               " --steps 2");
+    INFO(out.text);
+    CHECK(out.status != 0);
+    CHECK(out.text.find("--topology " + topology + " runs its asynchronous workers in one process only") !=
+          std::string::npos);
+  }
+  const run_output out = run(launch + "-n 2 -- " + train + " --algo ddp --topology gossip" + train_flags + " --steps 2");
+  CHECK(out.text.find("(--gossip-lockstep runs between processes)") != std::string::npos);
 }
 
 TEST_CASE("a worker whose model differs is refused with a message naming it") {
