@@ -295,7 +295,7 @@ struct asynchronous_workers::impl {
         report.wait_seconds = f.wait.load();
         report.traffic.bytes_sent = f.bytes.load();
         if (r == 0) {
-          report.staleness = histogram;
+          if (use->measures_staleness()) report.staleness = histogram;
           report.worker_gradients = per_worker;
           report.parameters = view.parameters;
           report.consensus_distance = view.consensus_distance;

@@ -84,6 +84,8 @@ public:
   virtual void deliver(int w, computed_gradient gradient, caf::scoped_actor& self) = 0;
   // After step `step` (0-based) is complete; the parameters only when `with_parameters`.
   virtual asynchronous_view observe(std::uint64_t step, bool with_parameters, caf::scoped_actor& self) = 0;
+  // Whether applied_gradient::staleness means anything (else no histogram is reported).
+  virtual bool measures_staleness() const { return false; }
   // Worker `w` stops taking gradients (`crashed`: it died), or starts (again).
   virtual void rest(int, bool) {}
   virtual void wake(int) {}

@@ -200,6 +200,8 @@ private:
     }
   }
 
+  bool measures_staleness() const override { return true; }
+
   asynchronous_view observe(std::uint64_t step, bool with_parameters, caf::scoped_actor& self) override {
     asynchronous_view view;
     if (!with_parameters) return view;
