@@ -1,7 +1,8 @@
 #pragma once
 // Topologies: who exchanges with whom, when, and how the results merge. A topology is chosen
-// by name (job_config::topology); the built-ins (ring, local-sgd, hierarchical, gossip, and
-// parameter-server, which runs server actors of its own instead of rounds) are registered
+// by name (job_config::topology); the built-ins (ring, local-sgd, hierarchical, gossip and
+// parameter-server; the last two run workers of their own instead of rounds, gossip unless
+// lockstep) are registered
 // through register_topology exactly as an embedding app registers its own. No CAF here.
 //
 // Per worker and round, a topology's worker gets its gradient sum and returns the parameters
