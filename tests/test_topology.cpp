@@ -417,6 +417,17 @@ TEST_CASE("asynchronous gossip on a quadratic reaches consensus at the mean of t
   CHECK(refusal(job).find("--topology gossip: its workers step the optimizer") == 0);
 }
 
+TEST_CASE("asynchronous gossip with one worker is DDP with one worker: same data order, schedule and steps") {
+  const job_result ddp = run_quadratic(sgd_job(1, 8), {}, dim);
+  job_config job = sgd_job(1, 8);
+  job.topology = "gossip";
+  const job_result alone = run_quadratic(job, {}, dim);
+  CHECK(worst_difference(alone.parameters, ddp.parameters) < 1e-6);
+  REQUIRE(alone.steps.size() == ddp.steps.size());
+  for (std::size_t s = 0; s < ddp.steps.size(); ++s)
+    CHECK(alone.steps[s].train_loss == doctest::Approx(ddp.steps[s].train_loss).epsilon(1e-6));
+}
+
 TEST_CASE("asynchronous gossip: with one slow worker the fast ones contribute more gradients") {
   job_config job = sgd_job(3, 24);
   job.topology = "gossip";
