@@ -4,7 +4,7 @@
 
 #include "actors/job_plan.hpp"
 #include "actors/job_runners.hpp"
-#include "actors/parameter_server.hpp"
+#include "actors/asynchronous_workers.hpp"
 #include "actors/scope_exit.hpp"
 #include "actors/trace.hpp"
 #include "actors/worker_spawn.hpp"
@@ -19,10 +19,10 @@
 namespace accord {
 namespace {
 
-parameter_server_setup parameter_server_for(const job_plan& plan, const model& prototype,
-                                            std::shared_ptr<const dataset> train, const job_config& config,
-                                            coordinator_actor coordinator) {
-  parameter_server_setup s;
+asynchronous_setup asynchronous_for(const job_plan& plan, const model& prototype,
+                                    std::shared_ptr<const dataset> train, const job_config& config,
+                                    coordinator_actor coordinator) {
+  asynchronous_setup s;
   s.workers = config.workers;
   s.prototype = &prototype;
   s.train = std::move(train);
@@ -32,7 +32,6 @@ parameter_server_setup parameter_server_for(const job_plan& plan, const model& p
   s.data_position = plan.data_position;
   s.speed_factors = config.speed_factors;
   s.membership = config.membership;
-  s.max_staleness = config.topology_settings.max_staleness;
   s.link = link_model::parse(config.link);
   s.optimizer = plan.optimizer;
   s.schedule = plan.schedule;
@@ -76,7 +75,7 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
   {
     caf::actor_system system{system_config};
     caf::scoped_actor self{system};
-    std::unique_ptr<parameter_server_run> servers;  // the parameter-server topology's, instead of rounds
+    std::unique_ptr<asynchronous_run> servers;  // an asynchronous topology's own workers, instead of rounds
     const scope_exit stop_on_exception([&](bool unwinding) {
       if (!unwinding) return;
       fail_everyone();  // no communicator may stay blocked in a collective
@@ -113,8 +112,8 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
     if (keeps_state) setup.on_checkpoint = keep;
     auto coordinator = local.keep(spawn_coordinator_actor(system, std::move(setup)));
     std::vector<accumulator_actor> accumulators;
-    if (is_parameter_server(*plan.topo))
-      servers = std::make_unique<parameter_server_run>(system, parameter_server_for(plan, prototype, train, config, coordinator));
+    if (const auto* asynchronous = as_asynchronous(*plan.topo))
+      servers = asynchronous->start(system, asynchronous_for(plan, prototype, train, config, coordinator));
     for (int rank = 0; rank < workers && !servers; ++rank) {
       std::function<void()> crash;
       if (crash_after_step && rank == workers - 1)
@@ -189,10 +188,10 @@ job_result run_job_in_process(const model& prototype, std::shared_ptr<const data
           "an app-driven job in one process has a fixed worker set (no membership changes)");
   const auto topo = job_topology(config, find_algorithm(config.algorithm), prototype, false);  // before the first epoch
   const trace_session trace(config.trace_path);
-  require(apps.empty() || !is_parameter_server(*topo),
-          "--topology parameter-server runs its own workers (not app-driven ones)");
-  // The parameter server follows membership changes itself: its workers come and go around the servers.
-  if (config.membership.empty() || is_parameter_server(*topo))
+  require(apps.empty() || !as_asynchronous(*topo),
+          "--topology " + config.topology + " runs its own workers (not app-driven ones)");
+  // Asynchronous topologies follow membership changes themselves: their workers come and go.
+  if (config.membership.empty() || as_asynchronous(*topo))
     return run_epoch(prototype, train, eval, config, std::move(on_step), apps);
 
   // Elastic: one epoch per worker set, each continuing from the state the previous one left.

@@ -6,7 +6,7 @@
 #include "actors/job_runners.hpp"
 #include "actors/master_port_guard.hpp"
 #include "actors/membership_actor.hpp"
-#include "actors/parameter_server.hpp"
+#include "actors/asynchronous_workers.hpp"
 #include "actors/fingerprint.hpp"
 #include "actors/scope_exit.hpp"
 #include "actors/trace.hpp"
@@ -207,7 +207,9 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
   require_worker_memory(prototype, 1);
   const trace_session trace(config.trace_path, group.rank, group.join);
   const job_plan origin = plan_job(prototype, *train, config, nullptr, group.elastic || group.join);
-  require(!is_parameter_server(*origin.topo), "--topology parameter-server runs in one process only");
+  require(!as_asynchronous(*origin.topo),
+          "--topology " + config.topology + " runs its asynchronous workers in one process only" +
+              (config.topology == "gossip" ? " (--gossip-lockstep runs between processes)" : ""));
   const bool master = !group.join && group.rank == 0;
   if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
   size_blas(config, 1);

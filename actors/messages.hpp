@@ -113,6 +113,7 @@ struct round_report {
   tensor parameters;            // set by rank 0 for evaluations, checkpoints and the end
   double consensus_distance = -1;  // the topology's, when it measured one this round
   std::vector<std::uint64_t> staleness;  // parameter server: histogram of the step's applied gradients
+  std::vector<std::uint64_t> worker_gradients;  // asynchronous topologies: the step's gradients by worker
 };
 
 struct worker_failure {
@@ -150,7 +151,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_report& x) {
   return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
            x.compute_seconds, x.communication_seconds, x.wait_seconds, x.parameter_hash, x.traffic,
-           x.consumed, x.state, x.kept, x.observations, x.consensus_distance, x.staleness);
+           x.consumed, x.state, x.kept, x.observations, x.consensus_distance, x.staleness,
+           x.worker_gradients);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {

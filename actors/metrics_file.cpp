@@ -67,6 +67,7 @@ void metrics_file::write(const step_metrics& m) {
   if (m.vote_agreement >= 0) line["vote_agreement"] = m.vote_agreement;
   if (m.consensus_distance >= 0) line["consensus_distance"] = m.consensus_distance;
   if (!m.staleness.empty()) line["staleness"] = m.staleness;  // applied gradients k updates stale, by k
+  if (!m.worker_gradients.empty()) line["worker_gradients"] = m.worker_gradients;  // by worker
   nlohmann::json compute = nlohmann::json::array(), communication = nlohmann::json::array(),
                  wait = nlohmann::json::array();
   for (const worker_seconds& w : m.per_worker) {

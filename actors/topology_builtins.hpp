@@ -11,7 +11,8 @@ topology_factory ring_topology();
 std::unique_ptr<worker_topology> make_ring_worker();
 // local-sgd: H inner steps per worker, then an outer Nesterov step on the averaged pseudo-gradient.
 topology_factory local_sgd_topology();
-// gossip: local steps, pairwise averaging at a Poisson rate over a graph, one average at the end.
+// gossip: own copies averaged pairwise at a Poisson rate over a graph: asynchronous workers
+// (actors/asynchronous_workers.hpp), or lockstep rounds with one average at the end.
 topology_factory gossip_topology();
 // Refuses, as topology `name`, a job its workers' own copies cannot serve: an overlapped or
 // sign-vote algorithm, checkpoints, membership changes.

@@ -82,6 +82,18 @@ double last_consensus(const job_result& r) {
   return last;
 }
 
+// The share of the gradients worker `slowest` computed (never: the topology does not count
+// them; every worker computes one per step).
+double share_of(const job_result& r, std::size_t slowest) {
+  double total = 0, slow = 0;
+  for (const auto& m : r.steps)
+    for (std::size_t w = 0; w < m.worker_gradients.size(); ++w) {
+      total += static_cast<double>(m.worker_gradients[w]);
+      if (w == slowest) slow += static_cast<double>(m.worker_gradients[w]);
+    }
+  return total > 0 ? slow / total : never;
+}
+
 std::string format_number(double value, const char* format) {
   char text[32];
   if (std::isinf(value)) return "-";
@@ -183,8 +195,10 @@ int main(int argc, char** argv) {
     const double base_seconds = median_of(0, [&](const job_result& r) { return seconds_to(r, target); });
     std::printf("\nmedians over %d repetitions; target: eval loss %.4f; speed-up = %s's seconds to it / these\n",
                 repetitions, target, runs.front().spec.c_str());
-    std::printf("%-40s %8s %9s %8s %10s %8s %8s %10s %9s %9s\n", "topology", "step ms", "s to T", "speed-up",
-                "final eval", "vs base", "MB/step", "staleness", "(max)", "consensus");
+    const auto& factors = base.speed_factors;
+    const auto slowest = static_cast<std::size_t>(std::max_element(factors.begin(), factors.end()) - factors.begin());
+    std::printf("%-40s %8s %9s %8s %10s %8s %8s %10s %9s %9s %7s\n", "topology", "step ms", "s to T", "speed-up",
+                "final eval", "vs base", "MB/step", "staleness", "(max)", "consensus", "slow %");
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const double step_ms = median_of(i, [](const job_result& r) {
         return r.steps.empty() ? never : 1e3 * r.steps.back().seconds / static_cast<double>(r.steps.size());
@@ -197,15 +211,18 @@ int main(int argc, char** argv) {
       const double stale_mean = median_of(i, [](const job_result& r) { return staleness_of(r).first; });
       const double stale_max = median_of(i, [](const job_result& r) { return staleness_of(r).second; });
       const double consensus = median_of(i, last_consensus);
-      std::printf("%-40s %8.1f %9s %8s %10.4f %+7.2f%% %8.2f %10s %9s %9s\n", runs[i].spec.c_str(), step_ms,
+      const double slow_share = median_of(i, [&](const job_result& r) { return share_of(r, slowest); });
+      std::printf("%-40s %8.1f %9s %8s %10.4f %+7.2f%% %8.2f %10s %9s %9s %7s\n", runs[i].spec.c_str(), step_ms,
                   format_seconds(to).c_str(), format_ratio(base_seconds, to).c_str(), eval,
                   100 * (eval / base_eval - 1), megabytes, format_number(stale_mean, "%.2f").c_str(),
-                  format_number(stale_max, "%.0f").c_str(), format_number(consensus, "%.4f").c_str());
+                  format_number(stale_max, "%.0f").c_str(), format_number(consensus, "%.4f").c_str(),
+                  factors.empty() ? "-" : format_number(100 * slow_share, "%.1f").c_str());
     }
     std::printf("s to T: training seconds until the first evaluation (every %llu steps) at or below the target, "
                 "- if never; vs base: final eval loss relative to the first run's; MB/step: sent by all workers; "
                 "staleness: mean and largest over applied gradients (parameter server); consensus: "
-                "sqrt(mean_i |theta_i - mean|^2) measured last before a merge (local-sgd, gossip)\n",
+                "sqrt(mean_i |theta_i - mean|^2) measured last (local-sgd, gossip); slow %%: share of the gradients "
+                "the slowest worker computed (asynchronous topologies; the others: 1 / workers)\n",
                 static_cast<unsigned long long>(base.eval_interval));
     return 0;
   } catch (const std::exception& e) {

@@ -153,19 +153,27 @@ void add_topology_options(po::options_description& options, const job_config& d)
        "who exchanges with whom, when, and how results merge: ring (the algorithm's rounds over every worker) | "
        "local-sgd (--local-steps inner steps, then an outer Nesterov step) | hierarchical (groups of --group-size) | "
        "parameter-server (sharded servers, workers push and pull without a barrier, --max-staleness) | "
-       "gossip (pairwise averaging at --gossip-rate over --gossip-graph)")
+       "gossip (asynchronous pairwise averaging at --gossip-rate over --gossip-graph)")
       ("local-steps", number_flag<std::uint64_t>(1, most, d.topology_settings.local_steps),
        "local-sgd: inner optimizer steps per worker between outer steps (H)")
       ("outer-lr", number_flag(number_range<float>{0, most_learning_rate, true}, d.topology_settings.outer_learning_rate),
        "local-sgd: outer learning rate on the averaged pseudo-gradient")
       ("outer-momentum", number_flag(0.0f, 1.0f, d.topology_settings.outer_momentum),
        "local-sgd: outer Nesterov momentum (0: plain outer SGD)")
+      ("fragments", number_flag<std::uint64_t>(1, most, d.topology_settings.fragments),
+       "local-sgd: Streaming DiLoCo's fragments P (fragment f's outer steps come f*H/P steps later; 1: plain DiLoCo)")
+      ("overlap-steps", number_flag<std::uint64_t>(0, most, d.topology_settings.overlap_steps),
+       "local-sgd: inner steps an outer step's result is merged late (tau; 0: at once)")
+      ("overlap-mix", number_flag(0.0f, 1.0f, d.topology_settings.overlap_mix),
+       "local-sgd: weight of the worker's own fragment when the late result merges (alpha; 0: the global one)")
       ("max-staleness", number_flag<std::uint64_t>(0, most, d.topology_settings.max_staleness),
        "parameter-server: pushes a worker may run ahead of the slowest (0: synchronous rounds, as ddp)")
       ("gossip-rate", number_flag(0.0, 1000.0, d.topology_settings.gossip_rate),
        "gossip: averaging events per worker and step (Poisson rate; 0: none until the final average)")
       ("gossip-graph", po::value<std::string>()->default_value(d.topology_settings.gossip_graph),
-       "gossip: who averages with whom: ring (neighbours) | complete (random pairs)")
+       "gossip: who averages with whom: ring (neighbours) | exponential (peers 2^k hops away) | complete (random pairs)")
+      ("gossip-lockstep", po::bool_switch(),
+       "gossip: rounds in lockstep (every worker, every step; runs between processes) instead of asynchronous workers")
       ("group-size", number_flag(1, most_workers),
        "hierarchical: workers per group, consecutive ranks (default between processes: LOCAL_WORLD_SIZE)")
       ("inter-link", po::value<std::string>(),
@@ -253,8 +261,8 @@ void add_training_options(po::options_description& options, const job_config& d)
 
 std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const std::string& topology) {
   static const std::pair<const char*, std::vector<const char*>> owners[] = {
-      {"local-sgd", {"local-steps", "outer-lr", "outer-momentum"}},
-      {"gossip", {"gossip-rate", "gossip-graph"}},
+      {"local-sgd", {"local-steps", "outer-lr", "outer-momentum", "fragments", "overlap-steps", "overlap-mix"}},
+      {"gossip", {"gossip-rate", "gossip-graph", "gossip-lockstep"}},
       {"parameter-server", {"max-staleness"}},
       {"hierarchical", {"group-size", "inter-link"}},
   };
@@ -275,11 +283,13 @@ void read_topology_options(const po::variables_map& flags, job_config& job, int 
   job.topology_settings.local_steps = flags["local-steps"].as<std::uint64_t>();
   job.topology_settings.outer_learning_rate = flags["outer-lr"].as<float>();
   job.topology_settings.outer_momentum = flags["outer-momentum"].as<float>();
+  job.topology_settings.fragments = flags["fragments"].as<std::uint64_t>();
+  job.topology_settings.overlap_steps = flags["overlap-steps"].as<std::uint64_t>();
+  job.topology_settings.overlap_mix = flags["overlap-mix"].as<float>();
   job.topology_settings.max_staleness = flags["max-staleness"].as<std::uint64_t>();
   job.topology_settings.gossip_rate = flags["gossip-rate"].as<double>();
   job.topology_settings.gossip_graph = flags["gossip-graph"].as<std::string>();
-  if (job.topology_settings.gossip_graph != "ring" && job.topology_settings.gossip_graph != "complete")
-    throw std::invalid_argument("--gossip-graph: '" + job.topology_settings.gossip_graph + "' (expected ring|complete)");
+  job.topology_settings.gossip_lockstep = flags["gossip-lockstep"].as<bool>();
   if (flags.count("group-size")) {
     job.topology_settings.group_size = flags["group-size"].as<int>();
   } else if (const char* local = std::getenv("LOCAL_WORLD_SIZE");

@@ -198,6 +198,8 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--topology local-sgd --algo ddp --outer-momentum 1" + tiny, "--outer-momentum must be in [0, 1)"},
       {train, "--topology hierarchical" + tiny, "--topology hierarchical: needs a group size"},
       {train, "--topology gossip --gossip-graph star" + tiny, "--gossip-graph: 'star'"},
+      {train, "--topology gossip --algo ddp --gossip-lockstep --gossip-graph exponential" + tiny, "with --gossip-lockstep"},
+      {train, "--topology local-sgd --algo ddp --local-steps 2 --fragments 3" + tiny, "--fragments must be in 1..--local-steps"},
       {train, "--topology parameter-server" + tiny, "--topology parameter-server: servers step a sharded optimizer"},
       {train, "--topology hierarchical --group-size 2 --inter-link 3parsecs" + tiny, "3parsecs"},
       {train, "--beta1 1" + tiny, "beta1"},

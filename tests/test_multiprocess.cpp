@@ -67,7 +67,7 @@ TEST_CASE("3 processes over UCX give the same parameters as 3 in-process workers
 TEST_CASE("topologies over UCX between 3 processes give the same parameters as in one process") {
   const std::vector<std::pair<std::string, std::string>> topologies = {
       {"local_sgd", " --algo ddp --topology local-sgd --local-steps 2 --steps 5"},
-      {"gossip", " --algo ddp --topology gossip --gossip-graph complete --gossip-rate 2 --steps 4"},
+      {"gossip", " --algo ddp --topology gossip --gossip-lockstep --gossip-graph complete --gossip-rate 2 --steps 4"},
       {"hierarchical", " --algo ddp --topology hierarchical --group-size 2 --steps 3"},
       {"hierarchical_vote", " --algo dlion-mavo --topology hierarchical --group-size 2 --steps 3"},
   };
@@ -86,12 +86,17 @@ TEST_CASE("topologies over UCX between 3 processes give the same parameters as i
   }
 }
 
-TEST_CASE("the parameter server between processes is refused with one line") {
-  const run_output out = run(launch + "-n 2 -- " + train + " --algo ddp --topology parameter-server" + train_flags +
-                             " --steps 2");
-  INFO(out.text);
-  CHECK(out.status != 0);
-  CHECK(out.text.find("--topology parameter-server runs in one process only") != std::string::npos);
+TEST_CASE("the asynchronous topologies between processes are refused with one line") {
+  for (const std::string topology : {"parameter-server", "gossip"}) {
+    const run_output out = run(launch + "-n 2 -- " + train + " --algo ddp --topology " + topology + train_flags +
+                               " --steps 2");
+    INFO(out.text);
+    CHECK(out.status != 0);
+    CHECK(out.text.find("--topology " + topology + " runs its asynchronous workers in one process only") !=
+          std::string::npos);
+  }
+  const run_output out = run(launch + "-n 2 -- " + train + " --algo ddp --topology gossip" + train_flags + " --steps 2");
+  CHECK(out.text.find("(--gossip-lockstep runs between processes)") != std::string::npos);
 }
 
 TEST_CASE("a worker whose model differs is refused with a message naming it") {

@@ -163,6 +163,40 @@ TEST_CASE("local SGD: replicas drift between outer steps, agree after each, and 
   std::remove(metrics.c_str());
 }
 
+TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit for bit; fragments stagger") {
+  job_config job = sgd_job(4, 9);
+  job.topology = "local-sgd";
+  job.topology_settings.local_steps = 4;
+  job.replica_check_interval = 1;
+  const job_result plain = run_quadratic(job, {}, dim);
+  job.topology_settings.fragments = 1;
+  job.topology_settings.overlap_steps = 0;
+  job.topology_settings.overlap_mix = 0.0f;
+  const job_result streamed = run_quadratic(job, {}, dim);
+  CHECK(streamed.parameters == plain.parameters);
+  for (std::size_t s = 0; s < plain.steps.size(); ++s)
+    CHECK(streamed.steps[s].consensus_distance == plain.steps[s].consensus_distance);
+  // Two fragments: the second's outer steps come H/2 = 2 steps after the first's (steps 2, 6),
+  // the first's at 4, 8, both at the last; merged one step late, half the worker's own.
+  job.topology_settings.fragments = 2;
+  job.topology_settings.overlap_steps = 1;
+  job.topology_settings.overlap_mix = 0.5f;
+  const job_result fragmented = run_quadratic(job, {}, dim);
+  CHECK(fragmented.replicas_identical);  // the last step merges every fragment fully
+  REQUIRE(fragmented.steps.size() == 9);
+  for (const auto& m : fragmented.steps) {
+    CAPTURE(m.step);
+    CHECK((m.consensus_distance > 0) == (m.step % 2 == 0 || m.step == 9));
+  }
+  CHECK(worst_difference(fragmented.parameters, plain.parameters) > 0);
+  for (float p : fragmented.parameters) CHECK(std::isfinite(p));
+  job.topology_settings.fragments = 5;
+  CHECK(refusal(job).find("--topology local-sgd: --fragments must be in 1..--local-steps") == 0);
+  job.topology_settings.fragments = 2;
+  job.topology_settings.overlap_steps = 4;
+  CHECK(refusal(job).find("--overlap-steps must be below --local-steps") != std::string::npos);
+}
+
 TEST_CASE("local SGD refuses what it cannot run with one line") {
   job_config job = sgd_job(2, 2);
   job.topology = "local-sgd";
@@ -295,9 +329,10 @@ TEST_CASE("the parameter server refuses what it cannot run with one line") {
   CHECK(refusal(job).find("checkpoints are not supported") != std::string::npos);
 }
 
-TEST_CASE("gossip on a quadratic: averaging pulls the copies together, and the job ends at their mean") {
+TEST_CASE("lockstep gossip on a quadratic: averaging pulls the copies together, and the job ends at their mean") {
   job_config job = sgd_job(4, 20);
   job.topology = "gossip";
+  job.topology_settings.gossip_lockstep = true;
   job.replica_check_interval = 1;
   const auto spread_at_end = [&](const char* graph, double rate) {
     job.topology_settings.gossip_graph = graph;
@@ -319,7 +354,107 @@ TEST_CASE("gossip on a quadratic: averaging pulls the copies together, and the j
   }
   job.topology_settings.gossip_graph = "star";
   CHECK(refusal(job).find("--gossip-graph: 'star'") == 0);
+  job.topology_settings.gossip_graph = "exponential";
+  CHECK(refusal(job).find("with --gossip-lockstep") != std::string::npos);
   job.topology_settings.gossip_graph = "ring";
   job.algorithm = "acco";
   CHECK(refusal(job).find("--topology gossip: its inner steps") == 0);
+}
+
+namespace {
+
+// Enough parameters that a gradient takes measurable time, so every asynchronous worker gets
+// gradients and --speed shows.
+constexpr std::size_t busy_dim = std::size_t{1} << 16;
+
+// Every gradient of the job counted once, by the workers that computed them.
+std::uint64_t gradients_applied(const job_result& r, std::vector<std::uint64_t>* by_worker = nullptr) {
+  std::uint64_t total = 0;
+  for (const auto& m : r.steps) {
+    for (std::size_t w = 0; w < m.worker_gradients.size(); ++w) {
+      total += m.worker_gradients[w];
+      if (by_worker) {
+        if (by_worker->size() <= w) by_worker->resize(w + 1);
+        (*by_worker)[w] += m.worker_gradients[w];
+      }
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("asynchronous gossip on a quadratic reaches consensus at the mean of the copies") {
+  job_config job = sgd_job(4, 30);
+  job.topology = "gossip";
+  job.eval_interval = 10;
+  const auto run = [&](const char* graph, double rate) {
+    job.topology_settings.gossip_graph = graph;
+    job.topology_settings.gossip_rate = rate;
+    const job_result result = run_quadratic(job, {}, busy_dim);
+    REQUIRE(result.steps.size() == 30);
+    CHECK(gradients_applied(result) == 30 * 4);  // a step is as many gradients as workers
+    for (const auto& m : result.steps) CHECK(m.consensus_distance >= 0);  // measured every step
+    CHECK(std::all_of(result.parameters.begin(), result.parameters.end(), [](float p) { return std::isfinite(p); }));
+    CHECK(result.steps.back().train_loss < result.steps.front().train_loss);
+    return result.steps.back().consensus_distance;
+  };
+  const double apart = run("ring", 0.0);  // no gossip: each worker on its own
+  CHECK(apart > 0);
+  for (const char* graph : {"ring", "exponential", "complete"}) {
+    CAPTURE(graph);
+    const double together = run(graph, 4.0);
+    MESSAGE(std::string(graph) << ": spread at the end " << together << " with gossip at rate 4, " << apart << " without");
+    CHECK(together < 0.5 * apart);
+  }
+  job.topology_settings.gossip_graph = "star";
+  CHECK(refusal(job).find("--gossip-graph: 'star' (expected ring|exponential|complete)") == 0);
+  job.topology_settings.gossip_graph = "ring";
+  job.checkpoint_path = "test_topology_never.ckpt";
+  CHECK(refusal(job).find("--topology gossip: checkpoints are not supported") == 0);
+  job.checkpoint_path.clear();
+  job.algorithm = "acco";
+  CHECK(refusal(job).find("--topology gossip: its workers step the optimizer") == 0);
+}
+
+TEST_CASE("asynchronous gossip with one worker is DDP with one worker: same data order, schedule and steps") {
+  const job_result ddp = run_quadratic(sgd_job(1, 8), {}, dim);
+  job_config job = sgd_job(1, 8);
+  job.topology = "gossip";
+  const job_result alone = run_quadratic(job, {}, dim);
+  CHECK(worst_difference(alone.parameters, ddp.parameters) < 1e-6);
+  REQUIRE(alone.steps.size() == ddp.steps.size());
+  for (std::size_t s = 0; s < ddp.steps.size(); ++s)
+    CHECK(alone.steps[s].train_loss == doctest::Approx(ddp.steps[s].train_loss).epsilon(1e-6));
+}
+
+TEST_CASE("asynchronous gossip: with one slow worker the fast ones contribute more gradients") {
+  job_config job = sgd_job(3, 24);
+  job.topology = "gossip";
+  job.speed_factors = {1.0, 1.0, 6.0};
+  job.link = "10gbit,10us";
+  const job_result result = run_quadratic(job, {}, busy_dim);
+  std::vector<std::uint64_t> by_worker;
+  REQUIRE(gradients_applied(result, &by_worker) == 24 * 3);
+  REQUIRE(by_worker.size() == 3);
+  MESSAGE("gradients by worker: " << by_worker[0] << " / " << by_worker[1] << " / " << by_worker[2]);
+  CHECK(by_worker[0] > by_worker[2]);
+  CHECK(by_worker[1] > by_worker[2]);
+  CHECK(result.steps.back().bytes_sent > 0);
+}
+
+TEST_CASE("asynchronous gossip keeps going when workers die, leave and join") {
+  job_config job = sgd_job(3, 12);
+  job.topology = "gossip";
+  job.topology_settings.gossip_rate = 2.0;
+  // After step 3 one worker dies mid-gradient (another redoes it), after 6 one more leaves,
+  // after 9 three join: every gradient of the 12 steps is still applied once.
+  job.membership = {{3, 2, true}, {6, 1, false}, {9, 4, false}};
+  const job_result result = run_quadratic(job, {}, busy_dim);
+  REQUIRE(result.steps.size() == 12);
+  std::vector<std::uint64_t> by_worker;
+  CHECK(gradients_applied(result, &by_worker) == 12 * 3);
+  CHECK(by_worker.size() == 4);  // the joiner's rank counted too
+  CHECK(result.steps.back().train_loss < result.steps.front().train_loss);
+  CHECK(std::all_of(result.parameters.begin(), result.parameters.end(), [](float p) { return std::isfinite(p); }));
 }

@@ -150,6 +150,9 @@ struct step_metrics {
   // parameter-server: of the gradients applied in this step, how many were k updates stale
   // (index k; empty for the other topologies).
   std::vector<std::uint64_t> staleness;
+  // Asynchronous topologies (parameter-server, gossip): how many of the step's gradients each
+  // worker computed (index: worker; empty for the others).
+  std::vector<std::uint64_t> worker_gradients;
 };
 
 struct job_result {

@@ -1,7 +1,8 @@
 #pragma once
 // Topologies: who exchanges with whom, when, and how the results merge. A topology is chosen
-// by name (job_config::topology); the built-ins (ring, local-sgd, hierarchical, gossip, and
-// parameter-server, which runs server actors of its own instead of rounds) are registered
+// by name (job_config::topology); the built-ins (ring, local-sgd, hierarchical, gossip and
+// parameter-server; the last two run workers of their own instead of rounds, gossip unless
+// lockstep) are registered
 // through register_topology exactly as an embedding app registers its own. No CAF here.
 //
 // Per worker and round, a topology's worker gets its gradient sum and returns the parameters
@@ -34,13 +35,23 @@ struct topology_options {
   // local-sgd: the outer Nesterov step on the averaged pseudo-gradient θ_global − θ_worker.
   float outer_learning_rate = 0.7f;
   float outer_momentum = 0.9f;
+  // local-sgd, Streaming DiLoCo: fragments of the parameters (fragment f's outer steps come
+  // f·H/P steps after the first's), inner steps an outer step's result is merged late, and the
+  // weight of the worker's own fragment in that merge. 1, 0, 0: plain DiLoCo.
+  std::uint64_t fragments = 1;
+  std::uint64_t overlap_steps = 0;
+  float overlap_mix = 0.0f;
   // parameter-server: how many pushes a worker may run ahead of the slowest (stale synchronous
   // parallel); 0: synchronous rounds, DDP's arithmetic.
   std::uint64_t max_staleness = 0;
-  // gossip: pairwise averaging events per worker and step (a Poisson rate: each pair of the
-  // step's matching averages with probability 1 - exp(-rate)), over the graph ring | complete.
+  // gossip: pairwise averaging events per worker and step (a Poisson rate), over the graph
+  // ring | exponential | complete (asynchronous) or ring | complete (lockstep: each pair of the
+  // step's matching averages with probability 1 - exp(-rate)).
   double gossip_rate = 1.0;
   std::string gossip_graph = "ring";
+  // gossip: rounds in lockstep (every worker each step, between processes too) instead of
+  // asynchronous workers in one process.
+  bool gossip_lockstep = false;
 };
 
 // What a topology knows of the job it is asked to run.
