@@ -54,7 +54,8 @@ communicator_actor::behavior_type communicator_behavior(
           }
           const round_totals global{totals[0], totals[1], totals[2], totals[3]};
           s.rule->apply(*s.link, *request.buffer, request.local, global, request.learning_rate,
-                        step_of_round(s.pipe, request.round), request.estimate);
+                        step_of_round(s.pipe, request.round), request.estimate,
+                        request.current ? std::span<const float>(*request.current) : std::span<const float>());
           round_result result;
           result.round = request.round;
           result.global = global;
