@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -45,11 +46,15 @@ void encode(const float* x, std::size_t /*count: the zero padding changes nothin
   const float inverse = zeros ? 0.f : 127.f / largest;
   // Adding and subtracting 1.5·2^23 rounds a float of magnitude below 2^22 to the nearest
   // integer, ties to even, in plain SSE2 arithmetic.
+  // |x| * 127/largest stays below 127.5, so it rounds into [-127, 127] without a clamp. The
+  // codes go to a local array first: int8 stores into `out` might alias `x` (a char type may
+  // alias anything), which keeps the compiler from vectorising.
   constexpr float round_magic = 0x1.8p23f;
-  for (std::size_t i = 0; i < block; ++i) {
-    const float scaled = std::clamp(x[i] * inverse, -127.f, 127.f);
-    out.codes[i] = static_cast<std::int8_t>(static_cast<int>((scaled + round_magic) - round_magic));
-  }
+  std::array<std::int8_t, block> codes{};
+  if (!zeros)
+    for (std::size_t i = 0; i < block; ++i)
+      codes[i] = static_cast<std::int8_t>(static_cast<int>((x[i] * inverse + round_magic) - round_magic));
+  std::memcpy(out.codes, codes.data(), block);
 }
 
 void encode(const float* x, std::size_t count, sign_block& out) {
@@ -75,9 +80,11 @@ void decode(const int8_block& in, const float* base, float* out, std::size_t cou
 
 void decode(const sign_block& in, const float* base, float* out, std::size_t count) {
   const std::uint32_t scale = std::bit_cast<std::uint32_t>(in.scale);
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::uint32_t negative = (in.signs[i / 32] >> (i % 32)) & 1u;
-    out[i] = base[i] + std::bit_cast<float>(scale ^ (negative << 31));
+  for (std::size_t first = 0; first < count; first += 32) {
+    const std::uint32_t word = in.signs[first / 32];
+    const std::size_t n = std::min<std::size_t>(32, count - first);
+    for (std::size_t k = 0; k < n; ++k)
+      out[first + k] = base[first + k] + std::bit_cast<float>(scale ^ (((word >> k) & 1u) << 31));
   }
 }
 
