@@ -403,7 +403,7 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   refused(job, "votes on Lion directions");
   job = sgd_job("acco", 2, 2);
   job.wire_precision = "fp8";
-  refused(job, "wire precision: 'fp8' (expected fp32|bf16|fp16)");
+  refused(job, "wire precision: 'fp8' (expected fp32|bf16|fp16|int8|sign)");
   job = sgd_job("acco", 2, 2);
   job.estimate_precision = "int4";
   refused(job, "estimate precision: 'int4'");
