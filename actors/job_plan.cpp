@@ -117,7 +117,9 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
           "the wire takes fp32|bf16|fp16");
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
   plan.topo = job_topology(config, *plan.algo, prototype, elastic || state);
-  require(plan.topo->group_size() == 1 || !block_quantized(plan.precision.estimate),
+  // Only ACCO's estimate rounds of a sharded optimizer send in the estimate precision.
+  const bool sends_estimates = plan.algo->pipe == pipeline::acco && plan.algo->aggregate == aggregation::sharded_optimizer;
+  require(plan.topo->group_size() == 1 || !sends_estimates || !block_quantized(plan.precision.estimate),
           "estimate precision: '" + config.estimate_precision + "' is not supported by the hierarchical topology, "
           "whose collectives take fp32|bf16|fp16");
   require(plan.algo->aggregate != aggregation::registered ||
