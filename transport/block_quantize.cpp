@@ -66,11 +66,18 @@ void encode(const float* x, std::size_t count, sign_block& out) {
   const float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
                     ((partial[4] + partial[5]) + (partial[6] + partial[7]));
   out.scale = non_finite(largest_bits) ? nan : sum / static_cast<float>(count);
-  for (std::size_t w = 0; w < block / 32; ++w) {
-    std::uint32_t word = 0;
-    for (std::uint32_t k = 0; k < 32; ++k) word |= (std::bit_cast<std::uint32_t>(x[32 * w + k]) >> 31) << k;
-    out.signs[w] = word;
+  // Sign bits as one byte each (a vectorised shift), then eight bytes to eight bits with one
+  // multiply: byte j (bit 8j) times 2^(56-7j) lands on bit 56+j, and no two products overlap.
+  std::array<std::uint8_t, block> negative;
+  for (std::size_t i = 0; i < block; ++i) negative[i] = static_cast<std::uint8_t>(std::bit_cast<std::uint32_t>(x[i]) >> 31);
+  static_assert(std::endian::native == std::endian::little, "byte j of a word is bits 8j..8j+7");
+  std::array<std::uint8_t, block / 8> packed;
+  for (std::size_t g = 0; g < packed.size(); ++g) {
+    std::uint64_t bytes;
+    std::memcpy(&bytes, negative.data() + 8 * g, 8);
+    packed[g] = static_cast<std::uint8_t>((bytes * 0x0102040810204080ull) >> 56);
   }
+  std::memcpy(out.signs, packed.data(), packed.size());  // value i is bit i%32 of word i/32
 }
 
 void decode(const int8_block& in, const float* base, float* out, std::size_t count) {
