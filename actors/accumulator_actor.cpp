@@ -16,6 +16,7 @@ using clock_type = std::chrono::steady_clock;
 struct accumulator_state {
   accumulator_setup setup;
   tensor accumulated;                  // gradient sum still being filled
+  tensor parameters;                   // the compute actor's current parameters (shared, not a copy)
   round_totals totals;                 // what `accumulated` holds
   std::size_t since_launch = 0;        // micro-batches since the last round was launched
   std::uint64_t round = 0;             // the round in flight, or the next to launch
@@ -125,6 +126,9 @@ void launch_round(self_pointer self) {
   request.local = s.totals;
   request.snapshot = setup.wants_snapshot && setup.wants_snapshot(s.round);
   request.keep = setup.wants_kept && setup.wants_kept(s.round);
+  // Compute only reads its parameters until this round's result swaps them, so the round may
+  // read them too: estimates travel as a difference from them, with no copy kept anywhere.
+  if (request.estimate) request.current = s.parameters;
   if (keeps_accumulation(setup.pipe, s.round)) {
     // ACCO's estimate round: g̃ goes on the wire and also stays for the real round.
     request.buffer = take_spare(s);
@@ -200,6 +204,7 @@ void finish_round(self_pointer self) {
   // Between two micro-batches (compute is idle now): the new parameters take effect. The next
   // round launches once the old ones are back, so that it reuses their buffer.
   s.swapping = true;
+  s.parameters = r.parameters;
   self->request(s.setup.compute, caf::infinite, params_atom::value, std::move(r.parameters))
       .then(
           [self](tensor& old) {
@@ -238,6 +243,7 @@ void advance(self_pointer self) {
 accumulator_actor::behavior_type accumulator_behavior(self_pointer self, accumulator_setup setup) {
   self->state.setup = std::move(setup);
   self->state.round = self->state.setup.first_round;
+  self->state.parameters = std::move(self->state.setup.parameters);
   return {
       [self](start_atom) { advance(self); },
   };

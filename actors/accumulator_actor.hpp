@@ -25,6 +25,7 @@ struct accumulator_setup {
   std::size_t accumulation = 1;       // micro-batches per round at least
   std::size_t max_accumulation = 0;   // overlapped rounds: at most (0: no cap)
   std::size_t parameter_count = 0;
+  tensor parameters;                  // what the compute actor starts with
   // The compute actor is resident (compute_setup::resident): a lent sum's host values are stale
   // until fetched, which happens right before its round goes out.
   bool fetch_sums = false;

@@ -62,7 +62,8 @@ communicator_actor::behavior_type communicator_behavior(
             s.memory->download(request.buffer);  // hash, divergence check, reports
           } else {
             s.rule->apply(*s.link, *request.buffer, request.local, global, request.learning_rate, step,
-                          request.estimate);
+                          request.estimate,
+                          request.current ? std::span<const float>(*request.current) : std::span<const float>());
           }
           round_result result;
           result.round = request.round;

@@ -112,8 +112,16 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.precision.estimate = config.estimate_precision.empty()
                                 ? plan.precision.real
                                 : parse_wire_precision(config.estimate_precision, "estimate precision");
+  require(!block_quantized(plan.precision.real),
+          "wire precision: '" + config.wire_precision + "' is for ACCO's estimate rounds only (estimate precision); "
+          "the wire takes fp32|bf16|fp16");
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
   plan.topo = job_topology(config, *plan.algo, prototype, elastic || state);
+  // Only ACCO's estimate rounds of a sharded optimizer send in the estimate precision.
+  const bool sends_estimates = plan.algo->pipe == pipeline::acco && plan.algo->aggregate == aggregation::sharded_optimizer;
+  require(plan.topo->group_size() == 1 || !sends_estimates || !block_quantized(plan.precision.estimate),
+          "estimate precision: '" + config.estimate_precision + "' is not supported by the hierarchical topology, "
+          "whose collectives take fp32|bf16|fp16");
   require(plan.algo->aggregate != aggregation::registered ||
               (!state && config.checkpoint_path.empty() && config.resume_path.empty() && config.membership.empty()),
           "algorithm " + plan.algo->name + " (a registered rule) keeps no checkpointable state: checkpoints, resumes "

@@ -24,7 +24,7 @@ class registered_rule final : public update_rule {
 public:
   explicit registered_rule(std::unique_ptr<aggregation_rule> rule) : rule_(std::move(rule)) {}
   void apply(transport& link, std::span<float> buffer, const round_totals& local, const round_totals& global,
-             float learning_rate, std::uint64_t step, bool estimate) override {
+             float learning_rate, std::uint64_t step, bool estimate, std::span<const float>) override {
     transport_collectives workers(link);
     rule_->apply(workers, buffer, round_context{local.micro_batches, global.micro_batches, learning_rate, step, estimate});
   }

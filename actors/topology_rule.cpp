@@ -33,13 +33,13 @@ private:
 class round_rules final : public algorithm_rules {
 public:
   round_rules(update_rule& algorithm, transport& link, const round_totals& local, const round_totals& global,
-              float learning_rate, std::uint64_t step, bool estimate, const optimizer_config& config,
-              std::unique_ptr<optimizer>& own)
+              float learning_rate, std::uint64_t step, bool estimate, std::span<const float> current,
+              const optimizer_config& config, std::unique_ptr<optimizer>& own)
       : algorithm_(algorithm), link_(link), local_(local), global_(global), learning_rate_(learning_rate),
-        step_(step), estimate_(estimate), config_(config), own_(own) {}
+        step_(step), estimate_(estimate), current_(current), config_(config), own_(own) {}
 
   void aggregate(std::span<float> buffer) override {
-    algorithm_.apply(link_, buffer, local_, global_, learning_rate_, step_, estimate_);
+    algorithm_.apply(link_, buffer, local_, global_, learning_rate_, step_, estimate_, current_);
   }
   void local_step(std::span<float> parameters, std::span<const float> mean_gradient) override {
     if (!own_) own_ = make_optimizer(config_, parameters.size());  // only topologies that step locally pay for it
@@ -54,6 +54,7 @@ private:
   float learning_rate_;
   std::uint64_t step_;
   bool estimate_;
+  std::span<const float> current_;
   const optimizer_config& config_;
   std::unique_ptr<optimizer>& own_;
 };
@@ -66,9 +67,9 @@ public:
         status_(std::move(status)) {}
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local, const round_totals& global,
-             float learning_rate, std::uint64_t step, bool estimate) override {
+             float learning_rate, std::uint64_t step, bool estimate, std::span<const float> current) override {
     link_peers peers(link);
-    round_rules rules(*algorithm_, link, local, global, learning_rate, step, estimate, config_, own_);
+    round_rules rules(*algorithm_, link, local, global, learning_rate, step, estimate, current, config_, own_);
     const topology_round round{step, steps_, learning_rate, local.micro_batches, global.micro_batches, estimate};
     topology_report report;
     worker_->round(buffer, round, peers, rules, report);

@@ -49,7 +49,7 @@ public:
 
   void apply(transport& link, std::span<float> buffer, const round_totals&,
              const round_totals& global, float learning_rate, std::uint64_t,
-             bool estimate) override {
+             bool estimate, std::span<const float> current) override {
     const wire_precision wire = precision_.of(estimate);
     {
       const trace_span phase("reduce-scatter");
@@ -77,10 +77,16 @@ public:
     }
     optimizer_phase.reset();
     const trace_span phase("all-gather");
-    link.all_gather(buffer, wire);
+    if (estimate)
+      link.all_gather_delta(buffer, current, wire);  // int8 and sign: θ̃ - θ_t travels
+    else
+      link.all_gather(buffer, wire);
   }
 
-  bool has_device_form() const override { return config_.kind == "adamw" || config_.kind == "lion"; }
+  // Block-quantized estimates (int8, sign) have no device collectives: such rounds stay on the host.
+  bool has_device_form() const override {
+    return (config_.kind == "adamw" || config_.kind == "lion") && !block_quantized(precision_.estimate);
+  }
 
   // apply's steps as kernels on the collectives' stream, on master weights and state kept there.
   void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals&,
@@ -173,7 +179,7 @@ public:
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local,
              const round_totals&, float learning_rate, std::uint64_t step,
-             bool estimate) override {
+             bool estimate, std::span<const float>) override {
     // The vote is over each worker's own Lion direction from its own mean gradient.
     const float scale = local.micro_batches > 0 ? static_cast<float>(1.0 / local.micro_batches) : 0.f;
     double square_sum = 0;

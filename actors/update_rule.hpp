@@ -30,10 +30,12 @@ public:
   // An estimate computes parameters from the committed state without changing that state.
   // `step` is the optimizer step the round belongs to (ACCO: both of its rounds); sign votes
   // break ties by its parity, so that ties alternate between committed steps and an estimate
-  // breaks them as the real round of its step will.
+  // breaks them as the real round of its step will. `current`: in an estimate round, the
+  // parameters θ_t the compute stage holds (identical on every worker, only read meanwhile), from
+  // which block-quantized estimates travel as a difference; else empty.
   virtual void apply(transport& link, std::span<float> buffer, const round_totals& local,
                      const round_totals& global, float learning_rate, std::uint64_t step,
-                     bool estimate) = 0;
+                     bool estimate, std::span<const float> current) = 0;
   // The device form: the same round with `buffer` in collectives.memory() (a resident GPU
   // worker over --transport nccl), its state kept there too (uploaded at the first call), and
   // every step a kernel on the collectives' stream; returns once the round has run

@@ -121,6 +121,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.accumulation = config.accumulation;
   accumulation.max_accumulation = config.max_accumulation;
   accumulation.parameter_count = plan.initial.size();
+  accumulation.parameters = compute->parameters;
   accumulation.fetch_sums = compute->resident && !compute->memory;
   accumulation.memory = compute->memory;
   accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {

@@ -234,7 +234,9 @@ void add_training_options(po::options_description& options, const job_config& d)
        "what gradients and parameters travel as: fp32 | bf16 | fp16 (sums in fp32, fp32 master weights "
        "and optimizer state; Distributed Lion's votes are 1 bit regardless)")
       ("estimate-precision", po::value<std::string>()->default_value(d.estimate_precision),
-       "ACCO's estimate rounds (they commit no state): fp32 | bf16 | fp16 (empty: as --wire-precision)")
+       "ACCO's estimate rounds (they commit no state): fp32 | bf16 | fp16 | int8 | sign (blocks of 256 "
+       "values with an fp32 scale each: int8 codes, or 1-bit signs scaled by the block's mean |x|; "
+       "parameters travel as the difference from the current ones) (empty: as --wire-precision)")
       ("eval-interval", number_flag<std::uint64_t>(0, most, d.eval_interval),
        "held-out loss every this many steps (0: only at the end)")
       ("eval-examples", number_flag<std::uint64_t>(1, 1'000'000'000, d.eval_examples),

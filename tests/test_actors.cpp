@@ -20,6 +20,8 @@
 #include <iterator>
 #include <numeric>
 
+#include "transport/block_quantize.hpp"
+
 using namespace accord;
 using accord::testing::quadratic;
 using accord::testing::waves;
@@ -353,6 +355,32 @@ TEST_CASE("bf16 and fp16 on the wire: half the bits per parameter, the loss of f
         doctest::Approx(0.75 * exact.bits_per_parameter_per_step).epsilon(0.01));
 }
 
+TEST_CASE("ACCO with int8 and sign estimates trains on the quadratic, replicas agree, bits come from the records sent" *
+          doctest::test_suite("pipeline")) {
+  // 2 workers, shards of 1024 values: 4 blocks each. Per step and worker the estimate round sends
+  // 2 × 4 records where fp32 sends 2 × 1024 floats; everything else is the same.
+  constexpr std::size_t values = 2048;
+  job_config job = sgd_job("acco", 2, 20);
+  const job_result exact = run_quadratic(job, {}, values);
+  const double records_per_value = 4.0 / 1024;
+  for (const std::string code : {"int8", "sign"}) {
+    CAPTURE(code);
+    job.estimate_precision = code;
+    const job_result cheap = run_quadratic(job, {}, values);
+    CHECK(cheap.replicas_identical);
+    CHECK(cheap.steps.back().train_loss < 0.5 * cheap.steps.front().train_loss);
+    const double record_bytes = code == "int8" ? sizeof(int8_block) : sizeof(sign_block);
+    const double estimate_bits = 2 * 8 * record_bytes * records_per_value / 2, fp32_bits = 2 * 32.0 / 2;
+    CHECK(cheap.bits_per_parameter_per_step ==
+          doctest::Approx(exact.bits_per_parameter_per_step - fp32_bits + estimate_bits).epsilon(1e-6));
+    // θ̃ only places the second half's gradients: the trajectory stays near fp32 estimates'.
+    double worst = 0;
+    for (std::size_t i = 0; i < values; ++i) worst = std::max(worst, std::fabs(double(cheap.parameters[i]) - exact.parameters[i]));
+    MESSAGE(code << " estimates: largest parameter difference to fp32 estimates " << worst);
+    CHECK(worst < (code == "int8" ? 0.01 : 0.25));
+  }
+}
+
 TEST_CASE("ACCO tracks DDP's loss on a short GPT run while DPU lags early") {
   auto mean_loss = [](const job_result& r, std::size_t first, std::size_t last) {
     double sum = 0;
@@ -409,10 +437,18 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   refused(job, "votes on Lion directions");
   job = sgd_job("acco", 2, 2);
   job.wire_precision = "fp8";
-  refused(job, "wire precision: 'fp8' (expected fp32|bf16|fp16)");
+  refused(job, "wire precision: 'fp8' (expected fp32|bf16|fp16|int8|sign)");
   job = sgd_job("acco", 2, 2);
   job.estimate_precision = "int4";
-  refused(job, "estimate precision: 'int4'");
+  refused(job, "estimate precision: 'int4' (expected fp32|bf16|fp16|int8|sign)");
+  job = sgd_job("acco", 2, 2);
+  job.wire_precision = "int8";
+  refused(job, "wire precision: 'int8' is for ACCO's estimate rounds only");
+  job = sgd_job("acco", 4, 2);
+  job.estimate_precision = "sign";
+  job.topology = "hierarchical";
+  job.topology_settings.group_size = 2;
+  refused(job, "estimate precision: 'sign' is not supported by the hierarchical topology");
 }
 
 TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the problem" *

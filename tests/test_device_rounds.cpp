@@ -98,7 +98,7 @@ constexpr float learning_rate = 1e-2f;
 
 void host_round(update_rule& rule, transport& link, std::vector<float>& buffer, const round_totals& local,
                 const round_totals& global, const round_plan& plan) {
-  rule.apply(link, buffer, local, global, learning_rate, plan.step, plan.estimate);
+  rule.apply(link, buffer, local, global, learning_rate, plan.step, plan.estimate, {});  // no block-quantized estimates here: θ_t is not needed
 }
 
 }  // namespace

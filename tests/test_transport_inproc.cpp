@@ -301,5 +301,5 @@ TEST_CASE("wire precision: bf16 and fp16 round to nearest even, keep NaN and ove
   }
   CHECK(parse_wire_precision("bf16", "--wire-precision") == wire_precision::bf16);
   CHECK_THROWS_WITH_AS(parse_wire_precision("fp8", "--wire-precision"),
-                       "--wire-precision: 'fp8' (expected fp32|bf16|fp16)", std::invalid_argument);
+                       "--wire-precision: 'fp8' (expected fp32|bf16|fp16|int8|sign)", std::invalid_argument);
 }

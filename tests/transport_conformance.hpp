@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/block_quantize.hpp"
 #include "transport/shard.hpp"
 #include "transport/sign_vote.hpp"
 #include "transport/transport.hpp"
@@ -717,12 +718,125 @@ inline void check_interrupt(const transport_factory& make) {
   }
 }
 
+// Block-quantized codes (ACCO's estimate rounds): each rank's shard for owner s is quantized on
+// its own and the owner adds the decoded values to its own fp32 ones in the order s-1, s-2, ...;
+// all_gather_delta leaves every rank, the owner too, with base + the decoded difference. Both
+// are checked bit for bit against the same arithmetic done here, plus the bytes sent: whole
+// records of the other ranks' shards. all_gather and all_reduce refuse the codes.
+template <class Block>
+void check_block_quantized_code(const transport_factory& make, wire_precision precision) {
+  CAPTURE(precision_name(precision));
+  const auto encoded = [](std::span<const float> values) {
+    std::vector<Block> blocks(quantized_blocks(values.size()));
+    quantize(values, std::span<Block>(blocks));
+    return blocks;
+  };
+  const auto records = [](std::size_t n, int world, int except) {
+    std::size_t count = 0;
+    for (int s = 0; s < world; ++s)
+      if (s != except) count += quantized_blocks(shard_of(n, world, s).size());
+    return count;
+  };
+  for (int world = 1; world <= 4; ++world) {
+    world_endpoints endpoints = make_world(make, world);
+    for (std::size_t n : {0ul, 1ul, 7ul, 255ul, 257ul, 1000ul, 100003ul}) {
+      CAPTURE(world);
+      CAPTURE(n);
+      const auto gradient = [](int rank, std::size_t i) { return static_cast<float>(unit_random(rank, i)); };
+      const auto base = [](std::size_t i) { return static_cast<float>(unit_random(99, i)); };
+      const auto update = [&](std::size_t i) { return base(i) + 0.01f * static_cast<float>(unit_random(7, i)); };
+      std::vector<std::vector<float>> scattered(world), gathered(world);
+      std::vector<std::uint64_t> scatter_bytes(world), gather_bytes(world);
+      std::vector<float> bases(n);
+      for (std::size_t i = 0; i < n; ++i) bases[i] = base(i);
+      run_ranks(endpoints, [&](transport& t) {
+        const int rank = t.rank();
+        const shard own = shard_of(n, world, rank);
+        auto& s = scattered[rank];
+        for (std::size_t i = 0; i < n; ++i) s.push_back(gradient(rank, i));
+        std::uint64_t before = t.stats().bytes_sent;
+        t.reduce_scatter(s, precision);
+        scatter_bytes[rank] = t.stats().bytes_sent - before;
+        auto& g = gathered[rank];
+        g.assign(n, std::numeric_limits<float>::quiet_NaN());
+        for (std::size_t i = own.begin; i < own.end; ++i) g[i] = update(i);
+        before = t.stats().bytes_sent;
+        t.all_gather_delta(g, bases, precision);
+        gather_bytes[rank] = t.stats().bytes_sent - before;
+        std::vector<float> values(n, 1.f);
+        CHECK_THROWS_AS(t.all_gather(values, precision), std::invalid_argument);
+        CHECK_THROWS_AS(t.all_reduce(values, precision), std::invalid_argument);
+      });
+      std::vector<float> gather_expected(n);
+      for (int owner = 0; owner < world; ++owner) {
+        const shard own = shard_of(n, world, owner);
+        std::vector<float> difference, own_base(bases.begin() + own.begin, bases.begin() + own.end);
+        for (std::size_t i = own.begin; i < own.end; ++i) difference.push_back(update(i) - base(i));
+        std::vector<float> decoded(own.size());
+        if (world > 1)
+          add_dequantized(std::span<const Block>(encoded(difference)), own_base, decoded);
+        else
+          for (std::size_t i = own.begin; i < own.end; ++i) decoded[i - own.begin] = update(i);
+        std::copy(decoded.begin(), decoded.end(), gather_expected.begin() + own.begin);
+      }
+      for (int rank = 0; rank < world; ++rank) {
+        CAPTURE(rank);
+        const shard own = shard_of(n, world, rank);
+        std::vector<float> sums;
+        for (std::size_t i = own.begin; i < own.end; ++i) sums.push_back(gradient(rank, i));
+        for (int step = 1; step < world; ++step) {
+          const int from = (rank - step + world) % world;
+          std::vector<float> theirs;
+          for (std::size_t i = own.begin; i < own.end; ++i) theirs.push_back(gradient(from, i));
+          add_dequantized(std::span<const Block>(encoded(theirs)), sums, sums);
+        }
+        const std::vector<float> got(scattered[rank].begin() + own.begin, scattered[rank].begin() + own.end);
+        std::string difference = first_difference(got, sums);
+        CHECK_MESSAGE(difference.empty(), "reduce_scatter: " << difference);
+        // Within a quantization step of each other rank's values (|x| < 1).
+        const double step_bound = precision == wire_precision::int8 ? 0.5 / 127 : 2.0;
+        for (std::size_t i = own.begin; i < own.end; ++i) {
+          double exact = 0;
+          for (int r = 0; r < world; ++r) exact += gradient(r, i);
+          CHECK(std::abs(scattered[rank][i] - exact) <= (world - 1) * step_bound + 1e-5);
+        }
+        difference = first_difference(gathered[rank], gather_expected);
+        CHECK_MESSAGE(difference.empty(), "all_gather_delta: " << difference);
+        // Whole records of the others' shards up, the own shard's records to each other rank.
+        const double up = static_cast<double>(records(n, world, rank) * sizeof(Block));
+        const double down = static_cast<double>((world - 1) * quantized_blocks(own.size()) * sizeof(Block));
+        CHECK(static_cast<double>(scatter_bytes[rank]) >= up);
+        CHECK(static_cast<double>(gather_bytes[rank]) >= down);
+        if (n >= 1000) {
+          CHECK(static_cast<double>(scatter_bytes[rank]) <= up * 1.01);
+          CHECK(static_cast<double>(gather_bytes[rank]) <= down * 1.01);
+        }
+      }
+    }
+  }
+  // A NaN is never hidden: its block reaches the owner as all-NaN.
+  world_endpoints endpoints = make_world(make, 2);
+  std::vector<std::vector<float>> sums(2, std::vector<float>(600, 1.f));
+  run_ranks(endpoints, [&](transport& t) {
+    if (t.rank() == 1) sums[1][10] = std::numeric_limits<float>::quiet_NaN();
+    t.reduce_scatter(sums[t.rank()], precision);
+  });
+  CHECK(std::all_of(sums[0].begin(), sums[0].begin() + 256, [](float v) { return std::isnan(v); }));
+  CHECK(std::none_of(sums[0].begin() + 256, sums[0].begin() + 300, [](float v) { return std::isnan(v); }));
+}
+
+inline void check_block_quantized(const transport_factory& make) {
+  check_block_quantized_code<int8_block>(make, wire_precision::int8);
+  check_block_quantized_code<sign_block>(make, wire_precision::sign);
+}
+
 // The whole suite against one backend configuration.
 inline void run_transport_conformance(const char* backend_name, const transport_factory& make) {
   INFO("backend: " << backend_name);
   SUBCASE("point to point") { check_point_to_point(make); }
   SUBCASE("reduce-scatter, all-gather, all-reduce") { check_reductions(make); }
   SUBCASE("bf16 and fp16 on the wire") { check_precision_reductions(make); }
+  SUBCASE("int8 and sign blocks (ACCO's estimate rounds)") { check_block_quantized(make); }
   SUBCASE("sign votes") { check_sign_votes(make); }
   SUBCASE("traffic") { check_traffic(make); }
   SUBCASE("peer failure") { check_peer_failure(make); }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/block_quantize.hpp"
 #include "transport/shard.hpp"
 #include "transport/sign_vote.hpp"
 #include "transport/transport.hpp"
@@ -195,18 +196,24 @@ void ring_collective(transport& t, std::span<T> data, bool reduce, bool gather, 
       });
 }
 
-// Every rank sends shard s of `data` (shard_of(data.size(), world, s)) to its owner s and
-// receives its own shard from every other rank, pairwise: step k sends to r+k and receives
-// from r-k, so each rank sends (world-1)/world of `data`. Pieces of the own shard arrive in a
-// fixed order (from r-1, then r-2, ...) and go to received(offset in the shard, piece).
-template <class T, class Received>
-void send_shards_to_owners(transport& t, std::span<const T> data, std::uint64_t tag, Received received) {
+// Shard s of `total` elements (shard_of), as a callable for the exchanges below.
+auto even_shards(std::size_t total, int world) {
+  return [total, world](int s) { return shard_of(total, world, s); };
+}
+
+// Every rank sends block s of `data` (owner_block(s)) to its owner s and receives its own
+// block from every other rank, pairwise: step k sends to r+k and receives from r-k, so each
+// rank sends all of `data` but its own block. Pieces of the own block arrive in a fixed order
+// (from r-1, then r-2, ...) and go to received(offset in the block, piece).
+template <class T, class OwnerBlock, class Received>
+void send_shards_to_owners(transport& t, std::span<const T> data, OwnerBlock owner_block, std::uint64_t tag,
+                           Received received) {
   const int world = t.size(), rank = t.rank();
-  const shard mine = shard_of(data.size(), world, rank);
+  const shard mine = owner_block(rank);
   std::vector<exchange_step<T>> steps;
   for (int step = 1; step < world; ++step) {
     const int to = ring_rank(rank, step, world);
-    const shard out = shard_of(data.size(), world, to);
+    const shard out = owner_block(to);
     steps.push_back({to, data.subspan(out.begin, out.size()), ring_rank(rank, -step, world), mine.size()});
   }
   const std::size_t piece = piece_elements<T>(t, data.size());
@@ -225,9 +232,103 @@ void direct_reduce_scatter(transport& t, std::span<float> data, wire_precision p
   to_wire(precision, data, wire);
   const shard mine = shard_of(data.size(), t.size(), t.rank());
   const std::span<float> sums = data.subspan(mine.begin, mine.size());
-  send_shards_to_owners<std::uint16_t>(t, wire, tag, [&](std::size_t offset, std::span<const std::uint16_t> piece) {
-    add_from_wire(precision, piece, sums.subspan(offset, piece.size()));
-  });
+  send_shards_to_owners<std::uint16_t>(t, wire, even_shards(data.size(), t.size()), tag,
+                                       [&](std::size_t offset, std::span<const std::uint16_t> piece) {
+                                         add_from_wire(precision, piece, sums.subspan(offset, piece.size()));
+                                       });
+}
+
+// Where each owner's records lie when every shard of `values` is block-quantized on its own
+// (blocks start at the shard's first value, so an owner decodes its shard without the others).
+class shard_records {
+public:
+  shard_records(std::size_t values, int world) : values_(values), world_(world), first_(world + 1, 0) {
+    for (int s = 0; s < world; ++s) first_[s + 1] = first_[s] + quantized_blocks(shard_of(values, world, s).size());
+  }
+  std::size_t total() const { return first_.back(); }
+  shard of(int owner) const { return {first_[owner], first_[owner + 1]}; }
+  // The values of `owner`'s shard that records [offset, offset + count) of it hold.
+  shard values_of(int owner, std::size_t offset, std::size_t count) const {
+    const shard own = shard_of(values_, world_, owner);
+    const std::size_t begin = std::min(own.end, own.begin + offset * quantization_block);
+    return {begin, std::min(own.end, begin + count * quantization_block)};
+  }
+
+private:
+  std::size_t values_;
+  int world_;
+  std::vector<std::size_t> first_;
+};
+
+// Block-quantized reduce-scatter (int8, sign): each rank encodes every other owner's shard once
+// and sends it straight to its owner, which adds the decoded values to its own fp32 values in
+// fp32, in the fixed order r-1, r-2, ...
+template <class Block>
+void quantized_reduce_scatter(transport& t, std::span<float> data, std::uint64_t tag) {
+  const int world = t.size(), rank = t.rank();
+  const shard_records records(data.size(), world);
+  const std::span<Block> wire = kept_storage<Block, kept_use::wire>(records.total());
+  for (int s = 0; s < world; ++s) {
+    if (s == rank) continue;
+    const shard values = shard_of(data.size(), world, s), out = records.of(s);
+    quantize(std::span<const float>(data.subspan(values.begin, values.size())), wire.subspan(out.begin, out.size()));
+  }
+  send_shards_to_owners<Block>(t, wire, [&](int s) { return records.of(s); }, tag,
+                               [&](std::size_t offset, std::span<const Block> piece) {
+                                 const shard values = records.values_of(rank, offset, piece.size());
+                                 const std::span<float> sums = data.subspan(values.begin, values.size());
+                                 add_dequantized(piece, sums, sums);
+                               });
+}
+
+// Block-quantized all-gather of the difference from `base`: each owner encodes its shard's
+// data - base and sends the records to every other rank, pairwise (step k to r+k, from r-k:
+// the ring's bytes per rank); every rank, the owner too, ends with base + the decoded
+// difference, so replicas stay bit-identical when `base` is.
+template <class Block>
+void quantized_all_gather_delta(transport& t, std::span<float> data, std::span<const float> base,
+                                std::uint64_t tag) {
+  const int world = t.size(), rank = t.rank();
+  const shard_records records(data.size(), world);
+  const std::span<Block> wire = kept_storage<Block, kept_use::wire>(records.total());
+  const shard own = shard_of(data.size(), world, rank), own_records = records.of(rank);
+  const auto decode = [&](int owner, std::size_t offset, std::span<const Block> piece) {
+    const shard values = records.values_of(owner, offset, piece.size());
+    add_dequantized(piece, base.subspan(values.begin, values.size()), data.subspan(values.begin, values.size()));
+  };
+  const std::span<float> difference = data.subspan(own.begin, own.size());
+  const std::span<const float> own_base = base.subspan(own.begin, own.size());
+  for (std::size_t i = 0; i < difference.size(); ++i) difference[i] -= own_base[i];
+  const std::span<Block> mine = wire.subspan(own_records.begin, own_records.size());
+  quantize(std::span<const float>(difference), mine);
+  decode(rank, 0, mine);
+  std::vector<exchange_step<Block>> steps;
+  for (int step = 1; step < world; ++step) {
+    const int from = ring_rank(rank, -step, world);
+    steps.push_back({ring_rank(rank, step, world), mine, from, records.of(from).size()});
+  }
+  pipelined_exchange<Block>(
+      t, tag, steps, false, piece_elements<Block>(t, records.total()),
+      [&](std::size_t step, std::size_t offset, std::size_t count, std::size_t) {
+        return wire.subspan(records.of(steps[step].from).begin + offset, count);
+      },
+      [&](std::size_t step, std::size_t offset, std::span<const Block> piece) { decode(steps[step].from, offset, piece); });
+}
+
+// Runs body.template operator()<Block>() with the record type of a block-quantized precision.
+template <class Body>
+void with_block_type(wire_precision precision, Body body) {
+  if (precision == wire_precision::int8)
+    body.template operator()<int8_block>();
+  else
+    body.template operator()<sign_block>();
+}
+
+void refuse_block_quantized(const char* collective, wire_precision precision) {
+  if (block_quantized(precision))
+    throw std::invalid_argument(std::string(collective) + ": " + std::string(precision_name(precision)) +
+                                " values travel only as a reduce-scatter of gradients or as a difference "
+                                "(all_gather_delta)");
 }
 
 // 16-bit all-gather: the owners' shards travel rounded, and every rank unpacks all of them,
@@ -320,7 +421,8 @@ void count_votes(transport& t, std::span<const std::uint64_t> signs, std::uint64
   const shard mine = shard_of(signs.size(), world, rank);
   vote_counter counter(planes, count_bits(world), signs.subspan(mine.begin, mine.size()));
   send_shards_to_owners<std::uint64_t>(
-      t, signs, tag, [&](std::size_t offset, std::span<const std::uint64_t> piece) { counter.add(offset, piece); });
+      t, signs, even_shards(signs.size(), world), tag,
+      [&](std::size_t offset, std::span<const std::uint64_t> piece) { counter.add(offset, piece); });
 }
 
 }  // namespace
@@ -398,12 +500,27 @@ void transport::reduce_scatter(std::span<float> data, wire_precision precision) 
   if (size() == 1) return;
   if (precision == wire_precision::fp32)
     ring_collective(*this, data, true, false, 1, next_collective_tag());
+  else if (block_quantized(precision))
+    with_block_type(precision, [&]<class Block>() { quantized_reduce_scatter<Block>(*this, data, next_collective_tag()); });
   else
     direct_reduce_scatter(*this, data, precision, next_collective_tag());
 }
 
+void transport::all_gather_delta(std::span<float> data, std::span<const float> base, wire_precision precision) {
+  if (!block_quantized(precision)) return all_gather(data, precision);
+  throw_if_interrupted();
+  if (base.size() != data.size())
+    throw std::invalid_argument("all_gather_delta: base holds " + std::to_string(base.size()) + " values, data " +
+                                std::to_string(data.size()));
+  if (size() == 1) return;
+  with_block_type(precision, [&]<class Block>() {
+    quantized_all_gather_delta<Block>(*this, data, base, next_collective_tag());
+  });
+}
+
 void transport::all_gather(std::span<float> data, wire_precision precision) {
   throw_if_interrupted();
+  refuse_block_quantized("all_gather", precision);
   if (size() == 1) return;
   if (precision == wire_precision::fp32)
     ring_collective(*this, data, false, true, 1, next_collective_tag());
@@ -413,6 +530,7 @@ void transport::all_gather(std::span<float> data, wire_precision precision) {
 
 void transport::all_reduce(std::span<float> data, wire_precision precision) {
   throw_if_interrupted();
+  refuse_block_quantized("all_reduce", precision);
   if (size() == 1) return;
   if (precision == wire_precision::fp32) {
     ring_collective(*this, data, true, true, 1, next_collective_tag());

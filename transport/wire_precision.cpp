@@ -7,8 +7,9 @@ namespace accord {
 namespace {
 
 void check_lengths(wire_precision precision, std::size_t values, std::size_t wire, const char* what) {
-  if (precision == wire_precision::fp32)
-    throw std::invalid_argument(std::string(what) + ": fp32 values travel unpacked");
+  if (precision == wire_precision::fp32 || block_quantized(precision))
+    throw std::invalid_argument(std::string(what) + ": " + std::string(precision_name(precision)) +
+                                " values are not 16-bit");
   if (values != wire)
     throw std::invalid_argument(std::string(what) + ": " + std::to_string(values) + " values but " +
                                 std::to_string(wire) + " wire elements");
@@ -77,17 +78,22 @@ std::string_view precision_name(wire_precision precision) {
     case wire_precision::fp32: return "fp32";
     case wire_precision::bf16: return "bf16";
     case wire_precision::fp16: return "fp16";
+    case wire_precision::int8: return "int8";
+    case wire_precision::sign: return "sign";
   }
   return "?";
 }
 
 wire_precision parse_wire_precision(std::string_view text, std::string_view what) {
-  for (wire_precision p : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16})
+  for (wire_precision p : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16, wire_precision::int8,
+                           wire_precision::sign})
     if (text == precision_name(p)) return p;
-  throw std::invalid_argument(std::string(what) + ": '" + std::string(text) + "' (expected fp32|bf16|fp16)");
+  throw std::invalid_argument(std::string(what) + ": '" + std::string(text) + "' (expected fp32|bf16|fp16|int8|sign)");
 }
 
-std::size_t wire_bytes(wire_precision precision) { return precision == wire_precision::fp32 ? 4 : 2; }
+bool block_quantized(wire_precision precision) {
+  return precision == wire_precision::int8 || precision == wire_precision::sign;
+}
 
 std::uint16_t to_bf16(float value) { return bf16_bits(value); }
 float from_bf16(std::uint16_t bits) { return bf16_value(bits); }
@@ -117,6 +123,7 @@ void add_from_wire(wire_precision precision, std::span<const std::uint16_t> wire
 
 void round_to_wire(wire_precision precision, std::span<float> values) {
   if (precision == wire_precision::fp32) return;
+  check_lengths(precision, values.size(), values.size(), "round_to_wire");
   with_conversions(precision, [&](auto to, auto from) {
     for (float& v : values) v = from(to(v));
   });

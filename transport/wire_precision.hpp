@@ -3,7 +3,9 @@
 // even, NaN kept a quiet NaN, fp16 overflowing to ±inf). The conversions are written out in
 // integer arithmetic, so every backend and every machine rounds a value to the same bits.
 // Collectives convert once when a value goes on the wire and sum in fp32 on arrival
-// (transport/collectives.cpp).
+// (transport/collectives.cpp). int8 and sign are block-quantized codes (transport/
+// block_quantize.hpp) for ACCO's estimate rounds only: a reduce-scatter of gradients, and
+// parameters as the difference from what every rank already holds (transport::all_gather_delta).
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -12,26 +14,28 @@
 
 namespace accord {
 
-enum class wire_precision { fp32, bf16, fp16 };
+enum class wire_precision { fp32, bf16, fp16, int8, sign };
 
-// "fp32" | "bf16" | "fp16".
+// "fp32" | "bf16" | "fp16" | "int8" | "sign".
 std::string_view precision_name(wire_precision precision);
 // Throws std::invalid_argument naming `what` (e.g. "--wire-precision") and the bad text.
 wire_precision parse_wire_precision(std::string_view text, std::string_view what);
-// Bytes one value takes on the wire.
-std::size_t wire_bytes(wire_precision precision);
+// int8 and sign: values travel in blocks with a scale each (transport/block_quantize.hpp).
+bool block_quantized(wire_precision precision);
 
 std::uint16_t to_bf16(float value);
 float from_bf16(std::uint16_t bits);
 std::uint16_t to_fp16(float value);
 float from_fp16(std::uint16_t bits);
 
-// The 16-bit precisions over spans of equal length (fp32 is refused: it needs no packing).
+// The 16-bit precisions over spans of equal length (fp32 and the block-quantized codes are
+// refused: they need no packing, or a packing of their own).
 void to_wire(wire_precision precision, std::span<const float> values, std::span<std::uint16_t> wire);
 void from_wire(wire_precision precision, std::span<const std::uint16_t> wire, std::span<float> values);
 // sums[i] += the value of wire[i], in fp32.
 void add_from_wire(wire_precision precision, std::span<const std::uint16_t> wire, std::span<float> sums);
-// Each value becomes what it would be after a trip over the wire (fp32: unchanged).
+// Each value becomes what it would be after a trip over the wire (fp32: unchanged; the
+// block-quantized codes are refused: a value's trip depends on its block).
 void round_to_wire(wire_precision precision, std::span<float> values);
 
 }  // namespace accord

@@ -1,0 +1,136 @@
+// Block quantization (transport/block_quantize.hpp): error bounds per block, the scaled sign,
+// non-finite blocks, short and empty spans, and the argument checks.
+#include <doctest/doctest.h>
+
+#include "transport/block_quantize.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+using namespace accord;
+
+namespace {
+
+// Deterministic values of varied magnitude per block: block b spans about 2^(b % 9 - 4).
+std::vector<float> sample(std::size_t count) {
+  std::vector<float> values(count);
+  std::uint32_t state = 12345;
+  for (std::size_t i = 0; i < count; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const float unit = static_cast<float>(state >> 8) * 0x1p-24f * 2.f - 1.f;
+    values[i] = std::ldexp(unit, static_cast<int>((i / quantization_block) % 9) - 4);
+  }
+  return values;
+}
+
+template <class Block>
+std::vector<float> round_trip(const std::vector<float>& values) {
+  std::vector<Block> blocks(quantized_blocks(values.size()));
+  quantize(values, std::span<Block>(blocks));
+  std::vector<float> zeros(values.size(), 0.f), decoded(values.size());
+  add_dequantized(std::span<const Block>(blocks), zeros, decoded);
+  return decoded;
+}
+
+float largest_magnitude(std::span<const float> block) {
+  float largest = 0;
+  for (float v : block) largest = std::max(largest, std::fabs(v));
+  return largest;
+}
+
+}  // namespace
+
+TEST_CASE("int8 blocks: every value within half a step (max|x|/127 / 2) of its block") {
+  for (std::size_t count : {1ul, 7ul, 255ul, 256ul, 257ul, 1000ul, 4096ul}) {
+    CAPTURE(count);
+    const std::vector<float> values = sample(count);
+    const std::vector<float> decoded = round_trip<int8_block>(values);
+    for (std::size_t first = 0; first < count; first += quantization_block) {
+      const std::span<const float> block(values.data() + first, std::min(quantization_block, count - first));
+      const float step = largest_magnitude(block) / 127.f;
+      for (std::size_t i = 0; i < block.size(); ++i) {
+        CAPTURE(first + i);
+        CHECK(std::fabs(decoded[first + i] - block[i]) <= step * 0.5f * (1 + 1e-5f));
+      }
+      // The largest magnitude itself is exact up to one float rounding.
+      const auto largest = std::max_element(block.begin(), block.end(),
+                                            [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+      CHECK(decoded[first + static_cast<std::size_t>(largest - block.begin())] == doctest::Approx(*largest).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("sign blocks: ±(mean |x| of the block), the sign of each value") {
+  for (std::size_t count : {1ul, 5ul, 256ul, 300ul, 1024ul}) {
+    CAPTURE(count);
+    const std::vector<float> values = sample(count);
+    const std::vector<float> decoded = round_trip<sign_block>(values);
+    for (std::size_t first = 0; first < count; first += quantization_block) {
+      const std::size_t n = std::min(quantization_block, count - first);
+      double mean = 0;
+      for (std::size_t i = 0; i < n; ++i) mean += std::fabs(values[first + i]) / static_cast<double>(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        CAPTURE(first + i);
+        CHECK(std::fabs(decoded[first + i]) == doctest::Approx(mean).epsilon(1e-5));
+        CHECK(std::signbit(decoded[first + i]) == std::signbit(values[first + i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("a block holding a NaN or an infinity decodes as all-NaN; the other blocks are untouched") {
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    CAPTURE(bad);
+    std::vector<float> values = sample(600);  // blocks of 256, 256, 88
+    values[300] = bad;
+    values[599] = bad;
+    const std::vector<float> clean = round_trip<int8_block>(sample(600));
+    for (const std::vector<float>& decoded : {round_trip<int8_block>(values), round_trip<sign_block>(values)}) {
+      CHECK(std::all_of(decoded.begin() + 256, decoded.end(), [](float v) { return std::isnan(v); }));
+      CHECK(std::none_of(decoded.begin(), decoded.begin() + 256, [](float v) { return std::isnan(v); }));
+    }
+    CHECK(std::equal(clean.begin(), clean.begin() + 256, round_trip<int8_block>(values).begin()));
+  }
+}
+
+TEST_CASE("zeros, tiny values and empty spans") {
+  CHECK(quantized_blocks(0) == 0);
+  CHECK(quantized_blocks(1) == 1);
+  CHECK(quantized_blocks(256) == 1);
+  CHECK(quantized_blocks(257) == 2);
+  CHECK(round_trip<int8_block>({}).empty());
+  CHECK(round_trip<sign_block>({}).empty());
+  const std::vector<float> zeros(300, 0.f);
+  CHECK(round_trip<int8_block>(zeros) == zeros);
+  CHECK(round_trip<sign_block>(zeros) == zeros);
+  // Below 2^-120 a block travels as zeros: an error under 2^-120, never a NaN or an infinity.
+  const std::vector<float> tiny(10, 0x1p-126f);
+  for (float v : round_trip<int8_block>(tiny)) CHECK(v == 0.f);
+}
+
+TEST_CASE("add_dequantized adds onto a base, in place as well") {
+  const std::vector<float> delta = sample(700), base = sample(700);
+  std::vector<int8_block> blocks(quantized_blocks(delta.size()));
+  quantize(delta, std::span<int8_block>(blocks));
+  const std::vector<float> decoded = round_trip<int8_block>(delta);
+  std::vector<float> out(700), sums = base;
+  add_dequantized(std::span<const int8_block>(blocks), base, out);
+  add_dequantized(std::span<const int8_block>(blocks), sums, sums);
+  CHECK(out == sums);
+  for (std::size_t i = 0; i < out.size(); ++i) CHECK(out[i] == base[i] + decoded[i]);
+}
+
+TEST_CASE("block counts and lengths that do not fit are refused naming them") {
+  std::vector<float> values(300), base(300);
+  std::vector<int8_block> blocks(1);
+  CHECK_THROWS_WITH_AS(quantize(values, std::span<int8_block>(blocks)),
+                       "quantize: 1 blocks for 300 values, expected 2", std::invalid_argument);
+  blocks.resize(2);
+  base.resize(299);
+  CHECK_THROWS_WITH_AS(add_dequantized(std::span<const int8_block>(blocks), base, values),
+                       "add_dequantized: base holds 299 values, out 300", std::invalid_argument);
+}

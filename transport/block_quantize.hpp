@@ -1,0 +1,47 @@
+#pragma once
+// Block quantization for ACCO's estimate round (`--estimate-precision int8|sign`): values in
+// blocks of 256, each block one fp32 scale plus a code per value.
+// - int8: scale = max|x| / 127, code = x / scale rounded to nearest (ties to even), in [-127, 127].
+//   A block whose largest magnitude is below the smallest normal float is sent as zeros.
+// - sign: scale = mean |x| of the block, one bit per value (set: negative); decodes to ±scale.
+// A block holding any non-finite value gets a NaN scale and decodes as all-NaN: quantization
+// never hides a NaN or an infinity. The last block of a span may be short; its record still
+// has room for 256 codes (what travels is whole records). The loops are plain and branch-free
+// so that the compiler vectorises them, and decoding is the same code on every rank, so every
+// rank that decodes a record gets the same bits.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace accord {
+
+inline constexpr std::size_t quantization_block = 256;
+
+struct int8_block {
+  float scale;
+  std::int8_t codes[quantization_block];
+};
+
+struct sign_block {
+  float scale;
+  std::uint32_t signs[quantization_block / 32];  // value i is bit i%32 of word i/32, LSB first
+};
+
+static_assert(sizeof(int8_block) == 4 + quantization_block, "int8 records travel unpadded");
+static_assert(sizeof(sign_block) == 4 + quantization_block / 8, "sign records travel unpadded");
+
+// Records needed for `count` values.
+inline std::size_t quantized_blocks(std::size_t count) {
+  return (count + quantization_block - 1) / quantization_block;
+}
+
+// `blocks` must hold quantized_blocks(values.size()) records (std::invalid_argument otherwise).
+void quantize(std::span<const float> values, std::span<int8_block> blocks);
+void quantize(std::span<const float> values, std::span<sign_block> blocks);
+
+// out[i] = base[i] + the decoded value i. `base` and `out` may be the same span (sums +=
+// decoded); both hold as many values as were quantized.
+void add_dequantized(std::span<const int8_block> blocks, std::span<const float> base, std::span<float> out);
+void add_dequantized(std::span<const sign_block> blocks, std::span<const float> base, std::span<float> out);
+
+}  // namespace accord
