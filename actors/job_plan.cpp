@@ -2,6 +2,7 @@
 #include "actors/job_plan.hpp"
 
 #include "actors/fingerprint.hpp"
+#include "gpu/compute_precision.hpp"
 #include "models/memory.hpp"
 #include "transport/link_model.hpp"
 
@@ -112,6 +113,9 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.precision.estimate = config.estimate_precision.empty()
                                 ? plan.precision.real
                                 : parse_wire_precision(config.estimate_precision, "estimate precision");
+  require(parse_compute_precision(config.compute_precision, "compute precision") == compute_precision::fp32 ||
+              !prototype.memory().on_host(),
+          "compute precision bf16 is for GPU workers; this model runs on the cpu, in fp32");
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
   plan.topo = job_topology(config, *plan.algo, prototype, elastic || state);
   require(plan.algo->aggregate != aggregation::registered ||
