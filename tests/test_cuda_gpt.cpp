@@ -314,18 +314,38 @@ TEST_CASE("bf16 compute: refused on the cpu, and its cpu reference rounds every 
   CHECK(sum == bf16_gradients);
 }
 
-TEST_CASE("bf16 compute's rounding kernel on a model's own stream equals the host rounding") {
+namespace {
+
+// Edge values (signed zeros, a halfway case, overflow, a subnormal, inf, NaN) and normal ones.
+std::vector<float> values_to_round() {
   std::vector<float> values{0.0f, -0.0f, 1.0f, 1.00390625f /* halfway: to even */, 1.01171875f, -3.14159f,
                             3.0e38f, 1.0e-40f, std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::quiet_NaN()};
   std::mt19937 rng(12);
   std::normal_distribution<float> normal(0.0f, 10.0f);
   for (int i = 0; i < 1000; ++i) values.push_back(normal(rng));
-  std::vector<std::uint16_t> expected(values.size()), got(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) expected[i] = to_bf16(values[i]);
+  return values;
+}
+
+std::vector<std::uint16_t> host_bf16(const std::vector<float>& values) {
+  std::vector<std::uint16_t> rounded(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) rounded[i] = to_bf16(values[i]);
+  return rounded;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 compute's rounding: the cpu kernels equal the host rounding") {
+  const std::vector<float> values = values_to_round();
+  std::vector<std::uint16_t> got(values.size());
   make_kernels(device_kind::cpu)->to_wire(wire_precision::bf16, values, got);
-  CHECK(got == expected);
+  CHECK(got == host_bf16(values));
+}
+
+TEST_CASE("bf16 compute's rounding kernel on a model's own stream equals the host rounding") {
   if (skip_without_cuda()) return;
+  const std::vector<float> values = values_to_round();
+  const std::vector<std::uint16_t> expected = host_bf16(values);
 #if ACCORD_HAVE_CUDA
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
