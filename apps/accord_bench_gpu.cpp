@@ -269,7 +269,8 @@ void bench_gpt(device_kind device, int steps) {
   std::printf("  tensor copies during %d resident micro-batches: %llu\n", steps + 1,
               static_cast<unsigned long long>(tensor_copies_to_and_from_devices() - copies));
   print_rate("cuda, resident", resident, input);
-  const double bf16_resident = steps_per_second(steps, resident_step_of(*make_gpt_on(device, config, compute_precision::bf16)));
+  const auto bf16_model = make_gpt_on(device, config, compute_precision::bf16);
+  const double bf16_resident = steps_per_second(steps, resident_step_of(*bf16_model));
   print_rate("cuda, resident, bf16 compute", bf16_resident, input);
   std::printf("  bf16 compute / fp32 compute, resident: %.2fx tokens/s\n", bf16_resident / resident);
 #if ACCORD_HAVE_CUDA

@@ -13,7 +13,6 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace accord {
@@ -160,9 +159,9 @@ struct cuda_gpt::device_state {
     return {current_parameters + offset, rounding ? parameters_bf16.span().data() + offset : nullptr};
   }
 
-  template <class... Arrays>
-  static size_t bytes_of(const Arrays&... arrays) {
-    return (size_t{0} + ... + (arrays.size() * sizeof(typename std::remove_cvref_t<decltype(arrays.span())>::element_type)));
+  template <class... T>
+  static size_t bytes_of(const device_array<T>&... arrays) {
+    return (size_t{0} + ... + (arrays.size() * sizeof(T)));
   }
   size_t bytes() const {
     return bytes_of(parameters, gradients, tokens, targets, group_positions, group_ids, group_starts, stream,
@@ -297,8 +296,8 @@ struct cuda_gpt::device_state {
     float* dlogits = probs.span().data();  // overwrites the probabilities
     cuda_layers::softmax_crossentropy_backward(c, dlogits, dlogits, targets.span().data(), n, V);
     zero(dln, rows * C);
-    cuda_layers::matmul_backward(c, dln, g + head_weight, nullptr, dlogits, final_ln.span().data(), weight(head_weight),
-                                 n, C, V);
+    cuda_layers::matmul_backward(c, dln, g + head_weight, nullptr, dlogits, final_ln.span().data(),
+                                 weight(head_weight), n, C, V);
     cuda_layers::layernorm_backward(c, ds, g + final_ln_gain, g + final_ln_bias, dln, s + blocks.size() * rows * C,
                                     p + final_ln_gain, final_mean.span().data(), final_rstd.span().data(), n, C);
 
@@ -315,8 +314,8 @@ struct cuda_gpt::device_state {
       const float* fg = fc_gelu.span().data() + l * rows * 4 * C;
 
       zero(dfg, rows * 4 * C);
-      cuda_layers::matmul_backward(c, dfg, g + w.fc_proj_weight, g + w.fc_proj_bias, ds, fg, weight(w.fc_proj_weight), n,
-                                   4 * C, C);
+      cuda_layers::matmul_backward(c, dfg, g + w.fc_proj_weight, g + w.fc_proj_bias, ds, fg,
+                                   weight(w.fc_proj_weight), n, 4 * C, C);
       zero(dfc, rows * 4 * C);
       cuda_layers::gelu_backward(c, dfc, dfg, f, n * 4 * C);
       zero(dln, rows * C);

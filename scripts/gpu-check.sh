@@ -6,7 +6,8 @@
 # bandwidth, GPT tokens/s host-staged, resident, and resident with an NCCL all-reduce of the
 # gradients' size running alongside (the overlap slowdown), and with two GPUs or more ACCO's
 # against DDP's time per step (rounds on the device: update_rule::apply_on_device), bf16
-# compute's tokens/s against fp32 and a short bf16-compute training run. Budget: under 5 minutes (the build dominates; one architecture).
+# compute's tokens/s against fp32 and a short bf16-compute training run. Budget: under 5
+# minutes (the build dominates; one architecture).
 # Needs the Debian packages of scripts/setup.sh and CUDA 13 + NCCL under /usr/local/cuda.
 #   BUILD_DIR   build directory          (default: build-gpu-check)
 #   CUDA_ARCH   CMAKE_CUDA_ARCHITECTURES (default: 90)
