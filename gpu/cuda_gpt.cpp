@@ -208,6 +208,7 @@ struct cuda_gpt::device_state {
       const size_t count = given_parameters.size();
       rounding->to_wire(wire_precision::bf16, std::span<const float>(current_parameters, count),
                         std::span<std::uint16_t>(at_least(parameters_bf16, count), count));
+      // Growing the scratch frees nothing in use: the previous call waited for its stream.
       const auto sizes = cuda_layers::bf16_scratch_sizes(rows, C, V, B * H * T * T);
       for (size_t slot = 0; slot < sizes.size(); ++slot)
         context.bf16_scratch[slot] = {at_least(operand_scratch[slot], sizes[slot]), sizes[slot]};
