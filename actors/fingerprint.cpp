@@ -103,6 +103,7 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--eval-examples", std::to_string(c.eval_examples)},
       {"--wire-precision", c.wire_precision},
       {"--estimate-precision", c.estimate_precision.empty() ? c.wire_precision : c.estimate_precision},
+      {"--compute-precision", c.compute_precision},
       // Checkpoints and kept states are snapshots every worker takes in the same round.
       {"--checkpoint", c.checkpoint_path.empty() ? "none" : "set"},
       {"--checkpoint-interval", std::to_string(c.checkpoint_interval)},

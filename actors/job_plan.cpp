@@ -2,6 +2,7 @@
 #include "actors/job_plan.hpp"
 
 #include "actors/fingerprint.hpp"
+#include "gpu/compute_precision.hpp"
 #include "models/memory.hpp"
 #include "transport/link_model.hpp"
 
@@ -115,6 +116,9 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   require(!block_quantized(plan.precision.real),
           "wire precision: '" + config.wire_precision + "' is for ACCO's estimate rounds only (estimate precision); "
           "the wire takes fp32|bf16|fp16");
+  require(parse_compute_precision(config.compute_precision, "compute precision") == compute_precision::fp32 ||
+              !prototype.memory().on_host(),
+          "compute precision bf16 is for GPU workers; this model runs on the cpu, in fp32");
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
   plan.topo = job_topology(config, *plan.algo, prototype, elastic || state);
   // Only ACCO's estimate rounds of a sharded optimizer send in the estimate precision.

@@ -234,7 +234,8 @@ private:
 // The GPT on the chosen device and, for cuda, three ways of feeding it beside the CPU
 // reference: host spans (the parameters go up and the gradients come down each micro-batch),
 // device memory (resident: nothing crosses), and device memory while the NCCL communicator
-// all-reduces the gradients' size on the same GPU (the overlap's cost to compute).
+// all-reduces the gradients' size on the same GPU (the overlap's cost to compute); resident
+// also with bf16 compute (--compute-precision bf16) against fp32.
 void bench_gpt(device_kind device, int steps) {
   gpt_config config{256, 64, 4, 4, 128, true};
   auto on_device = make_gpt_on(device, config);
@@ -259,14 +260,19 @@ void bench_gpt(device_kind device, int steps) {
   const memory_location where = on_device->memory();
   const device_array<float> resident_parameters(device, std::span<const float>(parameters));
   device_array<float> resident_sum(device, std::span<const float>(sum));
-  const auto resident_step = [&] {
-    on_device->accumulate_gradients_at({resident_parameters.span(), where}, input, {resident_sum.span(), where});
+  const auto resident_step_of = [&](model& m) {
+    return [&] { m.accumulate_gradients_at({resident_parameters.span(), where}, input, {resident_sum.span(), where}); };
   };
+  const auto resident_step = resident_step_of(*on_device);
   const std::uint64_t copies = tensor_copies_to_and_from_devices();
   const double resident = steps_per_second(steps, resident_step);
   std::printf("  tensor copies during %d resident micro-batches: %llu\n", steps + 1,
               static_cast<unsigned long long>(tensor_copies_to_and_from_devices() - copies));
   print_rate("cuda, resident", resident, input);
+  const auto bf16_model = make_gpt_on(device, config, compute_precision::bf16);
+  const double bf16_resident = steps_per_second(steps, resident_step_of(*bf16_model));
+  print_rate("cuda, resident, bf16 compute", bf16_resident, input);
+  std::printf("  bf16 compute / fp32 compute, resident: %.2fx tokens/s\n", bf16_resident / resident);
 #if ACCORD_HAVE_CUDA
   busy_communicator communicator(parameters.size());
   const double overlapped = steps_per_second(steps, resident_step);

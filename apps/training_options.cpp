@@ -237,6 +237,9 @@ void add_training_options(po::options_description& options, const job_config& d)
        "ACCO's estimate rounds (they commit no state): fp32 | bf16 | fp16 | int8 | sign (blocks of 256 "
        "values with an fp32 scale each: int8 codes, or 1-bit signs scaled by the block's mean |x|; "
        "parameters travel as the difference from the current ones) (empty: as --wire-precision)")
+      ("compute-precision", po::value<std::string>()->default_value(d.compute_precision),
+       "GPU workers' matrix products: fp32 | bf16 (bf16 operands, fp32 accumulation, fp32 master weights "
+       "and gradients; --device cuda only)")
       ("eval-interval", number_flag<std::uint64_t>(0, most, d.eval_interval),
        "held-out loss every this many steps (0: only at the end)")
       ("eval-examples", number_flag<std::uint64_t>(1, 1'000'000'000, d.eval_examples),
@@ -334,6 +337,8 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   parse_wire_precision(job.wire_precision, "--wire-precision");
   job.estimate_precision = flags["estimate-precision"].as<std::string>();
   if (!job.estimate_precision.empty()) parse_wire_precision(job.estimate_precision, "--estimate-precision");
+  job.compute_precision = flags["compute-precision"].as<std::string>();
+  const compute_precision precision = parse_compute_precision(job.compute_precision, "--compute-precision");
   job.eval_interval = flags["eval-interval"].as<std::uint64_t>();
   job.eval_examples = flags["eval-examples"].as<std::uint64_t>();
   if (job.eval_examples < 1) throw std::invalid_argument("--eval-examples must be at least 1");
@@ -362,6 +367,9 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
     throw std::invalid_argument("--device cuda: --model mlp runs on the cpu only");
   device_kind device = parse_device(device_name);  // also refuses an unknown name for the mlp
   if (kind == "mlp") device = device_kind::cpu;
+  if (device == device_kind::cpu && precision != compute_precision::fp32)
+    throw std::invalid_argument("--compute-precision " + job.compute_precision + ": bf16 compute is for GPU workers "
+                                "(--device cuda, --model gpt); cpu models compute in fp32");
   setup.device_description = describe_device(device);
 
   job_shape shape;
@@ -391,7 +399,7 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
                                               job.seed);
     config.vocab = tokens.train->vocab_size();
     require_job_memory(flags, shape, workers_flag);
-    setup.net = make_gpt_on(device, config);
+    setup.net = make_gpt_on(device, config, precision);
     setup.train = tokens.train;
     setup.eval = tokens.eval;
   } else {

@@ -12,6 +12,7 @@
 // LD_LIBRARY_PATH and the system's library directories.
 #include <accord/model.hpp>
 
+#include "gpu/compute_precision.hpp"
 #include "gpu/device.hpp"
 #include "gpu/device_collectives.hpp"
 #include "gpu/kernels.hpp"
@@ -51,7 +52,7 @@ public:
   virtual std::uint64_t tensor_copies() const = 0;
 
   virtual std::unique_ptr<kernels> make_kernels() const = 0;
-  virtual std::unique_ptr<model> make_gpt(const gpt_config& config) const = 0;
+  virtual std::unique_ptr<model> make_gpt(const gpt_config& config, compute_precision precision) const = 0;
 
   virtual nccl_unique_id make_nccl_unique_id() const = 0;
   // Joins communicator `id` as `rank` of `size` on CUDA device `device` (see nccl_transport).

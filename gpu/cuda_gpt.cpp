@@ -4,9 +4,11 @@
 
 #include "gpu/copy_count.hpp"
 #include "gpu/cuda_check.hpp"
+#include "gpu/cuda_kernels.hpp"
 #include "gpu/cuda_layers.hpp"
 #include "gpu/device.hpp"
 
+#include <array>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -110,11 +112,16 @@ struct cuda_gpt::device_state {
   device_array<double> row_losses;
   // Gradient scratch, as gpt::activation_gradients; the logits gradient reuses probs.
   device_array<float> d_stream, d_ln, d_qkv, d_attn_out, d_fc, d_fc_gelu, d_scores;
+  // bf16 compute only: the rounding kernels on `context.stream`, the parameters' bf16 copy and
+  // the scratch of the rounded operands (context.bf16_scratch points into it).
+  std::unique_ptr<kernels> rounding;
+  device_array<std::uint16_t> parameters_bf16;
+  std::array<device_array<std::uint16_t>, 3> operand_scratch;
 
   token_groups groups;
   std::vector<double> host_row_losses;
 
-  device_state(const parameter_layout& layout, const gpt_config& config) {
+  device_state(const parameter_layout& layout, const gpt_config& config, compute_precision precision) {
     if (!cuda_available()) throw std::runtime_error("cuda_gpt: no usable CUDA device on this machine");
     cuda_check(cudaGetDevice(&device), "cudaGetDevice");
     for (int l = 0; l < config.layers; ++l) {
@@ -138,13 +145,34 @@ struct cuda_gpt::device_state {
     cuda_layers::cublas_check(cublasSetStream(context.blas, context.stream), "cublasSetStream");
     // Plain fp32 products (no TF32 tensor cores), so CPU and GPU workers agree closely.
     cuda_layers::cublas_check(cublasSetMathMode(context.blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    if (precision == compute_precision::bf16) {
+      rounding = make_cuda_kernels(context.stream);  // in stream order with everything else
+      context.bf16_rounding = rounding.get();
+    }
   }
   ~device_state() { cudaSetDevice(device); }  // before the members are released
   device_state(const device_state&) = delete;
   device_state& operator=(const device_state&) = delete;
 
+  // A weight at `offset` of the current parameters, with its bf16 copy under bf16 compute.
+  cuda_layers::weight weight(size_t offset) const {
+    return {current_parameters + offset, rounding ? parameters_bf16.span().data() + offset : nullptr};
+  }
+
+  template <class... T>
+  static size_t bytes_of(const device_array<T>&... arrays) {
+    return (size_t{0} + ... + (arrays.size() * sizeof(T)));
+  }
+  size_t bytes() const {
+    return bytes_of(parameters, gradients, tokens, targets, group_positions, group_ids, group_starts, stream,
+                    attn_residual, ln1, ln1_mean, ln1_rstd, qkv, attn_probs, attn_out, ln2, ln2_mean, ln2_rstd, fc,
+                    fc_gelu, final_ln, final_mean, final_rstd, probs, row_losses, d_stream, d_ln, d_qkv, d_attn_out,
+                    d_fc, d_fc_gelu, d_scores, parameters_bf16, operand_scratch[0], operand_scratch[1],
+                    operand_scratch[2]);
+  }
+
   // Sizes the activations for (examples, sequence) and queues the uploads of the batch and,
-  // from host memory, of the parameters.
+  // from host memory, of the parameters; under bf16 compute then the parameters' rounding.
   void prepare(device_span<const float> given_parameters, const batch& input, int sequence,
                const gpt_config& config) {
     cuda_check(cudaSetDevice(device), "cudaSetDevice");
@@ -173,6 +201,17 @@ struct cuda_gpt::device_state {
       current_parameters = parameters.span().data();
     } else {
       current_parameters = given_parameters.data();
+    }
+    if (rounding) {
+      // Queued after the upload above (or with the caller's device memory, whose writes have
+      // finished), before any product of this call reads the copy: one stream orders it all.
+      const size_t count = given_parameters.size();
+      rounding->to_wire(wire_precision::bf16, std::span<const float>(current_parameters, count),
+                        std::span<std::uint16_t>(at_least(parameters_bf16, count), count));
+      // Growing the scratch frees nothing in use: the previous call waited for its stream.
+      const auto sizes = cuda_layers::bf16_scratch_sizes(rows, C, V, B * H * T * T);
+      for (size_t slot = 0; slot < sizes.size(); ++slot)
+        context.bf16_scratch[slot] = {at_least(operand_scratch[slot], sizes[slot]), sizes[slot]};
     }
     upload<std::int32_t>(context.stream, tokens, input.tokens);
     upload<std::int32_t>(context.stream, targets, input.targets);
@@ -203,23 +242,23 @@ struct cuda_gpt::device_state {
 
       cuda_layers::layernorm_forward(c, l1, ln1_mean.span().data() + l * rows, ln1_rstd.span().data() + l * rows,
                                      in, p + w.ln1_gain, p + w.ln1_bias, n, C);
-      cuda_layers::matmul_forward(c, q, l1, p + w.qkv_weight, p + w.qkv_bias, n, C, 3 * C);
+      cuda_layers::matmul_forward(c, q, l1, weight(w.qkv_weight), p + w.qkv_bias, n, C, 3 * C);
       cuda_layers::attention_forward(c, attn, pr, q, B, T, C, H);
-      cuda_layers::matmul_forward(c, mid, attn, p + w.attn_proj_weight, p + w.attn_proj_bias, n, C, C);
+      cuda_layers::matmul_forward(c, mid, attn, weight(w.attn_proj_weight), p + w.attn_proj_bias, n, C, C);
       cuda_layers::add_into(c, mid, in, n * C);
 
       cuda_layers::layernorm_forward(c, l2, ln2_mean.span().data() + l * rows, ln2_rstd.span().data() + l * rows,
                                      mid, p + w.ln2_gain, p + w.ln2_bias, n, C);
-      cuda_layers::matmul_forward(c, f, l2, p + w.fc_weight, p + w.fc_bias, n, C, 4 * C);
+      cuda_layers::matmul_forward(c, f, l2, weight(w.fc_weight), p + w.fc_bias, n, C, 4 * C);
       cuda_layers::gelu_forward(c, fg, f, n * 4 * C);
-      cuda_layers::matmul_forward(c, out, fg, p + w.fc_proj_weight, p + w.fc_proj_bias, n, 4 * C, C);
+      cuda_layers::matmul_forward(c, out, fg, weight(w.fc_proj_weight), p + w.fc_proj_bias, n, 4 * C, C);
       cuda_layers::add_into(c, out, mid, n * C);
     }
     const float* last = s + blocks.size() * rows * C;
     cuda_layers::layernorm_forward(c, final_ln.span().data(), final_mean.span().data(), final_rstd.span().data(),
                                    last, p + final_ln_gain, p + final_ln_bias, n, C);
     float* logits = probs.span().data();  // softmax in place, as the CPU gpt
-    cuda_layers::matmul_forward(c, logits, final_ln.span().data(), p + head_weight, nullptr, n, C, V);
+    cuda_layers::matmul_forward(c, logits, final_ln.span().data(), weight(head_weight), nullptr, n, C, V);
     cuda_layers::softmax_crossentropy_forward(c, logits, row_losses.span().data(), logits, targets.span().data(), n,
                                               V);
     host_row_losses.resize(rows);
@@ -258,8 +297,8 @@ struct cuda_gpt::device_state {
     float* dlogits = probs.span().data();  // overwrites the probabilities
     cuda_layers::softmax_crossentropy_backward(c, dlogits, dlogits, targets.span().data(), n, V);
     zero(dln, rows * C);
-    cuda_layers::matmul_backward(c, dln, g + head_weight, nullptr, dlogits, final_ln.span().data(), p + head_weight,
-                                 n, C, V);
+    cuda_layers::matmul_backward(c, dln, g + head_weight, nullptr, dlogits, final_ln.span().data(),
+                                 weight(head_weight), n, C, V);
     cuda_layers::layernorm_backward(c, ds, g + final_ln_gain, g + final_ln_bias, dln, s + blocks.size() * rows * C,
                                     p + final_ln_gain, final_mean.span().data(), final_rstd.span().data(), n, C);
 
@@ -276,22 +315,22 @@ struct cuda_gpt::device_state {
       const float* fg = fc_gelu.span().data() + l * rows * 4 * C;
 
       zero(dfg, rows * 4 * C);
-      cuda_layers::matmul_backward(c, dfg, g + w.fc_proj_weight, g + w.fc_proj_bias, ds, fg, p + w.fc_proj_weight, n,
-                                   4 * C, C);
+      cuda_layers::matmul_backward(c, dfg, g + w.fc_proj_weight, g + w.fc_proj_bias, ds, fg,
+                                   weight(w.fc_proj_weight), n, 4 * C, C);
       zero(dfc, rows * 4 * C);
       cuda_layers::gelu_backward(c, dfc, dfg, f, n * 4 * C);
       zero(dln, rows * C);
-      cuda_layers::matmul_backward(c, dln, g + w.fc_weight, g + w.fc_bias, dfc, l2, p + w.fc_weight, n, C, 4 * C);
+      cuda_layers::matmul_backward(c, dln, g + w.fc_weight, g + w.fc_bias, dfc, l2, weight(w.fc_weight), n, C, 4 * C);
       cuda_layers::layernorm_backward(c, ds, g + w.ln2_gain, g + w.ln2_bias, dln, mid, p + w.ln2_gain,
                                       ln2_mean.span().data() + l * rows, ln2_rstd.span().data() + l * rows, n, C);
 
       zero(dattn, rows * C);
       cuda_layers::matmul_backward(c, dattn, g + w.attn_proj_weight, g + w.attn_proj_bias, ds, attn,
-                                   p + w.attn_proj_weight, n, C, C);
+                                   weight(w.attn_proj_weight), n, C, C);
       zero(dqkv, rows * 3 * C);
       cuda_layers::attention_backward(c, dqkv, dscores, dattn, q, pr, B, T, C, H);
       zero(dln, rows * C);
-      cuda_layers::matmul_backward(c, dln, g + w.qkv_weight, g + w.qkv_bias, dqkv, l1, p + w.qkv_weight, n, C,
+      cuda_layers::matmul_backward(c, dln, g + w.qkv_weight, g + w.qkv_bias, dqkv, l1, weight(w.qkv_weight), n, C,
                                    3 * C);
       cuda_layers::layernorm_backward(c, ds, g + w.ln1_gain, g + w.ln1_bias, dln, in, p + w.ln1_gain,
                                       ln1_mean.span().data() + l * rows, ln1_rstd.span().data() + l * rows, n, C);
@@ -310,15 +349,19 @@ struct cuda_gpt::device_state {
   }
 };
 
-cuda_gpt::cuda_gpt(const gpt_config& config)
-    : reference_(config), state_(std::make_unique<device_state>(reference_.layout(), reference_.config())) {}
+cuda_gpt::cuda_gpt(const gpt_config& config, compute_precision precision)
+    : reference_(config),
+      precision_(precision),
+      state_(std::make_unique<device_state>(reference_.layout(), reference_.config(), precision)) {}
 
 cuda_gpt::~cuda_gpt() = default;
 
 std::unique_ptr<model> cuda_gpt::clone() const {
   cuda_check(cudaSetDevice(state_->device), "cudaSetDevice");
-  return std::make_unique<cuda_gpt>(config());
+  return std::make_unique<cuda_gpt>(config(), precision_);
 }
+
+std::size_t cuda_gpt::device_bytes() const { return state_->bytes(); }
 
 memory_location cuda_gpt::memory() const { return {memory_space::cuda, state_->device}; }
 

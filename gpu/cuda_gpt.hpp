@@ -16,10 +16,21 @@
 // gives bitwise identical results on every call; against the CPU gpt the differences come from
 // summation order only (see tests/test_cuda_gpt.cpp for the tolerances).
 //
+// bf16 compute (compute_precision::bf16): the model keeps a bf16 copy of the parameters on the
+// device, rounded from the fp32 parameters it is given by a kernel on its own stream at the
+// start of every call (after the host form's upload, before the first product, in stream
+// order): the interface does not say when parameters changed (the caller updates them in place
+// or swaps in another buffer), so each call rounds, one pass of 6 bytes per parameter. The
+// matrix products take bf16 operands with fp32 accumulation (gpu/cuda_layers.hpp); LayerNorm,
+// softmax, the loss and the embeddings stay fp32, and the gradients are fp32, added into the
+// caller's buffer as in fp32 compute. Against make_bf16_reference_gpt (the same rounding points
+// on the cpu) the differences come from summation order and the bf16 roundings it moves.
+//
 // Threading: an instance runs on the CUDA device that was current when it was constructed, on
 // its own stream, and may be called from any thread (one call at a time); clone() for more.
 #include <accord/model.hpp>
 
+#include "gpu/compute_precision.hpp"
 #include "models/gpt.hpp"
 
 #include <memory>
@@ -29,7 +40,7 @@ namespace accord {
 class cuda_gpt final : public model {
 public:
   // Throws std::invalid_argument for a bad config, std::runtime_error when CUDA fails (no device).
-  explicit cuda_gpt(const gpt_config& config);
+  explicit cuda_gpt(const gpt_config& config, compute_precision precision = compute_precision::fp32);
   ~cuda_gpt() override;
 
   std::string signature() const override { return reference_.signature(); }
@@ -49,6 +60,11 @@ public:
   std::unique_ptr<model> clone() const override;
 
   const gpt_config& config() const { return reference_.config(); }
+  compute_precision precision() const { return precision_; }
+  // Device memory this instance holds now: activations (grown to the largest batch seen),
+  // staging for the host forms and, under bf16 compute, the parameters' bf16 copy and the
+  // rounded operands' scratch.
+  std::size_t device_bytes() const;
   const parameter_layout& layout() const { return reference_.layout(); }
 
 private:
@@ -57,6 +73,7 @@ private:
   // The CPU model, for the config checks, layout, signature and initialisation; its own
   // activation buffers stay empty because it never runs.
   gpt reference_;
+  compute_precision precision_;
   std::unique_ptr<device_state> state_;
 
   // std::invalid_argument unless `where` is this model's device.

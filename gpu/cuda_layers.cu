@@ -5,7 +5,9 @@
 // nothing depends on the order in which blocks run.
 #include "gpu/cuda_check.hpp"
 #include "gpu/cuda_layers.hpp"
+#include "gpu/kernels.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
@@ -277,23 +279,57 @@ namespace {
 
 const float one = 1.0f, zero = 0.0f;
 
+bool bf16_compute(const context& c) { return c.bf16_rounding != nullptr; }
+
+// A matrix product operand: fp32 values, or under bf16 compute their bf16 rounding.
+using operand = const void*;
+
+// `values` as an operand: as they are, or rounded (queued on the stream) into scratch `slot`.
+operand operand_of(const context& c, int slot, const float* values, size_t count) {
+  if (!bf16_compute(c)) return values;
+  const std::span<std::uint16_t> scratch = c.bf16_scratch[size_t(slot)];
+  if (scratch.size() < count)
+    throw std::logic_error("cuda_layers: bf16 scratch slot " + std::to_string(slot) + " holds " +
+                           std::to_string(scratch.size()) + " values, needs " + std::to_string(count));
+  c.bf16_rounding->to_wire(wire_precision::bf16, std::span<const float>(values, count), scratch.first(count));
+  return scratch.data();
+}
+
+operand operand_of(const context& c, weight w) {
+  if (!bf16_compute(c)) return w.fp32;
+  if (!w.bf16) throw std::logic_error("cuda_layers: bf16 compute without the weight's bf16 copy");
+  return w.bf16;
+}
+
+// `elements` values past `base`, an operand of c's precision.
+operand advance(const context& c, operand base, size_t elements) {
+  return static_cast<const char*>(base) + elements * (bf16_compute(c) ? sizeof(std::uint16_t) : sizeof(float));
+}
+
 // Row-major C (m x n, leading dimension ldc) = alpha op(A) op(B) + beta C, each matrix given by
 // its row-major pointer and leading dimension, issued to cuBLAS as C^T = op(B)^T op(A)^T.
 // transpose_a: A is stored (k x m); otherwise (m x k). Likewise transpose_b: B is (n x k).
-// `batches` products follow each other at the given element strides.
+// `batches` products follow each other at the given element strides. A and B are fp32, or
+// bf16 under bf16 compute (fp32 accumulation); C is fp32 either way.
 void row_major_gemm(const context& c, bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
-                    const float* a, int lda, long long stride_a, const float* b, int ldb, long long stride_b,
+                    operand a, int lda, long long stride_a, operand b, int ldb, long long stride_b,
                     float beta, float* out, int ldc, long long stride_c, int batches, const char* what) {
   const cublasOperation_t op_b = transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublas_check(cublasSgemmStridedBatched(c.blas, op_b, op_a, n, m, k, &alpha, b, ldb, stride_b, a, lda, stride_a,
-                                         &beta, out, ldc, stride_c, batches),
-               what);
+  if (bf16_compute(c))
+    cublas_check(cublasGemmStridedBatchedEx(c.blas, op_b, op_a, n, m, k, &alpha, b, CUDA_R_16BF, ldb, stride_b, a,
+                                            CUDA_R_16BF, lda, stride_a, &beta, out, CUDA_R_32F, ldc, stride_c,
+                                            batches, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 what);
+  else
+    cublas_check(cublasSgemmStridedBatched(c.blas, op_b, op_a, n, m, k, &alpha, static_cast<const float*>(b), ldb,
+                                           stride_b, static_cast<const float*>(a), lda, stride_a, &beta, out, ldc,
+                                           stride_c, batches),
+                 what);
 }
 
 void row_major_gemm(const context& c, bool transpose_a, bool transpose_b, int m, int n, int k, float alpha,
-                    const float* a, int lda, const float* b, int ldb, float beta, float* out, int ldc,
-                    const char* what) {
+                    operand a, int lda, operand b, int ldb, float beta, float* out, int ldc, const char* what) {
   row_major_gemm(c, transpose_a, transpose_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, out, ldc, 0, 1, what);
 }
 
@@ -337,25 +373,35 @@ void layernorm_backward(const context& c, float* din, float* dgain, float* dbias
          layernorm_parameter_backward_kernel, dgain, dbias, dout, in, mean, rstd, rows, width);
 }
 
-void matmul_forward(const context& c, float* out, const float* in, const float* weight, const float* bias,
-                    int rows, int inputs, int outputs) {
+std::array<std::size_t, 3> bf16_scratch_sizes(std::size_t rows, std::size_t width, std::size_t vocab,
+                                              std::size_t attention_scores) {
+  // Slot 0: a product's input or output gradient (the logits' gradient is the largest), the
+  // attention's qkv or output gradient; slot 1: a weight gradient's input, the probabilities,
+  // the backward pass's qkv; slot 2: the backward pass's probabilities and score gradients.
+  return {rows * std::max(vocab, 4 * width), std::max(rows * 4 * width, attention_scores), attention_scores};
+}
+
+void matmul_forward(const context& c, float* out, const float* in, weight w, const float* bias, int rows,
+                    int inputs, int outputs) {
   if (bias)
     launch(c, dim3(blocks_for(size_t(rows) * outputs)), dim3(block_size), "matmul_forward bias",
            broadcast_rows_kernel, out, bias, size_t(rows), outputs);
   // out (rows x outputs) = in (rows x inputs) weight^T, weight stored (outputs x inputs)
-  row_major_gemm(c, false, true, rows, outputs, inputs, 1.0f, in, inputs, weight, inputs, bias ? one : zero, out,
-                 outputs, "matmul_forward");
+  row_major_gemm(c, false, true, rows, outputs, inputs, 1.0f, operand_of(c, 0, in, size_t(rows) * inputs), inputs,
+                 operand_of(c, w), inputs, bias ? one : zero, out, outputs, "matmul_forward");
 }
 
 void matmul_backward(const context& c, float* din, float* dweight, float* dbias, const float* dout,
-                     const float* in, const float* weight, int rows, int inputs, int outputs) {
+                     const float* in, weight w, int rows, int inputs, int outputs) {
+  const operand dout_operand = operand_of(c, 0, dout, size_t(rows) * outputs);
   if (din)  // din (rows x inputs) += dout (rows x outputs) weight (outputs x inputs)
-    row_major_gemm(c, false, false, rows, inputs, outputs, 1.0f, dout, outputs, weight, inputs, 1.0f, din, inputs,
-                   "matmul_backward input");
+    row_major_gemm(c, false, false, rows, inputs, outputs, 1.0f, dout_operand, outputs, operand_of(c, w), inputs,
+                   1.0f, din, inputs, "matmul_backward input");
   // dweight (outputs x inputs) += dout^T in, dout stored (rows x outputs)
-  row_major_gemm(c, true, false, outputs, inputs, rows, 1.0f, dout, outputs, in, inputs, 1.0f, dweight, inputs,
+  row_major_gemm(c, true, false, outputs, inputs, rows, 1.0f, dout_operand, outputs,
+                 operand_of(c, 1, in, size_t(rows) * inputs), inputs, 1.0f, dweight, inputs,
                  "matmul_backward weight");
-  if (dbias) column_sums(c, dbias, dout, rows, outputs);
+  if (dbias) column_sums(c, dbias, dout, rows, outputs);  // from the fp32 gradient
 }
 
 // One strided-batched product per head, batched over the examples: a head's query, key and
@@ -366,20 +412,23 @@ void attention_forward(const context& c, float* out, float* probs, const float* 
   const long long qkv_batch = (long long)T * stride, square = (long long)T * T;
   const long long probs_batch = square * heads, out_batch = (long long)T * width;
   const float scale = 1.0f / std::sqrt(float(head_width));
-  for (int h = 0; h < heads; ++h) {
-    const float* q = qkv + size_t(h) * head_width;
-    // scores (T x T) = scale q k^T
-    row_major_gemm(c, false, true, T, T, head_width, scale, q, stride, qkv_batch, q + width, stride, qkv_batch,
-                   0.0f, probs + h * square, T, probs_batch, examples, "attention scores");
-  }
   const size_t rows = size_t(examples) * heads * T;
+  const operand qkv_operand = operand_of(c, 0, qkv, size_t(examples) * T * stride);
+  for (int h = 0; h < heads; ++h) {
+    const operand q = advance(c, qkv_operand, size_t(h) * head_width);
+    // scores (T x T) = scale q k^T
+    row_major_gemm(c, false, true, T, T, head_width, scale, q, stride, qkv_batch, advance(c, q, width), stride,
+                   qkv_batch, 0.0f, probs + h * square, T, probs_batch, examples, "attention scores");
+  }
   launch(c, dim3(blocks_for(rows, rows_per_block)), dim3(block_size), "causal_softmax", causal_softmax_kernel,
          probs, rows, T);
+  const operand probs_operand = operand_of(c, 1, probs, rows * T);
   for (int h = 0; h < heads; ++h) {
-    const float* v = qkv + size_t(h) * head_width + 2 * width;
+    const operand v = advance(c, qkv_operand, size_t(h) * head_width + 2 * width);
     // out (T x head_width) = probs v
-    row_major_gemm(c, false, false, T, head_width, T, 1.0f, probs + h * square, T, probs_batch, v, stride,
-                   qkv_batch, 0.0f, out + size_t(h) * head_width, width, out_batch, examples, "attention values");
+    row_major_gemm(c, false, false, T, head_width, T, 1.0f, advance(c, probs_operand, h * square), T, probs_batch,
+                   v, stride, qkv_batch, 0.0f, out + size_t(h) * head_width, width, out_batch, examples,
+                   "attention values");
   }
 }
 
@@ -389,25 +438,34 @@ void attention_backward(const context& c, float* dqkv, float* dscores, const flo
   const long long qkv_batch = (long long)T * stride, square = (long long)T * T;
   const long long probs_batch = square * heads, out_batch = (long long)T * width;
   const float scale = 1.0f / std::sqrt(float(head_width));
+  const size_t rows = size_t(examples) * heads * T;
+  const operand dout_operand = operand_of(c, 0, dout, size_t(examples) * T * width);
+  const operand qkv_operand = operand_of(c, 1, qkv, size_t(examples) * T * stride);
+  const operand probs_operand = operand_of(c, 2, probs, rows * T);
   for (int h = 0; h < heads; ++h) {
     const size_t offset = size_t(h) * head_width;
-    const float* dy = dout + offset;
+    const operand dy = advance(c, dout_operand, offset);
     // dprobs (T x T) = dy v^T and dv += probs^T dy
-    row_major_gemm(c, false, true, T, T, head_width, 1.0f, dy, width, out_batch, qkv + offset + 2 * width, stride,
-                   qkv_batch, 0.0f, dscores + h * square, T, probs_batch, examples, "attention dprobs");
-    row_major_gemm(c, true, false, T, head_width, T, 1.0f, probs + h * square, T, probs_batch, dy, width,
-                   out_batch, 1.0f, dqkv + offset + 2 * width, stride, qkv_batch, examples, "attention dvalues");
+    row_major_gemm(c, false, true, T, T, head_width, 1.0f, dy, width, out_batch,
+                   advance(c, qkv_operand, offset + 2 * width), stride, qkv_batch, 0.0f, dscores + h * square, T,
+                   probs_batch, examples, "attention dprobs");
+    row_major_gemm(c, true, false, T, head_width, T, 1.0f, advance(c, probs_operand, h * square), T, probs_batch,
+                   dy, width, out_batch, 1.0f, dqkv + offset + 2 * width, stride, qkv_batch, examples,
+                   "attention dvalues");
   }
-  const size_t rows = size_t(examples) * heads * T;
   launch(c, dim3(blocks_for(rows, rows_per_block)), dim3(block_size), "causal_softmax_backward",
          causal_softmax_backward_kernel, dscores, probs, rows, T);
+  // The rounded probabilities are no longer read (the stream runs in order): their slot takes
+  // the rounded score gradients.
+  const operand dscores_operand = operand_of(c, 2, dscores, rows * T);
   for (int h = 0; h < heads; ++h) {
     const size_t offset = size_t(h) * head_width;
+    const operand ds = advance(c, dscores_operand, h * square);
     // dq += scale dscores k and dk += scale dscores^T q
-    row_major_gemm(c, false, false, T, head_width, T, scale, dscores + h * square, T, probs_batch,
-                   qkv + offset + width, stride, qkv_batch, 1.0f, dqkv + offset, stride, qkv_batch, examples,
-                   "attention dqueries");
-    row_major_gemm(c, true, false, T, head_width, T, scale, dscores + h * square, T, probs_batch, qkv + offset,
+    row_major_gemm(c, false, false, T, head_width, T, scale, ds, T, probs_batch,
+                   advance(c, qkv_operand, offset + width), stride, qkv_batch, 1.0f, dqkv + offset, stride, qkv_batch,
+                   examples, "attention dqueries");
+    row_major_gemm(c, true, false, T, head_width, T, scale, ds, T, probs_batch, advance(c, qkv_operand, offset),
                    stride, qkv_batch, 1.0f, dqkv + offset + width, stride, qkv_batch, examples, "attention dkeys");
   }
 }

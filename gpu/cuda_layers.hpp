@@ -4,10 +4,25 @@
 // ADD into their gradient outputs, callers zero them first. Everything is queued on the
 // context's stream; matrix products go through cuBLAS in full fp32 (no TF32), so results match
 // the CPU up to summation order. No kernel uses atomics: gradients are bitwise reproducible.
+//
+// bf16 compute (context::bf16_rounding set): every matrix product takes bf16 operands and
+// accumulates in fp32 (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F) into fp32 outputs.
+// Weights come as the caller's bf16 copy; fp32 activations and gradients that are operands are
+// rounded to bf16 (round to nearest even, the wire's to_bf16) by a kernel on the context's
+// stream into its scratch slots, right before the product. Everything else (LayerNorm,
+// softmax, GELU, the loss, bias and LayerNorm parameter gradients) stays fp32. The CPU twin of
+// these rounding points is the gpt with bf16 operand rounding (make_bf16_reference_gpt).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <span>
+
+namespace accord {
+class kernels;
+}
 
 namespace accord::cuda_layers {
 
@@ -18,6 +33,22 @@ void cublas_check(cublasStatus_t status, const char* what);
 struct context {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
+  // bf16 compute: kernels on `stream` that round operands; null for fp32 compute.
+  kernels* bf16_rounding = nullptr;
+  // Where the rounded operands go (bf16 compute), three at a time at most; the caller sizes
+  // them with bf16_scratch_sizes.
+  std::array<std::span<std::uint16_t>, 3> bf16_scratch{};
+};
+
+// The scratch slots bf16 compute needs for a GPT pass of `rows` rows, `width` C, `vocab` V and
+// `attention_scores` (examples*heads*T*T) score entries.
+std::array<std::size_t, 3> bf16_scratch_sizes(std::size_t rows, std::size_t width, std::size_t vocab,
+                                              std::size_t attention_scores);
+
+// A weight matrix: its fp32 values, and its bf16 copy (used, and required, under bf16 compute).
+struct weight {
+  const float* fp32 = nullptr;
+  const std::uint16_t* bf16 = nullptr;
 };
 
 // out[r, :] = token_table[tokens[r], :] + position_table[r % sequence, :]; tokens on the device.
@@ -39,15 +70,17 @@ void layernorm_backward(const context& c, float* din, float* dgain, float* dbias
                         const float* rstd, int rows, int width);
 
 // out[rows, outputs] = in[rows, inputs] * weight[outputs, inputs]^T + bias (bias may be null).
-void matmul_forward(const context& c, float* out, const float* in, const float* weight,
-                    const float* bias, int rows, int inputs, int outputs);
+void matmul_forward(const context& c, float* out, const float* in, weight w, const float* bias,
+                    int rows, int inputs, int outputs);
 // din may be null (no input gradient), dbias null (no bias).
 void matmul_backward(const context& c, float* din, float* dweight, float* dbias,
-                     const float* dout, const float* in, const float* weight, int rows,
-                     int inputs, int outputs);
+                     const float* dout, const float* in, weight w, int rows, int inputs,
+                     int outputs);
 
 // Causal multi-head self-attention, layouts as in layers::attention_forward. The backward
-// pass needs `dscores`, scratch of examples*heads*sequence*sequence floats.
+// pass needs `dscores`, scratch of examples*heads*sequence*sequence floats. Under bf16
+// compute the softmax runs on fp32 scores; its probabilities (and in the backward pass the
+// score gradients) are rounded to bf16 for the products that follow.
 void attention_forward(const context& c, float* out, float* probs, const float* qkv,
                        int examples, int sequence, int width, int heads);
 void attention_backward(const context& c, float* dqkv, float* dscores, const float* dout,

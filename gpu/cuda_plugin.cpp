@@ -69,8 +69,8 @@ public:
   std::uint64_t tensor_copies() const override { return tensor_copies_made.load(); }
 
   std::unique_ptr<kernels> make_kernels() const override { return make_cuda_kernels(nullptr); }
-  std::unique_ptr<model> make_gpt(const gpt_config& config) const override {
-    return std::make_unique<cuda_gpt>(config);
+  std::unique_ptr<model> make_gpt(const gpt_config& config, compute_precision precision) const override {
+    return std::make_unique<cuda_gpt>(config, precision);
   }
 
   nccl_unique_id make_nccl_unique_id() const override { return accord::make_nccl_unique_id(); }

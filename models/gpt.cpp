@@ -48,7 +48,8 @@ void add_into(float* target, const float* addend, size_t count) {
 
 }  // namespace
 
-gpt::gpt(const gpt_config& config) : config_(validated(config)) {
+gpt::gpt(const gpt_config& config, layers::operand_rounding round_operands)
+    : config_(validated(config)), round_operands_(round_operands) {
   const size_t C = config_.width, V = config_.vocab;
   // GPT-2 initialisation: N(0, 0.02) weights, with the projections that write into the
   // residual stream scaled down by 1/sqrt(2 layers) so the stream's variance stays put.
@@ -93,7 +94,32 @@ void gpt::initialize(std::span<float> parameters, std::uint64_t seed) const {
   layout_.initialize(parameters, seed);
 }
 
-std::unique_ptr<model> gpt::clone() const { return std::make_unique<gpt>(config_); }
+std::unique_ptr<model> gpt::clone() const { return std::make_unique<gpt>(config_, round_operands_); }
+
+const float* gpt::operand(int slot, const float* values, size_t count) {
+  if (!round_operands_) return values;
+  std::vector<float>& copy = rounded_[slot];
+  copy.assign(values, values + count);
+  round_operands_(copy);
+  return copy.data();
+}
+
+void gpt::product_forward(float* out, const float* in, const float* weight, const float* bias, size_t rows,
+                          int inputs, int outputs) {
+  layers::matmul_forward(out, operand(0, in, rows * inputs), operand(1, weight, size_t(outputs) * inputs), bias,
+                         int(rows), inputs, outputs);
+}
+
+void gpt::product_backward(float* din, float* dweight, float* dbias, const float* dout, const float* in,
+                           const float* weight, size_t rows, int inputs, int outputs) {
+  if (!round_operands_)
+    return layers::matmul_backward(din, dweight, dbias, dout, in, weight, int(rows), inputs, outputs);
+  layers::matmul_backward(din, dweight, nullptr, operand(2, dout, rows * outputs), operand(0, in, rows * inputs),
+                          operand(1, weight, size_t(outputs) * inputs), int(rows), inputs, outputs);
+  if (dbias)
+    for (size_t r = 0; r < rows; ++r)
+      for (int o = 0; o < outputs; ++o) dbias[o] += dout[r * outputs + size_t(o)];
+}
 
 int gpt_sequence_length(const batch& input, const gpt_config& config, const std::string& who) {
   if (input.examples == 0 || input.tokens.empty())
@@ -166,26 +192,23 @@ double gpt::forward(const float* p, const batch& input, int sequence) {
 
     layers::layernorm_forward(ln1, a.ln1_mean.data() + l * rows, a.ln1_rstd.data() + l * rows,
                               in, p + w.ln1_gain, p + w.ln1_bias, int(rows), C);
-    layers::matmul_forward(qkv, ln1, p + w.qkv_weight, p + w.qkv_bias, int(rows), C, 3 * C);
-    layers::attention_forward(attn, probs, qkv, B, T, C, H);
-    layers::matmul_forward(mid, attn, p + w.attn_proj_weight, p + w.attn_proj_bias, int(rows), C,
-                           C);
+    product_forward(qkv, ln1, p + w.qkv_weight, p + w.qkv_bias, rows, C, 3 * C);
+    layers::attention_forward(attn, probs, operand(0, qkv, rows * 3 * C), B, T, C, H, round_operands_);
+    product_forward(mid, attn, p + w.attn_proj_weight, p + w.attn_proj_bias, rows, C, C);
     add_into(mid, in, rows * C);
 
     layers::layernorm_forward(ln2, a.ln2_mean.data() + l * rows, a.ln2_rstd.data() + l * rows,
                               mid, p + w.ln2_gain, p + w.ln2_bias, int(rows), C);
-    layers::matmul_forward(fc, ln2, p + w.fc_weight, p + w.fc_bias, int(rows), C, 4 * C);
+    product_forward(fc, ln2, p + w.fc_weight, p + w.fc_bias, rows, C, 4 * C);
     layers::gelu_forward(fc_gelu, fc, int(rows) * 4 * C);
-    layers::matmul_forward(out, fc_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, int(rows),
-                           4 * C, C);
+    product_forward(out, fc_gelu, p + w.fc_proj_weight, p + w.fc_proj_bias, rows, 4 * C, C);
     add_into(out, mid, rows * C);
   }
   const float* last = a.stream.data() + blocks_.size() * rows * C;
   layers::layernorm_forward(a.final_ln.data(), a.final_mean.data(), a.final_rstd.data(), last,
                             p + final_ln_gain_, p + final_ln_bias_, int(rows), C);
   // Logits are written into probs and turned into probabilities in place.
-  layers::matmul_forward(a.probs.data(), a.final_ln.data(), p + head_weight_, nullptr, int(rows),
-                         C, V);
+  product_forward(a.probs.data(), a.final_ln.data(), p + head_weight_, nullptr, rows, C, V);
   return layers::softmax_crossentropy_forward(a.probs.data(), a.probs.data(),
                                               input.targets.data(), int(rows), V);
 }
@@ -228,8 +251,8 @@ double gpt::accumulate_gradients(std::span<const float> parameters, const batch&
   layers::softmax_crossentropy_backward(d.logits.data(), a.probs.data(), input.targets.data(),
                                         int(rows), V);
   zero(d.ln);
-  layers::matmul_backward(d.ln.data(), g + head_weight_, nullptr, d.logits.data(),
-                          a.final_ln.data(), p + head_weight_, int(rows), C, V);
+  product_backward(d.ln.data(), g + head_weight_, nullptr, d.logits.data(), a.final_ln.data(),
+                   p + head_weight_, rows, C, V);
   layers::layernorm_backward(d.stream.data(), g + final_ln_gain_, g + final_ln_bias_, d.ln.data(),
                              a.stream.data() + blocks_.size() * rows * C, p + final_ln_gain_,
                              a.final_mean.data(), a.final_rstd.data(), int(rows), C);
@@ -249,25 +272,26 @@ double gpt::accumulate_gradients(std::span<const float> parameters, const batch&
     const float* fc_gelu = a.fc_gelu.data() + l * rows * 4 * C;
 
     zero(d.fc_gelu);
-    layers::matmul_backward(d.fc_gelu.data(), g + w.fc_proj_weight, g + w.fc_proj_bias,
-                            d.stream.data(), fc_gelu, p + w.fc_proj_weight, int(rows), 4 * C, C);
+    product_backward(d.fc_gelu.data(), g + w.fc_proj_weight, g + w.fc_proj_bias, d.stream.data(),
+                     fc_gelu, p + w.fc_proj_weight, rows, 4 * C, C);
     zero(d.fc);
     layers::gelu_backward(d.fc.data(), d.fc_gelu.data(), fc, int(rows) * 4 * C);
     zero(d.ln);
-    layers::matmul_backward(d.ln.data(), g + w.fc_weight, g + w.fc_bias, d.fc.data(), ln2,
-                            p + w.fc_weight, int(rows), C, 4 * C);
+    product_backward(d.ln.data(), g + w.fc_weight, g + w.fc_bias, d.fc.data(), ln2,
+                     p + w.fc_weight, rows, C, 4 * C);
     layers::layernorm_backward(d.stream.data(), g + w.ln2_gain, g + w.ln2_bias, d.ln.data(), mid,
                                p + w.ln2_gain, a.ln2_mean.data() + l * rows,
                                a.ln2_rstd.data() + l * rows, int(rows), C);
 
     zero(d.attn_out);
-    layers::matmul_backward(d.attn_out.data(), g + w.attn_proj_weight, g + w.attn_proj_bias,
-                            d.stream.data(), attn, p + w.attn_proj_weight, int(rows), C, C);
+    product_backward(d.attn_out.data(), g + w.attn_proj_weight, g + w.attn_proj_bias,
+                     d.stream.data(), attn, p + w.attn_proj_weight, rows, C, C);
     zero(d.qkv);
-    layers::attention_backward(d.qkv.data(), d.attn_out.data(), qkv, probs, B, T, C, H);
+    layers::attention_backward(d.qkv.data(), operand(2, d.attn_out.data(), rows * C),
+                               operand(0, qkv, rows * 3 * C), probs, B, T, C, H, round_operands_);
     zero(d.ln);
-    layers::matmul_backward(d.ln.data(), g + w.qkv_weight, g + w.qkv_bias, d.qkv.data(), ln1,
-                            p + w.qkv_weight, int(rows), C, 3 * C);
+    product_backward(d.ln.data(), g + w.qkv_weight, g + w.qkv_bias, d.qkv.data(), ln1,
+                     p + w.qkv_weight, rows, C, 3 * C);
     layers::layernorm_backward(d.stream.data(), g + w.ln1_gain, g + w.ln1_bias, d.ln.data(), in,
                                p + w.ln1_gain, a.ln1_mean.data() + l * rows,
                                a.ln1_rstd.data() + l * rows, int(rows), C);

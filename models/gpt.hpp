@@ -23,6 +23,7 @@
 // (openblas_set_num_threads); several compute threads each running a clone usually want 1.
 #include <accord/model.hpp>
 
+#include "models/layers.hpp"
 #include "models/parameter_layout.hpp"
 
 #include <memory>
@@ -47,7 +48,11 @@ int gpt_sequence_length(const batch& input, const gpt_config& config, const std:
 class gpt final : public model {
 public:
   // Throws std::invalid_argument when a size is not positive or heads do not divide width.
-  explicit gpt(const gpt_config& config);
+  // `round_operands`, when given, rounds every matrix product's operands (weights, inputs,
+  // output gradients; inside attention as layers::attention_forward says) on copies, and the
+  // bias gradients are taken from the unrounded output gradients: the bf16 compute of the CUDA
+  // gpt emulated on the cpu (make_bf16_reference_gpt). Not part of the signature.
+  explicit gpt(const gpt_config& config, layers::operand_rounding round_operands = nullptr);
 
   std::string signature() const override;
   std::size_t parameter_count() const override { return layout_.total(); }
@@ -88,6 +93,13 @@ private:
   // Validates the batch and parameter span, sizes scratch; returns the sequence length T.
   int prepare(std::span<const float> parameters, const batch& input);
   double forward(const float* parameters, const batch& input, int sequence);
+  // The products of layers.hpp, with round_operands_ applied when set.
+  const float* operand(int slot, const float* values, std::size_t count);
+  void product_forward(float* out, const float* in, const float* weight, const float* bias,
+                       std::size_t rows, int inputs, int outputs);
+  void product_backward(float* din, float* dweight, float* dbias, const float* dout,
+                        const float* in, const float* weight, std::size_t rows, int inputs,
+                        int outputs);
 
   gpt_config config_;
   parameter_layout layout_;
@@ -97,6 +109,8 @@ private:
   std::size_t head_weight_ = 0;  // equals token_embedding_ when the head is tied
   activations acts_;
   activation_gradients grads_;
+  layers::operand_rounding round_operands_ = nullptr;
+  std::vector<float> rounded_[3];  // rounded operand copies: input, weight, output gradient
 };
 
 std::unique_ptr<model> make_gpt(const gpt_config& config);

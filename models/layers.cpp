@@ -112,11 +112,12 @@ void matmul_backward(float* din, float* dweight, float* dbias, const float* dout
 // scores = q k^T / sqrt(head width) over the full T x T square (one sgemm; the upper triangle
 // is then masked), probs = causal row softmax, out = probs v.
 void attention_forward(float* out, float* probs, const float* qkv, int examples, int sequence,
-                       int width, int heads) {
+                       int width, int heads, operand_rounding round) {
   const int head_width = width / heads;
   const int stride = 3 * width;
   const float scale = 1.0f / std::sqrt(float(head_width));
   const size_t square = size_t(sequence) * sequence;
+  std::vector<float> rounded_probs(round ? square : 0);
   for (int b = 0; b < examples; ++b)
     for (int h = 0; h < heads; ++h) {
       const float* q = qkv + size_t(b) * sequence * stride + size_t(h) * head_width;
@@ -137,19 +138,25 @@ void attention_forward(float* out, float* probs, const float* qkv, int examples,
         for (int j = 0; j <= t; ++j) row[j] *= inverse;
         std::fill(row + t + 1, row + sequence, 0.0f);
       }
+      const float* value_weights = p;  // the fp32 probabilities stay for the backward pass
+      if (round) {
+        std::copy(p, p + square, rounded_probs.begin());
+        round(rounded_probs);
+        value_weights = rounded_probs.data();
+      }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sequence, head_width, sequence, 1.0f,
-                  p, sequence, v, stride, 0.0f,
+                  value_weights, sequence, v, stride, 0.0f,
                   out + size_t(b) * sequence * width + size_t(h) * head_width, width);
     }
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
-                        int examples, int sequence, int width, int heads) {
+                        int examples, int sequence, int width, int heads, operand_rounding round) {
   const int head_width = width / heads;
   const int stride = 3 * width;
   const float scale = 1.0f / std::sqrt(float(head_width));
   const size_t square = size_t(sequence) * sequence;
-  std::vector<float> dscores(square);
+  std::vector<float> dscores(square), rounded_probs(round ? square : 0);
   for (int b = 0; b < examples; ++b)
     for (int h = 0; h < heads; ++h) {
       const size_t head_offset = size_t(b) * sequence * stride + size_t(h) * head_width;
@@ -164,8 +171,14 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       // dprobs = dy v^T and dv += probs^T dy
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, sequence, sequence, head_width, 1.0f,
                   dy, width, v, stride, 0.0f, dscores.data(), sequence);
+      const float* value_weights = p;
+      if (round) {
+        std::copy(p, p + square, rounded_probs.begin());
+        round(rounded_probs);
+        value_weights = rounded_probs.data();
+      }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, sequence, head_width, sequence, 1.0f,
-                  p, sequence, dy, width, 1.0f, dv, stride);
+                  value_weights, sequence, dy, width, 1.0f, dv, stride);
       // Softmax backward in place: dscores = probs * (dprobs - <probs, dprobs>); masked
       // entries have probs 0 and so get no gradient.
       for (int t = 0; t < sequence; ++t) {
@@ -176,6 +189,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         for (int j = 0; j <= t; ++j) d_row[j] = p_row[j] * (d_row[j] - dot);
         std::fill(d_row + t + 1, d_row + sequence, 0.0f);
       }
+      if (round) round(dscores);
       // dq += scale dscores k and dk += scale dscores^T q
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, sequence, head_width, sequence,
                   scale, dscores.data(), sequence, k, stride, 1.0f, dq, stride);

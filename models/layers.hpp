@@ -9,6 +9,7 @@
 // - Matrix products go through cblas_sgemm. OpenBLAS may use its own thread pool for them;
 //   these functions set no threading policy, the caller does (openblas_set_num_threads).
 #include <cstdint>
+#include <span>
 
 namespace accord::layers {
 
@@ -35,13 +36,19 @@ void matmul_forward(float* out, const float* in, const float* weight, const floa
 void matmul_backward(float* din, float* dweight, float* dbias, const float* dout,
                      const float* in, const float* weight, int rows, int inputs, int outputs);
 
+// Rounds matrix product operands in place (the CUDA gpt's bf16 compute, emulated); null: none.
+using operand_rounding = void (*)(std::span<float> operand);
+
 // Causal multi-head self-attention. qkv: (examples, sequence, 3*width) holding the query,
 // key and value of each position side by side; out: (examples, sequence, width).
 // probs: (examples, heads, sequence, sequence) softmax weights, kept for the backward pass.
+// `round`, when given, rounds the operands made inside (a copy of the probabilities for the
+// value products, the score gradients); rounding qkv and dout is the caller's.
 void attention_forward(float* out, float* probs, const float* qkv, int examples, int sequence,
-                       int width, int heads);
+                       int width, int heads, operand_rounding round = nullptr);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
-                        int examples, int sequence, int width, int heads);
+                        int examples, int sequence, int width, int heads,
+                        operand_rounding round = nullptr);
 
 // GELU, tanh approximation (as GPT-2), elementwise over `count` values.
 void gelu_forward(float* out, const float* in, int count);

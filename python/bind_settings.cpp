@@ -67,6 +67,7 @@ void bind_settings(py::module_& m) {
       .def_readwrite("link", &job_config::link)
       .def_readwrite("wire_precision", &job_config::wire_precision)
       .def_readwrite("estimate_precision", &job_config::estimate_precision)
+      .def_readwrite("compute_precision", &job_config::compute_precision)
       .def_readwrite("eval_interval", &job_config::eval_interval)
       .def_readwrite("defer_evaluation", &job_config::defer_evaluation)
       .def_readwrite("replica_check_interval", &job_config::replica_check_interval)

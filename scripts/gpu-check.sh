@@ -5,7 +5,9 @@
 # prints the figures: the kernels' bandwidth against peak and against the measured copy
 # bandwidth, GPT tokens/s host-staged, resident, and resident with an NCCL all-reduce of the
 # gradients' size running alongside (the overlap slowdown), and with two GPUs or more ACCO's
-# against DDP's time per step (rounds on the device: update_rule::apply_on_device). Budget: under 5 minutes (the build dominates; one architecture).
+# against DDP's time per step (rounds on the device: update_rule::apply_on_device), bf16
+# compute's tokens/s against fp32 and a short bf16-compute training run. Budget: under 5
+# minutes (the build dominates; one architecture).
 # Needs the Debian packages of scripts/setup.sh and CUDA 13 + NCCL under /usr/local/cuda.
 #   BUILD_DIR   build directory          (default: build-gpu-check)
 #   CUDA_ARCH   CMAKE_CUDA_ARCHITECTURES (default: 90)
@@ -41,6 +43,9 @@ timeout 90 "$BUILD_DIR/apps/accord-bench-gpu" --device cuda --elements "${ELEMEN
 # End to end: ACCO with the CUDA GPT resident in every compute actor (in one process, one
 # GPU), then, with two GPUs or more, one process per GPU over NCCL, ACCO against DDP.
 timeout 90 "$BUILD_DIR/apps/accord-train" --device cuda --workers 2 --steps 30 --log-interval 10
+# bf16 compute (bf16 GEMMs on a bf16 copy of the parameters, fp32 gradients): a few steps end to
+# end; accord-bench-gpu above printed its resident tokens/s against fp32.
+timeout 60 "$BUILD_DIR/apps/accord-train" --device cuda --compute-precision bf16 --workers 2 --steps 10 --log-interval 5
 # Rounds on the device end to end (resident_memory, the rules' device forms, NCCL device
 # collectives): one process per GPU over NCCL; with one GPU a world of one.
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)

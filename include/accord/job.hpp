@@ -74,6 +74,11 @@ struct job_config {
   // ACCO's estimate rounds, which commit no state, may travel with fewer bits (empty: as
   // wire_precision).
   std::string estimate_precision;
+  // What a GPU worker's matrix products compute in: fp32 | bf16 (bf16 operands on a bf16 copy
+  // of the parameters, fp32 accumulation, fp32 gradients; README "GPU data path"). The model
+  // is the embedder's: accord-train builds its CUDA gpt with it, and refuses bf16 for a cpu
+  // model. Every process of a job must agree (it is in the settings fingerprint).
+  std::string compute_precision = "fp32";
 
   std::uint64_t eval_interval = 50;  // eval loss every this many steps (0: only at the end)
   // Held-out examples per evaluation: the first ones of the eval stream, the same set every
