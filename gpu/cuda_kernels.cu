@@ -6,6 +6,7 @@
 #include "gpu/cuda_check.hpp"
 #include "gpu/cuda_kernels.hpp"
 #include "gpu/device.hpp"
+#include "transport/half_precision_bits.hpp"
 #include "transport/transport.hpp"
 
 namespace accord {
@@ -123,48 +124,12 @@ __global__ void lion_kernel(float* parameters, const float* gradients, float* m,
   m[i] = __fadd_rn(__fmul_rn(c.beta2, m_i), __fmul_rn(1.0f - c.beta2, g));
 }
 
-// The wire conversions of transport/wire_precision.cpp, operation for operation (the host
-// ones are not callable on the device); tests/test_gpu.cpp compares the two bit for bit.
-__device__ std::uint16_t bf16_bits(float value) {
-  const std::uint32_t bits = __float_as_uint(value);
-  const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  const std::uint32_t quiet_nan = (bits >> 16) | 0x0040u;
-  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-  return static_cast<std::uint16_t>(nan ? quiet_nan : rounded);
-}
-
-__device__ float bf16_value(std::uint16_t bits) { return __uint_as_float(std::uint32_t{bits} << 16); }
-
-__device__ std::uint16_t fp16_bits(float value) {
-  const std::uint32_t bits = __float_as_uint(value);
-  const std::uint32_t sign = (bits >> 16) & 0x8000u;
-  const std::uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);
-  if (magnitude >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);
-  if (magnitude >= 0x38800000u) {
-    const std::uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
-    return static_cast<std::uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
-  }
-  if (magnitude <= 0x33000000u) return static_cast<std::uint16_t>(sign);
-  const std::uint32_t exponent = magnitude >> 23;
-  const std::uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
-  const std::uint32_t shift = 126 - exponent;
-  std::uint32_t units = mantissa >> shift;
-  const std::uint32_t rest = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
-  if (rest > half || (rest == half && (units & 1u))) ++units;
-  return static_cast<std::uint16_t>(sign | units);
-}
-
-__device__ float fp16_value(std::uint16_t bits) {
-  const std::uint32_t sign = std::uint32_t{bits & 0x8000u} << 16;
-  const std::uint32_t exponent = (bits >> 10) & 0x1fu, mantissa = bits & 0x3ffu;
-  if (exponent == 0) {
-    const float magnitude = __fmul_rn(static_cast<float>(mantissa), 0x1p-24f);
-    return sign ? -magnitude : magnitude;
-  }
-  if (exponent == 31) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
-  return __uint_as_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
+// The wire conversions: the host's own (transport/half_precision_bits.hpp), so the device
+// rounds to the same bits; tests/test_gpu.cpp compares the two.
+using half_precision::bf16_bits;
+using half_precision::bf16_value;
+using half_precision::fp16_bits;
+using half_precision::fp16_value;
 
 __global__ void fill_kernel(float* values, float value, std::size_t n) {
   const std::size_t i = global_index();

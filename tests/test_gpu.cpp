@@ -425,6 +425,19 @@ TEST_CASE("cpu kernels of the device rounds: fill, copy, scale, square sum, conv
 }
 
 #if ACCORD_HAVE_CUDA
+namespace {
+
+// One NCCL rank per local GPU, at most 4.
+testing::world_endpoints nccl_world_on_local_gpus() {
+  const int world = std::min(cuda_device_count(), 4);
+  std::vector<int> devices(world);
+  for (int d = 0; d < world; ++d) devices[d] = d;
+  auto group = make_nccl_group(devices);
+  return testing::world_endpoints(std::make_move_iterator(group.begin()), std::make_move_iterator(group.end()));
+}
+
+}  // namespace
+
 TEST_CASE("make_nccl_group refuses unknown and repeated devices") {
   const int devices[] = {0, 0};
   // Without a GPU device 0 does not exist; with one, NCCL forbids one GPU twice.
@@ -437,11 +450,8 @@ TEST_CASE("make_nccl_group refuses unknown and repeated devices") {
 // runs a world of 1: staging, in-place forms, the all-to-all and the vote kernels still run).
 TEST_CASE("nccl transport: collectives, votes and point-to-point on every local GPU") {
   if (skip_without_cuda()) return;
-  const int world = std::min(cuda_device_count(), 4);
-  std::vector<int> devices(world);
-  for (int d = 0; d < world; ++d) devices[d] = d;
-  auto group = make_nccl_group(devices);
-  testing::world_endpoints endpoints(std::make_move_iterator(group.begin()), std::make_move_iterator(group.end()));
+  testing::world_endpoints endpoints = nccl_world_on_local_gpus();
+  const int world = static_cast<int>(endpoints.size());
   for (std::size_t n : {1, 7, 1000, 262147}) {
     CAPTURE(n);
     std::vector<std::vector<float>> reduced(world), scattered(world), gathered(world), device_reduced(world);
@@ -505,11 +515,8 @@ TEST_CASE("nccl transport: collectives, votes and point-to-point on every local 
 // exactly in 16 bits, so every result must be equal.
 TEST_CASE("nccl device collectives equal the transport's collectives on every local GPU") {
   if (skip_without_cuda()) return;
-  const int world = std::min(cuda_device_count(), 4);
-  std::vector<int> devices(world);
-  for (int d = 0; d < world; ++d) devices[d] = d;
-  auto group = make_nccl_group(devices);
-  testing::world_endpoints endpoints(std::make_move_iterator(group.begin()), std::make_move_iterator(group.end()));
+  testing::world_endpoints endpoints = nccl_world_on_local_gpus();
+  const int world = static_cast<int>(endpoints.size());
   for (std::size_t n : {1, 7, 1000, 262147})
     for (const wire_precision wire : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16}) {
       CAPTURE(n);
