@@ -108,6 +108,15 @@ private:
   std::uint64_t seed_;
 };
 
+// The element-wise mean of `copies` (each of `length` values), summed in double.
+std::vector<double> mean_in_double(const std::vector<const std::vector<float>*>& copies, std::size_t length) {
+  std::vector<double> mean(length, 0.0);
+  for (const std::vector<float>* copy : copies)
+    for (std::size_t i = 0; i < mean.size(); ++i) mean[i] += (*copy)[i];
+  for (double& m : mean) m /= static_cast<double>(copies.size());
+  return mean;
+}
+
 // The asynchronous workers' copies, exchanges and membership.
 class gossip_run final : public asynchronous_run, private asynchronous_use {
 public:
@@ -218,15 +227,11 @@ private:
 
   // The mean of the copies of `ranks` (and `also`, when given), their locks held.
   std::vector<float> mean_of(const std::vector<std::size_t>& ranks, const std::vector<float>* also) const {
-    std::vector<double> sum(copies_[ranks.front()].size(), 0.0);
-    for (std::size_t k : ranks)
-      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += copies_[k][i];
-    if (also)
-      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += (*also)[i];
-    const double n = static_cast<double>(ranks.size() + (also ? 1 : 0));
-    std::vector<float> mean(sum.size());
-    for (std::size_t i = 0; i < sum.size(); ++i) mean[i] = static_cast<float>(sum[i] / n);
-    return mean;
+    std::vector<const std::vector<float>*> copies;
+    for (std::size_t k : ranks) copies.push_back(&copies_[k]);
+    if (also) copies.push_back(also);
+    const std::vector<double> mean = mean_in_double(copies, copies_[ranks.front()].size());
+    return std::vector<float>(mean.begin(), mean.end());
   }
 
   // Worker `w`'s neighbour for one event, among the active workers; `w` itself when alone.
@@ -274,14 +279,12 @@ private:
       std::lock_guard lock(locks_[k]);
       snapshot.push_back(copies_[k]);
     }
-    const std::size_t size = workers_->setup().initial.size();
-    std::vector<double> mean(size, 0.0);
-    for (const auto& copy : snapshot)
-      for (std::size_t i = 0; i < size; ++i) mean[i] += copy[i];
-    for (double& m : mean) m /= static_cast<double>(snapshot.size());
+    std::vector<const std::vector<float>*> copies;
+    for (const auto& copy : snapshot) copies.push_back(&copy);
+    const std::vector<double> mean = mean_in_double(copies, workers_->setup().initial.size());
     double square = 0;
     for (const auto& copy : snapshot)
-      for (std::size_t i = 0; i < size; ++i) square += (copy[i] - mean[i]) * (copy[i] - mean[i]);
+      for (std::size_t i = 0; i < mean.size(); ++i) square += (copy[i] - mean[i]) * (copy[i] - mean[i]);
     std::vector<float> result;
     if (with_mean) result.assign(mean.begin(), mean.end());
     return {std::move(result), std::sqrt(square / static_cast<double>(snapshot.size()))};
