@@ -150,32 +150,29 @@ private:
 
   // All-gather of shard_of(total, ...) pieces of `element_bytes` each, in place.
   void exchange_shards(std::byte* data, std::size_t total, std::size_t element_bytes) {
-    const int ranks = world(), me = rank();
-    const shard mine = shard_of(total, ranks, me);
-    std::uint64_t sent = 0, received = 0;
-    group([&] {
-      for (int peer = 0; peer < ranks; ++peer) {
-        if (peer == me) continue;
-        const shard theirs = shard_of(total, ranks, peer);
-        sent += send(data + mine.begin * element_bytes, mine.size() * element_bytes, peer);
-        received += receive(data + theirs.begin * element_bytes, theirs.size() * element_bytes, peer);
-      }
-    });
-    link_.count_traffic(sent, received, ranks - 1);
+    exchange_ranges(data, element_bytes, [&](int owner) { return shard_of(total, world(), owner); });
   }
 
   // All-gather of per-element counts whose owners hold word shards of `words` words.
   void exchange_element_shards(std::span<std::uint16_t> counts, std::size_t words) {
+    exchange_ranges(reinterpret_cast<std::byte*>(counts.data()), sizeof(std::uint16_t), [&](int owner) {
+      return elements_of(shard_of(words, world(), owner), counts.size());
+    });
+  }
+
+  // All-gather in place: each owner's range_of(owner) elements of `element_bytes` each go to
+  // every other rank.
+  template <class RangeOf>
+  void exchange_ranges(std::byte* data, std::size_t element_bytes, RangeOf range_of) {
     const int ranks = world(), me = rank();
-    const shard mine = elements_of(shard_of(words, ranks, me), counts.size());
+    const shard mine = range_of(me);
     std::uint64_t sent = 0, received = 0;
-    auto* bytes = reinterpret_cast<std::byte*>(counts.data());
     group([&] {
       for (int peer = 0; peer < ranks; ++peer) {
         if (peer == me) continue;
-        const shard theirs = elements_of(shard_of(words, ranks, peer), counts.size());
-        sent += send(bytes + mine.begin * 2, mine.size() * 2, peer);
-        received += receive(bytes + theirs.begin * 2, theirs.size() * 2, peer);
+        const shard theirs = range_of(peer);
+        sent += send(data + mine.begin * element_bytes, mine.size() * element_bytes, peer);
+        received += receive(data + theirs.begin * element_bytes, theirs.size() * element_bytes, peer);
       }
     });
     link_.count_traffic(sent, received, ranks - 1);
