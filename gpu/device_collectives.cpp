@@ -52,15 +52,7 @@ public:
       kernels_->to_wire(wire, data, {wire_values, data.size()});
       outgoing = reinterpret_cast<const std::byte*>(wire_values);
     }
-    std::uint64_t sent = 0;
-    group([&] {
-      for (int peer = 0; peer < ranks; ++peer) {
-        if (peer == me) continue;
-        const shard theirs = shard_of(data.size(), ranks, peer);
-        sent += send(outgoing + theirs.begin * element_bytes, theirs.size() * element_bytes, peer);
-        receive(arrived + peer * mine.size() * element_bytes, mine.size() * element_bytes, peer);
-      }
-    });
+    send_to_owners(outgoing, arrived, element_bytes, [&](int owner) { return shard_of(data.size(), ranks, owner); });
     for (int peer = 0; peer < ranks; ++peer) {
       if (peer == me || sums.empty()) continue;
       std::byte* block = arrived + peer * mine.size() * element_bytes;
@@ -69,7 +61,6 @@ public:
       else
         kernels_->accumulate(sums, {reinterpret_cast<const float*>(block), mine.size()});
     }
-    link_.count_traffic(sent, (ranks - 1) * mine.size() * element_bytes, ranks - 1);
   }
 
   void all_gather(std::span<float> data, wire_precision wire) override {
@@ -131,21 +122,31 @@ private:
       cuda_check(cudaMemcpyAsync(vectors + me * mine.size(), signs.data() + mine.begin, mine.size() * 8,
                                  cudaMemcpyDeviceToDevice, link_.stream()),
                  "vote: own signs");
-    std::uint64_t sent = 0;
-    group([&] {
-      for (int peer = 0; peer < ranks; ++peer) {
-        if (peer == me) continue;
-        const shard theirs = shard_of(signs.size(), ranks, peer);
-        sent += send(reinterpret_cast<const std::byte*>(signs.data() + theirs.begin), theirs.size() * 8, peer);
-        receive(reinterpret_cast<std::byte*>(vectors + peer * mine.size()), mine.size() * 8, peer);
-      }
-    });
-    link_.count_traffic(sent, (ranks - 1) * mine.size() * 8, ranks - 1);
+    send_to_owners(reinterpret_cast<const std::byte*>(signs.data()), reinterpret_cast<std::byte*>(vectors),
+                   sizeof(std::uint64_t), [&](int owner) { return shard_of(signs.size(), ranks, owner); });
     if (elements.size() == 0) return {};
     auto* counts = reinterpret_cast<std::uint16_t*>(scratch(votes_scratch, elements.size() * 2));
     const std::span<std::uint16_t> own{counts, elements.size()};
     kernels_->count_votes({vectors, ranks * mine.size()}, ranks, own);
     return own;
+  }
+
+  // Every rank sends each other owner its range_of(owner) of `outgoing` and receives its own
+  // range from each peer into `landing`, one block of that size per rank (the own block unused).
+  template <class RangeOf>
+  void send_to_owners(const std::byte* outgoing, std::byte* landing, std::size_t element_bytes, RangeOf range_of) {
+    const int ranks = world(), me = rank();
+    const std::size_t own_bytes = range_of(me).size() * element_bytes;
+    std::uint64_t sent = 0;
+    group([&] {
+      for (int peer = 0; peer < ranks; ++peer) {
+        if (peer == me) continue;
+        const shard theirs = range_of(peer);
+        sent += send(outgoing + theirs.begin * element_bytes, theirs.size() * element_bytes, peer);
+        receive(landing + peer * own_bytes, own_bytes, peer);
+      }
+    });
+    link_.count_traffic(sent, (ranks - 1) * own_bytes, ranks - 1);
   }
 
   // All-gather of shard_of(total, ...) pieces of `element_bytes` each, in place.
