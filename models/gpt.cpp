@@ -116,9 +116,7 @@ void gpt::product_backward(float* din, float* dweight, float* dbias, const float
     return layers::matmul_backward(din, dweight, dbias, dout, in, weight, int(rows), inputs, outputs);
   layers::matmul_backward(din, dweight, nullptr, operand(2, dout, rows * outputs), operand(0, in, rows * inputs),
                           operand(1, weight, size_t(outputs) * inputs), int(rows), inputs, outputs);
-  if (dbias)
-    for (size_t r = 0; r < rows; ++r)
-      for (int o = 0; o < outputs; ++o) dbias[o] += dout[r * outputs + size_t(o)];
+  if (dbias) layers::bias_backward(dbias, dout, int(rows), outputs);  // from the unrounded gradient
 }
 
 int gpt_sequence_length(const batch& input, const gpt_config& config, const std::string& who) {

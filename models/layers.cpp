@@ -101,11 +101,14 @@ void matmul_backward(float* din, float* dweight, float* dbias, const float* dout
                 outputs, weight, inputs, 1.0f, din, inputs);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outputs, inputs, rows, 1.0f, dout,
               outputs, in, inputs, 1.0f, dweight, inputs);
-  if (dbias)
-    for (size_t r = 0; r < size_t(rows); ++r) {
-      const float* dy = dout + r * outputs;
-      for (int o = 0; o < outputs; ++o) dbias[o] += dy[o];
-    }
+  if (dbias) bias_backward(dbias, dout, rows, outputs);
+}
+
+void bias_backward(float* dbias, const float* dout, int rows, int outputs) {
+  for (size_t r = 0; r < size_t(rows); ++r) {
+    const float* dy = dout + r * outputs;
+    for (int o = 0; o < outputs; ++o) dbias[o] += dy[o];
+  }
 }
 
 // Per (example, head), with T = sequence and the head's slices strided by 3*width inside qkv:

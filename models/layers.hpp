@@ -35,6 +35,8 @@ void matmul_forward(float* out, const float* in, const float* weight, const floa
                     int rows, int inputs, int outputs);
 void matmul_backward(float* din, float* dweight, float* dbias, const float* dout,
                      const float* in, const float* weight, int rows, int inputs, int outputs);
+// dbias[outputs] += the column sums of dout[rows, outputs] (matmul_backward's bias gradient).
+void bias_backward(float* dbias, const float* dout, int rows, int outputs);
 
 // Rounds matrix product operands in place (the CUDA gpt's bf16 compute, emulated); null: none.
 using operand_rounding = void (*)(std::span<float> operand);
