@@ -15,6 +15,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <type_traits>
@@ -191,7 +192,34 @@ struct ucx_worker {
   std::vector<std::unique_ptr<link>> links;  // every endpoint created, failed dials included
   std::vector<link*> peers;                  // by rank; null for this rank
   std::vector<std::string> peer_addresses;
+  // The handshake's requests and the buffers they read and write. Members, not locals of
+  // connect(): when connect() throws (interrupted, timed out) they stay posted (see `retire`).
+  struct dial {
+    int peer = -1;
+    link* current = nullptr;
+    void* hello_send = nullptr;
+    void* answer_receive = nullptr;
+    ucx_wire::hello_frame answer{};
+    std::size_t answer_length = 0;
+    bool answered = false;
+    steady::time_point next_attempt{};
+    std::string last_error = "no answer";
+  };
+  struct accepted {
+    link* current = nullptr;
+    void* hello_receive = nullptr;
+    void* answer_send = nullptr;
+    ucx_wire::hello_frame hello{};
+    std::size_t hello_length = 0;
+    int peer = -1;  // known once its hello arrived
+  };
+  ucx_wire::hello_frame my_hello{};
+  std::vector<dial> dials;  // sized once per connect(): its elements never move
+  std::vector<std::unique_ptr<accepted>> accepts;
+  // Whether the destructor's flush-close may run (see `retire`).
+  bool safe_to_destroy() const;
   std::string broken;  // why the transport became unusable, empty while healthy
+  bool connected = false;  // connect() finished: the teardown may flush-close
   const interrupt_flag* interruption = nullptr;  // the owning transport's, once connected
   // The listener's, while connecting: another thread may give up on a peer that never comes.
   std::shared_ptr<interrupt_flag> setup_interruption = std::make_shared<interrupt_flag>();
@@ -352,6 +380,26 @@ ucx_worker::~ucx_worker() {
   }
   for (void* request : closing) ucp_request_free(request);
   listener.reset();  // then the worker, without progress in between (see `listener`)
+  worker.reset();    // before the members its requests may still point into (`dials`, `accepts`)
+}
+
+bool ucx_worker::safe_to_destroy() const {
+  return links.empty() || (connected && broken.empty() && !(interruption && interruption->raised()));
+}
+
+void retire(std::unique_ptr<ucx_worker> worker) {
+  if (!worker || worker->safe_to_destroy()) return;
+  // A failed or unfinished setup, or a transport that gave up on operations: its teardown would
+  // have to progress the worker, and UCX 1.13 may then deliver a message for an endpoint closed
+  // during the failure and abort the process (ucp_worker_get_ep_by_id: "(*ep_p)->worker ==
+  // worker"), or finish a send given up on from a buffer its owner has freed; without progress,
+  // closing aborts on the pending requests. So the worker stays, never progressed again, with
+  // the buffers its requests point into; its peers see the connections drop when this process
+  // ends. One per failed epoch.
+  static std::mutex guard;
+  static auto* retired = new std::vector<ucx_worker*>();  // reachable: not a leak to sanitizers
+  const std::lock_guard lock(guard);
+  retired->push_back(worker.release());
 }
 
 void ucx_worker::progress(steady::time_point until) {
@@ -390,31 +438,11 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
   peer_addresses[static_cast<std::size_t>(rank)] = listen_address;
 
   const ucx_wire::hello mine{ucx_wire::protocol_version, rank, world, options.job_id, options.epoch};
-  const ucx_wire::hello_frame my_hello = ucx_wire::encode(mine);
+  my_hello = ucx_wire::encode(mine);
   const auto hello_problem = [&](const ucx_wire::hello_frame& frame) { return ucx_wire::hello_problem(frame, mine); };
-
-  struct dial {
-    int peer = -1;
-    link* current = nullptr;
-    void* hello_send = nullptr;
-    void* answer_receive = nullptr;
-    ucx_wire::hello_frame answer{};
-    std::size_t answer_length = 0;
-    bool answered = false;
-    steady::time_point next_attempt{};
-    std::string last_error = "no answer";
-  };
-  struct accepted {
-    link* current = nullptr;
-    void* hello_receive = nullptr;
-    void* answer_send = nullptr;
-    ucx_wire::hello_frame hello{};
-    std::size_t hello_length = 0;
-    int peer = -1;  // known once its hello arrived
-  };
-  std::vector<dial> dials(static_cast<std::size_t>(rank));
+  dials.assign(static_cast<std::size_t>(rank), {});
   for (int j = 0; j < rank; ++j) dials[static_cast<std::size_t>(j)].peer = j;
-  std::vector<std::unique_ptr<accepted>> accepts;
+  accepts.clear();
 
   ucp_request_param_t stream_receive{};
   stream_receive.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -555,6 +583,7 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
   }
   // Everyone expected has connected; later dials are strays.
   refuse_dials();
+  connected = true;
 }
 
 link& ucx_worker::checked_peer(int peer, std::uint64_t tag) {
@@ -735,8 +764,15 @@ ucx_listener::ucx_listener(const std::string& listen_address, ucx_options option
     : worker_(std::make_unique<detail::ucx_worker>(listen_address, std::move(options))),
       setup_interruption_(worker_->setup_interruption) {}
 ucx_listener::ucx_listener(ucx_listener&&) noexcept = default;
-ucx_listener& ucx_listener::operator=(ucx_listener&&) noexcept = default;
-ucx_listener::~ucx_listener() = default;
+ucx_listener& ucx_listener::operator=(ucx_listener&& other) noexcept {
+  if (this != &other) {
+    detail::retire(std::move(worker_));
+    worker_ = std::move(other.worker_);
+    setup_interruption_ = std::move(other.setup_interruption_);
+  }
+  return *this;
+}
+ucx_listener::~ucx_listener() { detail::retire(std::move(worker_)); }
 
 const std::string& ucx_listener::address() const { return worker_->listen_address; }
 
@@ -756,7 +792,7 @@ ucx_transport::ucx_transport(std::unique_ptr<detail::ucx_worker> worker)
     : transport("ucx"), worker_(std::move(worker)) {
   worker_->interruption = &interruption();
 }
-ucx_transport::~ucx_transport() = default;
+ucx_transport::~ucx_transport() { detail::retire(std::move(worker_)); }
 
 int ucx_transport::rank() const { return worker_->rank; }
 int ucx_transport::size() const { return worker_->world; }
