@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -31,23 +30,6 @@ struct reply_header {
   std::uint64_t id = 0;
   std::uint64_t version = 0;
 };
-
-template <class Header>
-std::vector<std::byte> message_of(const Header& header, std::span<const float> values = {}) {
-  std::vector<std::byte> message(sizeof(Header) + values.size_bytes());
-  std::memcpy(message.data(), &header, sizeof(Header));
-  if (!values.empty()) std::memcpy(message.data() + sizeof(Header), values.data(), values.size_bytes());
-  return message;
-}
-template <class Header>
-Header header_of(std::span<const std::byte> message) {
-  Header header;
-  std::memcpy(&header, message.data(), sizeof(Header));
-  return header;
-}
-std::span<const float> values_of(std::span<const std::byte> message, std::size_t header_bytes) {
-  return {reinterpret_cast<const float*>(message.data() + header_bytes), (message.size() - header_bytes) / sizeof(float)};
-}
 
 class parameter_server_processes final : public asynchronous_run, private asynchronous_use {
 public:

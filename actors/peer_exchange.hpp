@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -90,5 +91,23 @@ private:
   std::vector<sending> sends_;
   std::thread thread_;
 };
+
+// Messages: a fixed, trivially copyable header, then floats.
+template <class Header>
+std::vector<std::byte> message_of(const Header& header, std::span<const float> values = {}) {
+  std::vector<std::byte> message(sizeof(Header) + values.size_bytes());
+  std::memcpy(message.data(), &header, sizeof(Header));
+  if (!values.empty()) std::memcpy(message.data() + sizeof(Header), values.data(), values.size_bytes());
+  return message;
+}
+template <class Header>
+Header header_of(std::span<const std::byte> message) {
+  Header header;
+  std::memcpy(&header, message.data(), sizeof(Header));
+  return header;
+}
+inline std::span<const float> values_of(std::span<const std::byte> message, std::size_t header_bytes) {
+  return {reinterpret_cast<const float*>(message.data() + header_bytes), (message.size() - header_bytes) / sizeof(float)};
+}
 
 }  // namespace accord

@@ -88,12 +88,13 @@ TEST_CASE("topologies over UCX between 3 processes give the same parameters as i
   }
 }
 
-TEST_CASE("asynchronous gossip between processes is refused with one line") {
-  const run_output out = run(launch + "-n 2 -- " + train + " --algo ddp --topology gossip" + train_flags + " --steps 2");
+TEST_CASE("the asynchronous topologies between processes refuse an elastic job with one line") {
+  const run_output out = run(launch + "--elastic -n 2 -- " + train +
+                             " --algo ddp --topology parameter-server --max-staleness 1" + train_flags + " --steps 2");
   INFO(out.text);
   CHECK(out.status != 0);
-  CHECK(out.text.find("--topology gossip runs its asynchronous workers in one process only"
-                      " (--gossip-lockstep runs between processes)") != std::string::npos);
+  CHECK(out.text.find("--topology parameter-server between processes has a fixed worker set (no --elastic or --join)") !=
+        std::string::npos);
 }
 
 namespace {
@@ -162,12 +163,28 @@ TEST_CASE("the asynchronous parameter server between 3 processes trains and reco
   }
 }
 
-TEST_CASE("a parameter-server worker killed mid-run fails the job instead of hanging it") {
-  const run_output out = run(launch + "-n 3 -- /bin/sh -c 'if [ \"$RANK\" = 2 ]; then (sleep 2; kill -9 $$) & fi; exec " +
-                             train + parameter_server + " --max-staleness 1 --steps 100000'");
+TEST_CASE("asynchronous gossip between 3 processes trains and reports the consensus distance") {
+  const run_output out = run(launch + "-n 3 -- " + train + " --algo ddp --topology gossip --gossip-rate 2" + train_flags +
+                             " --steps 12 --metrics multiprocess_gossip.jsonl --save-parameters multiprocess_gossip.f32");
   INFO(out.text);
-  CHECK(out.status != 0);
-  CHECK(out.text.find("rank 2 was killed by signal 9") != std::string::npos);
+  REQUIRE(out.status == 0);
+  const auto lines = metrics_lines("multiprocess_gossip.jsonl");
+  REQUIRE(lines.size() == 12);
+  CHECK(train_loss_of(lines.back()) < train_loss_of(lines.front()));
+  CHECK(lines.back().find("\"consensus_distance\":") != std::string::npos);  // evaluated: the mean of the copies
+  CHECK(lines.back().find("\"worker_gradients\":[") != std::string::npos);
+  CHECK(read_all("multiprocess_gossip.f32").size() > 0);
+}
+
+TEST_CASE("an asynchronous worker killed mid-run fails the job instead of hanging it") {
+  for (const std::string topology : {"parameter-server --max-staleness 1", "gossip"}) {
+    CAPTURE(topology);
+    const run_output out = run(launch + "-n 3 -- /bin/sh -c 'if [ \"$RANK\" = 2 ]; then (sleep 2; kill -9 $$) & fi; exec " +
+                               train + " --algo ddp --topology " + topology + train_flags + " --steps 100000'");
+    INFO(out.text);
+    CHECK(out.status != 0);
+    CHECK(out.text.find("rank 2 was killed by signal 9") != std::string::npos);
+  }
 }
 
 TEST_CASE("a worker whose model differs is refused with a message naming it") {
