@@ -84,13 +84,16 @@ public:
     const std::uint64_t steps = workers_->step_limit();
     // Every shard has applied every push: one update per round, or one per gradient.
     auto parameters = pull(max_staleness_ == 0 ? steps : steps * static_cast<std::uint64_t>(world_), 0, true);
+    std::optional<std::string> failed;
     {
       // Every worker's last pull answered here: nothing more comes to this process.
       std::unique_lock lock(mutex_);
       changed_.wait(lock, [&] { return last_pulls_ == world_ || failure_; });
+      failed = failure_;
     }
-    if (const auto failed = exchange_->finish()) throw std::runtime_error(*failed);
-    if (!parameters) throw std::runtime_error("the parameter server stopped before the last update: " + *failure_);
+    if (const auto broken = exchange_->finish()) throw std::runtime_error(*broken);
+    if (!parameters || failed)
+      throw std::runtime_error("the parameter server stopped before the last update: " + failed.value_or("?"));
     return std::move(*parameters);
   }
 
