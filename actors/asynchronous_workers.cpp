@@ -224,7 +224,7 @@ struct asynchronous_workers::impl {
           notice_stop(k);
           if (k >= step_limit) break;
         } else {
-          const auto claimed = claim(w);
+          const auto claimed = setup.claim_next ? setup.claim_next() : claim(w);
           if (!claimed) break;
           ticket = *claimed;
           std::lock_guard lock(clock_mutex);
@@ -251,13 +251,13 @@ struct asynchronous_workers::impl {
         const std::chrono::duration<double> took = clock_type::now() - computing;
         if (speed > 1.0) std::this_thread::sleep_for(took * (speed - 1.0));
         add(mine.compute, seconds_since(computing));
-        if (!lockstep() && dies(w)) {  // the membership schedule's crash: this gradient is lost
+        if (!lockstep() && !setup.claim_next && dies(w)) {  // the membership schedule's crash: this gradient is lost
           settle(ticket, true);
           continue;
         }
         use->deliver(w, std::move(g), self);
         advance_clock(w, k + 1);
-        if (!lockstep()) settle(ticket, false);
+        if (!lockstep() && !setup.claim_next) settle(ticket, false);
       }
     } catch (const std::exception& e) {
       self->send(setup.coordinator, worker_failure{w, e.what()});

@@ -22,6 +22,7 @@
 #include "transport/transport.hpp"
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -51,8 +52,12 @@ struct asynchronous_setup {
   // job_config::stop_requested: once set, the job ends after the step being computed.
   const std::atomic<bool>* stop_requested = nullptr;
   // Between processes: the transport to the other processes; this process runs only worker
-  // peers->rank() (lockstep tickets), and the topology keeps its workers in bounds itself.
+  // peers->rank() (lockstep tickets, or claim_next's), and the topology keeps its workers in
+  // bounds itself.
   std::shared_ptr<transport> peers;
+  // Between processes, without lockstep: the job's next gradient for this process's worker,
+  // from wherever the topology keeps the count (nothing once all are handed out).
+  std::function<std::optional<std::uint64_t>()> claim_next;
 };
 
 struct job_plan;

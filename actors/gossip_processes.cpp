@@ -14,9 +14,15 @@ namespace {
 // Tags name the kind: an exchange's offer (the initiator's copy) and answer (the neighbour's copy
 // before the mean), rank 0's request for every copy and the copies, an applied gradient for
 // rank 0's reports, and a worker's notice that it is done.
-constexpr std::uint64_t offer_tag = 1, answer_tag = 2, collect_tag = 3, copy_tag = 4, applied_tag = 5, done_tag = 6;
+// rank 0's process hands out the job's gradients (claim, ticket), so fast workers compute more.
+constexpr std::uint64_t offer_tag = 1, answer_tag = 2, collect_tag = 3, copy_tag = 4, applied_tag = 5, done_tag = 6,
+                        claim_tag = 7, ticket_tag = 8;
 struct no_header {
   std::uint64_t unused = 0;
+};
+struct ticket_header {
+  std::uint64_t ticket = 0;
+  std::uint64_t valid = 0;  // 0: every gradient is handed out
 };
 struct applied_header {
   std::uint64_t worker = 0;
@@ -34,8 +40,10 @@ public:
     world_ = link_->size();
     if (setup.workers != world_)
       throw std::invalid_argument("--topology gossip between processes runs one worker per process");
-    setup.max_ahead = 0;             // lockstep tickets: worker r computes r, r + N, ...; nobody waits for anybody
-    setup.stop_requested = nullptr;  // every worker computes every gradient of its own: all stop together
+    setup.max_ahead = ~std::uint64_t{0} / 4;  // nobody waits for anybody
+    setup.stop_requested = nullptr;  // the job runs to its last step
+    setup.claim_next = [this] { return claim(); };
+    total_gradients_ = setup.steps * static_cast<std::uint64_t>(setup.workers);
     workers_ = std::make_unique<asynchronous_workers>(system, std::move(setup));
     const asynchronous_setup& s = workers_->setup();
     copy_ = s.initial;
@@ -51,6 +59,9 @@ public:
         {copy_tag, fixed(copy_bytes), [this](int from, std::span<const std::byte> m) { on_copy(from, m); }},
         {applied_tag, fixed(sizeof(applied_header)), [this](int, std::span<const std::byte> m) { on_applied(m); }},
         {done_tag, fixed(sizeof(no_header)), [this](int, std::span<const std::byte>) { on_done(); }},
+        {claim_tag, fixed(sizeof(no_header)), [this](int from, std::span<const std::byte>) { on_claim(from); }},
+        {ticket_tag, fixed(sizeof(ticket_header)),
+         [this](int, std::span<const std::byte> m) { on_ticket(header_of<ticket_header>(m)); }},
     };
     coordinator_ = s.coordinator;
     exchange_ = std::make_unique<peer_exchange>(link_, std::move(kinds), [this](const std::string& why) {
@@ -220,6 +231,44 @@ private:
     changed_.notify_all();
   }
 
+  // The job's next gradient for this worker, from rank 0's count; nothing once all are handed out.
+  std::optional<std::uint64_t> claim() {
+    if (rank_ == 0) {
+      std::lock_guard lock(mutex_);
+      return hand_out();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      ticket_.reset();
+    }
+    exchange_->send(0, claim_tag, message_of(no_header{}));
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return ticket_ || failure_; });
+    if (!ticket_ || !ticket_->valid) return std::nullopt;
+    return ticket_->ticket;
+  }
+
+  // With mutex_ held, rank 0: the next gradient, if any is left.
+  std::optional<std::uint64_t> hand_out() {
+    if (next_ticket_ >= total_gradients_) return std::nullopt;
+    return next_ticket_++;
+  }
+
+  void on_claim(int from) {
+    std::optional<std::uint64_t> t;
+    {
+      std::lock_guard lock(mutex_);
+      t = hand_out();
+    }
+    exchange_->send(from, ticket_tag, message_of(ticket_header{t.value_or(0), t ? 1u : 0u}));
+  }
+
+  void on_ticket(const ticket_header& t) {
+    std::lock_guard lock(mutex_);
+    ticket_ = t;
+    changed_.notify_all();
+  }
+
   // Rank 0: every worker's copy now; nothing once failed.
   std::optional<std::vector<std::vector<float>>> collect() {
     {
@@ -272,6 +321,9 @@ private:
   std::vector<std::vector<float>> collected_;
   int collecting_ = 0;
   int dones_ = 0;
+  std::uint64_t total_gradients_ = 0;
+  std::uint64_t next_ticket_ = 0;         // rank 0: gradients handed out
+  std::optional<ticket_header> ticket_;   // the answer to this worker's claim
   std::optional<std::string> failure_;
   std::unique_ptr<peer_exchange> exchange_;  // last: its thread calls into everything above
 };

@@ -1,6 +1,7 @@
 #pragma once
 // Asynchronous gossip between processes: each process runs one worker with its own copy and
-// optimizer state (the rules of actors/gossip_rules.hpp). At a gradient's events the worker
+// optimizer state (the rules of actors/gossip_rules.hpp), claiming the job's gradients one at a
+// time from rank 0's process (so a fast worker computes more of them, as in one process). At a gradient's events the worker
 // sends its copy to a neighbour, whose exchange thread (actors/peer_exchange.hpp) replaces its
 // copy by the mean and answers with the copy it had; the initiator then takes the mean too (the
 // same bits) or, if an exchange another worker started changed its copy meanwhile, adds half the
