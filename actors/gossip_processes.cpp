@@ -1,6 +1,7 @@
 #include "actors/gossip_processes.hpp"
 
 #include "actors/gossip_rules.hpp"
+#include "actors/gradient_tickets.hpp"
 #include "actors/peer_exchange.hpp"
 
 #include <condition_variable>
@@ -14,15 +15,9 @@ namespace {
 // Tags name the kind: an exchange's offer (the initiator's copy) and answer (the neighbour's copy
 // before the mean), rank 0's request for every copy and the copies, an applied gradient for
 // rank 0's reports, and a worker's notice that it is done.
-// rank 0's process hands out the job's gradients (claim, ticket), so fast workers compute more.
-constexpr std::uint64_t offer_tag = 1, answer_tag = 2, collect_tag = 3, copy_tag = 4, applied_tag = 5, done_tag = 6,
-                        claim_tag = 7, ticket_tag = 8;
+constexpr std::uint64_t offer_tag = 1, answer_tag = 2, collect_tag = 3, copy_tag = 4, applied_tag = 5, done_tag = 6;
 struct no_header {
   std::uint64_t unused = 0;
-};
-struct ticket_header {
-  std::uint64_t ticket = 0;
-  std::uint64_t valid = 0;  // 0: every gradient is handed out
 };
 struct applied_header {
   std::uint64_t worker = 0;
@@ -42,8 +37,8 @@ public:
       throw std::invalid_argument("--topology gossip between processes runs one worker per process");
     setup.max_ahead = ~std::uint64_t{0} / 4;  // nobody waits for anybody
     setup.stop_requested = nullptr;  // the job runs to its last step
-    setup.claim_next = [this] { return claim(); };
-    total_gradients_ = setup.steps * static_cast<std::uint64_t>(setup.workers);
+    tickets_ = std::make_unique<gradient_tickets>(rank_, setup.steps * static_cast<std::uint64_t>(setup.workers));
+    setup.claim_next = [this] { return tickets_->claim(); };
     workers_ = std::make_unique<asynchronous_workers>(system, std::move(setup));
     const asynchronous_setup& s = workers_->setup();
     copy_ = s.initial;
@@ -59,15 +54,14 @@ public:
         {copy_tag, fixed(copy_bytes), [this](int from, std::span<const std::byte> m) { on_copy(from, m); }},
         {applied_tag, fixed(sizeof(applied_header)), [this](int, std::span<const std::byte> m) { on_applied(m); }},
         {done_tag, fixed(sizeof(no_header)), [this](int, std::span<const std::byte>) { on_done(); }},
-        {claim_tag, fixed(sizeof(no_header)), [this](int from, std::span<const std::byte>) { on_claim(from); }},
-        {ticket_tag, fixed(sizeof(ticket_header)),
-         [this](int, std::span<const std::byte> m) { on_ticket(header_of<ticket_header>(m)); }},
     };
+    for (auto& k : tickets_->kinds()) kinds.push_back(std::move(k));
     coordinator_ = s.coordinator;
     exchange_ = std::make_unique<peer_exchange>(link_, std::move(kinds), [this](const std::string& why) {
       caf::anon_send(coordinator_, worker_failure{rank_, why});
       fail(why);
     });
+    tickets_->attach(*exchange_);
     exchange_->start();
     workers_->start(*this);
   }
@@ -231,44 +225,6 @@ private:
     changed_.notify_all();
   }
 
-  // The job's next gradient for this worker, from rank 0's count; nothing once all are handed out.
-  std::optional<std::uint64_t> claim() {
-    if (rank_ == 0) {
-      std::lock_guard lock(mutex_);
-      return hand_out();
-    }
-    {
-      std::lock_guard lock(mutex_);
-      ticket_.reset();
-    }
-    exchange_->send(0, claim_tag, message_of(no_header{}));
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return ticket_ || failure_; });
-    if (!ticket_ || !ticket_->valid) return std::nullopt;
-    return ticket_->ticket;
-  }
-
-  // With mutex_ held, rank 0: the next gradient, if any is left.
-  std::optional<std::uint64_t> hand_out() {
-    if (next_ticket_ >= total_gradients_) return std::nullopt;
-    return next_ticket_++;
-  }
-
-  void on_claim(int from) {
-    std::optional<std::uint64_t> t;
-    {
-      std::lock_guard lock(mutex_);
-      t = hand_out();
-    }
-    exchange_->send(from, ticket_tag, message_of(ticket_header{t.value_or(0), t ? 1u : 0u}));
-  }
-
-  void on_ticket(const ticket_header& t) {
-    std::lock_guard lock(mutex_);
-    ticket_ = t;
-    changed_.notify_all();
-  }
-
   // Rank 0: every worker's copy now; nothing once failed.
   std::optional<std::vector<std::vector<float>>> collect() {
     {
@@ -300,6 +256,7 @@ private:
       if (!failure_) failure_ = why;
     }
     changed_.notify_all();
+    tickets_->fail();
   }
 
   std::string graph_;
@@ -309,6 +266,7 @@ private:
   int rank_ = 0, world_ = 1;
   coordinator_actor coordinator_;
   std::vector<std::size_t> ranks_;
+  std::unique_ptr<gradient_tickets> tickets_;
   std::unique_ptr<asynchronous_workers> workers_;
   std::unique_ptr<optimizer> opt_;  // the worker's own state (its thread only)
   // Guarded by mutex_: the copy (worker and exchange threads), the exchange in flight, the
@@ -321,9 +279,6 @@ private:
   std::vector<std::vector<float>> collected_;
   int collecting_ = 0;
   int dones_ = 0;
-  std::uint64_t total_gradients_ = 0;
-  std::uint64_t next_ticket_ = 0;         // rank 0: gradients handed out
-  std::optional<ticket_header> ticket_;   // the answer to this worker's claim
   std::optional<std::string> failure_;
   std::unique_ptr<peer_exchange> exchange_;  // last: its thread calls into everything above
 };

@@ -1,5 +1,6 @@
 #include "actors/parameter_server_processes.hpp"
 
+#include "actors/gradient_tickets.hpp"
 #include "actors/peer_exchange.hpp"
 #include "actors/server_shard.hpp"
 
@@ -13,7 +14,12 @@ namespace accord {
 namespace {
 
 // Wire messages: a fixed header, then floats. Tags name the kind.
-constexpr std::uint64_t push_tag = 1, pull_tag = 2, reply_tag = 3;
+constexpr std::uint64_t push_tag = 1, pull_tag = 2, reply_tag = 3, retire_tag = 4;
+struct no_header {
+  std::uint64_t unused = 0;
+};
+// A retired worker's clock: it holds nobody back any more.
+constexpr std::uint64_t retired = ~std::uint64_t{0} / 2;
 struct push_header {
   std::uint64_t worker = 0;
   std::uint64_t pulled_version = 0;
@@ -40,8 +46,21 @@ public:
     world_ = link_->size();
     if (setup.workers != world_)
       throw std::invalid_argument("--topology parameter-server between processes runs one worker per process");
-    setup.max_ahead = 0;  // lockstep tickets; the servers keep the workers within S of each other
-    setup.stop_requested = nullptr;  // every worker computes every gradient of its own: all stop together
+    setup.stop_requested = nullptr;  // the job runs to its last step
+    if (max_staleness == 0) {
+      setup.max_ahead = 0;  // lockstep: worker r computes gradients r, r + N, ... (round k's after round k - 1)
+    } else {
+      // Workers claim the job's gradients (fast ones compute more); the servers keep them within
+      // S of each other, and a worker left without gradients retires from that bound.
+      setup.max_ahead = ~std::uint64_t{0} / 4;
+      tickets_ = std::make_unique<gradient_tickets>(rank_, setup.steps * static_cast<std::uint64_t>(setup.workers));
+      setup.claim_next = [this] {
+        auto t = tickets_->claim();
+        if (!t)
+          for (int s = 0; s < world_; ++s) exchange_->send(s, retire_tag, message_of(no_header{}));
+        return t;
+      };
+    }
     workers_ = std::make_unique<asynchronous_workers>(system, std::move(setup));
     const asynchronous_setup& s = workers_->setup();
     for (int k = 0; k < world_; ++k) shards_.push_back(shard_of(s.initial.size(), world_, k));
@@ -58,11 +77,17 @@ public:
         {reply_tag, [this](int from) { return sizeof(reply_header) + shards_[static_cast<std::size_t>(from)].size() * sizeof(float); },
          [this](int from, std::span<const std::byte> m) { on_reply(from, m); }},
     };
+    if (tickets_) {
+      kinds.push_back({retire_tag, [](int) { return sizeof(no_header); },
+                       [this](int from, std::span<const std::byte>) { on_retire(from); }});
+      for (auto& k : tickets_->kinds()) kinds.push_back(std::move(k));
+    }
     coordinator_ = s.coordinator;
     exchange_ = std::make_unique<peer_exchange>(link_, std::move(kinds), [this](const std::string& why) {
       caf::anon_send(coordinator_, worker_failure{rank_, why});
       fail(why);
     });
+    if (tickets_) tickets_->attach(*exchange_);
     exchange_->start();
     workers_->start(*this);
   }
@@ -183,6 +208,11 @@ private:
     answer_waiting();
   }
 
+  void on_retire(int worker) {
+    pushes_from_[static_cast<std::size_t>(worker)] = retired;
+    answer_waiting();
+  }
+
   void on_pull(int from, const pull_request& request) {
     waiting_.push_back({from, request});
     answer_waiting();
@@ -208,6 +238,7 @@ private:
       if (!failure_) failure_ = why;
     }
     changed_.notify_all();
+    if (tickets_) tickets_->fail();
   }
 
   struct pending_pull {
@@ -225,6 +256,7 @@ private:
   int rank_ = 0, world_ = 1;
   coordinator_actor coordinator_;
   std::vector<shard> shards_;
+  std::unique_ptr<gradient_tickets> tickets_;  // S >= 1
   std::unique_ptr<asynchronous_workers> workers_;
   // The server (exchange thread only).
   std::unique_ptr<server_shard> server_;
