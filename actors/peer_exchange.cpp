@@ -104,7 +104,6 @@ void peer_exchange::serve() {
         kind_of(o.tag).on_message(o.to, o.message);
         continue;
       }
-      sent_bytes_ += o.message.size();
       sends_.push_back({std::move(o.message), 0});
       sends_.back().handle = link_->post_send(o.to, o.tag, sends_.back().message);
     }

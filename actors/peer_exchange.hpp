@@ -38,7 +38,7 @@ public:
   void start();
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // Queues a message; any thread. Bytes sent are counted in sent_bytes().
+  // Queues a message; any thread.
   void send(int to, std::uint64_t tag, std::vector<std::byte> message);
   // Once no more messages are expected from anyone: sends what is queued, tells every peer,
   // waits until every peer told it the same (so no peer leaves while another still expects
@@ -47,7 +47,6 @@ public:
   std::optional<std::string> finish();
   // Ends the thread at once (after a failure elsewhere). Any thread.
   void stop(const std::string& why);
-  std::uint64_t sent_bytes() const { return sent_bytes_.load(); }
 
 private:
   void run();
@@ -63,7 +62,6 @@ private:
   std::vector<kind> kinds_;
   std::function<void(const std::string&)> on_failure_;
   int rank_, size_;
-  std::atomic<std::uint64_t> sent_bytes_{0};
   std::mutex mutex_;
   std::condition_variable changed_;
   struct outgoing {
