@@ -1,5 +1,7 @@
 #include "actors/asynchronous_workers.hpp"
 
+#include "actors/job_plan.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -85,11 +87,11 @@ struct asynchronous_workers::impl {
   bool stop_noticed = false;                   // guarded by ticket_mutex
 
   // Per worker, cumulative: what the reports carry.
-  struct worker_figures {
+  struct running_figures {
     std::atomic<std::uint64_t> bytes{0};
     std::atomic<double> compute{0}, communication{0}, wait{0};
   };
-  std::vector<worker_figures> figures;
+  std::vector<running_figures> figures;
 
   static constexpr std::uint64_t idle_clock = ~std::uint64_t{0} / 2;  // holds nobody back
 
@@ -222,7 +224,7 @@ struct asynchronous_workers::impl {
           notice_stop(k);
           if (k >= step_limit) break;
         } else {
-          const auto claimed = claim(w);
+          const auto claimed = setup.claim_next ? setup.claim_next() : claim(w);
           if (!claimed) break;
           ticket = *claimed;
           std::lock_guard lock(clock_mutex);
@@ -249,13 +251,13 @@ struct asynchronous_workers::impl {
         const std::chrono::duration<double> took = clock_type::now() - computing;
         if (speed > 1.0) std::this_thread::sleep_for(took * (speed - 1.0));
         add(mine.compute, seconds_since(computing));
-        if (!lockstep() && dies(w)) {  // the membership schedule's crash: this gradient is lost
+        if (!lockstep() && !setup.claim_next && dies(w)) {  // the membership schedule's crash: this gradient is lost
           settle(ticket, true);
           continue;
         }
         use->deliver(w, std::move(g), self);
         advance_clock(w, k + 1);
-        if (!lockstep()) settle(ticket, false);
+        if (!lockstep() && !setup.claim_next) settle(ticket, false);
       }
     } catch (const std::exception& e) {
       self->send(setup.coordinator, worker_failure{w, e.what()});
@@ -311,6 +313,29 @@ struct asynchronous_workers::impl {
   }
 };
 
+asynchronous_setup asynchronous_for(const job_plan& plan, const model& prototype,
+                                    std::shared_ptr<const dataset> train, const job_config& config,
+                                    coordinator_actor coordinator) {
+  asynchronous_setup s;
+  s.workers = config.workers;
+  s.prototype = &prototype;
+  s.train = std::move(train);
+  s.micro_batch = config.micro_batch;
+  s.accumulation = config.accumulation;
+  s.steps = config.steps;
+  s.data_position = plan.data_position;
+  s.speed_factors = config.speed_factors;
+  s.membership = config.membership;
+  s.link = link_model::parse(config.link);
+  s.optimizer = plan.optimizer;
+  s.schedule = plan.schedule;
+  s.initial = plan.initial;
+  s.eval_interval = config.eval_interval;
+  s.coordinator = std::move(coordinator);
+  s.stop_requested = config.stop_requested;
+  return s;
+}
+
 asynchronous_workers::asynchronous_workers(caf::actor_system& system, asynchronous_setup setup)
     : impl_(std::make_unique<impl>(system, std::move(setup))) {}
 
@@ -323,10 +348,27 @@ void asynchronous_workers::start(asynchronous_use& use) {
   impl& p = *impl_;
   p.use = &use;
   p.reporter = std::thread([&p] { p.run_reporter(); });
+  if (p.setup.peers) {
+    p.workers.emplace_back([&p, w = p.setup.peers->rank()] { p.run_worker(w); });
+    return;
+  }
   for (int w = 0; w < p.most_workers(); ++w) p.workers.emplace_back([&p, w] { p.run_worker(w); });  // joiners wait their turn
 }
 
 void asynchronous_workers::applied(const applied_gradient& g) { impl_->applied.put(g); }
+
+worker_figures asynchronous_workers::figures_of(int w) const {
+  const auto& f = impl_->figures[impl_->slot(w)];
+  return {f.bytes.load(), f.compute.load(), f.communication.load(), f.wait.load()};
+}
+
+void asynchronous_workers::set_figures(int w, const worker_figures& f) {
+  auto& mine = impl_->figures[impl_->slot(w)];
+  mine.bytes = f.bytes;
+  mine.compute = f.compute;
+  mine.communication = f.communication;
+  mine.wait = f.wait;
+}
 
 void asynchronous_workers::cross_link(int w, std::size_t bytes) {
   impl& p = *impl_;

@@ -11,15 +11,18 @@
 // Membership changes (job_config::membership) are followed as the gradients of each changing
 // step are claimed: workers from the new count on stop taking gradients (a crash also loses
 // the gradient each is computing: another worker computes it again), new ranks start.
-// In one process; the emulated link costs each transfer its wire time and latency.
+// In one process the emulated link costs each transfer its wire time and latency; between
+// processes (asynchronous_setup::peers) each process runs one worker, its rank's.
 #include <accord/job.hpp>
 
 #include "actors/coordinator_actor.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "transport/link_model.hpp"
+#include "transport/transport.hpp"
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -48,13 +51,31 @@ struct asynchronous_setup {
   coordinator_actor coordinator;     // gets one report per worker and step
   // job_config::stop_requested: once set, the job ends after the step being computed.
   const std::atomic<bool>* stop_requested = nullptr;
+  // Between processes: the transport to the other processes; this process runs only worker
+  // peers->rank() (lockstep tickets, or claim_next's), and the topology keeps its workers in
+  // bounds itself.
+  std::shared_ptr<transport> peers;
+  // Between processes, without lockstep: the job's next gradient for this process's worker,
+  // from wherever the topology keeps the count (nothing once all are handed out).
+  std::function<std::optional<std::uint64_t>()> claim_next;
 };
+
+struct job_plan;
+// The setup of an asynchronous topology's workers for `plan` (reports to `coordinator`).
+asynchronous_setup asynchronous_for(const job_plan& plan, const model& prototype, std::shared_ptr<const dataset> train,
+                                    const job_config& config, coordinator_actor coordinator);
 
 // One applied gradient, in the order the topology applied them.
 struct applied_gradient {
   int worker = 0;
   std::uint64_t staleness = 0;  // updates applied between its parameters and its apply
   double micro_batches = 0, loss_sum = 0, items = 0;
+};
+
+// A worker's cumulative figures, as its reports carry them.
+struct worker_figures {
+  std::uint64_t bytes = 0;
+  double compute = 0, communication = 0, wait = 0;
 };
 
 // One computed gradient, handed to the topology.
@@ -103,6 +124,10 @@ public:
   void cross_link(int w, std::size_t bytes);
   // Counts `bytes` sent by worker `w` without taking time (the other side of an exchange).
   void count_sent(int w, std::size_t bytes);
+  // Worker `w`'s figures so far; a worker of another process's, as it sent them (its reports
+  // are sent where its gradients are applied).
+  worker_figures figures_of(int w) const;
+  void set_figures(int w, const worker_figures& f);
   // After a failure: every worker stops. Any thread.
   void stop();
   // Waits for the workers and the reporter.
@@ -139,6 +164,8 @@ public:
   virtual std::unique_ptr<asynchronous_run> start(caf::actor_system& system, asynchronous_setup setup) const = 0;
   // Whether it follows membership changes itself (in one epoch).
   virtual bool follows_membership() const = 0;
+  // Whether it runs between processes (asynchronous_setup::peers), one worker per process.
+  virtual bool runs_between_processes() const { return false; }
 };
 
 // `t` as an asynchronous topology, or null.

@@ -140,6 +140,23 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
     if (me.app) me.app->release();
     local.shut_down(self);
   });
+  if (const auto* asynchronous = as_asynchronous(*epoch.topo)) {
+    // Its own workers instead of rounds: this process's one worker, over the epoch's transport.
+    asynchronous_setup setup = asynchronous_for(epoch, prototype, std::move(train), epoch_config, plan.coordinator);
+    setup.peers = link;
+    std::unique_ptr<asynchronous_run> run = asynchronous->start(system, std::move(setup));
+    if (const auto failure = run_to_end(system, self, {}, me.agent, plan.coordinator)) {
+      link->interrupt("epoch " + std::to_string(plan.epoch) + " ended: " + *failure);
+      run->stop();
+    } else {
+      me.parameters = run->finish();
+    }
+    me.last_epoch.state_bytes = run->state_bytes();
+    me.last_epoch.workers = 1;
+    run.reset();
+    me.link->set(0, {});
+    return;
+  }
   worker_spec spec;
   spec.rank = plan.rank;
   spec.link = link;
@@ -207,9 +224,13 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
   require_worker_memory(prototype, 1);
   const trace_session trace(config.trace_path, group.rank, group.join);
   const job_plan origin = plan_job(prototype, *train, config, nullptr, group.elastic || group.join);
-  require(!as_asynchronous(*origin.topo),
-          "--topology " + config.topology + " runs its asynchronous workers in one process only" +
-              (config.topology == "gossip" ? " (--gossip-lockstep runs between processes)" : ""));
+  if (const auto* asynchronous = as_asynchronous(*origin.topo)) {
+    require(asynchronous->runs_between_processes(),
+            "--topology " + config.topology + " runs its asynchronous workers in one process only");
+    require(group.transport == "ucx", "--topology " + config.topology + " between processes runs over ucx only");
+    require(!(group.elastic || group.join),
+            "--topology " + config.topology + " between processes has a fixed worker set (no --elastic or --join)");
+  }
   const bool master = !group.join && group.rank == 0;
   if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
   size_blas(config, 1);

@@ -2,8 +2,9 @@
 
 #include "actors/asynchronous_workers.hpp"
 
+#include "actors/parameter_server_processes.hpp"
+#include "actors/server_shard.hpp"
 #include "actors/topology_builtins.hpp"
-#include "transport/shard.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -40,40 +41,20 @@ namespace accord {
 namespace {
 
 struct server_state {
-  shard own;
-  int workers = 0;
-  bool synchronous = true;
-  std::vector<float> master;
-  std::unique_ptr<optimizer> opt;
-  schedule_config schedule;
-  std::uint64_t version = 0;                      // updates applied
-  std::vector<std::optional<gradient_push>> round;  // synchronous: this round's pushes by worker
-  std::vector<float> sum;
+  std::unique_ptr<server_shard> own;
   std::vector<std::pair<std::uint64_t, caf::typed_response_promise<shard_values>>> waiting;
   std::shared_ptr<asynchronous_workers> applied;    // shard 0 only: records what it applies
   bool stopped = false;
 };
 
-shard_values values_of(const server_state& s) { return {s.version, s.master}; }
+shard_values values_of(const server_state& s) { return {s.own->version(), s.own->values()}; }
 
 void answer_waiting(server_state& s) {
   std::erase_if(s.waiting, [&](auto& entry) {
-    if (entry.first > s.version) return false;
+    if (entry.first > s.own->version()) return false;
     entry.second.deliver(values_of(s));
     return true;
   });
-}
-
-void record(server_state& s, const gradient_push& push, std::uint64_t staleness) {
-  if (s.applied) s.applied->applied({push.worker, staleness, push.micro_batches, push.loss_sum, push.items});
-}
-
-// One optimizer step of the shard from a gradient sum over `micro_batches` micro-batches.
-void step_shard(server_state& s, std::span<float> gradient, double micro_batches, std::uint64_t optimizer_step) {
-  const float scale = micro_batches > 0 ? static_cast<float>(1.0 / micro_batches) : 0.f;
-  for (float& g : gradient) g *= scale;
-  s.opt->step(s.master, gradient, learning_rate_at(s.schedule, optimizer_step));
-  ++s.version;
 }
 
 caf::behavior server_behavior(caf::stateful_actor<server_state>* self, std::shared_ptr<server_state> setup) {
@@ -82,36 +63,16 @@ caf::behavior server_behavior(caf::stateful_actor<server_state>* self, std::shar
       [self](gradient_push& push) {
         auto& s = self->state;
         if (s.stopped) return;
-        const std::span<const float> slice(push.gradient->data() + s.own.begin, s.own.size());
-        if (!s.synchronous) {  // applied on arrival, one optimizer step per push
-          s.sum.assign(slice.begin(), slice.end());
-          const std::uint64_t staleness = s.version - push.pulled_version;
-          step_shard(s, s.sum, push.micro_batches, s.version / static_cast<std::uint64_t>(s.workers));
-          record(s, push, staleness);
-          answer_waiting(s);
-          return;
-        }
-        s.round[static_cast<std::size_t>(push.worker)] = std::move(push);
-        if (std::any_of(s.round.begin(), s.round.end(), [](const auto& p) { return !p; })) return;
-        // Every worker's gradient of this round: summed in rank order, as one step (DDP).
-        std::fill(s.sum.begin(), s.sum.end(), 0.f);
-        double micro_batches = 0;
-        for (const auto& p : s.round) {
-          const float* g = p->gradient->data() + s.own.begin;
-          for (std::size_t i = 0; i < s.sum.size(); ++i) s.sum[i] += g[i];
-          micro_batches += p->micro_batches;
-        }
-        step_shard(s, s.sum, micro_batches, s.version);
-        for (auto& p : s.round) {
-          record(s, *p, 0);
-          p.reset();
-        }
+        const shard own = s.own->own();
+        const push_summary summary{push.worker, push.pulled_version, push.micro_batches, push.loss_sum, push.items};
+        for (const applied_gradient& g : s.own->push(summary, {push.gradient->data() + own.begin, own.size()}))
+          if (s.applied) s.applied->applied(g);
         answer_waiting(s);
       },
       [self](const shard_pull& pull) -> caf::result<shard_values> {
         auto& s = self->state;
         if (s.stopped) return caf::make_error(caf::sec::runtime_error, "the parameter server stopped");
-        if (pull.at_least <= s.version) return values_of(s);
+        if (pull.at_least <= s.own->version()) return values_of(s);
         auto promise = self->make_response_promise<shard_values>();
         s.waiting.emplace_back(pull.at_least, promise);
         return promise;
@@ -137,18 +98,11 @@ public:
     const int shards = s.workers;  // one server shard per worker
     for (int k = 0; k < shards; ++k) {
       auto state = std::make_shared<server_state>();
-      state->own = shard_of(s.initial.size(), shards, k);
-      state->workers = s.workers;
-      state->synchronous = synchronous_;
-      state->master.assign(s.initial.begin() + static_cast<std::ptrdiff_t>(state->own.begin),
-                           s.initial.begin() + static_cast<std::ptrdiff_t>(state->own.end));
-      state->opt = make_optimizer(s.optimizer, state->own.size());
-      state->schedule = s.schedule;
-      state->round.resize(static_cast<std::size_t>(s.workers));
-      state->sum.resize(state->own.size());
+      state->own = std::make_unique<server_shard>(shard_of(s.initial.size(), shards, k), s.workers, synchronous_,
+                                                  s.initial, s.optimizer, s.schedule);
       if (k == 0) state->applied = workers_;
-      state_bytes_ += (state->master.size() + state->opt->state().values.size()) * sizeof(float);
-      shards_.push_back(state->own);
+      state_bytes_ += state->own->state_bytes();
+      shards_.push_back(state->own->own());
       servers_.push_back(system.spawn(server_behavior, std::move(state)));
     }
     versions_.resize(static_cast<std::size_t>(workers_->most_workers()), std::vector<std::uint64_t>(servers_.size()));
@@ -244,9 +198,11 @@ class parameter_server final : public asynchronous_topology {
 public:
   explicit parameter_server(std::uint64_t max_staleness) : max_staleness_(max_staleness) {}
   std::unique_ptr<asynchronous_run> start(caf::actor_system& system, asynchronous_setup setup) const override {
+    if (setup.peers) return start_parameter_server_processes(system, std::move(setup), max_staleness_);
     return std::make_unique<parameter_server_run>(system, std::move(setup), max_staleness_);
   }
   bool follows_membership() const override { return true; }
+  bool runs_between_processes() const override { return true; }
 
 private:
   std::uint64_t max_staleness_;

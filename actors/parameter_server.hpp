@@ -9,7 +9,8 @@
 // ones. Every applied gradient's staleness (updates applied to the shard between the worker's
 // pull and the gradient's apply) is recorded per step. Asynchronous servers keep going when
 // workers leave, join or die (job_config::membership). In one process, over the emulated link
-// (each pull and push takes its wire time and latency).
+// (each pull and push takes its wire time and latency); between processes, one worker and one
+// shard per process (actors/parameter_server_processes.hpp).
 #include <accord/topology.hpp>
 
 namespace accord {

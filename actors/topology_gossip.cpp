@@ -16,6 +16,8 @@
 #include "actors/topology_builtins.hpp"
 
 #include "actors/asynchronous_workers.hpp"
+#include "actors/gossip_processes.hpp"
+#include "actors/gossip_rules.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -117,6 +119,57 @@ std::vector<double> mean_in_double(const std::vector<const std::vector<float>*>&
   return mean;
 }
 
+}  // namespace
+
+std::mt19937_64 gossip_draw(std::uint64_t seed, std::uint64_t ticket) {
+  return std::mt19937_64(seed * 0x9e3779b97f4a7c15ull + ticket);
+}
+
+// As many events as a Poisson process of `rate` per worker-step gives.
+int gossip_events(double rate, std::mt19937_64& draw) {
+  return rate > 0 ? std::poisson_distribution<int>(rate)(draw) : 0;
+}
+
+std::size_t gossip_neighbour(const std::string& graph, const std::vector<std::size_t>& present, std::size_t w,
+                             std::mt19937_64& draw) {
+  const auto n = present.size();
+  const auto at = static_cast<std::size_t>(std::find(present.begin(), present.end(), w) - present.begin());
+  if (n < 2 || at == n) return w;
+  if (graph == "complete") {
+    const std::size_t other = std::uniform_int_distribution<std::size_t>(0, n - 2)(draw);
+    return present[other < at ? other : other + 1];
+  }
+  std::size_t hop = 1;
+  if (graph == "exponential") {  // ±2^k hops, 2^k < n
+    std::size_t ways = 0;
+    while ((std::size_t{1} << (ways + 1)) < n) ++ways;
+    hop = std::size_t{1} << std::uniform_int_distribution<std::size_t>(0, ways)(draw);
+  }
+  const bool forward = std::bernoulli_distribution(0.5)(draw);
+  return present[(forward ? at + hop : at + n - hop) % n];
+}
+
+void step_own_copy(optimizer& opt, std::vector<float>& copy, computed_gradient& g, const asynchronous_setup& setup) {
+  const float scale = g.micro_batches > 0 ? static_cast<float>(1.0 / g.micro_batches) : 0.f;
+  for (float& v : *g.sum) v *= scale;
+  const std::uint64_t step = g.ticket / static_cast<std::uint64_t>(setup.workers);
+  opt.step(copy, *g.sum, learning_rate_at(setup.schedule, step));
+}
+
+std::pair<std::vector<float>, double> mean_and_spread(const std::vector<const std::vector<float>*>& copies,
+                                                      bool with_mean) {
+  if (copies.empty()) return {{}, 0.0};
+  const std::vector<double> mean = mean_in_double(copies, copies.front()->size());
+  double square = 0;
+  for (const std::vector<float>* copy : copies)
+    for (std::size_t i = 0; i < mean.size(); ++i) square += ((*copy)[i] - mean[i]) * ((*copy)[i] - mean[i]);
+  std::vector<float> result;
+  if (with_mean) result.assign(mean.begin(), mean.end());
+  return {std::move(result), std::sqrt(square / static_cast<double>(copies.size()))};
+}
+
+namespace {
+
 // The asynchronous workers' copies, exchanges and membership.
 class gossip_run final : public asynchronous_run, private asynchronous_use {
 public:
@@ -162,19 +215,14 @@ private:
   }
 
   void deliver(int w, computed_gradient g, caf::scoped_actor&) override {
-    const asynchronous_setup& s = workers_->setup();
     const auto mine = static_cast<std::size_t>(w);
-    const float scale = g.micro_batches > 0 ? static_cast<float>(1.0 / g.micro_batches) : 0.f;
-    for (float& v : *g.sum) v *= scale;
-    const std::uint64_t step = g.ticket / static_cast<std::uint64_t>(s.workers);
     {
       std::lock_guard lock(locks_[mine]);
-      optimizers_[mine]->step(copies_[mine], *g.sum, learning_rate_at(s.schedule, step));
+      step_own_copy(*optimizers_[mine], copies_[mine], g, workers_->setup());
     }
     workers_->applied({w, 0, g.micro_batches, g.loss_sum, g.items});
-    // This gradient's events: as many as a Poisson process of `rate` per worker-step gives.
-    std::mt19937_64 draw(seed_ * 0x9e3779b97f4a7c15ull + g.ticket);
-    const int events = rate_ > 0 ? std::poisson_distribution<int>(rate_)(draw) : 0;
+    std::mt19937_64 draw = gossip_draw(seed_, g.ticket);
+    const int events = gossip_events(rate_, draw);
     for (int e = 0; e < events && !workers_->stopping(); ++e) exchange(w, draw);
   }
 
@@ -234,31 +282,11 @@ private:
     return std::vector<float>(mean.begin(), mean.end());
   }
 
-  // Worker `w`'s neighbour for one event, among the active workers; `w` itself when alone.
-  std::size_t neighbour(std::size_t w, std::mt19937_64& draw) const {
-    const std::vector<std::size_t> present = active_workers();
-    const auto n = present.size();
-    const auto at = static_cast<std::size_t>(std::find(present.begin(), present.end(), w) - present.begin());
-    if (n < 2 || at == n) return w;
-    if (graph_ == "complete") {
-      const std::size_t other = std::uniform_int_distribution<std::size_t>(0, n - 2)(draw);
-      return present[other < at ? other : other + 1];
-    }
-    std::size_t hop = 1;
-    if (graph_ == "exponential") {  // ±2^k hops, 2^k < n
-      std::size_t ways = 0;
-      while ((std::size_t{1} << (ways + 1)) < n) ++ways;
-      hop = std::size_t{1} << std::uniform_int_distribution<std::size_t>(0, ways)(draw);
-    }
-    const bool forward = std::bernoulli_distribution(0.5)(draw);
-    return present[(forward ? at + hop : at + n - hop) % n];
-  }
-
   // One pairwise average of `w` with a neighbour: both copies locked, both end with the mean.
   void exchange(int w, std::mt19937_64& draw) {
     const auto mine = static_cast<std::size_t>(w);
     std::shared_lock membership(membership_);
-    const std::size_t peer = neighbour(mine, draw);
+    const std::size_t peer = gossip_neighbour(graph_, active_workers(), mine, draw);
     if (peer == mine) return;
     const std::size_t bytes = copies_[mine].size() * sizeof(float);
     workers_->cross_link(w, bytes);  // both copies cross at once
@@ -281,13 +309,7 @@ private:
     }
     std::vector<const std::vector<float>*> copies;
     for (const auto& copy : snapshot) copies.push_back(&copy);
-    const std::vector<double> mean = mean_in_double(copies, workers_->setup().initial.size());
-    double square = 0;
-    for (const auto& copy : snapshot)
-      for (std::size_t i = 0; i < mean.size(); ++i) square += (copy[i] - mean[i]) * (copy[i] - mean[i]);
-    std::vector<float> result;
-    if (with_mean) result.assign(mean.begin(), mean.end());
-    return {std::move(result), std::sqrt(square / static_cast<double>(snapshot.size()))};
+    return mean_and_spread(copies, with_mean);
   }
 
   std::string graph_;
@@ -305,9 +327,11 @@ class asynchronous_gossip final : public asynchronous_topology {
 public:
   asynchronous_gossip(topology_options options, std::uint64_t seed) : options_(std::move(options)), seed_(seed) {}
   std::unique_ptr<asynchronous_run> start(caf::actor_system& system, asynchronous_setup setup) const override {
+    if (setup.peers) return start_gossip_processes(system, std::move(setup), options_, seed_);
     return std::make_unique<gossip_run>(system, std::move(setup), options_, seed_);
   }
   bool follows_membership() const override { return true; }
+  bool runs_between_processes() const override { return true; }
 
 private:
   topology_options options_;

@@ -396,3 +396,24 @@ TEST_CASE("ucx: a hello from another epoch, world or protocol is refused naming 
     expect_refusal([&](impostor& f) { f.send_stream(junk); }, "sent a frame that is not an accord hello");
   }
 }
+
+TEST_CASE("ucx: settled polls a posted receive without waiting, and reports an interrupt") {
+  auto group = accord::make_ucx_loopback_group(2);
+  std::vector<float> in(4, 0.f);
+  const std::vector<float> out = {1.f, 2.f, 3.f, 4.f};
+  const auto bytes = [](auto& v) { return std::as_writable_bytes(std::span(v)); };
+  const auto handle = group[0]->post_recv(1, 7, bytes(in));
+  CHECK_FALSE(group[0]->settled(handle));  // nothing sent yet
+  group[1]->send(0, 7, std::as_bytes(std::span(out)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!group[0]->settled(handle) && std::chrono::steady_clock::now() < deadline) {
+  }
+  REQUIRE(group[0]->settled(handle));
+  group[0]->wait(handle);
+  CHECK(in == out);
+  const auto pending = group[0]->post_recv(1, 8, bytes(in));
+  CHECK_FALSE(group[0]->settled(pending));
+  group[0]->interrupt("test over");
+  CHECK(group[0]->settled(pending));
+  CHECK_THROWS_AS(group[0]->wait(pending), accord::transport_error);
+}

@@ -475,6 +475,10 @@ transport::request transport::post_recv(int peer, std::uint64_t tag, std::span<s
   return next_request_++;
 }
 
+bool transport::settled(request) {
+  throw std::logic_error((backend_.empty() ? std::string("this") : backend_) + " transport cannot poll a transfer");
+}
+
 void transport::wait(request handle) {
   // Receives posted before this one go first, so that they match in posting order.
   while (!deferred_receives_.empty() && deferred_receives_.front().handle <= handle) {

@@ -95,6 +95,11 @@ public:
   virtual request post_send(int peer, std::uint64_t tag, std::span<const std::byte> data);
   virtual request post_recv(int peer, std::uint64_t tag, std::span<std::byte> data);
   virtual void wait(request handle);
+  // Whether wait(handle) would return at once (the transfer is done, or failed, or the
+  // transport was interrupted), without waiting: lets one thread serve many peers' posted
+  // receives (the asynchronous topologies between processes). Only backends that can poll
+  // implement it; the default throws std::logic_error.
+  virtual bool settled(request handle);
 
   virtual transfer_stats stats() const = 0;
 

@@ -287,6 +287,8 @@ struct ucx_worker {
   // transport stays usable unless other operations were in flight; a failed or silent peer
   // abandons everything in flight.
   void wait(std::span<const std::uint64_t> handles);
+  // Whether wait({handle}) would return at once; progresses the worker once.
+  bool settled(std::uint64_t handle);
   operation& in_flight_operation(std::uint64_t handle);
   // Cancels the receives in flight and gives up on the sends (UCX may still read their buffers,
   // so the transport becomes unusable), then throws `message`.
@@ -698,6 +700,15 @@ ucx_worker::operation& ucx_worker::in_flight_operation(std::uint64_t handle) {
   return found->second;
 }
 
+bool ucx_worker::settled(std::uint64_t handle) {
+  const operation& op = in_flight_operation(handle);
+  if (!op.request || (interruption && interruption->raised())) return true;
+  while (ucp_worker_progress(worker.get()) != 0) {
+  }
+  return ucp_request_check_status(op.request) != UCS_INPROGRESS ||
+         peers[static_cast<std::size_t>(op.peer)]->failure != UCS_OK;
+}
+
 void ucx_worker::wait(std::span<const std::uint64_t> handles) {
   const auto deadline = steady::now() + options.operation_timeout;
   std::string error;  // the first completed operation's problem, reported once all are done
@@ -820,6 +831,8 @@ transport::request ucx_transport::post_recv(int peer, std::uint64_t tag, std::sp
 }
 
 void ucx_transport::wait(request handle) { worker_->wait({&handle, 1}); }
+
+bool ucx_transport::settled(request handle) { return worker_->settled(handle); }
 
 transfer_stats ucx_transport::stats() const {
   return {worker_->bytes_sent.load(), worker_->bytes_received.load(), worker_->messages_sent.load()};

@@ -96,6 +96,8 @@ public:
   request post_send(int peer, std::uint64_t tag, std::span<const std::byte> data) override;
   request post_recv(int peer, std::uint64_t tag, std::span<std::byte> data) override;
   void wait(request handle) override;
+  // Progresses the worker once and checks the request (or its peer's failure).
+  bool settled(request handle) override;
   transfer_stats stats() const override;
   // Each ring piece costs a UCX rendezvous round trip, hidden while other pieces are in flight.
   std::size_t ring_piece_bytes() const override { return 1 << 20; }

@@ -1,0 +1,293 @@
+#include "actors/gossip_processes.hpp"
+
+#include "actors/gossip_rules.hpp"
+#include "actors/gradient_tickets.hpp"
+#include "actors/peer_exchange.hpp"
+
+#include <condition_variable>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+
+namespace accord {
+namespace {
+
+// Tags name the kind: an exchange's offer (the initiator's copy) and answer (the neighbour's copy
+// before the mean), rank 0's request for every copy and the copies, an applied gradient for
+// rank 0's reports, and a worker's notice that it is done.
+constexpr std::uint64_t offer_tag = 1, answer_tag = 2, collect_tag = 3, copy_tag = 4, applied_tag = 5, done_tag = 6;
+struct no_header {
+  std::uint64_t unused = 0;
+};
+struct applied_header {
+  std::uint64_t worker = 0;
+  double micro_batches = 0, loss_sum = 0, items = 0;
+  worker_figures figures;  // the worker's, for rank 0's reports
+};
+
+class gossip_processes final : public asynchronous_run, private asynchronous_use {
+public:
+  gossip_processes(caf::actor_system& system, asynchronous_setup setup, const topology_options& options,
+                   std::uint64_t seed)
+      : graph_(options.gossip_graph), rate_(options.gossip_rate), seed_(seed) {
+    link_ = setup.peers;
+    rank_ = link_->rank();
+    world_ = link_->size();
+    if (setup.workers != world_)
+      throw std::invalid_argument("--topology gossip between processes runs one worker per process");
+    setup.max_ahead = ~std::uint64_t{0} / 4;  // nobody waits for anybody
+    setup.stop_requested = nullptr;  // the job runs to its last step
+    tickets_ = std::make_unique<gradient_tickets>(rank_, setup.steps * static_cast<std::uint64_t>(setup.workers));
+    setup.claim_next = [this] { return tickets_->claim(); };
+    workers_ = std::make_unique<asynchronous_workers>(system, std::move(setup));
+    const asynchronous_setup& s = workers_->setup();
+    copy_ = s.initial;
+    opt_ = make_optimizer(s.optimizer, copy_.size());
+    ranks_.resize(static_cast<std::size_t>(world_));
+    std::iota(ranks_.begin(), ranks_.end(), std::size_t{0});
+    const std::size_t copy_bytes = sizeof(no_header) + copy_.size() * sizeof(float);
+    const auto fixed = [](std::size_t bytes) { return [bytes](int) { return bytes; }; };
+    std::vector<peer_exchange::kind> kinds{
+        {offer_tag, fixed(copy_bytes), [this](int from, std::span<const std::byte> m) { on_offer(from, m); }},
+        {answer_tag, fixed(copy_bytes), [this](int, std::span<const std::byte> m) { on_answer(m); }},
+        {collect_tag, fixed(sizeof(no_header)), [this](int from, std::span<const std::byte>) { on_collect(from); }},
+        {copy_tag, fixed(copy_bytes), [this](int from, std::span<const std::byte> m) { on_copy(from, m); }},
+        {applied_tag, fixed(sizeof(applied_header)), [this](int, std::span<const std::byte> m) { on_applied(m); }},
+        {done_tag, fixed(sizeof(no_header)), [this](int, std::span<const std::byte>) { on_done(); }},
+    };
+    for (auto& k : tickets_->kinds()) kinds.push_back(std::move(k));
+    coordinator_ = s.coordinator;
+    exchange_ = std::make_unique<peer_exchange>(link_, std::move(kinds), [this](const std::string& why) {
+      caf::anon_send(coordinator_, worker_failure{rank_, why});
+      fail(why);
+    });
+    tickets_->attach(*exchange_);
+    exchange_->start();
+    workers_->start(*this);
+  }
+
+  ~gossip_processes() override {
+    stop();
+    workers_->join();
+    exchange_.reset();
+  }
+
+  void stop() override {
+    fail("gossip stopped");
+    exchange_->stop("gossip stopped");
+    workers_->stop();
+  }
+
+  // Rank 0 waits for every other worker's notice, collects the final mean, then says it is done
+  // too; the others answer its collection until then. Rank 0 returns the mean, the others their copies.
+  std::vector<float> finish() override {
+    workers_->join();
+    std::vector<float> result;
+    if (rank_ != 0) notify_done();
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return failure_ || dones_ >= world_ - 1; });
+    }
+    if (rank_ == 0) {
+      auto copies = collect();
+      if (copies) result = mean_of(*copies, true).first;
+      notify_done();
+    } else {
+      std::lock_guard lock(mutex_);
+      result = copy_;
+    }
+    if (const auto failed = exchange_->finish()) throw std::runtime_error(*failed);
+    std::lock_guard lock(mutex_);
+    if (failure_ || result.empty()) throw std::runtime_error("gossip stopped before the end: " + failure_.value_or("?"));
+    return result;
+  }
+
+  std::size_t state_bytes() const override { return (copy_.size() + opt_->state().values.size()) * sizeof(float); }
+
+private:
+  // The worker loop's side.
+  std::optional<std::vector<float>> fetch(int, std::uint64_t, caf::scoped_actor&) override {
+    std::lock_guard lock(mutex_);
+    if (failure_) return std::nullopt;
+    return copy_;
+  }
+
+  void deliver(int w, computed_gradient g, caf::scoped_actor&) override {
+    {
+      std::lock_guard lock(mutex_);
+      step_own_copy(*opt_, copy_, g, workers_->setup());
+      ++version_;
+    }
+    const applied_gradient applied{w, 0, g.micro_batches, g.loss_sum, g.items};
+    if (rank_ == 0)
+      workers_->applied(applied);
+    else
+      exchange_->send(0, applied_tag,
+                      message_of(applied_header{static_cast<std::uint64_t>(w), g.micro_batches, g.loss_sum, g.items,
+                                                workers_->figures_of(w)}));
+    std::mt19937_64 draw = gossip_draw(seed_, g.ticket);
+    const int events = gossip_events(rate_, draw);
+    for (int e = 0; e < events && !workers_->stopping(); ++e) {
+      const std::size_t peer = gossip_neighbour(graph_, ranks_, static_cast<std::size_t>(rank_), draw);
+      if (peer != static_cast<std::size_t>(rank_)) exchange_with(static_cast<int>(peer));
+    }
+  }
+
+  asynchronous_view observe(std::uint64_t, bool with_parameters, caf::scoped_actor&) override {
+    asynchronous_view view;
+    if (!with_parameters) return view;  // collecting every copy costs a model per worker: only where evaluated
+    auto copies = collect();
+    if (!copies) {
+      view.stopped = true;
+      return view;
+    }
+    auto [mean, distance] = mean_of(*copies, true);
+    view.consensus_distance = distance;
+    view.parameters = std::make_shared<std::vector<float>>(std::move(mean));
+    return view;
+  }
+
+  // One exchange with `peer`: both end with the mean of the two copies.
+  void exchange_with(int peer) {
+    std::vector<float> sent;
+    std::uint64_t at = 0;
+    {
+      std::lock_guard lock(mutex_);
+      sent = copy_;
+      at = version_;
+      answer_.reset();
+    }
+    exchange_->send(peer, offer_tag, message_of(no_header{}, sent));
+    workers_->cross_link(rank_, sent.size() * sizeof(float));
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return answer_ || failure_; });
+    if (!answer_) return;
+    const std::vector<float>& theirs = *answer_;
+    if (version_ == at) {  // unchanged: the mean, the neighbour's bits
+      for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] = 0.5f * (sent[i] + theirs[i]);
+    } else {  // another exchange changed it meanwhile: keep its change, add this one's
+      for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] += 0.5f * (theirs[i] - sent[i]);
+    }
+    ++version_;
+    answer_.reset();
+  }
+
+  // The exchange thread's side.
+  void on_offer(int from, std::span<const std::byte> message) {
+    const auto theirs = values_of(message, sizeof(no_header));
+    std::vector<float> before;
+    {
+      std::lock_guard lock(mutex_);
+      before = copy_;
+      for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] = 0.5f * (before[i] + theirs[i]);
+      ++version_;
+    }
+    exchange_->send(from, answer_tag, message_of(no_header{}, before));
+    workers_->count_sent(rank_, before.size() * sizeof(float));
+  }
+
+  void on_answer(std::span<const std::byte> message) {
+    const auto theirs = values_of(message, sizeof(no_header));
+    std::lock_guard lock(mutex_);
+    answer_.emplace(theirs.begin(), theirs.end());
+    changed_.notify_all();
+  }
+
+  void on_collect(int from) {
+    std::vector<float> mine;
+    {
+      std::lock_guard lock(mutex_);
+      mine = copy_;
+    }
+    exchange_->send(from, copy_tag, message_of(no_header{}, mine));
+  }
+
+  void on_copy(int from, std::span<const std::byte> message) {
+    const auto theirs = values_of(message, sizeof(no_header));
+    std::lock_guard lock(mutex_);
+    collected_[static_cast<std::size_t>(from)].assign(theirs.begin(), theirs.end());
+    if (--collecting_ == 0) changed_.notify_all();
+  }
+
+  void on_applied(std::span<const std::byte> message) {
+    const auto h = header_of<applied_header>(message);
+    if (h.worker >= static_cast<std::uint64_t>(world_))
+      throw std::runtime_error("an applied gradient names worker " + std::to_string(h.worker) + " of " +
+                               std::to_string(world_));
+    const int worker = static_cast<int>(h.worker);
+    workers_->set_figures(worker, h.figures);
+    workers_->applied({worker, 0, h.micro_batches, h.loss_sum, h.items});
+  }
+
+  void on_done() {
+    std::lock_guard lock(mutex_);
+    ++dones_;
+    changed_.notify_all();
+  }
+
+  // Rank 0: every worker's copy now; nothing once failed.
+  std::optional<std::vector<std::vector<float>>> collect() {
+    {
+      std::lock_guard lock(mutex_);
+      collected_.assign(static_cast<std::size_t>(world_), {});
+      collecting_ = world_;
+    }
+    for (int r = 0; r < world_; ++r) exchange_->send(r, collect_tag, message_of(no_header{}));
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return collecting_ == 0 || failure_; });
+    if (collecting_ != 0) return std::nullopt;
+    return std::move(collected_);
+  }
+
+  static std::pair<std::vector<float>, double> mean_of(const std::vector<std::vector<float>>& copies, bool with_mean) {
+    std::vector<const std::vector<float>*> pointers;
+    for (const auto& copy : copies) pointers.push_back(&copy);
+    return mean_and_spread(pointers, with_mean);
+  }
+
+  void notify_done() {
+    for (int r = 0; r < world_; ++r)
+      if (r != rank_) exchange_->send(r, done_tag, message_of(no_header{}));
+  }
+
+  void fail(const std::string& why) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!failure_) failure_ = why;
+    }
+    changed_.notify_all();
+    tickets_->fail();
+  }
+
+  std::string graph_;
+  double rate_;
+  std::uint64_t seed_;
+  std::shared_ptr<transport> link_;
+  int rank_ = 0, world_ = 1;
+  coordinator_actor coordinator_;
+  std::vector<std::size_t> ranks_;
+  std::unique_ptr<gradient_tickets> tickets_;
+  std::unique_ptr<asynchronous_workers> workers_;
+  std::unique_ptr<optimizer> opt_;  // the worker's own state (its thread only)
+  // Guarded by mutex_: the copy (worker and exchange threads), the exchange in flight, the
+  // collection, the notices.
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<float> copy_;
+  std::uint64_t version_ = 0;  // changes of copy_
+  std::optional<std::vector<float>> answer_;
+  std::vector<std::vector<float>> collected_;
+  int collecting_ = 0;
+  int dones_ = 0;
+  std::optional<std::string> failure_;
+  std::unique_ptr<peer_exchange> exchange_;  // last: its thread calls into everything above
+};
+
+}  // namespace
+
+std::unique_ptr<asynchronous_run> start_gossip_processes(caf::actor_system& system, asynchronous_setup setup,
+                                                         const topology_options& options, std::uint64_t seed) {
+  return std::make_unique<gossip_processes>(system, std::move(setup), options, seed);
+}
+
+}  // namespace accord

@@ -1,0 +1,23 @@
+#pragma once
+// Asynchronous gossip between processes: each process runs one worker with its own copy and
+// optimizer state (the rules of actors/gossip_rules.hpp), claiming the job's gradients one at a
+// time from rank 0's process (so a fast worker computes more of them, as in one process). At a gradient's events the worker
+// sends its copy to a neighbour, whose exchange thread (actors/peer_exchange.hpp) replaces its
+// copy by the mean and answers with the copy it had; the initiator then takes the mean too (the
+// same bits) or, if an exchange another worker started changed its copy meanwhile, adds half the
+// difference (the sum of the copies is kept, no update is lost). Only the initiator waits, and
+// only for an answer that never waits: overlapping exchanges cannot deadlock. Each applied
+// gradient goes to rank 0's process, which reports the steps; at evaluations and the last step
+// rank 0 collects every copy: the consensus distance and the evaluated model (their mean).
+#include "actors/asynchronous_workers.hpp"
+
+#include <accord/topology.hpp>
+
+#include <memory>
+
+namespace accord {
+
+std::unique_ptr<asynchronous_run> start_gossip_processes(caf::actor_system& system, asynchronous_setup setup,
+                                                         const topology_options& options, std::uint64_t seed);
+
+}  // namespace accord
