@@ -8,7 +8,11 @@
 // vote (votes up, result down) and (N-1)/N for reduce-scatter. Raw baselines:
 //   pair:      rank 0 streams frames of the size to rank 1 while the others idle;
 //   ring:      every rank sends a frame of the size to its successor while receiving one from
-//              its predecessor (send_recv), the link pattern of a ring step;
+//              its predecessor (send_recv), the link pattern of a ring step. Over shared memory
+//              the receiver's CPU does the copy, so a ring keeps N cores busy where a pair keeps
+//              one: on a machine with fewer idle cores than ranks (or when memory bandwidth is
+//              shared), ring p2p is what the links of an all-reduce can do, and ar/ring the
+//              collective layer's own efficiency;
 //   bf16:      all_reduce with --wire-precision bf16 (accord-train's default), bus bandwidth of
 //              the bytes on the wire (half the buffer's);
 //   perftest:  ucx_perftest's tag bandwidth, where installed (its own server and client
@@ -317,11 +321,12 @@ int main(int argc, char** argv) {
                 "repetitions, medians\n",
                 ranks, std::thread::hardware_concurrency(),
                 options.detect_peer_failure ? "PEER (tcp)" : "NONE (shm+cma)", p.repetitions);
-    std::printf("GB/s = 1e9 bytes/s, bus bandwidth per NCCL's convention; ar/pair and ar/perf = all_reduce bus "
-                "bandwidth / pair p2p and / ucx_perftest;\ncpu ns/B = CPU seconds of all ranks per byte of the buffer\n");
-    std::printf("%8s %6s | %8s %8s %8s %10s %8s %10s %10s | %7s %7s | %8s %8s %8s %8s | %14s\n", "size", "calls",
-                "perftest", "pair", "ring", "all_reduce", "ar bf16", "red_scat", "sign_vote", "ar/pair", "ar/perf",
-                "cpu pair", "cpu ar", "cpu bf16", "cpu vote", "ar/pair 1 core");
+    std::printf("GB/s = 1e9 bytes/s, bus bandwidth per NCCL's convention; ar/pair, ar/ring and ar/perf = all_reduce "
+                "bus bandwidth / pair p2p, / ring p2p (every rank sending and receiving at once, as in the all-reduce) "
+                "and / ucx_perftest;\ncpu ns/B = CPU seconds of all ranks per byte of the buffer\n");
+    std::printf("%8s %6s | %8s %8s %8s %10s %8s %10s %10s | %7s %7s %7s | %8s %8s %8s %8s | %14s\n", "size", "calls",
+                "perftest", "pair", "ring", "all_reduce", "ar bf16", "red_scat", "sign_vote", "ar/pair", "ar/ring",
+                "ar/perf", "cpu pair", "cpu ar", "cpu bf16", "cpu vote", "ar/pair 1 core");
     std::size_t index = 0;
     for (const std::size_t bytes : p.sizes) {
       const int calls = calls_per_measurement(p.volume_mib, bytes);
@@ -343,11 +348,11 @@ int main(int argc, char** argv) {
       }
       index += static_cast<std::size_t>(p.repetitions) * kinds;
       const auto perftest = perftest_bandwidth(bytes, calls * p.repetitions, options.net_devices);
-      std::printf("%8s %6d | %8s %8.2f %8.2f %10.2f %8.2f %10.2f %10.2f | %7.2f %7s | %8.3f %8.3f %8.3f %8.3f | %14.2f\n",
+      std::printf("%8s %6d | %8s %8.2f %8.2f %10.2f %8.2f %10.2f %10.2f | %7.2f %7.2f %7s | %8.3f %8.3f %8.3f %8.3f | %14.2f\n",
                   human_bytes(bytes).c_str(), calls, two_decimals(perftest).c_str(), bandwidth[pair_p2p],
                   bandwidth[ring_p2p], bandwidth[all_reduce], bandwidth[all_reduce_bf16], bandwidth[reduce_scatter],
                   bandwidth[sign_majority],
-                  bandwidth[all_reduce] / bandwidth[pair_p2p],
+                  bandwidth[all_reduce] / bandwidth[pair_p2p], bandwidth[all_reduce] / bandwidth[ring_p2p],
                   two_decimals(perftest ? std::optional(bandwidth[all_reduce] / *perftest) : std::nullopt).c_str(),
                   cpu[pair_p2p], cpu[all_reduce], cpu[all_reduce_bf16], cpu[sign_majority],
                   2.0 * (ranks - 1) * cpu[pair_p2p] / cpu[all_reduce]);
