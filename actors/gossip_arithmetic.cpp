@@ -28,6 +28,16 @@ std::vector<neighbour_offset> neighbour_offsets(const std::string& graph, std::s
   return offsets;
 }
 
+std::size_t pick_neighbour(const std::vector<neighbour_offset>& offsets, const std::vector<std::size_t>& present,
+                           std::size_t w, std::mt19937_64& draw) {
+  const auto at = static_cast<std::size_t>(std::find(present.begin(), present.end(), w) - present.begin());
+  if (offsets.empty() || at == present.size()) return w;
+  std::vector<double> weights;
+  for (const neighbour_offset& choice : offsets) weights.push_back(choice.probability);
+  const std::size_t pick = std::discrete_distribution<std::size_t>(weights.begin(), weights.end())(draw);
+  return present[(at + offsets[pick].offset) % present.size()];
+}
+
 a2cid2_constants a2cid2_for(const std::vector<neighbour_offset>& offsets, std::size_t n, double rate) {
   if (n < 2 || rate <= 0) return {};
   // Λ is circulant (every worker picks by the same offsets): its eigenvalues are

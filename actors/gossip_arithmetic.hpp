@@ -4,6 +4,7 @@
 // momentum (Nabli, Belilovsky, Oyallon, NeurIPS 2023, arXiv 2306.08289) and what a clean leaver
 // and a joiner do to the copies.
 #include <cstddef>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +22,11 @@ struct neighbour_offset {
 // ±2^k hops, 2^k < n, each k alike; complete: any other alike); equal offsets merged, none
 // below 2 workers.
 std::vector<neighbour_offset> neighbour_offsets(const std::string& graph, std::size_t n);
+
+// The neighbour of worker `w` for one event among the active workers `present` (by rank),
+// drawn by `offsets`; `w` itself when it has none (alone, or not among them).
+std::size_t pick_neighbour(const std::vector<neighbour_offset>& offsets, const std::vector<std::size_t>& present,
+                           std::size_t w, std::mt19937_64& draw);
 
 // A2CiD2's constants (the paper's Prop. 3.6) for `n` workers that pick neighbours by `offsets`,
 // each starting `rate` averaging events per unit of time (the unit in which η is a rate). The

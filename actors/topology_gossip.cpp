@@ -275,25 +275,12 @@ private:
     return present;
   }
 
-  // With membership_ held: worker `w`'s neighbour for one event among the active workers; `w`
-  // itself when alone.
-  std::size_t neighbour(std::size_t w, std::mt19937_64& draw) const {
-    const std::vector<std::size_t> present = active_workers();
-    const auto n = present.size();
-    const auto at = static_cast<std::size_t>(std::find(present.begin(), present.end(), w) - present.begin());
-    if (offsets_.empty() || at == n) return w;
-    std::vector<double> weights;
-    for (const neighbour_offset& choice : offsets_) weights.push_back(choice.probability);
-    const std::size_t pick = std::discrete_distribution<std::size_t>(weights.begin(), weights.end())(draw);
-    return present[(at + offsets_[pick].offset) % n];
-  }
-
   // One pairwise average of `w` with a neighbour: both copies locked, both end with the mean.
   // Each side sends its copy (two copies cross, one each way at once: one copy's wire time).
   void exchange(int w, std::mt19937_64& draw) {
     const auto mine = static_cast<std::size_t>(w);
     std::shared_lock membership(membership_);
-    const std::size_t peer = neighbour(mine, draw);
+    const std::size_t peer = pick_neighbour(offsets_, active_workers(), mine, draw);
     if (peer == mine) return;
     const std::size_t bytes = copies_[mine].size() * sizeof(float);
     workers_->cross_link(w, bytes, static_cast<int>(peer));
