@@ -75,12 +75,17 @@ std::pair<double, double> staleness_of(const job_result& r) {
   return {count > 0 ? sum / count : never, largest};
 }
 
-// The consensus distance measured last (never: the topology measured none).
-double last_consensus(const job_result& r) {
-  double last = never;
+// The consensus distance measured last and its mean over the measurements (never: the
+// topology measured none).
+std::pair<double, double> consensus_of(const job_result& r) {
+  double last = never, sum = 0, count = 0;
   for (const auto& m : r.steps)
-    if (m.consensus_distance >= 0) last = m.consensus_distance;
-  return last;
+    if (m.consensus_distance >= 0) {
+      last = m.consensus_distance;
+      sum += m.consensus_distance;
+      ++count;
+    }
+  return {last, count > 0 ? sum / count : never};
 }
 
 // The share of the gradients worker `slowest` computed (never: the topology does not count
@@ -215,9 +220,9 @@ int main(int argc, char** argv) {
                 repetitions, target, runs.front().spec.c_str());
     const auto& factors = base.speed_factors;
     const auto slowest = static_cast<std::size_t>(std::max_element(factors.begin(), factors.end()) - factors.begin());
-    std::printf("%-40s %8s %9s %8s %10s %8s %8s %8s %7s %10s %9s %9s %7s\n", "topology", "step ms", "s to T",
+    std::printf("%-40s %8s %9s %8s %10s %8s %8s %8s %7s %10s %9s %9s %8s %7s\n", "topology", "step ms", "s to T",
                 "speed-up", "final eval", "vs base", "MB/step", "edge MB", "(max)", "staleness", "(max)", "consensus",
-                "slow %");
+                "(mean)", "slow %");
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const double step_ms = median_of(i, [](const job_result& r) {
         return r.steps.empty() ? never : 1e3 * r.steps.back().seconds / static_cast<double>(r.steps.size());
@@ -231,13 +236,15 @@ int main(int argc, char** argv) {
       const double edge_most = median_of(i, [](const job_result& r) { return edge_bytes_per_step(r).second / 1e6; });
       const double stale_mean = median_of(i, [](const job_result& r) { return staleness_of(r).first; });
       const double stale_max = median_of(i, [](const job_result& r) { return staleness_of(r).second; });
-      const double consensus = median_of(i, last_consensus);
+      const double consensus = median_of(i, [](const job_result& r) { return consensus_of(r).first; });
+      const double consensus_mean = median_of(i, [](const job_result& r) { return consensus_of(r).second; });
       const double slow_share = median_of(i, [&](const job_result& r) { return share_of(r, slowest); });
-      std::printf("%-40s %8.1f %9s %8s %10.4f %+7.2f%% %8.2f %8s %7s %10s %9s %9s %7s\n", runs[i].spec.c_str(),
+      std::printf("%-40s %8.1f %9s %8s %10.4f %+7.2f%% %8.2f %8s %7s %10s %9s %9s %8s %7s\n", runs[i].spec.c_str(),
                   step_ms, format_seconds(to).c_str(), format_ratio(base_seconds, to).c_str(), eval,
                   100 * (eval / base_eval - 1), megabytes, format_number(edge_mean, "%.2f").c_str(),
                   format_number(edge_most, "%.2f").c_str(), format_number(stale_mean, "%.2f").c_str(),
                   format_number(stale_max, "%.0f").c_str(), format_number(consensus, "%.4f").c_str(),
+                  format_number(consensus_mean, "%.4f").c_str(),
                   factors.empty() ? "-" : format_number(100 * slow_share, "%.1f").c_str());
     }
     std::printf("s to T: training seconds until the first evaluation (every %llu steps) at or below the target, "
@@ -245,7 +252,7 @@ int main(int argc, char** argv) {
                 "two copies per exchange, one each way); edge MB: per step on one edge (one direction: what one "
                 "worker sent another), mean over the edges used and the busiest (asynchronous gossip); "
                 "staleness: mean and largest over applied gradients (parameter server); consensus: "
-                "sqrt(mean_i |theta_i - mean|^2) measured last (local-sgd, gossip); slow %%: share of the gradients "
+                "sqrt(mean_i |theta_i - mean|^2) measured last and its mean over the steps measured (local-sgd, gossip); slow %%: share of the gradients "
                 "the slowest worker computed (asynchronous topologies; the others: 1 / workers)\n",
                 static_cast<unsigned long long>(base.eval_interval));
     return 0;
