@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -92,6 +93,9 @@ struct asynchronous_workers::impl {
     std::atomic<double> compute{0}, communication{0}, wait{0};
   };
   std::vector<running_figures> figures;
+  // Bytes sent from worker to worker (by rank), cumulative; guarded by edge_mutex.
+  std::mutex edge_mutex;
+  std::map<std::pair<int, int>, std::uint64_t> edge_bytes;
 
   static constexpr std::uint64_t idle_clock = ~std::uint64_t{0} / 2;  // holds nobody back
 
@@ -112,6 +116,23 @@ struct asynchronous_workers::impl {
   std::uint64_t total_gradients() const { return step_limit.load() * static_cast<std::uint64_t>(setup.workers); }
   // Where worker `w`'s figures go: the reports carry --workers ranks, a joiner's count with w % workers.
   std::size_t slot(int w) const { return static_cast<std::size_t>(w % setup.workers); }
+
+  void count(int w, std::size_t bytes, int to) {
+    figures[slot(w)].bytes += bytes;
+    if (to < 0) return;
+    std::lock_guard lock(edge_mutex);
+    edge_bytes[{w, to}] += bytes;
+  }
+
+  // The bytes each edge carried since `before` (which becomes the totals now).
+  std::vector<edge_traffic> edges_since(std::map<std::pair<int, int>, std::uint64_t>& before) {
+    std::vector<edge_traffic> step;
+    std::lock_guard lock(edge_mutex);
+    for (const auto& [edge, bytes] : edge_bytes)
+      if (const std::uint64_t sent = bytes - before[edge]; sent > 0) step.push_back({edge.first, edge.second, sent});
+    before = edge_bytes;
+    return step;
+  }
 
   static void add(std::atomic<double>& total, double seconds) {
     double seen = total.load();
@@ -274,6 +295,7 @@ struct asynchronous_workers::impl {
     round_totals totals;
     std::vector<std::uint64_t> histogram;
     std::vector<std::uint64_t> per_worker(static_cast<std::size_t>(most_workers()));
+    std::map<std::pair<int, int>, std::uint64_t> edges_reported;
     while (auto g = applied.take()) {
       totals.micro_batches += g->micro_batches;
       totals.loss_sum += g->loss_sum;
@@ -286,6 +308,7 @@ struct asynchronous_workers::impl {
       const asynchronous_view view =
           use->observe(step, step_due(pipeline::synchronous, step, setup.steps, setup.eval_interval), self);
       if (view.stopped) return;
+      std::vector<edge_traffic> edges = edges_since(edges_reported);
       for (int r = 0; r < setup.workers; ++r) {
         const auto& f = figures[static_cast<std::size_t>(r)];
         round_report report;
@@ -299,6 +322,7 @@ struct asynchronous_workers::impl {
         if (r == 0) {
           if (use->measures_staleness()) report.staleness = histogram;
           report.worker_gradients = per_worker;
+          report.edge_bytes = std::move(edges);
           report.parameters = view.parameters;
           report.consensus_distance = view.consensus_distance;
         }
@@ -370,17 +394,16 @@ void asynchronous_workers::set_figures(int w, const worker_figures& f) {
   mine.wait = f.wait;
 }
 
-void asynchronous_workers::cross_link(int w, std::size_t bytes) {
+void asynchronous_workers::cross_link(int w, std::size_t bytes, int to) {
   impl& p = *impl_;
   const auto started = clock_type::now();
   const auto took = p.setup.link.wire_time(bytes) + p.setup.link.latency();
   if (took.count() > 0) std::this_thread::sleep_for(took);
-  auto& mine = p.figures[p.slot(w)];
-  mine.bytes += bytes;
-  impl::add(mine.communication, seconds_since(started));
+  p.count(w, bytes, to);
+  impl::add(p.figures[p.slot(w)].communication, seconds_since(started));
 }
 
-void asynchronous_workers::count_sent(int w, std::size_t bytes) { impl_->figures[impl_->slot(w)].bytes += bytes; }
+void asynchronous_workers::count_sent(int w, std::size_t bytes, int to) { impl_->count(w, bytes, to); }
 
 void asynchronous_workers::stop() {
   impl& p = *impl_;

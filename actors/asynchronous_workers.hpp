@@ -6,8 +6,8 @@
 // factor) and hands the gradient to the topology (`deliver`), which applies it and calls
 // `asynchronous_workers::applied`. A step of the job is as many applied gradients as workers;
 // a reporter thread turns them into one report per worker and step for the ordinary
-// coordinator, with the step's staleness histogram, gradients per worker, consensus distance
-// and, where an evaluation is due, the model the topology says (`observe`).
+// coordinator, with the step's staleness histogram, gradients per worker, bytes per edge,
+// consensus distance and, where an evaluation is due, the model the topology says (`observe`).
 // Membership changes (job_config::membership) are followed as the gradients of each changing
 // step are claimed: workers from the new count on stop taking gradients (a crash also loses
 // the gradient each is computing: another worker computes it again), new ranks start.
@@ -120,10 +120,11 @@ public:
   void start(asynchronous_use& use);
   // Any thread, in the order the gradients are applied.
   void applied(const applied_gradient& g);
-  // The emulated link: worker `w` sends `bytes` (sleeping their wire time and latency).
-  void cross_link(int w, std::size_t bytes);
-  // Counts `bytes` sent by worker `w` without taking time (the other side of an exchange).
-  void count_sent(int w, std::size_t bytes);
+  // The emulated link: worker `w` sends `bytes` (sleeping their wire time and latency), to
+  // worker `to` where given (the step's edge_bytes count them).
+  void cross_link(int w, std::size_t bytes, int to = -1);
+  // Counts `bytes` sent by worker `w` (to `to`) without taking time (the other side of an exchange).
+  void count_sent(int w, std::size_t bytes, int to = -1);
   // Worker `w`'s figures so far; a worker of another process's, as it sent them (its reports
   // are sent where its gradients are applied).
   worker_figures figures_of(int w) const;

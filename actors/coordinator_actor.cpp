@@ -37,6 +37,7 @@ struct round_progress {
   double consensus_distance = -1;
   std::vector<std::uint64_t> staleness;  // summed over the reports
   std::vector<std::uint64_t> worker_gradients;
+  std::vector<edge_traffic> edge_bytes;
   double gradient_square_sum = 0;
   double vote_agreement_sum = 0;
   int votes = 0;
@@ -221,6 +222,7 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
   m.consensus_distance = progress.consensus_distance;
   m.staleness = progress.staleness;
   m.worker_gradients = progress.worker_gradients;
+  m.edge_bytes = progress.edge_bytes;
   m.bits_per_parameter = 8.0 * s.step_bytes / s.setup.workers / static_cast<double>(s.setup.parameter_count);
   m.hidden_fraction = s.step_communication > 0
                           ? std::clamp(1.0 - s.step_wait / s.step_communication, 0.0, 1.0)
@@ -289,6 +291,7 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         if (progress.staleness.size() < report.staleness.size()) progress.staleness.resize(report.staleness.size());
         for (std::size_t k = 0; k < report.staleness.size(); ++k) progress.staleness[k] += report.staleness[k];
         if (!report.worker_gradients.empty()) progress.worker_gradients = std::move(report.worker_gradients);
+        if (!report.edge_bytes.empty()) progress.edge_bytes = std::move(report.edge_bytes);
         progress.gradient_square_sum += report.observations.gradient_square_sum;
         if (report.observations.vote_agreement >= 0) {
           progress.vote_agreement_sum += report.observations.vote_agreement;

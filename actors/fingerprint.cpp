@@ -84,6 +84,7 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--gossip-rate", used_by(c, "gossip", number(c.topology_settings.gossip_rate))},
       {"--gossip-graph", used_by(c, "gossip", c.topology_settings.gossip_graph)},
       {"--gossip-lockstep", used_by(c, "gossip", c.topology_settings.gossip_lockstep ? "on" : "off")},
+      {"--gossip-momentum", used_by(c, "gossip", c.topology_settings.gossip_momentum)},
       {"--steps", std::to_string(c.steps)},
       {"--micro-batch", std::to_string(c.micro_batch)},
       {"--accumulation", std::to_string(c.accumulation)},

@@ -6,6 +6,7 @@
 #include "actors/asynchronous_workers.hpp"
 
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,8 +21,10 @@ int gossip_events(double rate, std::mt19937_64& draw);
 // (ring: ±1; exponential: ±2^k; complete: any); `w` itself when alone or absent.
 std::size_t gossip_neighbour(const std::string& graph, const std::vector<std::size_t>& present, std::size_t w,
                              std::mt19937_64& draw);
-// The algorithm's optimizer step on a worker's own copy from gradient `g` (a sum, scaled here).
-void step_own_copy(optimizer& opt, std::vector<float>& copy, computed_gradient& g, const asynchronous_setup& setup);
+// The algorithm's optimizer step on a worker's own copy from gradient `g` (a sum, scaled here);
+// with A2CiD2 its θ̃ (`tilde`) takes the same update.
+void step_own_copy(optimizer& opt, std::vector<float>& copy, computed_gradient& g, const asynchronous_setup& setup,
+                   std::span<float> tilde = {});
 // The mean of `copies` (empty unless `with_mean`; summed in double) and their spread,
 // sqrt(mean_i ‖θ_i − θ̄‖²).
 std::pair<std::vector<float>, double> mean_and_spread(const std::vector<const std::vector<float>*>& copies,

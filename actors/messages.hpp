@@ -4,6 +4,8 @@
 // parameter vector is never copied or serialised by CAF.
 #include "transport/transport.hpp"
 
+#include <accord/job.hpp>
+
 #include <caf/all.hpp>
 
 #include <atomic>
@@ -115,6 +117,7 @@ struct round_report {
   double consensus_distance = -1;  // the topology's, when it measured one this round
   std::vector<std::uint64_t> staleness;  // parameter server: histogram of the step's applied gradients
   std::vector<std::uint64_t> worker_gradients;  // asynchronous topologies: the step's gradients by worker
+  std::vector<edge_traffic> edge_bytes;         // asynchronous gossip: the step's bytes by edge
 };
 
 struct worker_failure {
@@ -149,11 +152,15 @@ typename Inspector::result_type inspect(Inspector& f, round_observations& x) {
   return f(caf::meta::type_name("round_observations"), x.gradient_square_sum, x.vote_agreement);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, edge_traffic& x) {
+  return f(caf::meta::type_name("edge_traffic"), x.from, x.to, x.bytes);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_report& x) {
   return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
            x.compute_seconds, x.communication_seconds, x.wait_seconds, x.parameter_hash, x.traffic,
            x.consumed, x.state, x.kept, x.observations, x.consensus_distance, x.staleness,
-           x.worker_gradients);
+           x.worker_gradients, x.edge_bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {

@@ -9,6 +9,12 @@
 // evaluated and returned is the mean of the copies; their spread is reported every step. A
 // worker that leaves cleanly spreads its copy's difference from the mean over the others (the
 // mean keeps it); one that dies takes its copy along; a joiner starts from the mean.
+// --gossip-momentum a2cid2: A2CiD2's continuous momentum, as the paper's reference code does
+// it: each worker also keeps θ̃; between its events θ and θ̃ mix (an ODE solved in closed form),
+// a gradient's update goes to both, and an average also moves θ̃ by α̃ towards the neighbour's θ;
+// η and α̃ come from the graph (χ1, χ2 of its Laplacian weighted by the event rates). One
+// simplification: time is the job's steps (applied gradients / workers), not each worker's
+// wall clock, so every copy mixes on one clock whatever its speed.
 // Lockstep (--gossip-lockstep): after each step the pairs of a matching on the graph (ring:
 // alternating neighbour pairs; complete: a random matching) average their copies, each pair
 // with probability 1 - exp(-rate); the job's last step averages every copy (one all-reduce) and
@@ -18,8 +24,10 @@
 #include "actors/asynchronous_workers.hpp"
 #include "actors/gossip_processes.hpp"
 #include "actors/gossip_rules.hpp"
+#include "actors/gossip_arithmetic.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <mutex>
@@ -110,15 +118,6 @@ private:
   std::uint64_t seed_;
 };
 
-// The element-wise mean of `copies` (each of `length` values), summed in double.
-std::vector<double> mean_in_double(const std::vector<const std::vector<float>*>& copies, std::size_t length) {
-  std::vector<double> mean(length, 0.0);
-  for (const std::vector<float>* copy : copies)
-    for (std::size_t i = 0; i < mean.size(); ++i) mean[i] += (*copy)[i];
-  for (double& m : mean) m /= static_cast<double>(copies.size());
-  return mean;
-}
-
 }  // namespace
 
 std::mt19937_64 gossip_draw(std::uint64_t seed, std::uint64_t ticket) {
@@ -132,34 +131,27 @@ int gossip_events(double rate, std::mt19937_64& draw) {
 
 std::size_t gossip_neighbour(const std::string& graph, const std::vector<std::size_t>& present, std::size_t w,
                              std::mt19937_64& draw) {
-  const auto n = present.size();
-  const auto at = static_cast<std::size_t>(std::find(present.begin(), present.end(), w) - present.begin());
-  if (n < 2 || at == n) return w;
-  if (graph == "complete") {
-    const std::size_t other = std::uniform_int_distribution<std::size_t>(0, n - 2)(draw);
-    return present[other < at ? other : other + 1];
-  }
-  std::size_t hop = 1;
-  if (graph == "exponential") {  // ±2^k hops, 2^k < n
-    std::size_t ways = 0;
-    while ((std::size_t{1} << (ways + 1)) < n) ++ways;
-    hop = std::size_t{1} << std::uniform_int_distribution<std::size_t>(0, ways)(draw);
-  }
-  const bool forward = std::bernoulli_distribution(0.5)(draw);
-  return present[(forward ? at + hop : at + n - hop) % n];
+  return pick_neighbour(neighbour_offsets(graph, present.size()), present, w, draw);
 }
 
-void step_own_copy(optimizer& opt, std::vector<float>& copy, computed_gradient& g, const asynchronous_setup& setup) {
+void step_own_copy(optimizer& opt, std::vector<float>& copy, computed_gradient& g, const asynchronous_setup& setup,
+                   std::span<float> tilde) {
   const float scale = g.micro_batches > 0 ? static_cast<float>(1.0 / g.micro_batches) : 0.f;
   for (float& v : *g.sum) v *= scale;
   const std::uint64_t step = g.ticket / static_cast<std::uint64_t>(setup.workers);
+  if (!tilde.empty())  // θ̃ takes the optimizer's update too: θ̃ − θ is kept across the step
+    for (std::size_t i = 0; i < copy.size(); ++i) tilde[i] -= copy[i];
   opt.step(copy, *g.sum, learning_rate_at(setup.schedule, step));
+  if (!tilde.empty())
+    for (std::size_t i = 0; i < copy.size(); ++i) tilde[i] += copy[i];
 }
 
 std::pair<std::vector<float>, double> mean_and_spread(const std::vector<const std::vector<float>*>& copies,
                                                       bool with_mean) {
   if (copies.empty()) return {{}, 0.0};
-  const std::vector<double> mean = mean_in_double(copies, copies.front()->size());
+  std::vector<std::span<const float>> spans;
+  for (const std::vector<float>* copy : copies) spans.emplace_back(*copy);
+  const std::vector<double> mean = mean_in_double(spans);
   double square = 0;
   for (const std::vector<float>* copy : copies)
     for (std::size_t i = 0; i < mean.size(); ++i) square += ((*copy)[i] - mean[i]) * ((*copy)[i] - mean[i]);
@@ -170,16 +162,21 @@ std::pair<std::vector<float>, double> mean_and_spread(const std::vector<const st
 
 namespace {
 
-// The asynchronous workers' copies, exchanges and membership.
+// The asynchronous workers' copies, exchanges and membership. With A2CiD2 each worker also
+// keeps θ̃ and both mix continuously between its events (gossip_arithmetic.hpp); time runs in
+// steps of the job (one per `workers` applied gradients), so that every copy mixes on one clock.
 class gossip_run final : public asynchronous_run, private asynchronous_use {
 public:
   gossip_run(caf::actor_system& system, asynchronous_setup setup, const topology_options& options, std::uint64_t seed)
-      : graph_(options.gossip_graph), rate_(options.gossip_rate), seed_(seed) {
+      : graph_(options.gossip_graph), rate_(options.gossip_rate), momentum_(options.gossip_momentum == "a2cid2"),
+        seed_(seed) {
     setup.max_ahead = ~std::uint64_t{0} / 4;  // nobody waits for anybody
     workers_ = std::make_unique<asynchronous_workers>(system, std::move(setup));
     const asynchronous_setup& s = workers_->setup();
     const auto most = static_cast<std::size_t>(workers_->most_workers());
     copies_.assign(most, s.initial);
+    if (momentum_) tildes_.assign(most, s.initial);
+    mixed_until_.assign(most, 0.0);
     optimizers_.resize(most);
     locks_ = std::make_unique<std::mutex[]>(most);
     active_.assign(most, false);
@@ -187,6 +184,7 @@ public:
       active_[w] = true;
       optimizers_[w] = make_optimizer(s.optimizer, s.initial.size());
     }
+    regraph();
     workers_->start(*this);
   }
   ~gossip_run() override {
@@ -203,23 +201,31 @@ public:
 
   std::size_t state_bytes() const override {
     std::size_t bytes = 0;
+    const std::size_t variables = momentum_ ? 2 : 1;  // θ, and A2CiD2's θ̃
     for (std::size_t w = 0; w < copies_.size(); ++w)
-      if (optimizers_[w]) bytes += (copies_[w].size() + optimizers_[w]->state().values.size()) * sizeof(float);
+      if (optimizers_[w])
+        bytes += (variables * copies_[w].size() + optimizers_[w]->state().values.size()) * sizeof(float);
     return bytes;
   }
 
 private:
   std::optional<std::vector<float>> fetch(int w, std::uint64_t, caf::scoped_actor&) override {
+    std::shared_lock membership(membership_);
     std::lock_guard lock(locks_[static_cast<std::size_t>(w)]);
+    catch_up(static_cast<std::size_t>(w), clock_.load());
     return copies_[static_cast<std::size_t>(w)];
   }
 
   void deliver(int w, computed_gradient g, caf::scoped_actor&) override {
     const auto mine = static_cast<std::size_t>(w);
     {
+      std::shared_lock membership(membership_);
       std::lock_guard lock(locks_[mine]);
-      step_own_copy(*optimizers_[mine], copies_[mine], g, workers_->setup());
+      catch_up(mine, clock_.load());
+      step_own_copy(*optimizers_[mine], copies_[mine], g, workers_->setup(),
+                    momentum_ ? std::span<float>(tildes_[mine]) : std::span<float>());
     }
+    clock_.fetch_add(1.0 / static_cast<double>(workers_->setup().workers));
     workers_->applied({w, 0, g.micro_batches, g.loss_sum, g.items});
     std::mt19937_64 draw = gossip_draw(seed_, g.ticket);
     const int events = gossip_events(rate_, draw);
@@ -239,30 +245,63 @@ private:
     const auto leaver = static_cast<std::size_t>(w);
     if (!active_[leaver]) return;
     active_[leaver] = false;
-    if (crashed) return;  // its copy dies with it
-    // Each remaining copy takes (θ_w − θ̄)/(n − 1): their mean is the mean with θ_w.
     const std::vector<std::size_t> remaining = active_workers();
-    if (remaining.empty()) return;
     std::vector<std::unique_lock<std::mutex>> held;
     for (std::size_t k : remaining) held.emplace_back(locks_[k]);
-    const std::vector<float> mean = mean_of(remaining, &copies_[leaver]);
-    const float share = 1.0f / static_cast<float>(remaining.size());
-    for (std::size_t k : remaining)
-      for (std::size_t i = 0; i < mean.size(); ++i) copies_[k][i] += (copies_[leaver][i] - mean[i]) * share;
+    const double now = clock_.load();
+    for (std::size_t k : remaining) catch_up(k, now);  // mixed so far at the old count's rate
+    catch_up(leaver, now);
+    // A clean leaver's copy stays in the mean; a dead one's dies with it.
+    if (!crashed) {
+      spread_leaver(spans_of(copies_, remaining), copies_[leaver]);
+      if (momentum_) spread_leaver(spans_of(tildes_, remaining), tildes_[leaver]);
+    }
+    regraph();
   }
 
   void wake(int w) override {
     std::unique_lock membership(membership_);
     const auto joiner = static_cast<std::size_t>(w);
     if (active_[joiner]) return;
-    std::vector<std::size_t> present = active_workers();
+    const std::vector<std::size_t> present = active_workers();
+    const double now = clock_.load();
     if (!present.empty()) {
       std::vector<std::unique_lock<std::mutex>> held;
       for (std::size_t k : present) held.emplace_back(locks_[k]);
-      copies_[joiner] = mean_of(present, nullptr);  // the average model, as a fresh worker would pull
+      for (std::size_t k : present) catch_up(k, now);
+      std::vector<std::span<const float>> copies;
+      for (std::size_t k : present) copies.emplace_back(copies_[k]);
+      const std::vector<double> mean = mean_in_double(copies);
+      copies_[joiner].assign(mean.begin(), mean.end());  // the average model, as a fresh worker would pull
     }
+    if (momentum_) tildes_[joiner] = copies_[joiner];
+    mixed_until_[joiner] = now;
     optimizers_[joiner] = make_optimizer(workers_->setup().optimizer, copies_[joiner].size());
     active_[joiner] = true;
+    regraph();
+  }
+
+  // With membership_ held exclusively (or before the workers start): how the active workers
+  // pick neighbours, and A2CiD2's constants for them. Each worker starts rate · workers / n
+  // events per step (a step is `workers` gradients, whoever computes them).
+  void regraph() {
+    const std::size_t n = active_workers().size();
+    offsets_ = neighbour_offsets(graph_, n);
+    if (momentum_ && n > 0)
+      constants_ = a2cid2_for(offsets_, n, rate_ * workers_->setup().workers / static_cast<double>(n));
+  }
+
+  // With membership_ held and worker k's lock: its θ and θ̃ mixed up to `now` (A2CiD2 only).
+  void catch_up(std::size_t k, double now) {
+    if (!momentum_) return;
+    a2cid2_mix(copies_[k], tildes_[k], constants_.eta, now - mixed_until_[k]);
+    mixed_until_[k] = std::max(mixed_until_[k], now);
+  }
+
+  static std::vector<std::span<float>> spans_of(std::vector<std::vector<float>>& all, const std::vector<std::size_t>& ranks) {
+    std::vector<std::span<float>> spans;
+    for (std::size_t k : ranks) spans.emplace_back(all[k]);
+    return spans;
   }
 
   // With membership_ held: the active workers, by rank.
@@ -273,38 +312,34 @@ private:
     return present;
   }
 
-  // The mean of the copies of `ranks` (and `also`, when given), their locks held.
-  std::vector<float> mean_of(const std::vector<std::size_t>& ranks, const std::vector<float>* also) const {
-    std::vector<const std::vector<float>*> copies;
-    for (std::size_t k : ranks) copies.push_back(&copies_[k]);
-    if (also) copies.push_back(also);
-    const std::vector<double> mean = mean_in_double(copies, copies_[ranks.front()].size());
-    return std::vector<float>(mean.begin(), mean.end());
-  }
-
   // One pairwise average of `w` with a neighbour: both copies locked, both end with the mean.
+  // Each side sends its copy (two copies cross, one each way at once: one copy's wire time).
   void exchange(int w, std::mt19937_64& draw) {
     const auto mine = static_cast<std::size_t>(w);
     std::shared_lock membership(membership_);
-    const std::size_t peer = gossip_neighbour(graph_, active_workers(), mine, draw);
+    const std::size_t peer = pick_neighbour(offsets_, active_workers(), mine, draw);
     if (peer == mine) return;
     const std::size_t bytes = copies_[mine].size() * sizeof(float);
-    workers_->cross_link(w, bytes);  // both copies cross at once
-    workers_->count_sent(static_cast<int>(peer), bytes);
+    workers_->cross_link(w, bytes, static_cast<int>(peer));
+    workers_->count_sent(static_cast<int>(peer), bytes, w);
     std::scoped_lock pair(locks_[mine], locks_[peer]);
-    std::vector<float>& a = copies_[mine];
-    std::vector<float>& b = copies_[peer];
-    for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = 0.5f * (a[i] + b[i]);
+    if (!momentum_) return average_pair(copies_[mine], copies_[peer]);
+    const double now = clock_.load();  // both at one time: the event is theirs alike
+    catch_up(mine, now);
+    catch_up(peer, now);
+    average_pair(copies_[mine], copies_[peer], tildes_[mine], tildes_[peer], constants_.alpha_tilde);
   }
 
   // The mean of the active copies (empty unless `with_mean`) and their spread,
-  // sqrt(mean_i ‖θ_i − θ̄‖²).
+  // sqrt(mean_i ‖θ_i − θ̄‖²). With A2CiD2 each copy is mixed up to now first.
   std::pair<std::vector<float>, double> spread(bool with_mean) {
     std::shared_lock membership(membership_);
     const std::vector<std::size_t> present = active_workers();
+    const double now = clock_.load();
     std::vector<std::vector<float>> snapshot;
     for (std::size_t k : present) {
       std::lock_guard lock(locks_[k]);
+      catch_up(k, now);
       snapshot.push_back(copies_[k]);
     }
     std::vector<const std::vector<float>*> copies;
@@ -314,13 +349,19 @@ private:
 
   std::string graph_;
   double rate_;
+  bool momentum_;  // A2CiD2
   std::uint64_t seed_;
   std::unique_ptr<asynchronous_workers> workers_;
   std::vector<std::vector<float>> copies_;               // θ_i by worker, each under its lock
+  std::vector<std::vector<float>> tildes_;               // A2CiD2's θ̃_i, under the same lock
+  std::vector<double> mixed_until_;                      // when θ_i and θ̃_i were last mixed, under the same lock
+  std::atomic<double> clock_{0};                         // steps of the job: 1 / workers per applied gradient
   std::vector<std::unique_ptr<optimizer>> optimizers_;   // each worker's own state
   std::unique_ptr<std::mutex[]> locks_;
   std::shared_mutex membership_;                         // exclusive while workers come and go
   std::vector<bool> active_;                             // guarded by membership_
+  std::vector<neighbour_offset> offsets_;                // guarded by membership_
+  a2cid2_constants constants_;                           // guarded by membership_
 };
 
 class asynchronous_gossip final : public asynchronous_topology {
@@ -331,7 +372,8 @@ public:
     return std::make_unique<gossip_run>(system, std::move(setup), options_, seed_);
   }
   bool follows_membership() const override { return true; }
-  bool runs_between_processes() const override { return true; }
+  // A2CiD2's θ̃ and its mixing clock live in one process's copies only.
+  bool runs_between_processes() const override { return options_.gossip_momentum != "a2cid2"; }
 
 private:
   topology_options options_;
@@ -347,7 +389,12 @@ topology_factory gossip_topology() {
     const topology_options& o = job.options;
     if (!std::isfinite(o.gossip_rate) || o.gossip_rate < 0)
       throw std::invalid_argument("--gossip-rate must be a finite number >= 0");
+    if (o.gossip_momentum != "none" && o.gossip_momentum != "a2cid2")
+      throw std::invalid_argument("--gossip-momentum: '" + o.gossip_momentum + "' (expected none|a2cid2)");
     if (o.gossip_lockstep) {
+      if (o.gossip_momentum != "none")
+        throw std::invalid_argument("--gossip-momentum " + o.gossip_momentum +
+                                    ": a continuous momentum between asynchronous events, not with --gossip-lockstep");
       require_own_copies_fit(job, "gossip");
       if (o.gossip_graph != "ring" && o.gossip_graph != "complete")
         throw std::invalid_argument("--gossip-graph: '" + o.gossip_graph + "' (expected ring|complete with --gossip-lockstep)");

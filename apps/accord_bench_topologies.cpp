@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 namespace po = boost::program_options;
@@ -74,12 +75,17 @@ std::pair<double, double> staleness_of(const job_result& r) {
   return {count > 0 ? sum / count : never, largest};
 }
 
-// The consensus distance measured last (never: the topology measured none).
-double last_consensus(const job_result& r) {
-  double last = never;
+// The consensus distance measured last and its mean over the measurements (never: the
+// topology measured none).
+std::pair<double, double> consensus_of(const job_result& r) {
+  double last = never, sum = 0, count = 0;
   for (const auto& m : r.steps)
-    if (m.consensus_distance >= 0) last = m.consensus_distance;
-  return last;
+    if (m.consensus_distance >= 0) {
+      last = m.consensus_distance;
+      sum += m.consensus_distance;
+      ++count;
+    }
+  return {last, count > 0 ? sum / count : never};
 }
 
 // The share of the gradients worker `slowest` computed (never: the topology does not count
@@ -92,6 +98,22 @@ double share_of(const job_result& r, std::size_t slowest) {
       if (w == slowest) slow += static_cast<double>(m.worker_gradients[w]);
     }
   return total > 0 ? slow / total : never;
+}
+
+// Over the run's edges (each direction apart), the bytes each carried per step: their mean and
+// the busiest edge's (never: the topology counts no edges).
+std::pair<double, double> edge_bytes_per_step(const job_result& r) {
+  std::map<std::pair<int, int>, double> totals;
+  for (const auto& m : r.steps)
+    for (const edge_traffic& e : m.edge_bytes) totals[{e.from, e.to}] += static_cast<double>(e.bytes);
+  if (totals.empty() || r.steps.empty()) return {never, never};
+  double sum = 0, most = 0;
+  for (const auto& [edge, bytes] : totals) {
+    sum += bytes;
+    most = std::max(most, bytes);
+  }
+  const auto steps = static_cast<double>(r.steps.size());
+  return {sum / static_cast<double>(totals.size()) / steps, most / steps};
 }
 
 std::string format_number(double value, const char* format) {
@@ -116,7 +138,8 @@ int main(int argc, char** argv) {
   options.add_options()("help,h", "show this help")
       ("runs", po::value<std::string>()->default_value(
                    "ring;hierarchical --group-size 2;parameter-server --max-staleness 0;"
-                   "parameter-server --max-staleness 1000;local-sgd --local-steps 8;gossip --gossip-rate 1"),
+                   "parameter-server --max-staleness 1000;local-sgd --local-steps 8;gossip --gossip-rate 1;"
+                   "gossip --gossip-rate 1 --gossip-momentum a2cid2"),
        "topologies to compare, ';'-separated, each with its own flags as accord-train takes them; "
        "the first is the baseline of the speed-ups and of --target auto")
       ("repetitions", po::value<int>()->default_value(3), "interleaved runs of each, repetition r with seed --seed + r (medians)")
@@ -197,8 +220,9 @@ int main(int argc, char** argv) {
                 repetitions, target, runs.front().spec.c_str());
     const auto& factors = base.speed_factors;
     const auto slowest = static_cast<std::size_t>(std::max_element(factors.begin(), factors.end()) - factors.begin());
-    std::printf("%-40s %8s %9s %8s %10s %8s %8s %10s %9s %9s %7s\n", "topology", "step ms", "s to T", "speed-up",
-                "final eval", "vs base", "MB/step", "staleness", "(max)", "consensus", "slow %");
+    std::printf("%-40s %8s %9s %8s %10s %8s %8s %8s %7s %10s %9s %9s %8s %7s\n", "topology", "step ms", "s to T",
+                "speed-up", "final eval", "vs base", "MB/step", "edge MB", "(max)", "staleness", "(max)", "consensus",
+                "(mean)", "slow %");
     for (std::size_t i = 0; i < runs.size(); ++i) {
       const double step_ms = median_of(i, [](const job_result& r) {
         return r.steps.empty() ? never : 1e3 * r.steps.back().seconds / static_cast<double>(r.steps.size());
@@ -208,20 +232,27 @@ int main(int argc, char** argv) {
       const double megabytes = median_of(i, [](const job_result& r) {
         return r.steps.empty() ? never : static_cast<double>(r.bytes_sent) / 1e6 / static_cast<double>(r.steps.size());
       });
+      const double edge_mean = median_of(i, [](const job_result& r) { return edge_bytes_per_step(r).first / 1e6; });
+      const double edge_most = median_of(i, [](const job_result& r) { return edge_bytes_per_step(r).second / 1e6; });
       const double stale_mean = median_of(i, [](const job_result& r) { return staleness_of(r).first; });
       const double stale_max = median_of(i, [](const job_result& r) { return staleness_of(r).second; });
-      const double consensus = median_of(i, last_consensus);
+      const double consensus = median_of(i, [](const job_result& r) { return consensus_of(r).first; });
+      const double consensus_mean = median_of(i, [](const job_result& r) { return consensus_of(r).second; });
       const double slow_share = median_of(i, [&](const job_result& r) { return share_of(r, slowest); });
-      std::printf("%-40s %8.1f %9s %8s %10.4f %+7.2f%% %8.2f %10s %9s %9s %7s\n", runs[i].spec.c_str(), step_ms,
-                  format_seconds(to).c_str(), format_ratio(base_seconds, to).c_str(), eval,
-                  100 * (eval / base_eval - 1), megabytes, format_number(stale_mean, "%.2f").c_str(),
+      std::printf("%-40s %8.1f %9s %8s %10.4f %+7.2f%% %8.2f %8s %7s %10s %9s %9s %8s %7s\n", runs[i].spec.c_str(),
+                  step_ms, format_seconds(to).c_str(), format_ratio(base_seconds, to).c_str(), eval,
+                  100 * (eval / base_eval - 1), megabytes, format_number(edge_mean, "%.2f").c_str(),
+                  format_number(edge_most, "%.2f").c_str(), format_number(stale_mean, "%.2f").c_str(),
                   format_number(stale_max, "%.0f").c_str(), format_number(consensus, "%.4f").c_str(),
+                  format_number(consensus_mean, "%.4f").c_str(),
                   factors.empty() ? "-" : format_number(100 * slow_share, "%.1f").c_str());
     }
     std::printf("s to T: training seconds until the first evaluation (every %llu steps) at or below the target, "
-                "- if never; vs base: final eval loss relative to the first run's; MB/step: sent by all workers; "
+                "- if never; vs base: final eval loss relative to the first run's; MB/step: sent by all workers (gossip: "
+                "two copies per exchange, one each way); edge MB: per step on one edge (one direction: what one "
+                "worker sent another), mean over the edges used and the busiest (asynchronous gossip); "
                 "staleness: mean and largest over applied gradients (parameter server); consensus: "
-                "sqrt(mean_i |theta_i - mean|^2) measured last (local-sgd, gossip); slow %%: share of the gradients "
+                "sqrt(mean_i |theta_i - mean|^2) measured last and its mean over the steps measured (local-sgd, gossip); slow %%: share of the gradients "
                 "the slowest worker computed (asynchronous topologies; the others: 1 / workers)\n",
                 static_cast<unsigned long long>(base.eval_interval));
     return 0;

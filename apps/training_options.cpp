@@ -174,6 +174,9 @@ void add_topology_options(po::options_description& options, const job_config& d)
        "gossip: who averages with whom: ring (neighbours) | exponential (peers 2^k hops away) | complete (random pairs)")
       ("gossip-lockstep", po::bool_switch(),
        "gossip: rounds in lockstep (every worker, every step; runs between processes) instead of asynchronous workers")
+      ("gossip-momentum", po::value<std::string>()->default_value(d.topology_settings.gossip_momentum),
+       "gossip, asynchronous: none | a2cid2 (A2CiD2's continuous momentum: a second variable per worker mixing with "
+       "its copy between events, at rates set by the graph and --gossip-rate)")
       ("group-size", number_flag(1, most_workers),
        "hierarchical: workers per group, consecutive ranks (default between processes: LOCAL_WORLD_SIZE)")
       ("inter-link", po::value<std::string>(),
@@ -267,7 +270,7 @@ void add_training_options(po::options_description& options, const job_config& d)
 std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const std::string& topology) {
   static const std::pair<const char*, std::vector<const char*>> owners[] = {
       {"local-sgd", {"local-steps", "outer-lr", "outer-momentum", "fragments", "overlap-steps", "overlap-mix"}},
-      {"gossip", {"gossip-rate", "gossip-graph", "gossip-lockstep"}},
+      {"gossip", {"gossip-rate", "gossip-graph", "gossip-lockstep", "gossip-momentum"}},
       {"parameter-server", {"max-staleness"}},
       {"hierarchical", {"group-size", "inter-link"}},
   };
@@ -295,6 +298,7 @@ void read_topology_options(const po::variables_map& flags, job_config& job, int 
   job.topology_settings.gossip_rate = flags["gossip-rate"].as<double>();
   job.topology_settings.gossip_graph = flags["gossip-graph"].as<std::string>();
   job.topology_settings.gossip_lockstep = flags["gossip-lockstep"].as<bool>();
+  job.topology_settings.gossip_momentum = flags["gossip-momentum"].as<std::string>();
   if (flags.count("group-size")) {
     job.topology_settings.group_size = flags["group-size"].as<int>();
   } else if (const char* local = std::getenv("LOCAL_WORLD_SIZE");

@@ -1,6 +1,7 @@
 #pragma once
-// A quadratic model and a dataset of fixed waves, whose gradients make every update of an
-// algorithm, topology or app-driven worker checkable by hand (shared by the actor, topology and worker tests).
+// A quadratic model (and a linear one) and a dataset of fixed waves, whose gradients make every
+// update of an algorithm, topology or app-driven worker checkable by hand (shared by the actor,
+// topology and worker tests).
 #include <accord/job.hpp>
 #include <accord/model.hpp>
 
@@ -39,6 +40,36 @@ public:
     return forward_backward(p, b, g);
   }
   std::unique_ptr<model> clone() const override { return std::make_unique<quadratic>(dim_); }
+
+private:
+  std::size_t dim_;
+};
+
+// f_x(θ) = −⟨θ, x⟩ averaged over the batch: the gradient −mean(x) does not depend on θ, so plain
+// SGD's updates add up to the same sum whichever copy of the parameters takes each one.
+class linear final : public model {
+public:
+  explicit linear(std::size_t dim) : dim_(dim) {}
+  std::string signature() const override { return "linear(" + std::to_string(dim_) + ")"; }
+  std::size_t parameter_count() const override { return dim_; }
+  void initialize(std::span<float> p, std::uint64_t) const override {  // small, so float rounding stays small
+    for (std::size_t i = 0; i < dim_; ++i) p[i] = 1.0f + 0.1f * static_cast<float>(i % 16);
+  }
+  double forward_backward(std::span<const float> p, const batch& b, std::span<float> g) override {
+    std::fill(g.begin(), g.end(), 0.f);
+    double loss = 0;
+    for (std::size_t e = 0; e < b.examples; ++e)
+      for (std::size_t i = 0; i < dim_; ++i) {
+        loss -= static_cast<double>(p[i]) * b.features[e * dim_ + i];
+        g[i] -= b.features[e * dim_ + i] / static_cast<float>(b.examples);
+      }
+    return loss / static_cast<double>(b.examples);
+  }
+  double evaluate(std::span<const float> p, const batch& b) override {
+    std::vector<float> g(dim_);
+    return forward_backward(p, b, g);
+  }
+  std::unique_ptr<model> clone() const override { return std::make_unique<linear>(dim_); }
 
 private:
   std::size_t dim_;

@@ -202,6 +202,7 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--topology hierarchical" + tiny, "--topology hierarchical: needs a group size"},
       {train, "--topology gossip --gossip-graph star" + tiny, "--gossip-graph: 'star'"},
       {train, "--topology gossip --algo ddp --gossip-lockstep --gossip-graph exponential" + tiny, "with --gossip-lockstep"},
+      {train, "--topology gossip --algo ddp --gossip-momentum nesterov" + tiny, "--gossip-momentum: 'nesterov' (expected none|a2cid2)"},
       {train, "--topology local-sgd --algo ddp --local-steps 2 --fragments 3" + tiny, "--fragments must be in 1..--local-steps"},
       {train, "--topology parameter-server" + tiny, "--topology parameter-server: servers step a sharded optimizer"},
       {train, "--topology hierarchical --group-size 2 --inter-link 3parsecs" + tiny, "3parsecs"},

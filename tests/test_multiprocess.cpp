@@ -88,12 +88,18 @@ TEST_CASE("topologies over UCX between 3 processes give the same parameters as i
   }
 }
 
-TEST_CASE("the asynchronous topologies between processes refuse an elastic job with one line") {
-  const run_output out = run(launch + "--elastic -n 2 -- " + train +
-                             " --algo ddp --topology parameter-server --max-staleness 1" + train_flags + " --steps 2");
-  INFO(out.text);
-  CHECK(out.status != 0);
-  CHECK(out.text.find("--topology parameter-server between processes has a fixed worker set (no --elastic or --join)") !=
+TEST_CASE("the asynchronous topologies between processes refuse an elastic job and A2CiD2 with one line") {
+  const run_output elastic = run(launch + "--elastic -n 2 -- " + train +
+                                 " --algo ddp --topology parameter-server --max-staleness 1" + train_flags + " --steps 2");
+  INFO(elastic.text);
+  CHECK(elastic.status != 0);
+  CHECK(elastic.text.find("--topology parameter-server between processes has a fixed worker set (no --elastic or --join)") !=
+        std::string::npos);
+  const run_output momentum =
+      run(launch + "-n 2 -- " + train + " --algo ddp --topology gossip --gossip-momentum a2cid2" + train_flags + " --steps 2");
+  INFO(momentum.text);
+  CHECK(momentum.status != 0);
+  CHECK(momentum.text.find("--topology gossip runs its asynchronous workers in one process only with --gossip-momentum a2cid2") !=
         std::string::npos);
 }
 

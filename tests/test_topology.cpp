@@ -5,12 +5,15 @@
 #include <accord/job.hpp>
 #include <accord/topology.hpp>
 
+#include "actors/gossip_arithmetic.hpp"
 #include "quadratic_model.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -384,20 +387,34 @@ std::uint64_t gradients_applied(const job_result& r, std::vector<std::uint64_t>*
 
 }  // namespace
 
-TEST_CASE("asynchronous gossip on a quadratic reaches consensus at the mean of the copies") {
+TEST_CASE("asynchronous gossip on a quadratic reaches consensus at the mean of the copies, with and without A2CiD2") {
   job_config job = sgd_job(4, 30);
   job.topology = "gossip";
   job.eval_interval = 10;
+  const std::uint64_t copy_bytes = busy_dim * sizeof(float);
   const auto run = [&](const char* graph, double rate) {
     job.topology_settings.gossip_graph = graph;
     job.topology_settings.gossip_rate = rate;
     const job_result result = run_quadratic(job, {}, busy_dim);
     REQUIRE(result.steps.size() == 30);
     CHECK(gradients_applied(result) == 30 * 4);  // a step is as many gradients as workers
-    for (const auto& m : result.steps) CHECK(m.consensus_distance >= 0);  // measured every step
+    std::uint64_t edge_total = 0;
+    for (const auto& m : result.steps) {
+      CHECK(m.consensus_distance >= 0);  // measured every step
+      for (const edge_traffic& e : m.edge_bytes) {  // one copy each way per exchange, between neighbours only
+        CHECK(e.bytes % copy_bytes == 0);
+        const int hop = (e.to - e.from + 4) % 4;
+        CHECK((std::string(graph) != "ring" || hop == 1 || hop == 3));
+        edge_total += e.bytes;
+      }
+    }
+    CHECK(edge_total <= result.bytes_sent);
+    CHECK((rate == 0) == (edge_total == 0));
     CHECK(std::all_of(result.parameters.begin(), result.parameters.end(), [](float p) { return std::isfinite(p); }));
     CHECK(result.steps.back().train_loss < result.steps.front().train_loss);
-    return result.steps.back().consensus_distance;
+    double late = 0;  // the spread over the last 10 steps (one step's depends on when pairs last met)
+    for (std::size_t s = 20; s < 30; ++s) late += result.steps[s].consensus_distance / 10;
+    return late;
   };
   // The copies of a quadratic spread apart only as far as their workers' progress differs, so a
   // 4x slower worker makes the spread without gossip large whatever the scheduler does (with
@@ -405,14 +422,27 @@ TEST_CASE("asynchronous gossip on a quadratic reaches consensus at the mean of t
   job.speed_factors = {1, 1, 1, 4};
   const double apart = run("ring", 0.0);
   CHECK(apart > 0);
-  for (const char* graph : {"ring", "exponential", "complete"}) {
-    CAPTURE(graph);
-    const double together = run(graph, 4.0);
-    MESSAGE(std::string(graph) << ": spread at the end " << together << " with gossip at rate 4, " << apart << " without");
-    CHECK(together < 0.5 * apart);
+  for (const std::string momentum : {"none", "a2cid2"}) {
+    job.topology_settings.gossip_momentum = momentum;
+    for (const std::string graph : {"ring", "exponential", "complete"}) {
+      CAPTURE(momentum);
+      CAPTURE(graph);
+      const double together = run(graph.c_str(), 4.0);
+      MESSAGE(momentum << ", " << graph << ": spread over the last 10 steps " << together << " with gossip at rate 4, "
+                       << apart << " without");
+      CHECK(together < 0.5 * apart);
+    }
   }
   job.topology_settings.gossip_graph = "star";
   CHECK(refusal(job).find("--gossip-graph: 'star' (expected ring|exponential|complete)") == 0);
+  job.topology_settings.gossip_graph = "ring";
+  job.topology_settings.gossip_momentum = "nesterov";
+  CHECK(refusal(job).find("--gossip-momentum: 'nesterov' (expected none|a2cid2)") == 0);
+  job.topology_settings.gossip_momentum = "a2cid2";
+  job.topology_settings.gossip_lockstep = true;
+  CHECK(refusal(job).find("--gossip-momentum a2cid2: a continuous momentum between asynchronous events") == 0);
+  job.topology_settings.gossip_lockstep = false;
+  job.topology_settings.gossip_momentum = "none";
   job.topology_settings.gossip_graph = "ring";
   job.checkpoint_path = "test_topology_never.ckpt";
   CHECK(refusal(job).find("--topology gossip: checkpoints are not supported") == 0);
@@ -425,11 +455,212 @@ TEST_CASE("asynchronous gossip with one worker is DDP with one worker: same data
   const job_result ddp = run_quadratic(sgd_job(1, 8), {}, dim);
   job_config job = sgd_job(1, 8);
   job.topology = "gossip";
-  const job_result alone = run_quadratic(job, {}, dim);
-  CHECK(worst_difference(alone.parameters, ddp.parameters) < 1e-6);
-  REQUIRE(alone.steps.size() == ddp.steps.size());
-  for (std::size_t s = 0; s < ddp.steps.size(); ++s)
-    CHECK(alone.steps[s].train_loss == doctest::Approx(ddp.steps[s].train_loss).epsilon(1e-6));
+  for (const std::string momentum : {"none", "a2cid2"}) {  // alone, A2CiD2's θ̃ never leaves θ
+    CAPTURE(momentum);
+    job.topology_settings.gossip_momentum = momentum;
+    const job_result alone = run_quadratic(job, {}, dim);
+    CHECK(worst_difference(alone.parameters, ddp.parameters) < 1e-6);
+    REQUIRE(alone.steps.size() == ddp.steps.size());
+    for (std::size_t s = 0; s < ddp.steps.size(); ++s)
+      CHECK(alone.steps[s].train_loss == doctest::Approx(ddp.steps[s].train_loss).epsilon(1e-6));
+  }
+}
+
+namespace {
+
+// The waves up to position `end`, zero vectors after.
+class waves_until final : public dataset {
+public:
+  waves_until(std::size_t dim, std::uint64_t end) : waves_(dim), dim_(dim), end_(end) {}
+  std::string describe() const override { return "waves until " + std::to_string(end_); }
+  std::uint64_t size() const override { return waves_.size(); }
+  batch examples(std::uint64_t first, std::size_t count) const override {
+    batch b = waves_.examples(first, count);
+    for (std::size_t e = 0; e < count; ++e)
+      if (first + e >= end_) std::fill_n(b.features.begin() + static_cast<std::ptrdiff_t>(e * dim_), dim_, 0.0f);
+    return b;
+  }
+
+private:
+  accord::testing::waves waves_;
+  std::size_t dim_;
+  std::uint64_t end_;
+};
+
+// `job` on a linear model (gradients that do not depend on the parameters) of busy_dim
+// parameters, on the waves until position `data_end`.
+job_result run_linear(const job_config& job, std::uint64_t data_end = ~std::uint64_t{0}) {
+  accord::testing::linear net(busy_dim);
+  auto data = std::make_shared<waves_until>(busy_dim, data_end);
+  return run_job(net, data, data, job);
+}
+
+// Plain SGD: each update on the linear model is the same whichever copy takes it.
+job_config linear_sgd_job() {
+  job_config job = sgd_job(3, 16);
+  job.beta1 = 0.0f;
+  job.weight_decay = 0.0f;
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("asynchronous gossip's mean of the copies is DDP's where updates add up alike, with and without A2CiD2") {
+  // Plain SGD on a linear model: each gradient's update is the same whichever copy takes it,
+  // and averages keep the sum of the copies, so their mean is DDP's parameters (to float
+  // rounding) whatever the timing. A2CiD2 keeps that too: its events keep the sum of θ + θ̃,
+  // and θ̃ − θ sums to zero over the workers at any one time.
+  job_config job = linear_sgd_job();
+  const job_result ddp = run_linear(job);
+  job.topology = "gossip";
+  job.topology_settings.gossip_rate = 2.0;
+  for (const std::string momentum : {"none", "a2cid2"})
+    for (const std::string graph : {"ring", "exponential"}) {
+      CAPTURE(momentum);
+      CAPTURE(graph);
+      job.topology_settings.gossip_momentum = momentum;
+      job.topology_settings.gossip_graph = graph;
+      const job_result gossip = run_linear(job);
+      REQUIRE(gossip.steps.size() == 16);
+      CHECK(worst_difference(gossip.parameters, ddp.parameters) < 2e-5);
+    }
+}
+
+TEST_CASE("asynchronous gossip: a clean leaver's copy stays in the mean of the copies, a joiner starts from it") {
+  // Only step 0's three gradients move the linear model (the data are zero after them), with
+  // three workers, so the copies' mean is DDP's step-0 update; later worker 2 leaves cleanly
+  // (after step 12) and workers 2 and 3 join (after step 14). The mean must not move: the
+  // leaver's copy (without averages at rate 0, it differs from the mean) is spread over the
+  // others, and the joiners start from the mean.
+  job_config job = linear_sgd_job();
+  const std::uint64_t step_zero_end = 3 * job.accumulation * job.micro_batch;  // its micro-batches' positions
+  const job_result ddp = run_linear(job, step_zero_end);
+  job.topology = "gossip";
+  job.membership = {{12, 2, false}, {14, 4, false}};
+  for (const auto& [momentum, rate] : {std::pair<std::string, double>{"none", 0.0}, {"none", 2.0}, {"a2cid2", 2.0}}) {
+    CAPTURE(momentum);
+    CAPTURE(rate);
+    job.topology_settings.gossip_momentum = momentum;
+    job.topology_settings.gossip_rate = rate;
+    const job_result gossip = run_linear(job, step_zero_end);
+    REQUIRE(gossip.steps.size() == 16);
+    CHECK(gradients_applied(gossip) == 16 * 3);
+    CHECK(worst_difference(gossip.parameters, ddp.parameters) < 2e-5);
+  }
+}
+
+TEST_CASE("gossip arithmetic: neighbour choices and A2CiD2's constants by hand") {
+  const auto probabilities = [](const std::string& graph, std::size_t n) {
+    std::vector<double> by_offset(n, 0.0);
+    for (const neighbour_offset& choice : neighbour_offsets(graph, n)) by_offset[choice.offset] = choice.probability;
+    return by_offset;
+  };
+  CHECK(probabilities("ring", 4) == std::vector<double>{0, 0.5, 0, 0.5});
+  CHECK(probabilities("ring", 2) == std::vector<double>{0, 1});
+  CHECK(probabilities("exponential", 4) == std::vector<double>{0, 0.25, 0.5, 0.25});  // ±1, ±2 (the same worker)
+  CHECK(probabilities("complete", 3) == std::vector<double>{0, 0.5, 0.5});
+  CHECK(neighbour_offsets("ring", 1).empty());
+
+  // Ring of 4, each worker starting one event per unit of time: Λ = 2 (I − P) has eigenvalues
+  // 2, 4, 2, so χ1 = 1/2; an edge's resistance (e_0 − e_1)ᵀ Λ⁺ (e_0 − e_1) = 3/4, so χ2 = 3/8.
+  const a2cid2_constants ring = a2cid2_for(neighbour_offsets("ring", 4), 4, 1.0);
+  CHECK(ring.chi1 == doctest::Approx(0.5));
+  CHECK(ring.chi2 == doctest::Approx(0.375));
+  CHECK(ring.eta == doctest::Approx(0.5 / std::sqrt(0.5 * 0.375)));
+  CHECK(ring.alpha_tilde == doctest::Approx(0.5 * std::sqrt(0.5 / 0.375)));
+  // Twice the rate: the same α̃, η twice as fast.
+  const a2cid2_constants faster = a2cid2_for(neighbour_offsets("ring", 4), 4, 2.0);
+  CHECK(faster.alpha_tilde == doctest::Approx(ring.alpha_tilde));
+  CHECK(faster.eta == doctest::Approx(2 * ring.eta));
+  // Complete graph: χ1 = χ2 = (n − 1) / (2n·rate), α̃ = ½ (θ̃ moves as θ: nothing to accelerate).
+  const a2cid2_constants complete = a2cid2_for(neighbour_offsets("complete", 5), 5, 1.0);
+  CHECK(complete.chi1 == doctest::Approx(0.4));
+  CHECK(complete.chi2 == doctest::Approx(0.4));
+  CHECK(complete.alpha_tilde == doctest::Approx(0.5));
+  // A long ring is poorly connected (χ1 ≫ χ2): θ̃ steps further than the average.
+  CHECK(a2cid2_for(neighbour_offsets("ring", 16), 16, 1.0).alpha_tilde > 1.5);
+  CHECK(a2cid2_for(neighbour_offsets("ring", 1), 1, 1.0).eta == 0);
+  CHECK(a2cid2_for(neighbour_offsets("ring", 4), 4, 0.0).eta == 0);
+
+  // The mixing between events, in closed form: θ + θ̃ stays, θ − θ̃ shrinks by e^(−2η t).
+  std::vector<float> theta = {1.0f, -2.0f}, tilde = {3.0f, 2.0f};
+  a2cid2_mix(theta, tilde, 0.5, std::log(2.0));  // e^(−ln 2) = ½
+  CHECK(theta[0] == doctest::Approx(1.5));
+  CHECK(tilde[0] == doctest::Approx(2.5));
+  CHECK(theta[1] == doctest::Approx(-1.0));
+  CHECK(tilde[1] == doctest::Approx(1.0));
+}
+
+TEST_CASE("gossip arithmetic: A2CiD2 keeps the mean of the copies and reaches consensus sooner than plain averages on a ring of 16") {
+  // Both from the same copies through the same Poisson events (each worker starts one per unit
+  // of time with a ring neighbour) for 20 units of time.
+  constexpr std::size_t n = 16, length = 8;
+  constexpr double horizon = 20;
+  std::mt19937_64 start(7);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> initial(n, std::vector<float>(length));
+  for (auto& copy : initial)
+    for (float& v : copy) v = normal(start);
+  const std::vector<double> initial_mean = mean_in_double({initial.begin(), initial.end()});
+  const std::vector<neighbour_offset> offsets = neighbour_offsets("ring", n);
+  const a2cid2_constants constants = a2cid2_for(offsets, n, 1.0);
+  const auto spread_after = [&](bool momentum) {
+    std::vector<std::vector<float>> theta = initial, tilde = initial;
+    std::vector<double> mixed_until(n, 0.0);
+    const auto catch_up = [&](std::size_t k, double now) {
+      if (momentum) a2cid2_mix(theta[k], tilde[k], constants.eta, now - mixed_until[k]);
+      mixed_until[k] = now;
+    };
+    std::mt19937_64 events(11);
+    for (double now = std::exponential_distribution<double>(n)(events); now < horizon;
+         now += std::exponential_distribution<double>(n)(events)) {
+      const std::size_t a = std::uniform_int_distribution<std::size_t>(0, n - 1)(events);
+      const std::size_t b = (a + (std::bernoulli_distribution(0.5)(events) ? 1 : n - 1)) % n;
+      catch_up(a, now);
+      catch_up(b, now);
+      if (momentum) average_pair(theta[a], theta[b], tilde[a], tilde[b], constants.alpha_tilde);
+      else average_pair(theta[a], theta[b]);
+    }
+    for (std::size_t k = 0; k < n; ++k) catch_up(k, horizon);
+    const std::vector<double> mean = mean_in_double({theta.begin(), theta.end()});
+    double square = 0;
+    for (std::size_t i = 0; i < length; ++i) {
+      CHECK(mean[i] == doctest::Approx(initial_mean[i]).epsilon(1e-4));  // the average model is kept
+      for (const auto& copy : theta) square += (copy[i] - mean[i]) * (copy[i] - mean[i]);
+    }
+    return std::sqrt(square / n);
+  };
+  const double plain = spread_after(false), accelerated = spread_after(true);
+  MESSAGE("spread after 20 units of time on a ring of 16: " << plain << " plain, " << accelerated << " with A2CiD2");
+  CHECK(accelerated < 0.5 * plain);
+}
+
+TEST_CASE("gossip arithmetic: a clean leaver's copy stays in the mean; a joiner from the mean keeps it") {
+  // Copies of a quadratic that took different numbers of SGD steps on the waves.
+  constexpr std::size_t length = 6;
+  accord::testing::quadratic net(length);
+  const accord::testing::waves data(length);
+  std::vector<std::vector<float>> copies(4, std::vector<float>(length));
+  for (std::size_t k = 0; k < copies.size(); ++k) {
+    net.initialize(copies[k], 0);
+    std::vector<float> gradient(length);
+    for (std::size_t step = 0; step < 3 * k + 1; ++step) {
+      net.forward_backward(copies[k], data.examples(7 * k + step, 2), gradient);
+      for (std::size_t i = 0; i < length; ++i) copies[k][i] -= 0.3f * gradient[i];
+    }
+  }
+  const std::vector<double> before = mean_in_double({copies.begin(), copies.end()});
+  // Worker 1 leaves cleanly.
+  spread_leaver({copies[0], copies[2], copies[3]}, copies[1]);
+  const std::vector<double> after = mean_in_double({copies[0], copies[2], copies[3]});
+  for (std::size_t i = 0; i < length; ++i) {
+    CHECK(after[i] == doctest::Approx(before[i]).epsilon(1e-6));
+    CHECK(std::fabs(copies[1][i] - before[i]) > 1e-3);  // it did differ from the mean
+  }
+  // A joiner starts from the mean: the mean stays.
+  const std::vector<float> joiner(after.begin(), after.end());
+  const std::vector<double> with_joiner = mean_in_double({copies[0], copies[2], copies[3], joiner});
+  for (std::size_t i = 0; i < length; ++i) CHECK(with_joiner[i] == doctest::Approx(before[i]).epsilon(1e-6));
 }
 
 TEST_CASE("asynchronous gossip: with one slow worker the fast ones contribute more gradients") {

@@ -128,6 +128,12 @@ struct worker_seconds {
   double wait = 0;           // compute idle, waiting for a round
 };
 
+// Bytes worker `from` sent worker `to` (ranks) during a step.
+struct edge_traffic {
+  int from = 0, to = 0;
+  std::uint64_t bytes = 0;
+};
+
 // One optimizer step as the coordinator saw it (also one line of the metrics file).
 struct step_metrics {
   std::uint64_t step = 0;
@@ -158,6 +164,9 @@ struct step_metrics {
   // Asynchronous topologies (parameter-server, gossip): how many of the step's gradients each
   // worker computed (index: worker; empty for the others).
   std::vector<std::uint64_t> worker_gradients;
+  // Asynchronous gossip: the step's bytes by edge, each direction apart (an exchange sends one
+  // copy each way); empty for the others.
+  std::vector<edge_traffic> edge_bytes;
 };
 
 struct job_result {

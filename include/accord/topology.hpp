@@ -52,6 +52,9 @@ struct topology_options {
   // gossip: rounds in lockstep (every worker each step, between processes too) instead of
   // asynchronous workers in one process.
   bool gossip_lockstep = false;
+  // gossip, asynchronous: "a2cid2" adds A2CiD2's continuous momentum (a second variable per
+  // worker mixing with its copy between events); "none": plain pairwise averages.
+  std::string gossip_momentum = "none";
 };
 
 // What a topology knows of the job it is asked to run.
