@@ -119,9 +119,11 @@ struct asynchronous_workers::impl {
 
   void count(int w, std::size_t bytes, int to) {
     figures[slot(w)].bytes += bytes;
-    if (to < 0) return;
+    if (to >= 0) count_edge(w, to, bytes);
+  }
+  void count_edge(int from, int to, std::size_t bytes) {
     std::lock_guard lock(edge_mutex);
-    edge_bytes[{w, to}] += bytes;
+    edge_bytes[{from, to}] += bytes;
   }
 
   // The bytes each edge carried since `before` (which becomes the totals now).
@@ -404,6 +406,8 @@ void asynchronous_workers::cross_link(int w, std::size_t bytes, int to) {
 }
 
 void asynchronous_workers::count_sent(int w, std::size_t bytes, int to) { impl_->count(w, bytes, to); }
+
+void asynchronous_workers::count_edge(int from, int to, std::size_t bytes) { impl_->count_edge(from, to, bytes); }
 
 void asynchronous_workers::stop() {
   impl& p = *impl_;

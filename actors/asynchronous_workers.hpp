@@ -125,6 +125,9 @@ public:
   void cross_link(int w, std::size_t bytes, int to = -1);
   // Counts `bytes` sent by worker `w` (to `to`) without taking time (the other side of an exchange).
   void count_sent(int w, std::size_t bytes, int to = -1);
+  // Only the step's edge_bytes: `bytes` of a transfer from `from` to `to` whose time and total
+  // were counted already (the parameter server: each shard's slice of one push or pull).
+  void count_edge(int from, int to, std::size_t bytes);
   // Worker `w`'s figures so far; a worker of another process's, as it sent them (its reports
   // are sent where its gradients are applied).
   worker_figures figures_of(int w) const;

@@ -136,7 +136,11 @@ private:
   std::optional<std::vector<float>> fetch(int w, std::uint64_t k, caf::scoped_actor& self) override {
     // Lockstep: the parameters after round k; otherwise whatever the shards hold now.
     auto parameters = pull(self, synchronous_ ? k : 0, &versions_[static_cast<std::size_t>(w)]);
-    if (parameters) workers_->cross_link(w, parameters->size() * sizeof(float));
+    if (parameters) {
+      workers_->cross_link(w, parameters->size() * sizeof(float));
+      for (std::size_t s = 0; s < shards_.size(); ++s)  // server s: hosted beside worker s
+        workers_->count_edge(static_cast<int>(s), w, shards_[s].size() * sizeof(float));
+    }
     return parameters;
   }
 
@@ -149,6 +153,7 @@ private:
     push.gradient = std::move(g.sum);
     workers_->cross_link(w, push.gradient->size() * sizeof(float));
     for (std::size_t s = 0; s < servers_.size(); ++s) {
+      workers_->count_edge(w, static_cast<int>(s), shards_[s].size() * sizeof(float));
       push.pulled_version = versions_[static_cast<std::size_t>(w)][s];
       self->send(servers_[s], push);
     }

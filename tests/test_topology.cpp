@@ -15,6 +15,7 @@
 #include <random>
 #include <span>
 #include <stdexcept>
+#include <set>
 #include <string>
 #include <type_traits>
 
@@ -280,6 +281,17 @@ TEST_CASE("an asynchronous parameter server records every applied gradient's sta
   CHECK(applied == 12 * 3);  // a step is as many gradients as workers
   CHECK(served.steps.back().train_loss < served.steps.front().train_loss);
   for (float p : served.parameters) CHECK(std::isfinite(p));
+  // Every worker pushes to and pulls from every shard's server (hosted beside its worker):
+  // the edges carry all of the bytes, each a whole number of shard slices.
+  std::uint64_t edge_total = 0;
+  std::set<std::pair<int, int>> edges;
+  for (const auto& m : served.steps)
+    for (const edge_traffic& e : m.edge_bytes) {
+      edge_total += e.bytes;
+      edges.insert({e.from, e.to});
+    }
+  CHECK(edge_total == served.bytes_sent);
+  CHECK(edges.size() == 3 * 3);
 }
 
 TEST_CASE("an asynchronous parameter server keeps going when workers die, leave and join") {
