@@ -222,18 +222,22 @@ void advance(self_pointer self) {
   if (s.finished || s.computing || s.swapping || s.fetching) return;
   const auto& setup = s.setup;
   const bool overlap = overlaps_round(setup.pipe, s.round, setup.dpu_warmup);
+  // Micro-batches while this round is in flight: at least `least`, at most `most` (0: no cap).
+  const bool estimate = is_estimate_round(setup.pipe, s.round);
+  const std::size_t least = estimate ? setup.estimate_accumulation : setup.accumulation;
+  const std::size_t most = estimate ? setup.estimate_max_accumulation : setup.max_accumulation;
   if (!s.in_flight) {
     // Overlapped rounds launch as soon as there is anything to send and fill up while in
     // flight; synchronous rounds launch once the accumulation is complete.
-    if (s.since_launch >= (overlap ? 1 : setup.accumulation)) {
+    if (s.since_launch >= (overlap ? 1 : least)) {
       if (setup.fetch_sums && !s.fetched) return fetch_sum(self);  // advances again once back
       launch_round(self);
     }
-  } else if (s.arrived && (!overlap || s.since_launch >= setup.accumulation)) {
+  } else if (s.arrived && (!overlap || s.since_launch >= least)) {
     finish_round(self);
     return;
   }
-  const bool capped = setup.max_accumulation && s.since_launch >= setup.max_accumulation;
+  const bool capped = most && s.since_launch >= most;
   if (!s.in_flight || (overlap && !capped))
     request_micro_batch(self);
   else if (!s.idle_since)

@@ -24,6 +24,9 @@ struct accumulator_setup {
   std::uint64_t dpu_warmup = 0;
   std::size_t accumulation = 1;       // micro-batches per round at least
   std::size_t max_accumulation = 0;   // overlapped rounds: at most (0: no cap)
+  // ACCO's estimate rounds count their own micro-batches (job_config::estimate_accumulation).
+  std::size_t estimate_accumulation = 1;
+  std::size_t estimate_max_accumulation = 0;
   std::size_t parameter_count = 0;
   tensor parameters;                  // what the compute actor starts with
   // The compute actor is resident (compute_setup::resident): a lent sum's host values are stale

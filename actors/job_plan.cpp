@@ -36,6 +36,8 @@ void validate(const job_config& c) {
   require(c.accumulation >= 1, "accumulation must be at least 1");
   require(c.max_accumulation == 0 || c.max_accumulation >= c.accumulation,
           "max-accumulation must be 0 (no cap) or at least accumulation");
+  require(c.estimate_accumulation <= 1'000'000, "estimate accumulation must be at most 1000000 micro-batches (got " +
+                                                    std::to_string(c.estimate_accumulation) + "; 0: as accumulation)");
   require(c.speed_factors.empty() || c.speed_factors.size() == static_cast<std::size_t>(c.workers),
           "speed factors: expected " + std::to_string(c.workers) + " values (one per worker), got " +
               std::to_string(c.speed_factors.size()));
@@ -100,6 +102,9 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   job_plan plan;
   plan.data_hash = data_hash(train);
   plan.algo = &find_algorithm(config.algorithm);
+  require(config.estimate_accumulation == 0 || plan.algo->pipe == pipeline::acco,
+          "estimate accumulation: algorithm " + plan.algo->name +
+              " has no estimate rounds (only ACCO's pipeline: acco, acco-dlion); leave it 0");
   plan.optimizer = optimizer_for(*plan.algo, config);
   make_optimizer(plan.optimizer, 0);  // its own checks (AdamW's betas below 1, ...) before any actor starts
   plan.schedule.kind = config.cosine ? "cosine" : "constant";

@@ -120,6 +120,9 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.dpu_warmup = config.dpu_warmup;
   accumulation.accumulation = config.accumulation;
   accumulation.max_accumulation = config.max_accumulation;
+  accumulation.estimate_accumulation = config.estimate_accumulation ? config.estimate_accumulation : config.accumulation;
+  accumulation.estimate_max_accumulation =  // the same headroom over the least
+      config.max_accumulation ? config.max_accumulation - config.accumulation + accumulation.estimate_accumulation : 0;
   accumulation.parameter_count = plan.initial.size();
   accumulation.parameters = compute->parameters;
   accumulation.fetch_sums = compute->resident && !compute->memory;

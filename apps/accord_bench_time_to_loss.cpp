@@ -45,19 +45,28 @@ std::vector<double> parse_targets(const std::string& list) {
   return targets;
 }
 
-// ACCO-style algorithms run two rounds per step: half of DDP's micro-batches per stage.
+// ACCO-style algorithms run two rounds per step: DDP's micro-batches split between the stages.
 bool staged(const std::string& name) { return name.rfind("acco", 0) == 0; }
 
+// ACCO's micro-batches per estimate stage (the rest of --accumulation go to the real stage).
+std::size_t estimate_stage(const job_config& job) {
+  return job.estimate_accumulation ? job.estimate_accumulation : job.accumulation / 2;
+}
+
 // The same number of micro-batches per step for every algorithm: synchronous ones take
-// `accumulation`, overlapped ones are capped to it (ACCO: half per stage). Repetition r runs
-// with seed --seed + r: a run is deterministic, and one seed's draw can decide a comparison
-// (Distributed Lion's final loss on the default GPT moves by ±0.25 between seeds).
+// `accumulation`, overlapped ones are capped to it. ACCO splits it: --estimate-accumulation
+// while its estimate round is in flight and the rest while its real round is (unset: half
+// each). Repetition r runs with seed --seed + r: a run is deterministic, and one seed's draw
+// can decide a comparison (Distributed Lion's final loss on the default GPT moves by ±0.25
+// between seeds).
 job_config job_for(const training_setup& setup, const std::string& name, std::size_t accumulation,
                    int repetition = 0) {
   job_config job = setup.job;
   job.seed += static_cast<std::uint64_t>(repetition);
   job.algorithm = name;
-  job.accumulation = staged(name) ? accumulation / 2 : accumulation;
+  const std::size_t estimates = estimate_stage(setup.job);
+  job.accumulation = staged(name) ? accumulation - estimates : accumulation;
+  job.estimate_accumulation = staged(name) ? estimates : 0;
   job.max_accumulation = job.accumulation;
   job.defer_evaluation = true;  // evaluations take no compute from the timed run
   job.replica_check_interval = 0;
@@ -92,7 +101,8 @@ int main(int argc, char** argv) {
         "usage: accord-bench-time-to-loss [options]\n"
         "Times each algorithm to two held-out losses at equal tokens per step and equal wire\n"
         "precision: synchronous algorithms accumulate --accumulation micro-batches per step,\n"
-        "ACCO-style ones half of it per stage (two stages per step), overlapped ones capped.\n"
+        "ACCO-style ones half of it per stage (two stages per step; --estimate-accumulation E: E per\n"
+        "estimate stage, the rest per real stage), overlapped ones capped.\n"
         "--link auto (the default) emulates a link on which DDP communicates --comm-ratio times as\n"
         "long as it computes. Prints medians over interleaved repetitions: seconds to each target and\n"
         "the speed-up over the baseline, final eval loss, bits/param/step, peak memory/minimum.");
@@ -107,15 +117,23 @@ int main(int argc, char** argv) {
     std::vector<double> targets = parse_targets(flags["targets"].as<std::string>());
     training_setup setup = make_training_setup(flags);
     const std::size_t accumulation = setup.job.accumulation;
-    for (const auto& name : names)
-      if (staged(name) && accumulation % 2 != 0)
-        throw std::invalid_argument("--accumulation must be even: " + name + " takes half of it per stage");
+    for (const auto& name : names) {
+      if (!staged(name)) continue;
+      if (!setup.job.estimate_accumulation && accumulation % 2 != 0)
+        throw std::invalid_argument("--accumulation must be even: " + name + " takes half of it per stage "
+                                    "(or split it with --estimate-accumulation)");
+      if (setup.job.estimate_accumulation >= accumulation)
+        throw std::invalid_argument("--estimate-accumulation must be below --accumulation: " + name +
+                                    " takes it per estimate stage and the rest per real stage");
+    }
     // A DDP step that spends --comm-ratio times its compute on the wire.
     if (setup.job.link == "auto")
       setup.job.link = calibrated_link(setup, job_for(setup, "ddp", accumulation), comm_ratio);
-    std::printf("%s, %d workers, %llu steps of %zu micro-batches x %zu examples, link %s, wire %s%s\n",
+    std::printf("%s, %d workers, %llu steps of %zu micro-batches (ACCO: %zu per estimate stage + %zu per real "
+                "stage) x %zu examples, link %s, wire %s%s\n",
                 setup.net->signature().c_str(), setup.job.workers, static_cast<unsigned long long>(setup.job.steps),
-                accumulation, setup.job.micro_batch, setup.job.link.c_str(), setup.job.wire_precision.c_str(),
+                accumulation, estimate_stage(setup.job), accumulation - estimate_stage(setup.job),
+                setup.job.micro_batch, setup.job.link.c_str(), setup.job.wire_precision.c_str(),
                 setup.job.estimate_precision.empty() ? "" : (", estimates " + setup.job.estimate_precision).c_str());
     std::fflush(stdout);
 

@@ -206,6 +206,9 @@ void add_training_options(po::options_description& options, const job_config& d)
        "micro-batches per round at least (ACCO: per stage)")
       ("max-accumulation", number_flag<std::size_t>(0, most_examples, d.max_accumulation),
        "overlapped algorithms: at most this many micro-batches per round (0: no cap)")
+      ("estimate-accumulation", number_flag<std::size_t>(0, most_examples, d.estimate_accumulation),
+       "acco, acco-dlion: micro-batches at least while an estimate round is in flight (--accumulation then "
+       "counts those while a real round is; a cap keeps --max-accumulation's headroom) (0: as --accumulation)")
       ("dpu-warmup", number_flag<std::uint64_t>(0, most, d.dpu_warmup), "DPU: synchronous rounds before overlapping")
       ("seed", number_flag<std::uint64_t>(0, ~std::uint64_t{0}, d.seed), "initialisation and data order")
       ("model", po::value<std::string>()->default_value("gpt"), "gpt (byte-level transformer) | mlp (classifier)")
@@ -323,6 +326,7 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   job.micro_batch = flags["micro-batch"].as<std::size_t>();
   job.accumulation = flags["accumulation"].as<std::size_t>();
   job.max_accumulation = flags["max-accumulation"].as<std::size_t>();
+  job.estimate_accumulation = flags["estimate-accumulation"].as<std::size_t>();
   job.dpu_warmup = flags["dpu-warmup"].as<std::uint64_t>();
   job.seed = flags["seed"].as<std::uint64_t>();
   if (flags.count("optimizer")) job.optimizer = flags["optimizer"].as<std::string>();

@@ -53,6 +53,7 @@ void bind_settings(py::module_& m) {
       .def_readwrite("micro_batch", &job_config::micro_batch)
       .def_readwrite("accumulation", &job_config::accumulation)
       .def_readwrite("max_accumulation", &job_config::max_accumulation)
+      .def_readwrite("estimate_accumulation", &job_config::estimate_accumulation)
       .def_readwrite("dpu_warmup", &job_config::dpu_warmup)
       .def_readwrite("seed", &job_config::seed)
       .def_readwrite("optimizer", &job_config::optimizer)

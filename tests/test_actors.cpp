@@ -147,25 +147,75 @@ std::vector<double> sgd_step(std::vector<double> theta, double eta, const std::v
 
 TEST_CASE("ACCO follows its equations on a quadratic: estimate from g̃, real step from g̃ + g" *
           doctest::test_suite("pipeline")) {
-  for (int workers : {1, 2, 3}) {
-    CAPTURE(workers);
-    const std::uint64_t steps = 5;
-    const double eta = 0.1;
-    // Micro-batch 2t is g̃_t at θ̃_t (θ̃_0 = θ_0), micro-batch 2t+1 is g_t at θ_t;
-    // θ̃_{t+1} = θ_t − η mean(g̃_t) and θ_{t+1} = θ_t − η mean(g̃_t + g_t), both from θ_t.
-    std::vector<double> theta = initial_theta(), estimate = theta;
-    for (std::uint64_t t = 0; t < steps; ++t) {
-      const auto first = summed_gradient(estimate, workers, 2 * t);
-      const auto second = summed_gradient(theta, workers, 2 * t + 1);
-      std::vector<double> both(dim);
-      for (std::size_t i = 0; i < dim; ++i) both[i] = first[i] + second[i];
-      estimate = sgd_step(theta, eta, first, workers);
-      theta = sgd_step(theta, eta, both, 2.0 * workers);
+  // {micro-batches per real round (at θ̃), per estimate round (at θ; 0: as many)}: the even
+  // split is today's ACCO (estimate_accumulation unset), the others its uneven splits.
+  for (const auto [real, estimates] : {std::pair<std::size_t, std::size_t>{1, 0}, {3, 1}, {1, 2}, {2, 2}})
+    for (int workers : {1, 2, 3}) {
+      CAPTURE(real);
+      CAPTURE(estimates);
+      CAPTURE(workers);
+      const std::uint64_t steps = 5;
+      const double eta = 0.1;
+      const std::size_t at_theta = estimates ? estimates : real;
+      // Each worker's micro-batches in order: g̃_t at θ̃_t (θ̃_0 = θ_0; one micro-batch in step 0,
+      // `real` later: those computed while the previous real round was in flight), then g_t at θ_t
+      // (`at_theta`, while the estimate round is in flight); θ̃_{t+1} = θ_t − η mean(g̃_t) and
+      // θ_{t+1} = θ_t − η mean(g̃_t + g_t), both from θ_t.
+      std::vector<double> theta = initial_theta(), estimate = theta;
+      std::uint64_t next = 0;  // the workers' next micro-batch
+      std::size_t at_estimate = 1;
+      auto sum_of = [&](const std::vector<double>& at, std::size_t count) {
+        std::vector<double> sum(dim, 0.0);
+        for (std::size_t m = 0; m < count; ++m) {
+          const auto g = summed_gradient(at, workers, next++);
+          for (std::size_t i = 0; i < dim; ++i) sum[i] += g[i];
+        }
+        return sum;
+      };
+      for (std::uint64_t t = 0; t < steps; ++t) {
+        const auto first = sum_of(estimate, at_estimate);
+        const auto second = sum_of(theta, at_theta);
+        std::vector<double> both(dim);
+        for (std::size_t i = 0; i < dim; ++i) both[i] = first[i] + second[i];
+        estimate = sgd_step(theta, eta, first, static_cast<double>(at_estimate * workers));
+        theta = sgd_step(theta, eta, both, static_cast<double>((at_estimate + at_theta) * workers));
+        at_estimate = real;
+      }
+      job_config job = sgd_job("acco", workers, steps);
+      job.accumulation = job.max_accumulation = real;  // capped: deterministic
+      job.estimate_accumulation = estimates;
+      std::vector<std::uint64_t> micro_batches;
+      const job_result result = run_quadratic(job, [&](const step_metrics& m) { micro_batches.push_back(m.micro_batches); });
+      check_close(result.parameters, theta, 1e-5);
+      CHECK(result.rounds == 2 * steps);
+      CHECK(result.replicas_identical);
+      // The report's micro-batches per step: both stages, every worker.
+      REQUIRE(micro_batches.size() == steps);
+      CHECK(micro_batches.front() == (1 + at_theta) * workers);
+      CHECK(micro_batches.back() == (real + at_theta) * workers);
     }
-    const job_result result = run_quadratic(sgd_job("acco", workers, steps));
-    check_close(result.parameters, theta, 1e-5);
-    CHECK(result.rounds == 2 * steps);
-    CHECK(result.replicas_identical);
+}
+
+TEST_CASE("ACCO's estimate accumulation, unset or equal to accumulation, is today's ACCO bit for bit; "
+          "a cap keeps max-accumulation's headroom" * doctest::test_suite("pipeline")) {
+  job_config job = sgd_job("acco", 2, 4);
+  job.accumulation = 2;
+  job.max_accumulation = 2;
+  const job_result unset = run_quadratic(job);
+  job.estimate_accumulation = 2;
+  const job_result equal = run_quadratic(job);
+  CHECK(unset.parameters == equal.parameters);  // bitwise
+  // accumulation 2, cap 3 (headroom 1), estimates 1: an estimate round is capped at 2 micro-batches,
+  // a real round at 3; on an unlimited link a round may end before compute reaches the cap.
+  job.max_accumulation = 3;
+  job.estimate_accumulation = 1;
+  std::vector<std::uint64_t> micro_batches;
+  const job_result capped = run_quadratic(job, [&](const step_metrics& m) { micro_batches.push_back(m.micro_batches); });
+  CHECK(capped.replicas_identical);
+  for (std::size_t t = 1; t < micro_batches.size(); ++t) {
+    CAPTURE(t);
+    CHECK(micro_batches[t] >= (2 + 1) * 2u);
+    CHECK(micro_batches[t] <= (3 + 2) * 2u);
   }
 }
 
@@ -449,6 +499,14 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   job.topology = "hierarchical";
   job.topology_settings.group_size = 2;
   refused(job, "estimate precision: 'sign' is not supported by the hierarchical topology");
+  for (const char* algorithm : {"ddp", "dpu", "dlion-mavo"}) {
+    job = sgd_job(algorithm, 2, 2);
+    job.estimate_accumulation = 1;
+    refused(job, "estimate accumulation: algorithm " + std::string(algorithm) + " has no estimate rounds");
+  }
+  job = sgd_job("acco", 2, 2);
+  job.estimate_accumulation = std::size_t{1} << 62;
+  refused(job, "estimate accumulation must be at most 1000000");
 }
 
 TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the problem" *

@@ -104,6 +104,8 @@ TEST_CASE("accord-train refuses out-of-range numbers naming the flag") {
       {train, "--workers 100000", "--workers"},
       {train, "--accumulation 0", "--accumulation"},
       {train, "--max-accumulation -1", "--max-accumulation"},
+      {train, "--estimate-accumulation -1", "--estimate-accumulation"},
+      {train, "--estimate-accumulation 1000001", "--estimate-accumulation"},
       {train, "--dpu-warmup -1", "--dpu-warmup"},
       {train, "--seed -3", "--seed"},
       {train, "--context 0", "--context"},
@@ -196,6 +198,7 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--resume /nonexistent/state.ckpt" + tiny, "/nonexistent/state.ckpt"},
       {train, "--optimizer rmsprop" + tiny, "rmsprop"},
       {train, "--algo sgd-async" + tiny, "sgd-async"},
+      {train, "--algo ddp --estimate-accumulation 1" + tiny, "estimate accumulation: algorithm ddp has no estimate rounds"},
       {train, "--topology star" + tiny, "--topology: 'star' (expected gossip|hierarchical|local-sgd|parameter-server|ring)"},
       {train, "--topology local-sgd --algo acco" + tiny, "--topology local-sgd: its inner steps"},
       {train, "--topology local-sgd --algo ddp --outer-momentum 1" + tiny, "--outer-momentum must be in [0, 1)"},
@@ -301,6 +304,8 @@ TEST_CASE("the benchmarks refuse bad flags naming them") {
       {bench_time_to_loss, "--algos ddp,nope", "--algos"},
       {bench_time_to_loss, "--repetitions 0", "--repetitions"},
       {bench_time_to_loss, "--algos ddp,acco --accumulation 3", "--accumulation must be even"},
+      {bench_time_to_loss, "--algos ddp,acco --accumulation 4 --estimate-accumulation 4",
+       "--estimate-accumulation must be below --accumulation"},
   };
   for (const auto& c : cases) check_refused(c);
 }

@@ -52,6 +52,11 @@ struct job_config {
   std::size_t micro_batch = 8;       // examples per micro-batch
   std::size_t accumulation = 1;      // micro-batches per round at least (ACCO: per stage)
   std::size_t max_accumulation = 0;  // overlapped schedules: at most this many (0: no cap)
+  // ACCO: micro-batches (at θ_t) while an estimate round is in flight, at least; `accumulation`
+  // (at θ̃) then counts those while a real round is. 0: as accumulation. A cheap estimate round
+  // hides behind fewer, the real round behind more: step max(e·c, M_e) + max(a·c, M). The cap
+  // keeps its headroom: at most max_accumulation − accumulation + this (when capped).
+  std::size_t estimate_accumulation = 0;
   std::uint64_t dpu_warmup = 0;      // DPU: synchronous rounds before overlapping
   std::uint64_t seed = 1;
 
