@@ -409,6 +409,21 @@ void asynchronous_workers::count_sent(int w, std::size_t bytes, int to) { impl_-
 
 void asynchronous_workers::count_edge(int from, int to, std::size_t bytes) { impl_->count_edge(from, to, bytes); }
 
+std::vector<std::uint64_t> asynchronous_workers::edges_from(int w, int ranks) const {
+  std::vector<std::uint64_t> bytes(static_cast<std::size_t>(std::max(ranks, 0)), 0);
+  std::lock_guard lock(impl_->edge_mutex);
+  for (int to = 0; to < ranks; ++to)
+    if (const auto found = impl_->edge_bytes.find({w, to}); found != impl_->edge_bytes.end())
+      bytes[static_cast<std::size_t>(to)] = found->second;
+  return bytes;
+}
+
+void asynchronous_workers::set_edges_from(int w, std::span<const std::uint64_t> bytes) {
+  std::lock_guard lock(impl_->edge_mutex);
+  for (std::size_t to = 0; to < bytes.size(); ++to)
+    if (bytes[to] > 0) impl_->edge_bytes[{w, static_cast<int>(to)}] = bytes[to];
+}
+
 void asynchronous_workers::stop() {
   impl& p = *impl_;
   if (p.stopping.exchange(true)) return;

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 
 namespace accord {
 
@@ -128,6 +129,10 @@ public:
   // Only the step's edge_bytes: `bytes` of a transfer from `from` to `to` whose time and total
   // were counted already (the parameter server: each shard's slice of one push or pull).
   void count_edge(int from, int to, std::size_t bytes);
+  // Worker `w`'s bytes to each of ranks 0..ranks-1 so far; a worker of another process's, as
+  // it sent them (set_edges_from replaces its counts, as set_figures its figures).
+  std::vector<std::uint64_t> edges_from(int w, int ranks) const;
+  void set_edges_from(int w, std::span<const std::uint64_t> bytes);
   // Worker `w`'s figures so far; a worker of another process's, as it sent them (its reports
   // are sent where its gradients are applied).
   worker_figures figures_of(int w) const;

@@ -52,7 +52,8 @@ public:
         {answer_tag, fixed(copy_bytes), [this](int, std::span<const std::byte> m) { on_answer(m); }},
         {collect_tag, fixed(sizeof(no_header)), [this](int from, std::span<const std::byte>) { on_collect(from); }},
         {copy_tag, fixed(copy_bytes), [this](int from, std::span<const std::byte> m) { on_copy(from, m); }},
-        {applied_tag, fixed(sizeof(applied_header)), [this](int, std::span<const std::byte> m) { on_applied(m); }},
+        {applied_tag, fixed(sizeof(applied_header) + static_cast<std::size_t>(world_) * sizeof(std::uint64_t)),
+         [this](int, std::span<const std::byte> m) { on_applied(m); }},
         {done_tag, fixed(sizeof(no_header)), [this](int, std::span<const std::byte>) { on_done(); }},
     };
     for (auto& k : tickets_->kinds()) kinds.push_back(std::move(k));
@@ -122,9 +123,10 @@ private:
     if (rank_ == 0)
       workers_->applied(applied);
     else
-      exchange_->send(0, applied_tag,
+      exchange_->send(0, applied_tag,  // with its bytes to each rank, for the step's edge_bytes
                       message_of(applied_header{static_cast<std::uint64_t>(w), g.micro_batches, g.loss_sum, g.items,
-                                                workers_->figures_of(w)}));
+                                                workers_->figures_of(w)},
+                                 std::span<const std::uint64_t>(workers_->edges_from(w, world_))));
     std::mt19937_64 draw = gossip_draw(seed_, g.ticket);
     const int events = gossip_events(rate_, draw);
     for (int e = 0; e < events && !workers_->stopping(); ++e) {
@@ -158,7 +160,7 @@ private:
       answer_.reset();
     }
     exchange_->send(peer, offer_tag, message_of(no_header{}, sent));
-    workers_->cross_link(rank_, sent.size() * sizeof(float));
+    workers_->cross_link(rank_, sent.size() * sizeof(float), peer);
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return answer_ || failure_; });
     if (!answer_) return;
@@ -183,7 +185,7 @@ private:
       ++version_;
     }
     exchange_->send(from, answer_tag, message_of(no_header{}, before));
-    workers_->count_sent(rank_, before.size() * sizeof(float));
+    workers_->count_sent(rank_, before.size() * sizeof(float), from);
   }
 
   void on_answer(std::span<const std::byte> message) {
@@ -216,6 +218,7 @@ private:
                                std::to_string(world_));
     const int worker = static_cast<int>(h.worker);
     workers_->set_figures(worker, h.figures);
+    workers_->set_edges_from(worker, counts_of(message, sizeof(applied_header)));
     workers_->applied({worker, 0, h.micro_batches, h.loss_sum, h.items});
   }
 

@@ -98,6 +98,19 @@ std::vector<std::byte> message_of(const Header& header, std::span<const float> v
   if (!values.empty()) std::memcpy(message.data() + sizeof(Header), values.data(), values.size_bytes());
   return message;
 }
+// Or a header, then counts.
+template <class Header>
+std::vector<std::byte> message_of(const Header& header, std::span<const std::uint64_t> counts) {
+  std::vector<std::byte> message(sizeof(Header) + counts.size_bytes());
+  std::memcpy(message.data(), &header, sizeof(Header));
+  if (!counts.empty()) std::memcpy(message.data() + sizeof(Header), counts.data(), counts.size_bytes());
+  return message;
+}
+inline std::vector<std::uint64_t> counts_of(std::span<const std::byte> message, std::size_t header_bytes) {
+  std::vector<std::uint64_t> counts((message.size() - header_bytes) / sizeof(std::uint64_t));
+  if (!counts.empty()) std::memcpy(counts.data(), message.data() + header_bytes, counts.size() * sizeof(std::uint64_t));
+  return counts;
+}
 template <class Header>
 Header header_of(std::span<const std::byte> message) {
   Header header;

@@ -21,6 +21,8 @@
 #include <fstream>
 #include <iterator>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -180,6 +182,27 @@ TEST_CASE("asynchronous gossip between 3 processes trains and reports the consen
   CHECK(lines.back().find("\"consensus_distance\":") != std::string::npos);  // evaluated: the mean of the copies
   CHECK(lines.back().find("\"worker_gradients\":[") != std::string::npos);
   CHECK(read_all("multiprocess_gossip.f32").size() > 0);
+  // Every process's bytes to each neighbour reach rank 0's reports: edges between distinct ranks.
+  std::set<std::pair<int, int>> edges;
+  for (const auto& line : lines) {
+    const auto at = line.find("\"edge_bytes\":[");
+    if (at == std::string::npos) continue;
+    std::istringstream in(line.substr(at + 14));
+    for (char c = 0; in >> c && c == '[';) {
+      int from = -1, to = -1;
+      std::uint64_t bytes = 0;
+      char comma = 0, close = 0;
+      if (!(in >> from >> comma >> to >> comma >> bytes >> close)) break;
+      CHECK(from != to);
+      CHECK(bytes > 0);
+      edges.insert({from, to});
+      in >> c;  // ',' or the closing ']'
+      if (c != ',') break;
+    }
+  }
+  std::set<int> senders;
+  for (const auto& [from, to] : edges) senders.insert(from);
+  CHECK(senders.size() == 3);  // ranks 1 and 2 too, not only rank 0's own
 }
 
 TEST_CASE("an asynchronous worker killed mid-run fails the job instead of hanging it") {
