@@ -203,9 +203,23 @@ private:
     ++pushes_from_[static_cast<std::size_t>(worker)];
     if (rank_ == 0) {  // shard 0 records, for the reports
       if (worker != rank_) workers_->set_figures(worker, header.figures);
-      for (const applied_gradient& g : applied) workers_->applied(g);
+      for (const applied_gradient& g : applied) {
+        count_edges_of(g.worker);
+        workers_->applied(g);
+      }
     }
     answer_waiting();
+  }
+
+  // An applied gradient was one pull of every shard and one push to every shard: the reports'
+  // edge_bytes, counted where gradients are recorded (no process sees every transfer), with
+  // the worker's own shard as in one process.
+  void count_edges_of(int worker) {
+    for (int s = 0; s < world_; ++s) {
+      const std::size_t bytes = shards_[static_cast<std::size_t>(s)].size() * sizeof(float);
+      workers_->count_edge(worker, s, bytes);
+      workers_->count_edge(s, worker, bytes);
+    }
   }
 
   void on_retire(int worker) {
