@@ -91,7 +91,7 @@ public:
     }
     if (rank_ == 0) {
       auto copies = collect();
-      if (copies) result = mean_of(*copies, true).first;
+      if (copies) result = mean_and_spread(*copies, true).first;
       notify_done();
     } else {
       std::lock_guard lock(mutex_);
@@ -143,7 +143,7 @@ private:
       view.stopped = true;
       return view;
     }
-    auto [mean, distance] = mean_of(*copies, true);
+    auto [mean, distance] = mean_and_spread(*copies, true);
     view.consensus_distance = distance;
     view.parameters = std::make_shared<std::vector<float>>(std::move(mean));
     return view;
@@ -240,12 +240,6 @@ private:
     changed_.wait(lock, [&] { return collecting_ == 0 || failure_; });
     if (collecting_ != 0) return std::nullopt;
     return std::move(collected_);
-  }
-
-  static std::pair<std::vector<float>, double> mean_of(const std::vector<std::vector<float>>& copies, bool with_mean) {
-    std::vector<const std::vector<float>*> pointers;
-    for (const auto& copy : copies) pointers.push_back(&copy);
-    return mean_and_spread(pointers, with_mean);
   }
 
   void notify_done() {

@@ -27,7 +27,6 @@ void step_own_copy(optimizer& opt, std::vector<float>& copy, computed_gradient& 
                    std::span<float> tilde = {});
 // The mean of `copies` (empty unless `with_mean`; summed in double) and their spread,
 // sqrt(mean_i ‖θ_i − θ̄‖²).
-std::pair<std::vector<float>, double> mean_and_spread(const std::vector<const std::vector<float>*>& copies,
-                                                      bool with_mean);
+std::pair<std::vector<float>, double> mean_and_spread(const std::vector<std::vector<float>>& copies, bool with_mean);
 
 }  // namespace accord

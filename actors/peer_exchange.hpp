@@ -90,21 +90,21 @@ private:
   std::thread thread_;
 };
 
-// Messages: a fixed, trivially copyable header, then floats.
+// Messages: a fixed, trivially copyable header, then floats (or counts).
 template <class Header>
-std::vector<std::byte> message_of(const Header& header, std::span<const float> values = {}) {
-  std::vector<std::byte> message(sizeof(Header) + values.size_bytes());
+std::vector<std::byte> header_then(const Header& header, std::span<const std::byte> payload) {
+  std::vector<std::byte> message(sizeof(Header) + payload.size());
   std::memcpy(message.data(), &header, sizeof(Header));
-  if (!values.empty()) std::memcpy(message.data() + sizeof(Header), values.data(), values.size_bytes());
+  if (!payload.empty()) std::memcpy(message.data() + sizeof(Header), payload.data(), payload.size());
   return message;
 }
-// Or a header, then counts.
+template <class Header>
+std::vector<std::byte> message_of(const Header& header, std::span<const float> values = {}) {
+  return header_then(header, std::as_bytes(values));
+}
 template <class Header>
 std::vector<std::byte> message_of(const Header& header, std::span<const std::uint64_t> counts) {
-  std::vector<std::byte> message(sizeof(Header) + counts.size_bytes());
-  std::memcpy(message.data(), &header, sizeof(Header));
-  if (!counts.empty()) std::memcpy(message.data() + sizeof(Header), counts.data(), counts.size_bytes());
-  return message;
+  return header_then(header, std::as_bytes(counts));
 }
 inline std::vector<std::uint64_t> counts_of(std::span<const std::byte> message, std::size_t header_bytes) {
   std::vector<std::uint64_t> counts((message.size() - header_bytes) / sizeof(std::uint64_t));

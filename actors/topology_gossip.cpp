@@ -146,15 +146,12 @@ void step_own_copy(optimizer& opt, std::vector<float>& copy, computed_gradient& 
     for (std::size_t i = 0; i < copy.size(); ++i) tilde[i] += copy[i];
 }
 
-std::pair<std::vector<float>, double> mean_and_spread(const std::vector<const std::vector<float>*>& copies,
-                                                      bool with_mean) {
+std::pair<std::vector<float>, double> mean_and_spread(const std::vector<std::vector<float>>& copies, bool with_mean) {
   if (copies.empty()) return {{}, 0.0};
-  std::vector<std::span<const float>> spans;
-  for (const std::vector<float>* copy : copies) spans.emplace_back(*copy);
-  const std::vector<double> mean = mean_in_double(spans);
+  const std::vector<double> mean = mean_in_double(std::vector<std::span<const float>>(copies.begin(), copies.end()));
   double square = 0;
-  for (const std::vector<float>* copy : copies)
-    for (std::size_t i = 0; i < mean.size(); ++i) square += ((*copy)[i] - mean[i]) * ((*copy)[i] - mean[i]);
+  for (const std::vector<float>& copy : copies)
+    for (std::size_t i = 0; i < mean.size(); ++i) square += (copy[i] - mean[i]) * (copy[i] - mean[i]);
   std::vector<float> result;
   if (with_mean) result.assign(mean.begin(), mean.end());
   return {std::move(result), std::sqrt(square / static_cast<double>(copies.size()))};
@@ -342,9 +339,7 @@ private:
       catch_up(k, now);
       snapshot.push_back(copies_[k]);
     }
-    std::vector<const std::vector<float>*> copies;
-    for (const auto& copy : snapshot) copies.push_back(&copy);
-    return mean_and_spread(copies, with_mean);
+    return mean_and_spread(snapshot, with_mean);
   }
 
   std::string graph_;
