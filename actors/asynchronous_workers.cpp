@@ -113,7 +113,10 @@ struct asynchronous_workers::impl {
     return most;
   }
   bool lockstep() const { return setup.max_ahead == 0; }
-  std::uint64_t total_gradients() const { return step_limit.load() * static_cast<std::uint64_t>(setup.workers); }
+  // Of this run (an elastic epoch's start at first_step: its gradients and data count from there).
+  std::uint64_t total_gradients() const {
+    return (step_limit.load() - setup.first_step) * static_cast<std::uint64_t>(setup.workers);
+  }
   // Where worker `w`'s figures go: the reports carry --workers ranks, a joiner's count with w % workers.
   std::size_t slot(int w) const { return static_cast<std::size_t>(w % setup.workers); }
 
@@ -147,7 +150,7 @@ struct asynchronous_workers::impl {
   void notice_stop(std::uint64_t started) {
     if (stop_noticed || !setup.stop_requested || !setup.stop_requested->load()) return;
     stop_noticed = true;
-    step_limit = std::min(step_limit.load(), started + 1);
+    step_limit = std::min(step_limit.load(), setup.first_step + started + 1);
   }
 
   // The next gradient for worker `w` to compute, once it is among the active workers; nothing
@@ -245,7 +248,7 @@ struct asynchronous_workers::impl {
         if (lockstep()) {
           std::lock_guard lock(ticket_mutex);
           notice_stop(k);
-          if (k >= step_limit) break;
+          if (setup.first_step + k >= step_limit) break;
         } else {
           const auto claimed = setup.claim_next ? setup.claim_next() : claim(w);
           if (!claimed) break;
@@ -293,7 +296,7 @@ struct asynchronous_workers::impl {
   // consensus distance, and the model where an evaluation is due).
   void run_reporter() {
     caf::scoped_actor self{system};
-    std::uint64_t step = 0, in_step = 0;
+    std::uint64_t step = setup.first_step, in_step = 0;
     round_totals totals;
     std::vector<std::uint64_t> histogram;
     std::vector<std::uint64_t> per_worker(static_cast<std::size_t>(most_workers()));
@@ -306,10 +309,11 @@ struct asynchronous_workers::impl {
       ++histogram[g->staleness];
       ++per_worker[static_cast<std::size_t>(g->worker)];
       if (++in_step < static_cast<std::uint64_t>(setup.workers)) continue;
-      if (step + 1 == step_limit && step_limit < setup.steps) totals.changes = 1;  // a stop: the last step
       const asynchronous_view view =
           use->observe(step, step_due(pipeline::synchronous, step, setup.steps, setup.eval_interval), self);
       if (view.stopped) return;
+      // A stop or a membership change: the run's last step (known once observe waited for its keep).
+      if (step + 1 == step_limit && step_limit < setup.steps) totals.changes = 1;
       std::vector<edge_traffic> edges = edges_since(edges_reported);
       for (int r = 0; r < setup.workers; ++r) {
         const auto& f = figures[static_cast<std::size_t>(r)];
@@ -321,6 +325,8 @@ struct asynchronous_workers::impl {
         report.communication_seconds = f.communication.load();
         report.wait_seconds = f.wait.load();
         report.traffic.bytes_sent = f.bytes.load();
+        report.consumed = (step + 1 - setup.first_step) * setup.accumulation;  // every stream, up to this step
+        report.kept = view.kept;
         if (r == 0) {
           if (use->measures_staleness()) report.staleness = histogram;
           report.worker_gradients = per_worker;
@@ -445,6 +451,10 @@ void asynchronous_workers::join() {
 
 bool asynchronous_workers::stopping() const { return impl_->stopping; }
 std::uint64_t asynchronous_workers::step_limit() const { return impl_->step_limit; }
+
+void asynchronous_workers::end_after(std::uint64_t steps) {
+  impl_->step_limit = std::min(impl_->step_limit.load(), steps);
+}
 int asynchronous_workers::most_workers() const { return impl_->most_workers(); }
 const asynchronous_setup& asynchronous_workers::setup() const { return impl_->setup; }
 

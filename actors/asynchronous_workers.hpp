@@ -16,6 +16,7 @@
 #include <accord/job.hpp>
 
 #include "actors/coordinator_actor.hpp"
+#include "actors/elastic_state.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "transport/link_model.hpp"
@@ -35,8 +36,9 @@ struct asynchronous_setup {
   std::shared_ptr<const dataset> train;
   std::size_t micro_batch = 1;
   std::size_t accumulation = 1;      // micro-batches per gradient
-  std::uint64_t steps = 0;           // of `workers` applied gradients each
-  std::uint64_t data_position = 0;
+  std::uint64_t steps = 0;           // of `workers` applied gradients each: the job's last step
+  std::uint64_t first_step = 0;      // steps done before (an elastic epoch's start)
+  std::uint64_t data_position = 0;   // of first_step
   std::vector<double> speed_factors;
   // Followed only without lockstep; a step stays `workers` (the initial count) gradients.
   std::vector<membership_change> membership;
@@ -59,6 +61,16 @@ struct asynchronous_setup {
   // Between processes, without lockstep: the job's next gradient for this process's worker,
   // from wherever the topology keeps the count (nothing once all are handed out).
   std::function<std::optional<std::uint64_t>()> claim_next;
+  // An elastic job between processes: this rank's share of the restored optimizer state
+  // (its shard), and how the epoch keeps its state (actors/gradient_tickets.hpp).
+  std::optional<rule_state> initial_state;
+  struct keeping {
+    std::shared_ptr<state_keeper> keeper;
+    std::uint64_t interval = 0;  // keep after every job step that is a multiple
+    std::uint64_t layout = 0;    // the epoch
+    std::function<bool()> change_waiting;  // rank 0: a membership change waits for the epoch's end
+  };
+  std::optional<keeping> keep;
 };
 
 struct job_plan;
@@ -91,6 +103,7 @@ struct asynchronous_view {
   bool stopped = false;
   tensor parameters;              // when asked for
   double consensus_distance = -1; // where the topology measures one
+  bool kept = false;              // every process kept the state after this step (elastic)
 };
 
 // One asynchronous topology around the shared loop. fetch and deliver run on worker threads
@@ -139,6 +152,8 @@ public:
   void set_figures(int w, const worker_figures& f);
   // After a failure: every worker stops. Any thread.
   void stop();
+  // The epoch ends after job step `steps` (a membership change), sooner than planned. Any thread.
+  void end_after(std::uint64_t steps);
   // Waits for the workers and the reporter.
   void join();
   bool stopping() const;
@@ -175,6 +190,8 @@ public:
   virtual bool follows_membership() const = 0;
   // Whether it runs between processes (asynchronous_setup::peers), one worker per process.
   virtual bool runs_between_processes() const { return false; }
+  // Whether, between processes, workers may leave, join or die (asynchronous_setup::keep).
+  virtual bool elastic_between_processes() const { return false; }
 };
 
 // `t` as an asynchronous topology, or null.

@@ -74,6 +74,24 @@ std::size_t state_keeper::bytes() const {
   return floats * sizeof(float);
 }
 
+rule_state shard_state(const optimizer& opt, std::size_t begin) {
+  const optimizer_state& state = opt.state();
+  return {true, false, state.step, static_cast<std::uint32_t>(state.slots), begin, state.values, {}};
+}
+
+void restore_shard_state(optimizer& opt, const rule_state& resume, std::size_t begin, const std::string& owner) {
+  optimizer_state state = opt.state();
+  if (!resume.present || resume.momentum || resume.slots != state.slots || resume.begin != begin ||
+      resume.values.size() != state.values.size())
+    throw std::invalid_argument("restored optimizer state does not fit " + owner + "'s shard (" +
+                                std::to_string(resume.slots) + " slots from " + std::to_string(resume.begin) + ", " +
+                                opt.config().kind + " needs " + std::to_string(state.slots) + " from " +
+                                std::to_string(begin) + ")");
+  state.step = resume.optimizer_step;
+  state.values = resume.values;
+  opt.restore(std::move(state));
+}
+
 rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_t parameter_count) {
   const int world = link.size(), rank = link.rank();
   const trace_span span("buddy copy", worker_track(rank, trace_role::communicator));

@@ -10,6 +10,7 @@
 // all from one); a joiner gets the parameters in pieces from every holder.
 #include "actors/checkpoint.hpp"
 #include "actors/messages.hpp"
+#include "optim/optimizer.hpp"
 #include "transport/transport.hpp"
 
 #include <array>
@@ -74,6 +75,12 @@ private:
   mutable std::mutex mutex_;
   std::array<std::optional<kept_state>, 2> generations_;  // [0] newest
 };
+
+// A ZeRO-1 shard's optimizer state starting at `begin`, as kept and checkpointed.
+rule_state shard_state(const optimizer& opt, std::size_t begin);
+// Restores `opt` (the shard at `begin` of `owner`, named in the error) from `state`; throws
+// std::invalid_argument when the state does not fit the shard.
+void restore_shard_state(optimizer& opt, const rule_state& state, std::size_t begin, const std::string& owner);
 
 // Replicates `own` to the buddy: sends it to rank + 1 and returns rank - 1's shard.
 rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_t parameter_count);

@@ -1,9 +1,11 @@
 #include "actors/gossip_processes.hpp"
 
+#include "actors/gossip_arithmetic.hpp"
 #include "actors/gossip_rules.hpp"
 #include "actors/gradient_tickets.hpp"
 #include "actors/peer_exchange.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <numeric>
@@ -14,10 +16,15 @@ namespace {
 
 // Tags name the kind: an exchange's offer (the initiator's copy) and answer (the neighbour's copy
 // before the mean), rank 0's request for every copy and the copies, an applied gradient for
-// rank 0's reports, and a worker's notice that it is done.
-constexpr std::uint64_t offer_tag = 1, answer_tag = 2, collect_tag = 3, copy_tag = 4, applied_tag = 5, done_tag = 6;
+// rank 0's reports, a worker's notice that it is done, and an elastic job's kept step: each
+// worker's copy and optimizer state to rank 0, and their means back.
+constexpr std::uint64_t offer_tag = 1, answer_tag = 2, collect_tag = 3, copy_tag = 4, applied_tag = 5, done_tag = 6,
+                        keep_state_tag = 7, mean_tag = 8;
 struct no_header {
   std::uint64_t unused = 0;
+};
+struct state_header {
+  std::uint64_t optimizer_step = 0;
 };
 struct applied_header {
   std::uint64_t worker = 0;
@@ -37,12 +44,15 @@ public:
       throw std::invalid_argument("--topology gossip between processes runs one worker per process");
     setup.max_ahead = ~std::uint64_t{0} / 4;  // nobody waits for anybody
     setup.stop_requested = nullptr;  // the job runs to its last step
-    tickets_ = std::make_unique<gradient_tickets>(rank_, setup.steps * static_cast<std::uint64_t>(setup.workers));
-    setup.claim_next = [this] { return tickets_->claim(); };
+    setup.claim_next = [this] { return tickets_->claim([this](std::uint64_t boundary) { keep_at(boundary); }); };
     workers_ = std::make_unique<asynchronous_workers>(system, std::move(setup));
     const asynchronous_setup& s = workers_->setup();
+    tickets_ = std::make_unique<gradient_tickets>(rank_, *workers_);
     copy_ = s.initial;
     opt_ = make_optimizer(s.optimizer, copy_.size());
+    if (s.initial_state) restore_full_state(*s.initial_state);
+    const std::size_t state_bytes =
+        sizeof(state_header) + (1 + opt_->state().slots) * copy_.size() * sizeof(float);
     ranks_.resize(static_cast<std::size_t>(world_));
     std::iota(ranks_.begin(), ranks_.end(), std::size_t{0});
     const std::size_t copy_bytes = sizeof(no_header) + copy_.size() * sizeof(float);
@@ -55,6 +65,8 @@ public:
         {applied_tag, fixed(sizeof(applied_header) + static_cast<std::size_t>(world_) * sizeof(std::uint64_t)),
          [this](int, std::span<const std::byte> m) { on_applied(m); }},
         {done_tag, fixed(sizeof(no_header)), [this](int, std::span<const std::byte>) { on_done(); }},
+        {keep_state_tag, fixed(state_bytes), [this](int from, std::span<const std::byte> m) { on_keep_state(from, m); }},
+        {mean_tag, fixed(state_bytes), [this](int, std::span<const std::byte> m) { on_mean(m); }},
     };
     for (auto& k : tickets_->kinds()) kinds.push_back(std::move(k));
     coordinator_ = s.coordinator;
@@ -135,8 +147,10 @@ private:
     }
   }
 
-  asynchronous_view observe(std::uint64_t, bool with_parameters, caf::scoped_actor&) override {
+  asynchronous_view observe(std::uint64_t step, bool with_parameters, caf::scoped_actor&) override {
     asynchronous_view view;
+    const asynchronous_setup& s = workers_->setup();
+    if (s.keep) view.kept = tickets_->kept_at((step + 1 - s.first_step) * static_cast<std::uint64_t>(world_));
     if (!with_parameters) return view;  // collecting every copy costs a model per worker: only where evaluated
     auto copies = collect();
     if (!copies) {
@@ -147,6 +161,112 @@ private:
     view.consensus_distance = distance;
     view.parameters = std::make_shared<std::vector<float>>(std::move(mean));
     return view;
+  }
+
+  // An elastic job's kept step (the worker's thread; every worker stopped at `boundary`, no
+  // exchange in flight): every copy and optimizer state become their means, which every process
+  // keeps as a ZeRO-1 worker would (its shard of the state, and its buddy's).
+  void keep_at(std::uint64_t boundary) {
+    const asynchronous_setup& s = workers_->setup();
+    std::vector<float> mine;
+    {
+      std::lock_guard lock(mutex_);
+      mine = copy_;
+    }
+    const optimizer_state& state = opt_->state();
+    mine.insert(mine.end(), state.values.begin(), state.values.end());
+    exchange_->send(0, keep_state_tag, message_of(state_header{state.step}, mine));
+    std::vector<std::byte> mean;
+    {
+      std::unique_lock lock(mutex_);
+      if (rank_ == 0) {
+        changed_.wait(lock, [&] { return kept_states_ == world_ || failure_; });
+        if (!failure_) mean = mean_of_kept_states();
+      } else {
+        changed_.wait(lock, [&] { return mean_ || failure_; });
+        if (mean_) mean = std::move(*mean_);
+        mean_.reset();
+      }
+      if (failure_) throw std::runtime_error("gossip stopped while keeping its state: " + *failure_);
+    }
+    if (rank_ == 0)
+      for (int r = 1; r < world_; ++r) exchange_->send(r, mean_tag, mean);
+    const std::size_t n = copy_.size();
+    const auto values = values_of(mean, sizeof(state_header));
+    optimizer_state averaged = opt_->state();
+    averaged.step = header_of<state_header>(mean).optimizer_step;
+    averaged.values.assign(values.begin() + static_cast<std::ptrdiff_t>(n), values.end());
+    opt_->restore(averaged);
+    kept_state kept;
+    kept.layout = s.keep->layout;
+    kept.world = world_;
+    kept.rank = rank_;
+    kept.steps = s.first_step + boundary / static_cast<std::uint64_t>(world_);
+    kept.parameters.assign(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n));
+    {
+      std::lock_guard lock(mutex_);
+      copy_ = kept.parameters;
+      ++version_;
+    }
+    kept.own = shard_of_state(averaged, rank_);
+    if (world_ > 1) kept.buddy = shard_of_state(averaged, buddy_source(rank_, world_));
+    s.keep->keeper->keep(std::move(kept));
+  }
+
+  // Rank 0, with mutex_ held: the means of the copies and states kept, as one message; the
+  // optimizer step is the most any worker took.
+  std::vector<std::byte> mean_of_kept_states() {
+    kept_states_ = 0;
+    std::uint64_t step = 0;
+    std::vector<std::span<const float>> all;
+    for (const auto& message : kept_messages_) {
+      step = std::max(step, header_of<state_header>(message).optimizer_step);
+      all.push_back(values_of(message, sizeof(state_header)));
+    }
+    const std::vector<double> mean = mean_in_double(all);
+    return message_of(state_header{step}, std::vector<float>(mean.begin(), mean.end()));
+  }
+
+  // Rank `owner`'s ZeRO-1 shard of a full optimizer state.
+  rule_state shard_of_state(const optimizer_state& full, int owner) const {
+    const std::size_t n = copy_.size();
+    const shard part = shard_of(n, world_, owner);
+    rule_state out{true, false, full.step, static_cast<std::uint32_t>(full.slots), part.begin, {}, {}};
+    for (std::size_t slot = 0; slot < full.slots; ++slot)
+      out.values.insert(out.values.end(), full.values.begin() + static_cast<std::ptrdiff_t>(slot * n + part.begin),
+                        full.values.begin() + static_cast<std::ptrdiff_t>(slot * n + part.end));
+    return out;
+  }
+
+  // A new epoch's start: this rank's restored shard of the averaged state, gathered into the
+  // whole state every worker holds (before the exchange owns the transport).
+  void restore_full_state(const rule_state& own) {
+    optimizer_state full = opt_->state();
+    const std::size_t n = copy_.size();
+    const shard part = shard_of(n, world_, rank_);
+    if (own.slots != full.slots || own.begin != part.begin || own.values.size() != full.slots * part.size())
+      throw std::invalid_argument("restored optimizer state does not fit rank " + std::to_string(rank_) + "'s shard");
+    for (std::size_t slot = 0; slot < full.slots; ++slot) {
+      std::span<float> whole(full.values.data() + slot * n, n);
+      std::copy_n(own.values.begin() + static_cast<std::ptrdiff_t>(slot * part.size()), part.size(),
+                  whole.begin() + static_cast<std::ptrdiff_t>(part.begin));
+      link_->all_gather(whole);
+    }
+    full.step = own.optimizer_step;
+    opt_->restore(std::move(full));
+  }
+
+  void on_keep_state(int from, std::span<const std::byte> message) {
+    std::lock_guard lock(mutex_);
+    kept_messages_.resize(static_cast<std::size_t>(world_));
+    kept_messages_[static_cast<std::size_t>(from)].assign(message.begin(), message.end());
+    if (++kept_states_ == world_) changed_.notify_all();
+  }
+
+  void on_mean(std::span<const std::byte> message) {
+    std::lock_guard lock(mutex_);
+    mean_.emplace(message.begin(), message.end());
+    changed_.notify_all();
   }
 
   // One exchange with `peer`: both end with the mean of the two copies.
@@ -276,6 +396,9 @@ private:
   std::vector<std::vector<float>> collected_;
   int collecting_ = 0;
   int dones_ = 0;
+  std::vector<std::vector<std::byte>> kept_messages_;  // rank 0, at a kept step: by rank
+  int kept_states_ = 0;
+  std::optional<std::vector<std::byte>> mean_;          // from rank 0, at a kept step
   std::optional<std::string> failure_;
   std::unique_ptr<peer_exchange> exchange_;  // last: its thread calls into everything above
 };

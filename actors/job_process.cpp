@@ -144,6 +144,12 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
     // Its own workers instead of rounds: this process's one worker, over the epoch's transport.
     asynchronous_setup setup = asynchronous_for(epoch, prototype, std::move(train), epoch_config, plan.coordinator);
     setup.peers = link;
+    setup.first_step = plan.start_steps;
+    setup.initial_state = std::move(state);
+    if (elastic)  // kept steps are barriers here: every --keep-interval steps, and where a change ends the epoch
+      setup.keep = asynchronous_setup::keeping{
+          me.keeper, std::max<std::uint64_t>(1, config.keep_interval), plan.epoch,
+          [change = me.change_epoch, epoch = plan.epoch] { return change->load() >= epoch; }};
     std::unique_ptr<asynchronous_run> run = asynchronous->start(system, std::move(setup));
     if (const auto failure = run_to_end(system, self, {}, me.agent, plan.coordinator)) {
       link->interrupt("epoch " + std::to_string(plan.epoch) + " ended: " + *failure);
@@ -229,8 +235,9 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
             "--topology " + config.topology + " runs its asynchronous workers in one process only" +
                 (config.topology == "gossip" ? " with --gossip-momentum a2cid2" : ""));
     require(group.transport == "ucx", "--topology " + config.topology + " between processes runs over ucx only");
-    require(!(group.elastic || group.join),
-            "--topology " + config.topology + " between processes has a fixed worker set (no --elastic or --join)");
+    require(!(group.elastic || group.join) || asynchronous->elastic_between_processes(),
+            "--topology " + config.topology + " between processes has a fixed worker set (no --elastic or --join)" +
+                " with these settings (--topology parameter-server needs --max-staleness >= 1, gossip --gossip-momentum none)");
   }
   const bool master = !group.join && group.rank == 0;
   if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);

@@ -208,6 +208,8 @@ public:
   }
   bool follows_membership() const override { return true; }
   bool runs_between_processes() const override { return true; }
+  // S = 0's rounds need every worker of the epoch; S >= 1 stops only at kept steps.
+  bool elastic_between_processes() const override { return max_staleness_ > 0; }
 
 private:
   std::uint64_t max_staleness_;

@@ -14,7 +14,7 @@ namespace accord {
 namespace {
 
 // Wire messages: a fixed header, then floats. Tags name the kind.
-constexpr std::uint64_t push_tag = 1, pull_tag = 2, reply_tag = 3, retire_tag = 4;
+constexpr std::uint64_t push_tag = 1, pull_tag = 2, reply_tag = 3, retire_tag = 4, buddy_tag = 5;
 struct no_header {
   std::uint64_t unused = 0;
 };
@@ -53,19 +53,23 @@ public:
       // Workers claim the job's gradients (fast ones compute more); the servers keep them within
       // S of each other, and a worker left without gradients retires from that bound.
       setup.max_ahead = ~std::uint64_t{0} / 4;
-      tickets_ = std::make_unique<gradient_tickets>(rank_, setup.steps * static_cast<std::uint64_t>(setup.workers));
       setup.claim_next = [this] {
-        auto t = tickets_->claim();
+        auto t = tickets_->claim([this](std::uint64_t boundary) { keep_at(boundary); });
         if (!t)
           for (int s = 0; s < world_; ++s) exchange_->send(s, retire_tag, message_of(no_header{}));
         return t;
       };
     }
+    if (setup.keep && max_staleness == 0)
+      throw std::invalid_argument("--topology parameter-server with --max-staleness 0 has a fixed worker set");
     workers_ = std::make_unique<asynchronous_workers>(system, std::move(setup));
     const asynchronous_setup& s = workers_->setup();
+    if (max_staleness != 0) tickets_ = std::make_unique<gradient_tickets>(rank_, *workers_);
     for (int k = 0; k < world_; ++k) shards_.push_back(shard_of(s.initial.size(), world_, k));
     server_ = std::make_unique<server_shard>(shards_[static_cast<std::size_t>(rank_)], world_, max_staleness == 0,
-                                             s.initial, s.optimizer, s.schedule);
+                                             s.initial, s.optimizer, s.schedule, s.first_step,
+                                             s.initial_state ? &*s.initial_state : nullptr);
+    state_slots_ = server_->state().slots;
     pushes_from_.resize(static_cast<std::size_t>(world_));
     versions_.resize(static_cast<std::size_t>(world_));
     const std::size_t own_bytes = shards_[static_cast<std::size_t>(rank_)].size() * sizeof(float);
@@ -80,6 +84,8 @@ public:
     if (tickets_) {
       kinds.push_back({retire_tag, [](int) { return sizeof(no_header); },
                        [this](int from, std::span<const std::byte>) { on_retire(from); }});
+      kinds.push_back({buddy_tag, [this](int from) { return buddy_bytes(from); },
+                       [this](int, std::span<const std::byte> m) { on_buddy(m); }});
       for (auto& k : tickets_->kinds()) kinds.push_back(std::move(k));
     }
     coordinator_ = s.coordinator;
@@ -106,7 +112,7 @@ public:
 
   std::vector<float> finish() override {
     workers_->join();
-    const std::uint64_t steps = workers_->step_limit();
+    const std::uint64_t steps = workers_->step_limit() - workers_->setup().first_step;
     // Every shard has applied every push: one update per round, or one per gradient.
     auto parameters = pull(max_staleness_ == 0 ? steps : steps * static_cast<std::uint64_t>(world_), 0, true);
     std::optional<std::string> failed;
@@ -148,11 +154,55 @@ private:
 
   asynchronous_view observe(std::uint64_t step, bool with_parameters, caf::scoped_actor&) override {
     asynchronous_view view;
+    const asynchronous_setup& s = workers_->setup();
+    if (s.keep) view.kept = tickets_->kept_at((step + 1 - s.first_step) * static_cast<std::uint64_t>(world_));
     if (!with_parameters) return view;
-    auto now = pull(max_staleness_ == 0 ? step + 1 : 0, 0, false);
+    auto now = pull(max_staleness_ == 0 ? step + 1 - s.first_step : 0, 0, false);
     if (!now) view.stopped = true;
     else view.parameters = std::make_shared<std::vector<float>>(std::move(*now));
     return view;
+  }
+
+  // An elastic job's kept step (the worker's thread, every worker at the same boundary): the
+  // parameters once every shard applied the epoch's gradients before `boundary`, this shard's
+  // optimizer state, and the previous rank's (its buddy's copy), as a ZeRO-1 worker keeps them.
+  void keep_at(std::uint64_t boundary) {
+    const asynchronous_setup& s = workers_->setup();
+    auto parameters = pull(boundary, 0, false, &versions_);
+    if (!parameters) throw std::runtime_error("the parameter server stopped while keeping its state");
+    kept_state kept;
+    kept.layout = s.keep->layout;
+    kept.world = world_;
+    kept.rank = rank_;
+    kept.steps = s.first_step + boundary / static_cast<std::uint64_t>(world_);
+    kept.parameters = std::move(*parameters);
+    {
+      std::lock_guard lock(server_mutex_);
+      kept.own = server_->state();
+    }
+    if (world_ > 1) {
+      exchange_->send((rank_ + 1) % world_, buddy_tag, message_of(no_header{}, kept.own.values));
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return buddy_ || failure_; });
+      if (!buddy_) throw std::runtime_error("the parameter server stopped while keeping its state");
+      const int from = buddy_source(rank_, world_);
+      kept.buddy = kept.own;
+      kept.buddy.begin = shards_[static_cast<std::size_t>(from)].begin;
+      kept.buddy.values = std::move(*buddy_);
+      buddy_.reset();
+    }
+    s.keep->keeper->keep(std::move(kept));
+  }
+
+  std::size_t buddy_bytes(int from) const {
+    return sizeof(no_header) + state_slots_ * shards_[static_cast<std::size_t>(from)].size() * sizeof(float);
+  }
+
+  void on_buddy(std::span<const std::byte> message) {
+    const auto values = values_of(message, sizeof(no_header));
+    std::lock_guard lock(mutex_);
+    buddy_.emplace(values.begin(), values.end());
+    changed_.notify_all();
   }
 
   // The parameters from every shard's owner; nothing once failed. `versions`: each shard's.
@@ -199,7 +249,11 @@ private:
       throw std::runtime_error("a push names worker " + std::to_string(header.worker) + " of " + std::to_string(world_));
     const int worker = static_cast<int>(header.worker);
     const push_summary summary{worker, header.pulled_version, header.micro_batches, header.loss_sum, header.items};
-    const auto applied = server_->push(summary, values_of(message, sizeof(push_header)));
+    std::vector<applied_gradient> applied;
+    {
+      std::lock_guard lock(server_mutex_);
+      applied = server_->push(summary, values_of(message, sizeof(push_header)));
+    }
     ++pushes_from_[static_cast<std::size_t>(worker)];
     if (rank_ == 0) {  // shard 0 records, for the reports
       if (worker != rank_) workers_->set_figures(worker, header.figures);
@@ -274,6 +328,8 @@ private:
   std::unique_ptr<asynchronous_workers> workers_;
   // The server (exchange thread only).
   std::unique_ptr<server_shard> server_;
+  std::mutex server_mutex_;  // the exchange thread's server, read by a keep
+  std::size_t state_slots_ = 0;  // of the optimizer: a buddy's shard is as many slices
   std::vector<std::uint64_t> pushes_from_;
   std::vector<waiting_pull> waiting_;
   // The worker's (its thread only): each shard's version at its last pull.
@@ -282,6 +338,7 @@ private:
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::uint64_t, pending_pull*> pulls_;
+  std::optional<std::vector<float>> buddy_;  // the previous rank's optimizer shard, at a keep
   std::uint64_t next_pull_ = 0;
   int last_pulls_ = 0;
   std::optional<std::string> failure_;

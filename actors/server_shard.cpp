@@ -5,12 +5,17 @@
 namespace accord {
 
 server_shard::server_shard(shard own, int workers, bool synchronous, std::span<const float> initial,
-                           const optimizer_config& optimizer, schedule_config schedule)
+                           const optimizer_config& optimizer, schedule_config schedule, std::uint64_t first_step,
+                           const rule_state* resume)
     : own_(own), workers_(workers), synchronous_(synchronous),
       master_(initial.begin() + static_cast<std::ptrdiff_t>(own.begin),
               initial.begin() + static_cast<std::ptrdiff_t>(own.end)),
-      opt_(make_optimizer(optimizer, own.size())), schedule_(schedule), sum_(own.size()),
-      round_(static_cast<std::size_t>(workers)), round_slices_(static_cast<std::size_t>(workers)) {}
+      opt_(make_optimizer(optimizer, own.size())), schedule_(schedule), first_step_(first_step), sum_(own.size()),
+      round_(static_cast<std::size_t>(workers)), round_slices_(static_cast<std::size_t>(workers)) {
+  if (resume) restore_shard_state(*opt_, *resume, own.begin, "the server of shard " + std::to_string(own.begin));
+}
+
+rule_state server_shard::state() const { return shard_state(*opt_, own_.begin); }
 
 std::size_t server_shard::state_bytes() const {
   return (master_.size() + opt_->state().values.size()) * sizeof(float);
@@ -31,7 +36,7 @@ std::vector<applied_gradient> server_shard::push(const push_summary& push, std::
   if (!synchronous_) {  // applied on arrival, one optimizer step per push
     sum_.assign(slice.begin(), slice.end());
     const std::uint64_t staleness = version_ - push.pulled_version;
-    step(push.micro_batches, version_ / static_cast<std::uint64_t>(workers_));
+    step(push.micro_batches, first_step_ + version_ / static_cast<std::uint64_t>(workers_));
     return {applied(push, staleness)};
   }
   const auto w = static_cast<std::size_t>(push.worker);
@@ -45,7 +50,7 @@ std::vector<applied_gradient> server_shard::push(const push_summary& push, std::
     for (std::size_t i = 0; i < sum_.size(); ++i) sum_[i] += round_slices_[k][i];
     micro_batches += round_[k]->micro_batches;
   }
-  step(micro_batches, version_);
+  step(micro_batches, first_step_ + version_);
   std::vector<applied_gradient> done;
   for (auto& p : round_) {
     done.push_back(applied(*p, 0));

@@ -6,6 +6,7 @@
 // worker's gradient, summed in rank order and divided by the round's micro-batches (DDP's
 // arithmetic). Asynchronous: each push is its own optimizer step on arrival.
 #include "actors/asynchronous_workers.hpp"
+#include "actors/elastic_state.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "transport/shard.hpp"
@@ -25,14 +26,19 @@ struct push_summary {
 
 class server_shard {
 public:
+  // `first_step`: job steps before (an elastic epoch's start), for the schedule; `resume`: the
+  // shard's restored optimizer state.
   server_shard(shard own, int workers, bool synchronous, std::span<const float> initial,
-               const optimizer_config& optimizer, schedule_config schedule);
+               const optimizer_config& optimizer, schedule_config schedule, std::uint64_t first_step = 0,
+               const rule_state* resume = nullptr);
   // Takes worker push.worker's gradient sum over this shard; returns the gradients it applied
   // (none while a synchronous round still misses a worker's), in order, with their staleness.
   std::vector<applied_gradient> push(const push_summary& push, std::span<const float> slice);
   std::uint64_t version() const { return version_; }  // updates applied
   const std::vector<float>& values() const { return master_; }
   const shard& own() const { return own_; }
+  // The optimizer state, as an elastic job keeps it.
+  rule_state state() const;
   // Parameters and optimizer state.
   std::size_t state_bytes() const;
 
@@ -45,6 +51,7 @@ private:
   std::vector<float> master_;
   std::unique_ptr<optimizer> opt_;
   schedule_config schedule_;
+  std::uint64_t first_step_;
   std::uint64_t version_ = 0;
   std::vector<float> sum_;
   // Synchronous: this round's pushes by worker, their slices kept until the round is whole.

@@ -138,7 +138,7 @@ void step_own_copy(optimizer& opt, std::vector<float>& copy, computed_gradient& 
                    std::span<float> tilde) {
   const float scale = g.micro_batches > 0 ? static_cast<float>(1.0 / g.micro_batches) : 0.f;
   for (float& v : *g.sum) v *= scale;
-  const std::uint64_t step = g.ticket / static_cast<std::uint64_t>(setup.workers);
+  const std::uint64_t step = setup.first_step + g.ticket / static_cast<std::uint64_t>(setup.workers);
   if (!tilde.empty())  // θ̃ takes the optimizer's update too: θ̃ − θ is kept across the step
     for (std::size_t i = 0; i < copy.size(); ++i) tilde[i] -= copy[i];
   opt.step(copy, *g.sum, learning_rate_at(setup.schedule, step));
@@ -369,6 +369,8 @@ public:
   bool follows_membership() const override { return true; }
   // A2CiD2's θ̃ and its mixing clock live in one process's copies only.
   bool runs_between_processes() const override { return options_.gossip_momentum != "a2cid2"; }
+  // Its kept steps average the copies and optimizer states; A2CiD2's θ̃ is not kept.
+  bool elastic_between_processes() const override { return options_.gossip_momentum == "none"; }
 
 private:
   topology_options options_;

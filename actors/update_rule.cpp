@@ -1,5 +1,6 @@
 #include "actors/update_rule.hpp"
 
+#include "actors/elastic_state.hpp"
 #include "actors/trace.hpp"
 
 #include "optim/lion.hpp"
@@ -34,17 +35,7 @@ public:
       : config_(config), precision_(precision), own_(shard_of(initial.size(), world, rank)),
         master_(initial.begin() + own_.begin, initial.begin() + own_.end),
         optimizer_(make_optimizer(config, own_.size())) {
-    if (!resume) return;
-    optimizer_state state = optimizer_->state();
-    if (!resume->present || resume->momentum || resume->slots != state.slots || resume->begin != own_.begin ||
-        resume->values.size() != state.values.size())
-      throw std::invalid_argument("restored optimizer state does not fit rank " + std::to_string(rank) + "'s shard (" +
-                                  std::to_string(resume->slots) + " slots from " + std::to_string(resume->begin) +
-                                  ", " + config.kind + " needs " + std::to_string(state.slots) + " from " +
-                                  std::to_string(own_.begin) + ")");
-    state.step = resume->optimizer_step;
-    state.values = resume->values;
-    optimizer_->restore(std::move(state));
+    if (resume) restore_shard_state(*optimizer_, *resume, own_.begin, "rank " + std::to_string(rank));
   }
 
   void apply(transport& link, std::span<float> buffer, const round_totals&,
@@ -133,8 +124,7 @@ public:
       device_->state.copy_to(state.values);
       optimizer_->restore(std::move(state));
     }
-    const optimizer_state& state = optimizer_->state();
-    rule_state snapshot{true, false, state.step, static_cast<std::uint32_t>(state.slots), own_.begin, state.values, {}};
+    rule_state snapshot = shard_state(*optimizer_, own_.begin);
     if (precision_.real != wire_precision::fp32) snapshot.master = master_;
     return snapshot;
   }

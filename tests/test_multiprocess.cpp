@@ -90,12 +90,12 @@ TEST_CASE("topologies over UCX between 3 processes give the same parameters as i
   }
 }
 
-TEST_CASE("the asynchronous topologies between processes refuse an elastic job and A2CiD2 with one line") {
+TEST_CASE("the synchronous parameter server refuses an elastic job between processes, and A2CiD2, with one line") {
   const run_output elastic = run(launch + "--elastic -n 2 -- " + train +
-                                 " --algo ddp --topology parameter-server --max-staleness 1" + train_flags + " --steps 2");
+                                 " --algo ddp --topology parameter-server --max-staleness 0" + train_flags + " --steps 2");
   INFO(elastic.text);
   CHECK(elastic.status != 0);
-  CHECK(elastic.text.find("--topology parameter-server between processes has a fixed worker set (no --elastic or --join)") !=
+  CHECK(elastic.text.find("--topology parameter-server: workers coming and going need --max-staleness >= 1") !=
         std::string::npos);
   const run_output momentum =
       run(launch + "-n 2 -- " + train + " --algo ddp --topology gossip --gossip-momentum a2cid2" + train_flags + " --steps 2");
@@ -360,6 +360,37 @@ const std::string elastic_flags =
     " --width 64 --layers 1 --heads 2 --context 32 --micro-batch 4 --steps 800 --eval-interval 0"
     " --eval-examples 256 --log-interval 100 --blas-threads 1";
 
+// A 4-process elastic job (the flags' algorithm and topology) that loses rank 2 after step 40
+// (killed, or stopped when `hangs`: it goes silent), lets rank 3 leave after step 90 and, after
+// step 140, refuses a joiner whose model differs and admits one that matches.
+struct churned_job {
+  run_output job, joiner, mismatched;
+  bool reached_join = false;
+};
+churned_job run_with_churn(const std::string& flags, const std::string& metrics, bool hangs) {
+  std::remove(metrics.c_str());
+  const int port = free_port();
+  churned_job out;
+  // Each worker records its pid (exec keeps it) so that the test can kill rank 2 and stop rank 3.
+  std::thread job_thread([&] {
+    out.job = run(elastic_launch + "--elastic -n 4 --master-port " + std::to_string(port) +
+                  " -- /bin/sh -c 'echo $$ > elastic_pid.$RANK; exec " + train + flags + " --metrics " + metrics + "'");
+  });
+  const std::string master = " --join 127.0.0.1:" + std::to_string(port);
+  const bool reached_crash = wait_for(metrics, 40, 1);
+  if (reached_crash) kill(read_pid("elastic_pid.2"), hangs ? SIGSTOP : SIGKILL);
+  const bool reached_leave = reached_crash && wait_for(metrics, 90, 2);
+  if (hangs) kill(read_pid("elastic_pid.2"), SIGKILL);  // the launcher waits for every worker
+  if (reached_leave) kill(read_pid("elastic_pid.3"), SIGTERM);
+  out.reached_join = reached_leave && wait_for(metrics, 140, 3);
+  if (out.reached_join) {
+    out.mismatched = run(train + flags + " --untied-head" + master);
+    out.joiner = run(train + flags + master);
+  }
+  job_thread.join();
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat timeout), lets one leave, admits a joiner "
@@ -371,32 +402,11 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
     // A stopped process is detected by the heartbeat timeout: short enough for a test, long
     // enough that a loaded machine's slow heartbeats are not taken for deaths.
     const std::string flags = elastic_flags + " --algo " + algo + (hangs ? " --heartbeat-timeout 8" : "");
-    const std::string metrics = std::string("elastic_") + algo + ".jsonl";
-    std::remove(metrics.c_str());
-    const int port = free_port();
-    // Each worker records its pid (exec keeps it) so that the test can kill rank 2 and stop rank 3.
-    std::thread job_thread;
-    run_output job;
-    job_thread = std::thread([&] {
-      job = run(elastic_launch + "--elastic -n 4 --master-port " + std::to_string(port) +
-                " -- /bin/sh -c 'echo $$ > elastic_pid.$RANK; exec " + train + flags + " --metrics " + metrics + "'");
-    });
-    const std::string master = " --join 127.0.0.1:" + std::to_string(port);
-    run_output joiner, mismatched;
-    const bool reached_crash = wait_for(metrics, 40, 1);
-    if (reached_crash) kill(read_pid("elastic_pid.2"), hangs ? SIGSTOP : SIGKILL);
-    const bool reached_leave = reached_crash && wait_for(metrics, 90, 2);
-    if (hangs) kill(read_pid("elastic_pid.2"), SIGKILL);  // the launcher waits for every worker
-    if (reached_leave) kill(read_pid("elastic_pid.3"), SIGTERM);
-    const bool reached_join = reached_leave && wait_for(metrics, 140, 3);
-    if (reached_join) {
-      mismatched = run(train + flags + " --untied-head" + master);
-      joiner = run(train + flags + master);
-    }
-    job_thread.join();
+    const churned_job churned = run_with_churn(flags, std::string("elastic_") + algo + ".jsonl", hangs);
+    const run_output &job = churned.job, &joiner = churned.joiner, &mismatched = churned.mismatched;
     INFO(job.text);
     INFO(joiner.text);
-    REQUIRE(reached_join);
+    REQUIRE(churned.reached_join);
     CHECK(job.status == 0);
     CHECK(job.text.find("rank 2 was killed by signal 9") != std::string::npos);
     CHECK(job.text.find("[rank 3] left the job") != std::string::npos);
@@ -423,6 +433,42 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
     MESSAGE(std::string(algo) << ": final eval loss " << final_eval_loss(job.text) << " with churn, "
                  << final_eval_loss(undisturbed.text) << " undisturbed");
     // Workers were fewer for a while (fewer tokens per step), so the loss may lag a little.
+    CHECK(std::abs(final_eval_loss(job.text) - final_eval_loss(undisturbed.text)) <
+          0.15 * final_eval_loss(undisturbed.text));
+  }
+}
+
+TEST_CASE("the asynchronous topologies between processes lose a worker, let one leave and admit a joiner, state intact") {
+  for (const char* topology : {"parameter-server --max-staleness 2", "gossip --gossip-rate 1"}) {
+    CAPTURE(topology);
+    const std::string flags = elastic_flags + " --algo ddp --keep-interval 10 --topology " + topology;
+    const churned_job churned = run_with_churn(flags, "elastic_asynchronous.jsonl", false);
+    const run_output &job = churned.job, &joiner = churned.joiner;
+    INFO(job.text);
+    INFO(joiner.text);
+    REQUIRE(churned.reached_join);
+    CHECK(job.status == 0);
+    CHECK(job.text.find("4 -> 3 workers") != std::string::npos);
+    CHECK(job.text.find("3 -> 2 workers") != std::string::npos);
+    CHECK(job.text.find("2 -> 3 workers") != std::string::npos);
+    CHECK(churned.mismatched.status == 2);
+    CHECK(joiner.status == 0);
+    // The death rolled back to a kept step (a multiple of --keep-interval, every gradient before
+    // it applied everywhere); every epoch restored the optimizer state unchanged by re-sharding.
+    const std::smatch first = [&] {
+      std::smatch m;
+      std::regex_search(job.text, m, std::regex("restored the state of step ([0-9]+)"));
+      return m;
+    }();
+    REQUIRE(first.size() == 2);
+    CHECK(std::stoull(first[1]) % 10 == 0);
+    const auto checksums = transfer_checksums(job.text);
+    CHECK(checksums.size() == 3);
+    for (const auto& [before, after] : checksums) CHECK(before == after);
+    const run_output undisturbed = run(elastic_launch + "-n 4 -- " + train + flags);
+    REQUIRE(undisturbed.status == 0);
+    MESSAGE(std::string(topology) << ": final eval loss " << final_eval_loss(job.text) << " with churn, "
+                     << final_eval_loss(undisturbed.text) << " undisturbed");
     CHECK(std::abs(final_eval_loss(job.text) - final_eval_loss(undisturbed.text)) <
           0.15 * final_eval_loss(undisturbed.text));
   }
