@@ -371,17 +371,19 @@ churned_job run_with_churn(const std::string& flags, const std::string& metrics,
   std::remove(metrics.c_str());
   const int port = free_port();
   churned_job out;
-  // Each worker records its pid (exec keeps it) so that the test can kill rank 2 and stop rank 3.
+  // Each worker records its pid (exec keeps it) so that the test can kill rank 2 and stop rank 3
+  // (named after the metrics: tests run in parallel).
+  const std::string pids = metrics + ".pid.";
   std::thread job_thread([&] {
-    out.job = run(elastic_launch + "--elastic -n 4 --master-port " + std::to_string(port) +
-                  " -- /bin/sh -c 'echo $$ > elastic_pid.$RANK; exec " + train + flags + " --metrics " + metrics + "'");
+    out.job = run(elastic_launch + "--elastic -n 4 --master-port " + std::to_string(port) + " -- /bin/sh -c 'echo $$ > " +
+                  pids + "$RANK; exec " + train + flags + " --metrics " + metrics + "'");
   });
   const std::string master = " --join 127.0.0.1:" + std::to_string(port);
   const bool reached_crash = wait_for(metrics, 40, 1);
-  if (reached_crash) kill(read_pid("elastic_pid.2"), hangs ? SIGSTOP : SIGKILL);
+  if (reached_crash) kill(read_pid(pids + "2"), hangs ? SIGSTOP : SIGKILL);
   const bool reached_leave = reached_crash && wait_for(metrics, 90, 2);
-  if (hangs) kill(read_pid("elastic_pid.2"), SIGKILL);  // the launcher waits for every worker
-  if (reached_leave) kill(read_pid("elastic_pid.3"), SIGTERM);
+  if (hangs) kill(read_pid(pids + "2"), SIGKILL);  // the launcher waits for every worker
+  if (reached_leave) kill(read_pid(pids + "3"), SIGTERM);
   out.reached_join = reached_leave && wait_for(metrics, 140, 3);
   if (out.reached_join) {
     out.mismatched = run(train + flags + " --untied-head" + master);
