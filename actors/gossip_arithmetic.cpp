@@ -77,15 +77,49 @@ void average_pair(std::span<float> a, std::span<float> b) {
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = b[i] = 0.5f * (a[i] + b[i]);  // the same bits on both
 }
 
+void a2cid2_pull(std::span<float> tilde, std::span<const float> own, std::span<const float> other, double alpha_tilde) {
+  const auto step = static_cast<float>(alpha_tilde);
+  for (std::size_t i = 0; i < tilde.size(); ++i) tilde[i] += step * (other[i] - own[i]);
+}
+
 void average_pair(std::span<float> a, std::span<float> b, std::span<float> a_tilde, std::span<float> b_tilde,
                   double alpha_tilde) {
-  const auto step = static_cast<float>(alpha_tilde);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const float gap = b[i] - a[i];
-    a_tilde[i] += step * gap;
-    b_tilde[i] -= step * gap;
-  }
+  a2cid2_pull(a_tilde, a, b, alpha_tilde);
+  a2cid2_pull(b_tilde, b, a, alpha_tilde);
   average_pair(a, b);
+}
+
+process_copy::process_copy(std::span<const float> initial, bool momentum, const a2cid2_constants& constants)
+    : momentum_(momentum), constants_(constants), theta_(initial.begin(), initial.end()) {
+  if (momentum_) tilde_ = theta_;
+}
+
+void process_copy::catch_up(double now) {
+  if (!momentum_ || !(constants_.eta > 0) || now <= mixed_until_) return;
+  a2cid2_mix(theta_, tilde_, constants_.eta, now - mixed_until_);
+  mixed_until_ = now;
+  ++version_;
+}
+
+std::vector<float> process_copy::answer(std::span<const float> theirs, double time) {
+  catch_up(time);
+  std::vector<float> before = theta_;
+  if (momentum_) a2cid2_pull(tilde_, before, theirs, constants_.alpha_tilde);
+  for (std::size_t i = 0; i < theta_.size(); ++i) theta_[i] = 0.5f * (before[i] + theirs[i]);  // the initiator's bits
+  ++version_;
+  return before;
+}
+
+void process_copy::take_answer(std::span<const float> sent, std::uint64_t at, std::span<const float> theirs,
+                               double time) {
+  catch_up(time);
+  if (momentum_) a2cid2_pull(tilde_, sent, theirs, constants_.alpha_tilde);
+  if (version_ == at) {  // unchanged: the mean, the neighbour's bits
+    for (std::size_t i = 0; i < theta_.size(); ++i) theta_[i] = 0.5f * (sent[i] + theirs[i]);
+  } else {  // changed meanwhile: keep the change, add this event's
+    for (std::size_t i = 0; i < theta_.size(); ++i) theta_[i] += 0.5f * (theirs[i] - sent[i]);
+  }
+  ++version_;
 }
 
 std::vector<double> mean_in_double(const std::vector<std::span<const float>>& copies) {
@@ -94,6 +128,19 @@ std::vector<double> mean_in_double(const std::vector<std::span<const float>>& co
     for (std::size_t i = 0; i < mean.size(); ++i) mean[i] += copy[i];
   for (double& m : mean) m /= static_cast<double>(copies.size());
   return mean;
+}
+
+std::vector<float> sketch_of(std::span<const float> copy, std::size_t size, std::uint64_t seed) {
+  std::vector<double> buckets(size, 0.0);
+  for (std::size_t i = 0; i < copy.size(); ++i) {
+    std::uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;  // splitmix64's finaliser: a hash of (seed, i)
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const auto bucket = static_cast<std::size_t>(((z & 0xffffffffull) * size) >> 32);
+    buckets[bucket] += (z >> 63) ? -static_cast<double>(copy[i]) : static_cast<double>(copy[i]);
+  }
+  return {buckets.begin(), buckets.end()};
 }
 
 void spread_leaver(const std::vector<std::span<float>>& remaining, std::span<const float> leaver) {

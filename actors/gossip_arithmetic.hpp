@@ -1,9 +1,10 @@
 #pragma once
 // The arithmetic of asynchronous gossip's copies, apart from its threads and links (so that it
 // is tested on its own): whom a worker averages with, one pairwise average, A2CiD2's continuous
-// momentum (Nabli, Belilovsky, Oyallon, NeurIPS 2023, arXiv 2306.08289) and what a clean leaver
-// and a joiner do to the copies.
+// momentum (Nabli, Belilovsky, Oyallon, NeurIPS 2023, arXiv 2306.08289), what a clean leaver
+// and a joiner do to the copies, and a sketch that estimates their spread from afar.
 #include <cstddef>
+#include <cstdint>
 #include <random>
 #include <span>
 #include <string>
@@ -44,14 +45,61 @@ a2cid2_constants a2cid2_for(const std::vector<neighbour_offset>& offsets, std::s
 // closed form (the exponential of the 2x2 matrix: θ + θ̃ stays, θ − θ̃ shrinks by e^(−2η·elapsed)).
 void a2cid2_mix(std::span<float> theta, std::span<float> tilde, double eta, double elapsed);
 
+// One side of an A2CiD2 averaging event, all a process holding only its own θ̃ needs: θ̃ moves
+// α̃ times the gap between the two θ before the event, θ̃ += α̃ (θ_other − θ_own).
+void a2cid2_pull(std::span<float> tilde, std::span<const float> own, std::span<const float> other, double alpha_tilde);
+
 // One averaging event of copies `a` and `b`: both become their mean (α = ½). With A2CiD2 (the
-// θ̃ given), each θ̃ first moves α̃ times the gap to the other's θ: θ̃_a += α̃ (θ_b − θ_a).
+// θ̃ given), each θ̃ is first pulled towards the other's θ (a2cid2_pull on both sides).
 void average_pair(std::span<float> a, std::span<float> b);
 void average_pair(std::span<float> a, std::span<float> b, std::span<float> a_tilde, std::span<float> b_tilde,
                   double alpha_tilde);
 
 // The element-wise mean of equally long copies, summed in double.
 std::vector<double> mean_in_double(const std::vector<std::span<const float>>& copies);
+
+// One process's copy in asynchronous gossip between processes (actors/gossip_processes.cpp),
+// where each side of an averaging event holds only its own θ (and A2CiD2's θ̃): the neighbour
+// answers an offer, the initiator takes the answer, together the arithmetic of one process's
+// pair (average_pair) on the job's clock. Not thread-safe: its owner locks.
+class process_copy {
+public:
+  process_copy() = default;
+  process_copy(std::span<const float> initial, bool momentum, const a2cid2_constants& constants);
+  std::vector<float>& theta() { return theta_; }
+  const std::vector<float>& theta() const { return theta_; }
+  std::span<float> tilde() { return tilde_; }  // empty without A2CiD2
+  std::span<const float> tilde() const { return tilde_; }
+  // After its owner changed θ (a gradient's step).
+  void changed() { ++version_; }
+  std::uint64_t version() const { return version_; }
+  // The job's time θ and θ̃ are mixed up to (A2CiD2; 0 without it).
+  double time() const { return mixed_until_; }
+  // θ and θ̃ mixed up to the job's time `now` (never back; a change).
+  void catch_up(double now);
+  // The neighbour's side: mixed up to the initiator's `time`, θ̃ pulled towards its θ `theirs`,
+  // θ their mean. Returns θ before, the answer (the event's time is time() then).
+  std::vector<float> answer(std::span<const float> theirs, double time);
+  // The initiator's side, once answered: it offered `sent` at version `at`, `theirs` came back
+  // at the neighbour's `time`. Mixed up to that time too (both sides take the event at one time
+  // unless another exchange overlapped), θ̃ pulled, θ the mean — or, if θ changed since `sent`,
+  // plus half the difference (the sum of the copies is kept, no update lost).
+  void take_answer(std::span<const float> sent, std::uint64_t at, std::span<const float> theirs, double time);
+
+private:
+  bool momentum_ = false;
+  a2cid2_constants constants_;
+  std::vector<float> theta_, tilde_;
+  double mixed_until_ = 0;
+  std::uint64_t version_ = 0;  // changes of θ
+};
+
+// A fixed random projection of a copy to `size` floats, the same on every process for one
+// `seed`: a count sketch (each coordinate goes, with a random sign, into one of `size` buckets,
+// both hashed from the seed and its index; summed in double). Being linear, the spread of the
+// sketches estimates the spread of the copies: E‖S(x − y)‖² = ‖x − y‖² over the seeds, with a
+// relative standard deviation of at most √(2 / size) for one difference. One pass, no state.
+std::vector<float> sketch_of(std::span<const float> copy, std::size_t size, std::uint64_t seed);
 
 // A clean leaver: each of `remaining` takes (leaver − m) / remaining.size(), m the mean of the
 // remaining and the leaver, so the remaining copies' mean becomes m (the leaver's copy stays in it).

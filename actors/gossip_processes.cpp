@@ -16,12 +16,24 @@ namespace {
 
 // Tags name the kind: an exchange's offer (the initiator's copy) and answer (the neighbour's copy
 // before the mean), rank 0's request for every copy and the copies, an applied gradient for
-// rank 0's reports, a worker's notice that it is done, and an elastic job's kept step: each
-// worker's copy and optimizer state to rank 0, and their means back.
+// rank 0's reports, a worker's notice that it is done, the sketch of a changed copy, and an
+// elastic job's kept step: each worker's copy and optimizer state to rank 0, and their means back.
 constexpr std::uint64_t offer_tag = 1, answer_tag = 2, collect_tag = 3, copy_tag = 4, applied_tag = 5, done_tag = 6,
-                        keep_state_tag = 7, mean_tag = 8;
+                        sketch_tag = 7, keep_state_tag = 8, mean_tag = 9;
+// Floats of a copy's sketch (1 KiB), which rank 0 gets whenever the copy changed (a gradient's
+// step, either side of an exchange): its consensus distance between evaluations.
+constexpr std::size_t sketch_size = 256;
 struct no_header {
   std::uint64_t unused = 0;
+};
+// On an offer, an answer and a collection: the job's time (in steps) the copy is mixed up to
+// first, A2CiD2's clock (0 without it).
+struct timed_header {
+  double time = 0;
+};
+// A copy's sketch: whose, and which change of the copy (rank 0 keeps each worker's latest).
+struct sketch_header {
+  std::uint64_t worker = 0, version = 0;
 };
 struct state_header {
   std::uint64_t optimizer_step = 0;
@@ -44,27 +56,42 @@ public:
       throw std::invalid_argument("--topology gossip between processes runs one worker per process");
     setup.max_ahead = ~std::uint64_t{0} / 4;  // nobody waits for anybody
     setup.stop_requested = nullptr;  // the job runs to its last step
-    setup.claim_next = [this] { return tickets_->claim([this](std::uint64_t boundary) { keep_at(boundary); }); };
+    setup.claim_next = [this] {
+      const auto ticket = tickets_->claim([this](std::uint64_t boundary) { keep_at(boundary); });
+      if (ticket) claimed_ = *ticket;
+      return ticket;
+    };
     workers_ = std::make_unique<asynchronous_workers>(system, std::move(setup));
     const asynchronous_setup& s = workers_->setup();
     tickets_ = std::make_unique<gradient_tickets>(rank_, *workers_);
-    copy_ = s.initial;
-    opt_ = make_optimizer(s.optimizer, copy_.size());
-    if (s.initial_state) restore_full_state(*s.initial_state);
-    const std::size_t state_bytes =
-        sizeof(state_header) + (1 + opt_->state().slots) * copy_.size() * sizeof(float);
     ranks_.resize(static_cast<std::size_t>(world_));
     std::iota(ranks_.begin(), ranks_.end(), std::size_t{0});
-    const std::size_t copy_bytes = sizeof(no_header) + copy_.size() * sizeof(float);
+    const bool momentum = options.gossip_momentum == "a2cid2";
+    // Each of the workers starts `rate_` events per step, as in one process.
+    copy_ = process_copy(s.initial, momentum,
+                         momentum ? a2cid2_for(neighbour_offsets(graph_, ranks_.size()), ranks_.size(), rate_)
+                                  : a2cid2_constants{});
+    opt_ = make_optimizer(s.optimizer, s.initial.size());
+    if (s.initial_state) restore_full_state(*s.initial_state);
+    sketches_.assign(static_cast<std::size_t>(world_), sketch_of(s.initial, sketch_size, seed_));
+    sketch_versions_.assign(static_cast<std::size_t>(world_), 0);
+    const std::size_t copy_bytes = s.initial.size() * sizeof(float), timed_copy_bytes = sizeof(timed_header) + copy_bytes;
+    const std::size_t state_bytes = sizeof(state_header) + (1 + opt_->state().slots) * copy_bytes;
     const auto fixed = [](std::size_t bytes) { return [bytes](int) { return bytes; }; };
     std::vector<peer_exchange::kind> kinds{
-        {offer_tag, fixed(copy_bytes), [this](int from, std::span<const std::byte> m) { on_offer(from, m); }},
-        {answer_tag, fixed(copy_bytes), [this](int, std::span<const std::byte> m) { on_answer(m); }},
-        {collect_tag, fixed(sizeof(no_header)), [this](int from, std::span<const std::byte>) { on_collect(from); }},
-        {copy_tag, fixed(copy_bytes), [this](int from, std::span<const std::byte> m) { on_copy(from, m); }},
+        {offer_tag, fixed(timed_copy_bytes), [this](int from, std::span<const std::byte> m) { on_offer(from, m); }},
+        {answer_tag, fixed(timed_copy_bytes), [this](int, std::span<const std::byte> m) { on_answer(m); }},
+        {collect_tag, fixed(sizeof(timed_header)),
+         [this](int from, std::span<const std::byte> m) { on_collect(from, m); }},
+        {copy_tag, fixed(sizeof(no_header) + copy_bytes),
+         [this](int from, std::span<const std::byte> m) { on_copy(from, m); }},
         {applied_tag, fixed(sizeof(applied_header) + static_cast<std::size_t>(world_) * sizeof(std::uint64_t)),
          [this](int, std::span<const std::byte> m) { on_applied(m); }},
         {done_tag, fixed(sizeof(no_header)), [this](int, std::span<const std::byte>) { on_done(); }},
+        {sketch_tag, fixed(sizeof(sketch_header) + sketch_size * sizeof(float)),
+         [this](int, std::span<const std::byte> m) {
+           keep_sketch(header_of<sketch_header>(m), values_of(m, sizeof(sketch_header)));
+         }},
         {keep_state_tag, fixed(state_bytes), [this](int from, std::span<const std::byte> m) { on_keep_state(from, m); }},
         {mean_tag, fixed(state_bytes), [this](int, std::span<const std::byte> m) { on_mean(m); }},
     };
@@ -102,12 +129,12 @@ public:
       changed_.wait(lock, [&] { return failure_ || dones_ >= world_ - 1; });
     }
     if (rank_ == 0) {
-      auto copies = collect();
+      auto copies = collect(static_cast<double>(workers_->setup().steps));
       if (copies) result = mean_and_spread(*copies, true).first;
       notify_done();
     } else {
       std::lock_guard lock(mutex_);
-      result = copy_;
+      result = copy_.theta();
     }
     if (const auto failed = exchange_->finish()) throw std::runtime_error(*failed);
     std::lock_guard lock(mutex_);
@@ -115,22 +142,34 @@ public:
     return result;
   }
 
-  std::size_t state_bytes() const override { return (copy_.size() + opt_->state().values.size()) * sizeof(float); }
+  std::size_t state_bytes() const override {
+    return (copy_.theta().size() + copy_.tilde().size() + opt_->state().values.size()) * sizeof(float);
+  }
 
 private:
+  // The job's time (in steps) of gradient `ticket`: the step it belongs to, and how far into it
+  // (A2CiD2's clock: every process mixes on it, as the workers of one process on their count).
+  double time_of(std::uint64_t ticket) const {
+    return static_cast<double>(workers_->setup().first_step) + static_cast<double>(ticket) / world_;
+  }
+
   // The worker loop's side.
   std::optional<std::vector<float>> fetch(int, std::uint64_t, caf::scoped_actor&) override {
     std::lock_guard lock(mutex_);
     if (failure_) return std::nullopt;
-    return copy_;
+    copy_.catch_up(time_of(claimed_));
+    return copy_.theta();
   }
 
   void deliver(int w, computed_gradient g, caf::scoped_actor&) override {
+    const double now = time_of(g.ticket);
     {
       std::lock_guard lock(mutex_);
-      step_own_copy(*opt_, copy_, g, workers_->setup());
-      ++version_;
+      copy_.catch_up(now);
+      step_own_copy(*opt_, copy_.theta(), g, workers_->setup(), copy_.tilde());
+      copy_.changed();
     }
+    report_sketch();
     const applied_gradient applied{w, 0, g.micro_batches, g.loss_sum, g.items};
     if (rank_ == 0)
       workers_->applied(applied);
@@ -143,16 +182,22 @@ private:
     const int events = gossip_events(rate_, draw);
     for (int e = 0; e < events && !workers_->stopping(); ++e) {
       const std::size_t peer = gossip_neighbour(graph_, ranks_, static_cast<std::size_t>(rank_), draw);
-      if (peer != static_cast<std::size_t>(rank_)) exchange_with(static_cast<int>(peer));
+      if (peer != static_cast<std::size_t>(rank_)) exchange_with(static_cast<int>(peer), now);
     }
   }
 
+  // The consensus distance every step: exact where the model is evaluated (every copy
+  // collected, mixed up to the step's end), else estimated from each worker's latest sketch.
   asynchronous_view observe(std::uint64_t step, bool with_parameters, caf::scoped_actor&) override {
     asynchronous_view view;
     const asynchronous_setup& s = workers_->setup();
     if (s.keep) view.kept = tickets_->kept_at((step + 1 - s.first_step) * static_cast<std::uint64_t>(world_));
-    if (!with_parameters) return view;  // collecting every copy costs a model per worker: only where evaluated
-    auto copies = collect();
+    if (!with_parameters) {
+      std::lock_guard lock(mutex_);
+      view.consensus_distance = mean_and_spread(sketches_, false).second;
+      return view;
+    }
+    auto copies = collect(static_cast<double>(step + 1));
     if (!copies) {
       view.stopped = true;
       return view;
@@ -171,7 +216,7 @@ private:
     std::vector<float> mine;
     {
       std::lock_guard lock(mutex_);
-      mine = copy_;
+      mine = copy_.theta();
     }
     const optimizer_state& state = opt_->state();
     mine.insert(mine.end(), state.values.begin(), state.values.end());
@@ -191,7 +236,7 @@ private:
     }
     if (rank_ == 0)
       for (int r = 1; r < world_; ++r) exchange_->send(r, mean_tag, mean);
-    const std::size_t n = copy_.size();
+    const std::size_t n = s.initial.size();
     const auto values = values_of(mean, sizeof(state_header));
     optimizer_state averaged = opt_->state();
     averaged.step = header_of<state_header>(mean).optimizer_step;
@@ -205,9 +250,10 @@ private:
     kept.parameters.assign(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n));
     {
       std::lock_guard lock(mutex_);
-      copy_ = kept.parameters;
-      ++version_;
+      copy_.theta() = kept.parameters;
+      copy_.changed();
     }
+    report_sketch();
     kept.own = shard_of_state(averaged, rank_);
     if (world_ > 1) kept.buddy = shard_of_state(averaged, buddy_source(rank_, world_));
     s.keep->keeper->keep(std::move(kept));
@@ -229,7 +275,7 @@ private:
 
   // Rank `owner`'s ZeRO-1 shard of a full optimizer state.
   rule_state shard_of_state(const optimizer_state& full, int owner) const {
-    const std::size_t n = copy_.size();
+    const std::size_t n = workers_->setup().initial.size();
     const shard part = shard_of(n, world_, owner);
     rule_state out{true, false, full.step, static_cast<std::uint32_t>(full.slots), part.begin, {}, {}};
     for (std::size_t slot = 0; slot < full.slots; ++slot)
@@ -242,7 +288,7 @@ private:
   // whole state every worker holds (before the exchange owns the transport).
   void restore_full_state(const rule_state& own) {
     optimizer_state full = opt_->state();
-    const std::size_t n = copy_.size();
+    const std::size_t n = workers_->setup().initial.size();
     const shard part = shard_of(n, world_, rank_);
     if (own.slots != full.slots || own.begin != part.begin || own.values.size() != full.slots * part.size())
       throw std::invalid_argument("restored optimizer state does not fit rank " + std::to_string(rank_) + "'s shard");
@@ -269,57 +315,85 @@ private:
     changed_.notify_all();
   }
 
-  // One exchange with `peer`: both end with the mean of the two copies.
-  void exchange_with(int peer) {
+  // One exchange with `peer` at the job's time `now`: both end with the mean of the two copies
+  // (and, with A2CiD2, each θ̃ pulled towards the other's θ: process_copy).
+  void exchange_with(int peer, double now) {
     std::vector<float> sent;
     std::uint64_t at = 0;
     {
       std::lock_guard lock(mutex_);
-      sent = copy_;
-      at = version_;
+      copy_.catch_up(now);
+      sent = copy_.theta();
+      at = copy_.version();
       answer_.reset();
     }
-    exchange_->send(peer, offer_tag, message_of(no_header{}, sent));
+    exchange_->send(peer, offer_tag, message_of(timed_header{now}, sent));
     workers_->cross_link(rank_, sent.size() * sizeof(float), peer);
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return answer_ || failure_; });
     if (!answer_) return;
-    const std::vector<float>& theirs = *answer_;
-    if (version_ == at) {  // unchanged: the mean, the neighbour's bits
-      for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] = 0.5f * (sent[i] + theirs[i]);
-    } else {  // another exchange changed it meanwhile: keep its change, add this one's
-      for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] += 0.5f * (theirs[i] - sent[i]);
-    }
-    ++version_;
+    copy_.take_answer(sent, at, *answer_, answer_time_);
     answer_.reset();
+    lock.unlock();
+    report_sketch();
+  }
+
+  // After a change of the copy: its sketch, and which change it is, to rank 0.
+  void report_sketch() {
+    sketch_header h{static_cast<std::uint64_t>(rank_), 0};
+    std::vector<float> sketch;
+    {
+      std::lock_guard lock(mutex_);
+      h.version = copy_.version();
+      sketch = sketch_of(copy_.theta(), sketch_size, seed_);
+    }
+    if (rank_ == 0)
+      keep_sketch(h, sketch);
+    else
+      exchange_->send(0, sketch_tag, message_of(h, sketch));
+  }
+
+  // Rank 0: a worker's sketch, unless a later one came first (the worker's and the exchange
+  // thread's reports may be queued out of order).
+  void keep_sketch(const sketch_header& h, std::span<const float> sketch) {
+    if (h.worker >= static_cast<std::uint64_t>(world_))
+      throw std::runtime_error("a sketch names worker " + std::to_string(h.worker) + " of " + std::to_string(world_));
+    std::lock_guard lock(mutex_);
+    const auto w = static_cast<std::size_t>(h.worker);
+    if (h.version < sketch_versions_[w]) return;
+    sketch_versions_[w] = h.version;
+    sketches_[w].assign(sketch.begin(), sketch.end());
   }
 
   // The exchange thread's side.
   void on_offer(int from, std::span<const std::byte> message) {
-    const auto theirs = values_of(message, sizeof(no_header));
+    const auto theirs = values_of(message, sizeof(timed_header));
     std::vector<float> before;
+    double event_time = 0;
     {
       std::lock_guard lock(mutex_);
-      before = copy_;
-      for (std::size_t i = 0; i < copy_.size(); ++i) copy_[i] = 0.5f * (before[i] + theirs[i]);
-      ++version_;
+      before = copy_.answer(theirs, header_of<timed_header>(message).time);
+      event_time = copy_.time();
     }
-    exchange_->send(from, answer_tag, message_of(no_header{}, before));
+    exchange_->send(from, answer_tag, message_of(timed_header{event_time}, before));
     workers_->count_sent(rank_, before.size() * sizeof(float), from);
+    report_sketch();
   }
 
   void on_answer(std::span<const std::byte> message) {
-    const auto theirs = values_of(message, sizeof(no_header));
+    const auto theirs = values_of(message, sizeof(timed_header));
     std::lock_guard lock(mutex_);
     answer_.emplace(theirs.begin(), theirs.end());
+    answer_time_ = header_of<timed_header>(message).time;
     changed_.notify_all();
   }
 
-  void on_collect(int from) {
+  void on_collect(int from, std::span<const std::byte> message) {
     std::vector<float> mine;
     {
       std::lock_guard lock(mutex_);
-      mine = copy_;
+      copy_.catch_up(header_of<timed_header>(message).time);
+      mine = copy_.theta();
     }
     exchange_->send(from, copy_tag, message_of(no_header{}, mine));
   }
@@ -348,14 +422,14 @@ private:
     changed_.notify_all();
   }
 
-  // Rank 0: every worker's copy now; nothing once failed.
-  std::optional<std::vector<std::vector<float>>> collect() {
+  // Rank 0: every worker's copy now, mixed up to the job's time `time`; nothing once failed.
+  std::optional<std::vector<std::vector<float>>> collect(double time) {
     {
       std::lock_guard lock(mutex_);
       collected_.assign(static_cast<std::size_t>(world_), {});
       collecting_ = world_;
     }
-    for (int r = 0; r < world_; ++r) exchange_->send(r, collect_tag, message_of(no_header{}));
+    for (int r = 0; r < world_; ++r) exchange_->send(r, collect_tag, message_of(timed_header{time}));
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return collecting_ == 0 || failure_; });
     if (collecting_ != 0) return std::nullopt;
@@ -386,13 +460,16 @@ private:
   std::unique_ptr<gradient_tickets> tickets_;
   std::unique_ptr<asynchronous_workers> workers_;
   std::unique_ptr<optimizer> opt_;  // the worker's own state (its thread only)
+  std::uint64_t claimed_ = 0;       // the gradient its worker computes (its thread only)
   // Guarded by mutex_: the copy (worker and exchange threads), the exchange in flight, the
   // collection, the notices.
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::vector<float> copy_;
-  std::uint64_t version_ = 0;  // changes of copy_
+  process_copy copy_;  // θ (and A2CiD2's θ̃), the worker's and the exchange thread's
   std::optional<std::vector<float>> answer_;
+  double answer_time_ = 0;  // the neighbour's time of the event it answered
+  std::vector<std::vector<float>> sketches_;  // rank 0: each worker's latest sketch
+  std::vector<std::uint64_t> sketch_versions_;  // and which change of its copy it is
   std::vector<std::vector<float>> collected_;
   int collecting_ = 0;
   int dones_ = 0;

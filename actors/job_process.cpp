@@ -232,8 +232,7 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
   const job_plan origin = plan_job(prototype, *train, config, nullptr, group.elastic || group.join);
   if (const auto* asynchronous = as_asynchronous(*origin.topo)) {
     require(asynchronous->runs_between_processes(),
-            "--topology " + config.topology + " runs its asynchronous workers in one process only" +
-                (config.topology == "gossip" ? " with --gossip-momentum a2cid2" : ""));
+            "--topology " + config.topology + " runs its asynchronous workers in one process only");
     require(group.transport == "ucx", "--topology " + config.topology + " between processes runs over ucx only");
     require(!(group.elastic || group.join) || asynchronous->elastic_between_processes(),
             "--topology " + config.topology + " between processes has a fixed worker set (no --elastic or --join)" +

@@ -367,8 +367,7 @@ public:
     return std::make_unique<gossip_run>(system, std::move(setup), options_, seed_);
   }
   bool follows_membership() const override { return true; }
-  // A2CiD2's θ̃ and its mixing clock live in one process's copies only.
-  bool runs_between_processes() const override { return options_.gossip_momentum != "a2cid2"; }
+  bool runs_between_processes() const override { return true; }
   // Its kept steps average the copies and optimizer states; A2CiD2's θ̃ is not kept.
   bool elastic_between_processes() const override { return options_.gossip_momentum == "none"; }
 

@@ -6,6 +6,7 @@
 #include <accord/topology.hpp>
 
 #include "actors/gossip_arithmetic.hpp"
+#include "actors/gossip_rules.hpp"
 #include "quadratic_model.hpp"
 
 #include <algorithm>
@@ -645,6 +646,126 @@ TEST_CASE("gossip arithmetic: A2CiD2 keeps the mean of the copies and reaches co
   const double plain = spread_after(false), accelerated = spread_after(true);
   MESSAGE("spread after 20 units of time on a ring of 16: " << plain << " plain, " << accelerated << " with A2CiD2");
   CHECK(accelerated < 0.5 * plain);
+}
+
+TEST_CASE("gossip arithmetic: A2CiD2 between processes, each side holding only its own θ̃, is one process's arithmetic bit for bit") {
+  // A ring of 8 (α̃ ≈ 1, far from plain averaging's ½, so θ̃ matters) through the same events at
+  // the same times: one process's pairs (average_pair, both mixed up to the event) against
+  // process copies that exchange offers and answers, each side mixing on the times they name.
+  constexpr std::size_t n = 8, length = 8;
+  const a2cid2_constants constants = a2cid2_for(neighbour_offsets("ring", n), n, 1.0);
+  REQUIRE(constants.alpha_tilde > 0.9);
+  std::mt19937_64 start(5);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> theta(n, std::vector<float>(length));
+  for (auto& copy : theta)
+    for (float& v : copy) v = normal(start);
+  std::vector<std::vector<float>> tilde = theta;
+  std::vector<double> mixed_until(n, 0.0);
+  std::vector<process_copy> processes, ignoring;  // `ignoring`: without θ̃ (plain averages)
+  for (const auto& copy : theta) {
+    processes.emplace_back(copy, true, constants);
+    ignoring.emplace_back(copy, false, constants);
+  }
+  const auto exchange = [](process_copy& initiator, process_copy& neighbour, double now) {
+    initiator.catch_up(now);
+    const std::vector<float> sent = initiator.theta();
+    const std::uint64_t at = initiator.version();
+    const std::vector<float> answer = neighbour.answer(sent, now);
+    initiator.take_answer(sent, at, answer, neighbour.time());
+  };
+  std::mt19937_64 events(3);
+  double now = 0;
+  for (int e = 0; e < 40; ++e) {  // 5 per worker: short of consensus, where both would agree
+    now += std::exponential_distribution<double>(n)(events);
+    const std::size_t a = std::uniform_int_distribution<std::size_t>(0, n - 1)(events);
+    const std::size_t b = (a + (std::bernoulli_distribution(0.5)(events) ? 1 : n - 1)) % n;
+    for (std::size_t k : {a, b}) {
+      a2cid2_mix(theta[k], tilde[k], constants.eta, now - mixed_until[k]);
+      mixed_until[k] = now;
+    }
+    average_pair(theta[a], theta[b], tilde[a], tilde[b], constants.alpha_tilde);
+    exchange(processes[a], processes[b], now);
+    exchange(ignoring[a], ignoring[b], now);
+  }
+  double ignored_gap = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    a2cid2_mix(theta[k], tilde[k], constants.eta, now - mixed_until[k]);
+    processes[k].catch_up(now);
+    CHECK(processes[k].theta() == theta[k]);
+    CHECK(std::equal(tilde[k].begin(), tilde[k].end(), processes[k].tilde().begin()));
+    ignored_gap = std::max(ignored_gap, worst_difference(ignoring[k].theta(), theta[k]));
+  }
+  MESSAGE("plain averages instead differ by up to " << ignored_gap);
+  CHECK(ignored_gap > 1e-2);  // ignoring θ̃ would not pass for it
+}
+
+TEST_CASE("gossip arithmetic: exchanges overlapping on one process keep the sums of θ and θ̃") {
+  // Process 0 offers to 1 at time 0.5; before 1's answer reaches it, 2's offer changes 0's
+  // copy, so 0 then adds half the difference instead of taking the mean. θ̃ starts apart from θ
+  // (as a gradient's past would leave it) with Σ(θ̃ − θ) = 0: the mixing up to 0.5 keeps it so.
+  constexpr std::size_t length = 5;
+  const a2cid2_constants constants = a2cid2_for(neighbour_offsets("ring", 8), 8, 1.0);
+  std::vector<process_copy> processes;
+  for (float start : {1.0f, -2.0f, 4.0f}) {
+    std::vector<float> copy(length);
+    for (std::size_t i = 0; i < length; ++i) copy[i] = start + 0.25f * static_cast<float>(i);
+    processes.emplace_back(copy, true, constants);
+  }
+  processes[2].tilde()[0] += 3.0f;
+  processes[0].tilde()[0] -= 3.0f;
+  const auto sums = [&] {
+    std::pair<double, double> total{0, 0};
+    for (const process_copy& p : processes)
+      for (std::size_t i = 0; i < length; ++i) {
+        total.first += p.theta()[i];
+        total.second += p.tilde()[i];
+      }
+    return total;
+  };
+  const auto before = sums();
+  constexpr double now = 0.5;
+  processes[0].catch_up(now);
+  const std::vector<float> sent = processes[0].theta();
+  const std::uint64_t at = processes[0].version();
+  const std::vector<float> answer = processes[1].answer(sent, now);
+  processes[2].catch_up(now);
+  const std::vector<float> overlapping = processes[2].theta();
+  const std::uint64_t overlapping_at = processes[2].version();
+  const std::vector<float> returned = processes[0].answer(overlapping, now);
+  processes[2].take_answer(overlapping, overlapping_at, returned, processes[0].time());
+  processes[0].take_answer(sent, at, answer, processes[1].time());
+  CHECK(processes[0].theta() != processes[1].theta());  // 0 added half the difference
+  const auto after = sums();
+  CHECK(after.first == doctest::Approx(before.first).epsilon(1e-6));
+  CHECK(after.second == doctest::Approx(before.second).epsilon(1e-6));
+}
+
+TEST_CASE("gossip arithmetic: the sketches' spread estimates the copies' without bias, within a few percent") {
+  constexpr std::size_t n = 4, length = 5000, size = 256;
+  std::mt19937_64 start(9);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> copies(n, std::vector<float>(length));
+  for (std::size_t i = 0; i < length; ++i) {
+    const float shared = 3 * normal(start);  // large common values, small differences: as copies near consensus
+    for (auto& copy : copies) copy[i] = shared + 0.01f * normal(start);
+  }
+  const double exact = mean_and_spread(copies, false).second;
+  double squares = 0, worst = 0;
+  constexpr int seeds = 100;
+  for (int seed = 0; seed < seeds; ++seed) {
+    std::vector<std::vector<float>> sketches;
+    for (const auto& copy : copies) sketches.push_back(sketch_of(copy, size, static_cast<std::uint64_t>(seed)));
+    REQUIRE(sketches.front().size() == size);
+    const double estimate = mean_and_spread(sketches, false).second;
+    squares += estimate * estimate / seeds;
+    worst = std::max(worst, std::fabs(estimate / exact - 1));
+  }
+  MESSAGE("sketch of " << size << " floats, " << n << " copies of " << length << ": worst relative error over "
+                       << seeds << " seeds " << worst);
+  CHECK(std::sqrt(squares) == doctest::Approx(exact).epsilon(0.02));  // unbiased in the square
+  CHECK(worst < 0.15);  // each seed within √(2/256) ≈ 9% per difference, less over 4 of them
+  CHECK(sketch_of(copies[0], size, 1) == sketch_of(copies[0], size, 1));  // the same projection everywhere
 }
 
 TEST_CASE("gossip arithmetic: a clean leaver's copy stays in the mean; a joiner from the mean keeps it") {
