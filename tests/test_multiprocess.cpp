@@ -451,6 +451,33 @@ churned_job run_with_churn(const std::string& flags, const std::string& metrics,
   return out;
 }
 
+// What every churned job must show: the death, the leave and both joiners handled, the job done.
+void check_churned(const churned_job& churned) {
+  INFO(churned.job.text);
+  INFO(churned.joiner.text);
+  REQUIRE(churned.reached_join);
+  CHECK(churned.job.status == 0);
+  CHECK(churned.job.text.find("rank 2 was killed by signal 9") != std::string::npos);
+  CHECK(churned.job.text.find("[rank 3] left the job") != std::string::npos);
+  CHECK(churned.job.text.find("4 -> 3 workers") != std::string::npos);
+  CHECK(churned.job.text.find("3 -> 2 workers") != std::string::npos);
+  CHECK(churned.job.text.find("2 -> 3 workers") != std::string::npos);
+  CHECK(churned.mismatched.status == 2);
+  CHECK(churned.mismatched.text.find("a joiner at 127.0.0.1 refused: --model differs") != std::string::npos);
+  CHECK(churned.joiner.status == 0);
+}
+
+// Training went on as it would have: the final loss is in line with an undisturbed run of
+// `flags` (workers were fewer for a while, fewer tokens per step, so it may lag a little).
+void check_loss_as_undisturbed(const std::string& flags, const run_output& churned, const std::string& what) {
+  const run_output undisturbed = run(elastic_launch + "-n 4 -- " + train + flags);
+  REQUIRE(undisturbed.status == 0);
+  MESSAGE(what << ": final eval loss " << final_eval_loss(churned.text) << " with churn, "
+               << final_eval_loss(undisturbed.text) << " undisturbed");
+  CHECK(std::abs(final_eval_loss(churned.text) - final_eval_loss(undisturbed.text)) <
+        0.15 * final_eval_loss(undisturbed.text));
+}
+
 }  // namespace
 
 TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat timeout), lets one leave, admits a joiner "
@@ -463,20 +490,10 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
     // enough that a loaded machine's slow heartbeats are not taken for deaths.
     const std::string flags = elastic_flags + " --algo " + algo + (hangs ? " --heartbeat-timeout 8" : "");
     const churned_job churned = run_with_churn(flags, std::string("elastic_") + algo + ".jsonl", hangs);
-    const run_output &job = churned.job, &joiner = churned.joiner, &mismatched = churned.mismatched;
+    check_churned(churned);
+    const run_output& job = churned.job;
     INFO(job.text);
-    INFO(joiner.text);
-    REQUIRE(churned.reached_join);
-    CHECK(job.status == 0);
-    CHECK(job.text.find("rank 2 was killed by signal 9") != std::string::npos);
-    CHECK(job.text.find("[rank 3] left the job") != std::string::npos);
-    CHECK(job.text.find("4 -> 3 workers") != std::string::npos);
-    CHECK(job.text.find("3 -> 2 workers") != std::string::npos);
-    CHECK(job.text.find("2 -> 3 workers") != std::string::npos);
     CHECK(job.text.find("replicas identical") != std::string::npos);
-    CHECK(mismatched.status == 2);
-    CHECK(mismatched.text.find("a joiner at 127.0.0.1 refused: --model differs") != std::string::npos);
-    CHECK(joiner.status == 0);
     // Every epoch restored the kept state: the same parameters everywhere, and (ZeRO-1) the
     // optimizer state's checksum unchanged by the re-sharding.
     if (std::string(algo) == "acco") {
@@ -486,15 +503,7 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
     } else {
       CHECK(job.text.find("restored the parameters of step") != std::string::npos);
     }
-
-    // Training went on as it would have: the final loss is in line with an undisturbed run.
-    const run_output undisturbed = run(elastic_launch + "-n 4 -- " + train + flags);
-    REQUIRE(undisturbed.status == 0);
-    MESSAGE(std::string(algo) << ": final eval loss " << final_eval_loss(job.text) << " with churn, "
-                 << final_eval_loss(undisturbed.text) << " undisturbed");
-    // Workers were fewer for a while (fewer tokens per step), so the loss may lag a little.
-    CHECK(std::abs(final_eval_loss(job.text) - final_eval_loss(undisturbed.text)) <
-          0.15 * final_eval_loss(undisturbed.text));
+    check_loss_as_undisturbed(flags, job, algo);
   }
 }
 
@@ -503,16 +512,9 @@ TEST_CASE("the asynchronous topologies between processes lose a worker, let one 
     CAPTURE(topology);
     const std::string flags = elastic_flags + " --algo ddp --keep-interval 10 --topology " + topology;
     const churned_job churned = run_with_churn(flags, "elastic_asynchronous.jsonl", false);
-    const run_output &job = churned.job, &joiner = churned.joiner;
+    check_churned(churned);
+    const run_output& job = churned.job;
     INFO(job.text);
-    INFO(joiner.text);
-    REQUIRE(churned.reached_join);
-    CHECK(job.status == 0);
-    CHECK(job.text.find("4 -> 3 workers") != std::string::npos);
-    CHECK(job.text.find("3 -> 2 workers") != std::string::npos);
-    CHECK(job.text.find("2 -> 3 workers") != std::string::npos);
-    CHECK(churned.mismatched.status == 2);
-    CHECK(joiner.status == 0);
     // The death rolled back to a kept step (a multiple of --keep-interval, every gradient before
     // it applied everywhere); every epoch restored the optimizer state unchanged by re-sharding.
     const std::smatch first = [&] {
@@ -525,12 +527,7 @@ TEST_CASE("the asynchronous topologies between processes lose a worker, let one 
     const auto checksums = transfer_checksums(job.text);
     CHECK(checksums.size() == 3);
     for (const auto& [before, after] : checksums) CHECK(before == after);
-    const run_output undisturbed = run(elastic_launch + "-n 4 -- " + train + flags);
-    REQUIRE(undisturbed.status == 0);
-    MESSAGE(std::string(topology) << ": final eval loss " << final_eval_loss(job.text) << " with churn, "
-                     << final_eval_loss(undisturbed.text) << " undisturbed");
-    CHECK(std::abs(final_eval_loss(job.text) - final_eval_loss(undisturbed.text)) <
-          0.15 * final_eval_loss(undisturbed.text));
+    check_loss_as_undisturbed(flags, job, topology);
   }
 }
 
