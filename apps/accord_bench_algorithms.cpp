@@ -1,7 +1,7 @@
 // accord-bench-algorithms: the algorithms side by side on the same model, data and emulated
 // link, in one run: step time and its ratio to DDP, compute vs communication time, how much
 // communication was hidden, bits per parameter on the wire, and memory per worker.
-#include "apps/training_options.hpp"
+#include "apps/time_to_loss.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -29,8 +29,9 @@ int main(int argc, char** argv) {
         "usage: accord-bench-algorithms [options]\n"
         "Runs each algorithm on the same model, data and emulated link and prints step time,\n"
         "compute and communication time, hidden fraction, bits/param/step and memory per worker.\n"
-        "Synchronous algorithms accumulate --accumulation micro-batches per step; ACCO-style\n"
-        "ones half of it per stage (two stages per step), as in the ACCO paper.");
+        "Every algorithm takes --accumulation micro-batches per step: synchronous ones per round,\n"
+        "ACCO-style ones half of it per stage (two stages per step), as in the ACCO paper, or with\n"
+        "--estimate-accumulation E, E per estimate stage and the rest per real stage.");
     if (!parsed) return 0;  // --help
     const po::variables_map& flags = *parsed;
     const std::vector<std::string> known = algorithm_names();
@@ -43,17 +44,20 @@ int main(int argc, char** argv) {
     warn_ignored(flags, "accord-bench-algorithms", {{"algo", "here (--algos lists the algorithms)"}});
     warn_ignored_training_flags(flags, "accord-bench-algorithms");
     const training_setup setup = make_training_setup(flags);  // model and data serve every algorithm
-    const std::uint64_t baseline_accumulation = flags["accumulation"].as<std::size_t>();
+    check_stage_split(names, setup.job);
+    std::printf("%s, %d workers, %llu steps of %zu micro-batches (ACCO: %zu per estimate stage + %zu per real "
+                "stage) x %zu examples, link %s, wire %s%s\n",
+                setup.net->signature().c_str(), setup.job.workers, static_cast<unsigned long long>(setup.job.steps),
+                setup.job.accumulation, estimate_stage(setup.job), setup.job.accumulation - estimate_stage(setup.job),
+                setup.job.micro_batch, setup.job.link.c_str(), setup.job.wire_precision.c_str(),
+                setup.job.estimate_precision.empty() ? "" : (", estimates " + setup.job.estimate_precision).c_str());
     std::printf("%-11s %9s %6s %11s %11s %9s %7s %11s %8s %8s %9s %9s %9s\n", "algorithm", "step ms",
                 "xbase", "compute ms", "comm ms", "step/max", "hidden", "bits/param", "mb/step",
                 "eval", "peak MB", "min MB", "items/s");
     double baseline_step = 0;
     for (const auto& name : names) {
-      job_config job = setup.job;
-      job.algorithm = name;
+      job_config job = with_equal_tokens(setup.job, name);
       job.eval_interval = 0;
-      const bool staged = name.rfind("acco", 0) == 0;
-      job.accumulation = staged ? std::max<std::uint64_t>(1, baseline_accumulation / 2) : baseline_accumulation;
       const job_result r = run_job(*setup.net, setup.train, setup.eval, job);
       const double steps = static_cast<double>(r.steps.size());
       const double step_ms = 1e3 * r.seconds / steps;

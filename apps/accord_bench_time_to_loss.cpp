@@ -45,28 +45,13 @@ std::vector<double> parse_targets(const std::string& list) {
   return targets;
 }
 
-// ACCO-style algorithms run two rounds per step: DDP's micro-batches split between the stages.
-bool staged(const std::string& name) { return name.rfind("acco", 0) == 0; }
-
-// ACCO's micro-batches per estimate stage (the rest of --accumulation go to the real stage).
-std::size_t estimate_stage(const job_config& job) {
-  return job.estimate_accumulation ? job.estimate_accumulation : job.accumulation / 2;
-}
-
-// The same number of micro-batches per step for every algorithm: synchronous ones take
-// `accumulation`, overlapped ones are capped to it. ACCO splits it: --estimate-accumulation
-// while its estimate round is in flight and the rest while its real round is (unset: half
-// each). Repetition r runs with seed --seed + r: a run is deterministic, and one seed's draw
-// can decide a comparison (Distributed Lion's final loss on the default GPT moves by ±0.25
+// Every algorithm at --accumulation micro-batches per step (with_equal_tokens), overlapped ones
+// capped to them. Repetition r runs with seed --seed + r: a run is deterministic, and one seed's
+// draw can decide a comparison (Distributed Lion's final loss on the default GPT moves by ±0.25
 // between seeds).
-job_config job_for(const training_setup& setup, const std::string& name, std::size_t accumulation,
-                   int repetition = 0) {
-  job_config job = setup.job;
+job_config job_for(const training_setup& setup, const std::string& name, int repetition = 0) {
+  job_config job = with_equal_tokens(setup.job, name);
   job.seed += static_cast<std::uint64_t>(repetition);
-  job.algorithm = name;
-  const std::size_t estimates = estimate_stage(setup.job);
-  job.accumulation = staged(name) ? accumulation - estimates : accumulation;
-  job.estimate_accumulation = staged(name) ? estimates : 0;
   job.max_accumulation = job.accumulation;
   job.defer_evaluation = true;  // evaluations take no compute from the timed run
   job.replica_check_interval = 0;
@@ -117,18 +102,10 @@ int main(int argc, char** argv) {
     std::vector<double> targets = parse_targets(flags["targets"].as<std::string>());
     training_setup setup = make_training_setup(flags);
     const std::size_t accumulation = setup.job.accumulation;
-    for (const auto& name : names) {
-      if (!staged(name)) continue;
-      if (!setup.job.estimate_accumulation && accumulation % 2 != 0)
-        throw std::invalid_argument("--accumulation must be even: " + name + " takes half of it per stage "
-                                    "(or split it with --estimate-accumulation)");
-      if (setup.job.estimate_accumulation >= accumulation)
-        throw std::invalid_argument("--estimate-accumulation must be below --accumulation: " + name +
-                                    " takes it per estimate stage and the rest per real stage");
-    }
+    check_stage_split(names, setup.job);
     // A DDP step that spends --comm-ratio times its compute on the wire.
     if (setup.job.link == "auto")
-      setup.job.link = calibrated_link(setup, job_for(setup, "ddp", accumulation), comm_ratio);
+      setup.job.link = calibrated_link(setup, job_for(setup, "ddp"), comm_ratio);
     std::printf("%s, %d workers, %llu steps of %zu micro-batches (ACCO: %zu per estimate stage + %zu per real "
                 "stage) x %zu examples, link %s, wire %s%s\n",
                 setup.net->signature().c_str(), setup.job.workers, static_cast<unsigned long long>(setup.job.steps),
@@ -140,7 +117,7 @@ int main(int argc, char** argv) {
     std::map<std::string, std::vector<job_result>> results;
     for (int repetition = 0; repetition < repetitions; ++repetition)
       for (const auto& name : names) {
-        job_result r = run_job(*setup.net, setup.train, setup.eval, job_for(setup, name, accumulation, repetition));
+        job_result r = run_job(*setup.net, setup.train, setup.eval, job_for(setup, name, repetition));
         std::printf("  repetition %d %-11s %.1f s, final eval %.4f\n", repetition + 1, name.c_str(),
                     r.steps.empty() ? 0.0 : r.steps.back().seconds, r.final_eval_loss);
         std::fflush(stdout);

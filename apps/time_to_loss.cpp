@@ -4,8 +4,35 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 namespace accord {
+
+bool staged(const std::string& algorithm) { return algorithm.rfind("acco", 0) == 0; }
+
+std::size_t estimate_stage(const job_config& job) {
+  return job.estimate_accumulation ? job.estimate_accumulation : job.accumulation / 2;
+}
+
+void check_stage_split(const std::vector<std::string>& algorithms, const job_config& job) {
+  for (const auto& name : algorithms) {
+    if (!staged(name)) continue;
+    if (!job.estimate_accumulation && job.accumulation % 2 != 0)
+      throw std::invalid_argument("--accumulation must be even: " + name + " takes half of it per stage "
+                                  "(or split it with --estimate-accumulation)");
+    if (job.estimate_accumulation >= job.accumulation)
+      throw std::invalid_argument("--estimate-accumulation must be below --accumulation: " + name +
+                                  " takes it per estimate stage and the rest per real stage");
+  }
+}
+
+job_config with_equal_tokens(job_config job, const std::string& algorithm) {
+  const std::size_t estimates = estimate_stage(job);
+  job.algorithm = algorithm;
+  job.accumulation = staged(algorithm) ? job.accumulation - estimates : job.accumulation;
+  job.estimate_accumulation = staged(algorithm) ? estimates : 0;
+  return job;
+}
 
 std::vector<std::string> split_list(const std::string& list, char separator) {
   std::vector<std::string> items;

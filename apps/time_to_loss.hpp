@@ -1,7 +1,7 @@
 #pragma once
-// What the time-to-loss benchmarks (accord-bench-time-to-loss, accord-bench-topologies) share:
-// medians over repetitions, seconds to a held-out loss, the calibrated emulated link and the
-// table's number formats.
+// What the benchmarks (accord-bench-time-to-loss, accord-bench-topologies, accord-bench-algorithms)
+// share: equal tokens per step across algorithms, medians over repetitions, seconds to a held-out
+// loss, the calibrated emulated link and the table's number formats.
 #include "apps/training_options.hpp"
 
 #include <limits>
@@ -12,6 +12,22 @@ namespace accord {
 
 // Seconds of a target never reached.
 inline constexpr double never = std::numeric_limits<double>::infinity();
+
+// ACCO-style algorithms run two rounds per step: an estimate round and a real one.
+bool staged(const std::string& algorithm);
+
+// Micro-batches per ACCO estimate stage at job.accumulation per step: job.estimate_accumulation,
+// or half of job.accumulation when it is unset. The real stage takes the rest.
+std::size_t estimate_stage(const job_config& job);
+
+// Refuses, naming the flag, a split of job.accumulation that a staged algorithm among `algorithms`
+// cannot take (odd without --estimate-accumulation, or no micro-batch left for the real stage).
+void check_stage_split(const std::vector<std::string>& algorithms, const job_config& job);
+
+// `job` running `algorithm` at job.accumulation micro-batches per step, the same tokens for every
+// algorithm: synchronous ones take them all per round, ACCO-style ones split them between the
+// stages (estimate_stage, then the rest).
+job_config with_equal_tokens(job_config job, const std::string& algorithm);
 
 // The items of a `separator`-separated list, as written (empty items kept).
 std::vector<std::string> split_list(const std::string& list, char separator = ',');

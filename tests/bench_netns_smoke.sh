@@ -1,6 +1,6 @@
 #!/bin/sh
 # scripts/bench-netns end to end at toy size: two ranks in their own network namespaces, two
-# steps each of ddp and acco, one table row each. Skipped (77) where namespaces, veth pairs or
+# steps each of ddp and acco, then of three topologies with a straggler, one table row each. Skipped (77) where namespaces, veth pairs or
 # tc's tbf cannot be made (not root, or a container that forbids them).
 # Usage: bench_netns_smoke.sh SOURCE_DIR BUILD_DIR
 set -eu
@@ -17,6 +17,12 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$source_dir/scripts/bench-netns" --workers 2 --rate 200mbit --steps 2 --eval-interval 1 --repetitions 1 \
   --algos ddp,acco --build "$build_dir" --out "$out" -- --model mlp >"$out/table.txt" 2>&1 ||
-  { cat "$out/table.txt"; exit 1; }
+  { cat "$out/table.txt"; tail -n 40 "$out"/*.log; exit 1; }
 cat "$out/table.txt"
 grep -q '^| ddp |' "$out/table.txt" && grep -q '^| acco |' "$out/table.txt"
+"$source_dir/scripts/bench-netns" --workers 2 --rate 200mbit --steps 2 --eval-interval 1 --repetitions 1 \
+  --topologies "ring;parameter-server --max-staleness 2;gossip --gossip-rate 1" --speed 1,2 --build "$build_dir" \
+  --out "$out" -- --model mlp >"$out/topologies.txt" 2>&1 || { cat "$out/topologies.txt"; tail -n 40 "$out"/*.log; exit 1; }
+cat "$out/topologies.txt"
+grep -q '^| ring |' "$out/topologies.txt" && grep -q '^| parameter-server --max-staleness 2 |' "$out/topologies.txt" &&
+  grep -q '^| gossip --gossip-rate 1 |' "$out/topologies.txt"
