@@ -182,11 +182,15 @@ rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int ra
     if (static_cast<std::size_t>(rank) >= c.momenta.size()) return {};
     return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)], {}};
   }
-  const std::size_t n = c.parameters.size();
+  return slice_optimizer_state(c.optimizer, c.slots, c.optimizer_step, c.parameters.size(), world, rank);
+}
+
+rule_state slice_optimizer_state(std::span<const float> whole, std::uint32_t slots, std::uint64_t optimizer_step,
+                                 std::size_t n, int world, int rank) {
   const shard own = shard_of(n, world, rank);
-  rule_state state{true, false, c.optimizer_step, c.slots, own.begin, std::vector<float>(c.slots * own.size()), {}};
-  for (std::size_t slot = 0; slot < c.slots; ++slot)
-    std::copy_n(c.optimizer.begin() + static_cast<std::ptrdiff_t>(slot * n + own.begin), own.size(),
+  rule_state state{true, false, optimizer_step, slots, own.begin, std::vector<float>(slots * own.size()), {}};
+  for (std::size_t slot = 0; slot < slots; ++slot)
+    std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(slot * n + own.begin), own.size(),
                 state.values.begin() + static_cast<std::ptrdiff_t>(slot * own.size()));
   return state;
 }

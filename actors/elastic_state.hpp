@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace accord {
@@ -118,5 +119,9 @@ restored_state transfer_state(transport& link, const state_source& source, const
 // Rank `rank` of `world`'s share of a checkpoint's optimizer state: its ZeRO-1 shard of every
 // slot, or its Distributed Lion momentum (none when the checkpoint has fewer momenta).
 rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank);
+// Rank `rank` of `world`'s ZeRO-1 shard of a whole optimizer state (`slots` slots of the `n`
+// parameters, slot after slot).
+rule_state slice_optimizer_state(std::span<const float> whole, std::uint32_t slots, std::uint64_t optimizer_step,
+                                 std::size_t n, int world, int rank);
 
 }  // namespace accord

@@ -254,8 +254,10 @@ private:
       copy_.changed();
     }
     report_sketch();
-    kept.own = shard_of_state(averaged, rank_);
-    if (world_ > 1) kept.buddy = shard_of_state(averaged, buddy_source(rank_, world_));
+    const auto slots = static_cast<std::uint32_t>(averaged.slots);
+    kept.own = slice_optimizer_state(averaged.values, slots, averaged.step, n, world_, rank_);
+    if (world_ > 1)
+      kept.buddy = slice_optimizer_state(averaged.values, slots, averaged.step, n, world_, buddy_source(rank_, world_));
     s.keep->keeper->keep(std::move(kept));
   }
 
@@ -271,17 +273,6 @@ private:
     }
     const std::vector<double> mean = mean_in_double(all);
     return message_of(state_header{step}, std::vector<float>(mean.begin(), mean.end()));
-  }
-
-  // Rank `owner`'s ZeRO-1 shard of a full optimizer state.
-  rule_state shard_of_state(const optimizer_state& full, int owner) const {
-    const std::size_t n = workers_->setup().initial.size();
-    const shard part = shard_of(n, world_, owner);
-    rule_state out{true, false, full.step, static_cast<std::uint32_t>(full.slots), part.begin, {}, {}};
-    for (std::size_t slot = 0; slot < full.slots; ++slot)
-      out.values.insert(out.values.end(), full.values.begin() + static_cast<std::ptrdiff_t>(slot * n + part.begin),
-                        full.values.begin() + static_cast<std::ptrdiff_t>(slot * n + part.end));
-    return out;
   }
 
   // A new epoch's start: this rank's restored shard of the averaged state, gathered into the

@@ -60,8 +60,6 @@ public:
         return t;
       };
     }
-    if (setup.keep && max_staleness == 0)
-      throw std::invalid_argument("--topology parameter-server with --max-staleness 0 has a fixed worker set");
     workers_ = std::make_unique<asynchronous_workers>(system, std::move(setup));
     const asynchronous_setup& s = workers_->setup();
     if (max_staleness != 0) tickets_ = std::make_unique<gradient_tickets>(rank_, *workers_);
@@ -326,7 +324,7 @@ private:
   std::vector<shard> shards_;
   std::unique_ptr<gradient_tickets> tickets_;  // S >= 1
   std::unique_ptr<asynchronous_workers> workers_;
-  // The server (exchange thread only).
+  // The server (the exchange thread's; a keep reads its state under server_mutex_).
   std::unique_ptr<server_shard> server_;
   std::mutex server_mutex_;  // the exchange thread's server, read by a keep
   std::size_t state_slots_ = 0;  // of the optimizer: a buddy's shard is as many slices
