@@ -46,9 +46,9 @@ std::vector<double> parse_targets(const std::string& list) {
 }
 
 // Every algorithm at --accumulation micro-batches per step (with_equal_tokens), overlapped ones
-// capped to them. Repetition r runs with seed --seed + r: a run is deterministic, and one seed's
-// draw can decide a comparison (Distributed Lion's final loss on the default GPT moves by ±0.25
-// between seeds).
+// capped to them. Repetition r runs with seed --seed + r (initialisation and data order, as
+// accord-train --seed): a run is deterministic, and one seed's draw can decide a comparison
+// (Distributed Lion's final loss on the default GPT moves by ±0.25 between seeds).
 job_config job_for(const training_setup& setup, const std::string& name, int repetition = 0) {
   job_config job = with_equal_tokens(setup.job, name);
   job.seed += static_cast<std::uint64_t>(repetition);
@@ -115,14 +115,16 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     std::map<std::string, std::vector<job_result>> results;
-    for (int repetition = 0; repetition < repetitions; ++repetition)
+    for (int repetition = 0; repetition < repetitions; ++repetition) {
+      const seeded_data data = setup.load_data(job_for(setup, names.front(), repetition).seed);
       for (const auto& name : names) {
-        job_result r = run_job(*setup.net, setup.train, setup.eval, job_for(setup, name, repetition));
+        job_result r = run_job(*setup.net, data.train, data.eval, job_for(setup, name, repetition));
         std::printf("  repetition %d %-11s %.1f s, final eval %.4f\n", repetition + 1, name.c_str(),
                     r.steps.empty() ? 0.0 : r.steps.back().seconds, r.final_eval_loss);
         std::fflush(stdout);
         results[name].push_back(std::move(r));
       }
+    }
 
     auto median_of = [&](const std::string& name, auto figure) {
       std::vector<double> values;

@@ -196,16 +196,18 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
 
     std::vector<std::vector<job_result>> results(runs.size());
-    for (int repetition = 0; repetition < repetitions; ++repetition)
+    for (int repetition = 0; repetition < repetitions; ++repetition) {
+      const seeded_data data = setup.load_data(base.seed + static_cast<std::uint64_t>(repetition));
       for (std::size_t i = 0; i < runs.size(); ++i) {
         job_config job = runs[i].job;
         job.seed += static_cast<std::uint64_t>(repetition);
-        job_result r = run_job(*setup.net, setup.train, setup.eval, job);
+        job_result r = run_job(*setup.net, data.train, data.eval, job);
         std::printf("  repetition %d %-40s %.1f s, final eval %.4f\n", repetition + 1, runs[i].spec.c_str(),
                     r.steps.empty() ? 0.0 : r.steps.back().seconds, r.final_eval_loss);
         std::fflush(stdout);
         results[i].push_back(std::move(r));
       }
+    }
 
     auto median_of = [&](std::size_t i, auto figure) {
       std::vector<double> values;

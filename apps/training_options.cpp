@@ -402,22 +402,33 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
     // again with the vocabulary the data give.
     config.vocab = flags.count("vocab") ? flags["vocab"].as<int>() : 256;
     require_job_memory(flags, shape, workers_flag);
-    const token_data tokens = load_token_data(data, flags.count("eval-data") ? flags["eval-data"].as<std::string>() : "",
-                                              flags.count("vocab") ? flags["vocab"].as<int>() : 0, config.context,
-                                              job.seed);
+    const auto load_tokens = [data, eval_data = flags.count("eval-data") ? flags["eval-data"].as<std::string>() : "",
+                              vocab = flags.count("vocab") ? flags["vocab"].as<int>() : 0,
+                              context = config.context](std::uint64_t seed) {
+      return load_token_data(data, eval_data, vocab, context, seed);
+    };
+    const token_data tokens = load_tokens(job.seed);
     config.vocab = tokens.train->vocab_size();
     require_job_memory(flags, shape, workers_flag);
     setup.net = make_gpt_on(device, config, precision);
     setup.train = tokens.train;
     setup.eval = tokens.eval;
+    setup.load_data = [load_tokens](std::uint64_t seed) {
+      const token_data reloaded = load_tokens(seed);
+      return seeded_data{reloaded.train, reloaded.eval};
+    };
   } else {
     mlp_config& config = shape.mlp;
     config.hidden = parse_sizes("--hidden", flags["hidden"].as<std::string>());
     require_job_memory(flags, shape, workers_flag);
     const std::string directory = data.empty() ? default_fashion_mnist_directory : data;
     setup.net = std::make_unique<mlp>(config);
-    setup.train = load_fashion_mnist(directory, true, job.seed);
-    setup.eval = load_fashion_mnist(directory, false, job.seed);
+    setup.load_data = [directory](std::uint64_t seed) {
+      return seeded_data{load_fashion_mnist(directory, true, seed), load_fashion_mnist(directory, false, seed)};
+    };
+    seeded_data loaded = setup.load_data(job.seed);
+    setup.train = std::move(loaded.train);
+    setup.eval = std::move(loaded.eval);
   }
   setup.data_description = setup.train->describe();
   return setup;

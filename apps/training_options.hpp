@@ -6,6 +6,8 @@
 #include <accord/job.hpp>
 #include <accord/model.hpp>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -13,10 +15,19 @@
 
 namespace accord {
 
-struct training_setup {
-  std::unique_ptr<model> net;
+struct seeded_data {
   std::shared_ptr<const dataset> train;
   std::shared_ptr<const dataset> eval;
+};
+
+struct training_setup {
+  std::unique_ptr<model> net;
+  std::shared_ptr<const dataset> train;  // as load_data(job.seed)
+  std::shared_ptr<const dataset> eval;
+  // The data sets as `--seed seed` loads them: the seed orders them as well as initialising
+  // the model, so a run with another seed (a benchmark's repetition) trains on these, as
+  // accord-train --seed does.
+  std::function<seeded_data(std::uint64_t seed)> load_data;
   job_config job;
   std::string data_description;
   std::string device_description;
