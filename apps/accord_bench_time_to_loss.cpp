@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
 
     std::map<std::string, std::vector<job_result>> results;
     for (int repetition = 0; repetition < repetitions; ++repetition) {
-      const seeded_data data = setup.load_data(job_for(setup, names.front(), repetition).seed);
+      const seeded_data data = data_for_seed(setup, job_for(setup, names.front(), repetition).seed);
       for (const auto& name : names) {
         job_result r = run_job(*setup.net, data.train, data.eval, job_for(setup, name, repetition));
         std::printf("  repetition %d %-11s %.1f s, final eval %.4f\n", repetition + 1, name.c_str(),

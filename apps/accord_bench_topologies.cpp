@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
 
     std::vector<std::vector<job_result>> results(runs.size());
     for (int repetition = 0; repetition < repetitions; ++repetition) {
-      const seeded_data data = setup.load_data(base.seed + static_cast<std::uint64_t>(repetition));
+      const seeded_data data = data_for_seed(setup, base.seed + static_cast<std::uint64_t>(repetition));
       for (std::size_t i = 0; i < runs.size(); ++i) {
         job_config job = runs[i].job;
         job.seed += static_cast<std::uint64_t>(repetition);

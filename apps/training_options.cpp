@@ -434,6 +434,10 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   return setup;
 }
 
+seeded_data data_for_seed(const training_setup& setup, std::uint64_t seed) {
+  return seed == setup.job.seed ? seeded_data{setup.train, setup.eval} : setup.load_data(seed);
+}
+
 void warn_ignored_training_flags(const po::variables_map& flags, const std::string& program) {
   if (flags["model"].as<std::string>() == "gpt") {
     warn_ignored(flags, program, {{"hidden", "with --model gpt"}});

@@ -33,6 +33,9 @@ struct training_setup {
   std::string device_description;
 };
 
+// The data sets of `seed`: the loaded ones when it is setup.job.seed, else load_data(seed).
+seeded_data data_for_seed(const training_setup& setup, std::uint64_t seed);
+
 // Adds the model, data and job flags, with `defaults` shown as the defaults.
 void add_training_options(boost::program_options::options_description& options,
                           const job_config& defaults);

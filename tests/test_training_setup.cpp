@@ -39,5 +39,7 @@ TEST_CASE("load_data(S) gives the data sets that --seed S gives, for either mode
     // The seed does order the data: otherwise this test could not fail.
     CHECK_FALSE(same_examples(*first.train, *second.train));
     CHECK(same_examples(*first.load_data(1).train, *first.train));
+    CHECK(data_for_seed(first, 1).train == first.train);  // the loaded sets, not a second load
+    CHECK(same_examples(*data_for_seed(first, 2).train, *second.train));
   }
 }
