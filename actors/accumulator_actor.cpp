@@ -1,6 +1,6 @@
 #include "actors/accumulator_actor.hpp"
 
-#include "actors/trace.hpp"
+#include "observe/trace.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -5,7 +5,7 @@
 // full buffer to the communicator and keep filling the other one while the round is in flight —
 // or wait, for synchronous algorithms. A worker holds at most three parameter-sized buffers. When a round's parameters come
 // back they are swapped into the compute actor between two micro-batches.
-#include "actors/algorithm.hpp"
+#include "algorithms/algorithm.hpp"
 #include "actors/communicator_actor.hpp"
 #include "actors/compute_actor.hpp"
 #include "actors/coordinator_actor.hpp"

@@ -5,7 +5,7 @@
 // of the worker (accumulator, communicator, the algorithm's rounds) is unchanged.
 #include <accord/worker.hpp>
 
-#include "actors/messages.hpp"
+#include "algorithms/round_state.hpp"
 
 #include <condition_variable>
 #include <mutex>

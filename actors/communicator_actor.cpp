@@ -1,6 +1,6 @@
 #include "actors/communicator_actor.hpp"
 
-#include "actors/trace.hpp"
+#include "observe/trace.hpp"
 
 #include <chrono>
 

@@ -3,12 +3,12 @@
 // algorithm's update rule over the transport (collectives + optimizer shard step). Spawned
 // detached because collectives block their thread while bytes are on the wire; the compute
 // and accumulator actors of the same worker keep running meanwhile.
-#include "actors/elastic_state.hpp"
+#include "recovery/elastic_state.hpp"
 #include "actors/messages.hpp"
-#include "actors/algorithm.hpp"
+#include "algorithms/algorithm.hpp"
 #include "actors/resident_memory.hpp"
-#include "actors/topology_rule.hpp"
-#include "actors/update_rule.hpp"
+#include "algorithms/topology_rule.hpp"
+#include "algorithms/update_rule.hpp"
 
 #include <atomic>
 

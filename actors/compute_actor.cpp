@@ -1,6 +1,6 @@
 #include "actors/compute_actor.hpp"
 
-#include "actors/trace.hpp"
+#include "observe/trace.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernels.hpp"
 

@@ -1,8 +1,8 @@
 #include "actors/coordinator_actor.hpp"
 
-#include "actors/checkpoint.hpp"
-#include "actors/metrics_file.hpp"
-#include "actors/trace.hpp"
+#include "recovery/checkpoint.hpp"
+#include "observe/metrics_file.hpp"
+#include "observe/trace.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -5,11 +5,11 @@
 // held-out loss, writes the metrics file and checkpoints, and tells the waiting caller when the
 // last round is done — the job's, or the one where the workers agreed to end the epoch — or a
 // worker failed.
-#include "actors/algorithm.hpp"
+#include "algorithms/algorithm.hpp"
 #include "actors/compute_actor.hpp"
 #include "actors/messages.hpp"
 
-#include "actors/checkpoint.hpp"
+#include "recovery/checkpoint.hpp"
 
 #include <accord/job.hpp>
 

@@ -1,7 +1,7 @@
 #include "actors/membership_actor.hpp"
 
-#include "actors/fingerprint.hpp"
-#include "actors/trace.hpp"
+#include "cluster/fingerprint.hpp"
+#include "observe/trace.hpp"
 
 #include <algorithm>
 #include <climits>

@@ -11,11 +11,11 @@
 // timeout for a hung one). The next epoch then forms from the members alive and staying: it
 // starts from the newest kept step whose every optimizer shard a member holds (its own or its
 // buddy's copy) — after a failure the steps after that one are redone, never half-applied —
-// and each new rank collects its state from the holders (actors/elastic_state.hpp). A failure
+// and each new rank collects its state from the holders (recovery/elastic_state.hpp). A failure
 // without a lost member (a model error, say) ends the job; so does any failure when the job
 // is not elastic. Rank 0's process must stay: it hosts this actor and the coordinators.
 #include "actors/coordinator_actor.hpp"
-#include "actors/elastic_state.hpp"
+#include "recovery/elastic_state.hpp"
 
 #include <accord/job.hpp>
 
@@ -152,7 +152,7 @@ struct membership_setup {
   int initial_world = 0;
   bool elastic = false;
   bool sharded = false;               // ZeRO-1 shards to cover (else only parameters matter)
-  std::string fingerprint;            // what every member's settings must match (actors/fingerprint.hpp)
+  std::string fingerprint;            // what every member's settings must match (cluster/fingerprint.hpp)
   std::string job_id;                 // what every member's hello must name (a joiner's may be empty)
   // Until every starting rank said hello: a line naming the missing ones every 10 s, and after
   // this long the job fails naming them.

@@ -1,124 +1,14 @@
 #pragma once
-// Messages between the actors of one process. Tensors travel as shared buffers whose ownership
-// moves with the message (the sender drops its reference): inside a process a gradient or a
-// parameter vector is never copied or serialised by CAF.
-#include "transport/transport.hpp"
-
-#include <accord/job.hpp>
+// Messages between actors: the atoms, and the wire formats of the control messages that cross
+// processes. The data they carry is plain (algorithms/round_state.hpp, recovery/).
+#include "algorithms/round_state.hpp"
+#include "recovery/elastic_state.hpp"
 
 #include <caf/all.hpp>
 
-#include <atomic>
-#include <cstdint>
-#include <memory>
-#include <vector>
+#include <string>
 
 namespace accord {
-
-using tensor = std::shared_ptr<std::vector<float>>;
-
-// Counts the bytes of a job's tensors alive at once, so benchmarks can print the peak memory
-// per worker beside the theoretical minimum.
-struct memory_meter {
-  std::atomic<std::size_t> live{0};
-  std::atomic<std::size_t> peak{0};
-  void add(std::size_t bytes) {
-    const std::size_t now = live.fetch_add(bytes) + bytes;
-    std::size_t seen = peak.load();
-    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
-    }
-  }
-};
-
-// A tensor of `size` zeros (or a copy of `from`) whose bytes count on `meter` while alive.
-tensor make_tensor(std::size_t size, const std::shared_ptr<memory_meter>& meter);
-tensor make_tensor(const std::vector<float>& from, const std::shared_ptr<memory_meter>& meter);
-
-// A worker's share of the optimizer state, as it goes into a checkpoint.
-struct rule_state {
-  bool present = false;
-  bool momentum = false;           // values: this worker's Distributed Lion momentum
-  std::uint64_t optimizer_step = 0;
-  std::uint32_t slots = 0;
-  std::uint64_t begin = 0;         // sharded: where the shard starts in the flat buffer
-  std::vector<float> values;       // sharded: slots × shard size, slot after slot
-  // Sharded with a 16-bit wire: the shard's fp32 master weights, which the parameters every
-  // worker holds are only a rounded copy of (empty otherwise: the copy is exact).
-  std::vector<float> master;
-};
-
-// A compute actor's answer: the accumulator's gradient sum, with one more micro-batch added.
-struct gradient_result {
-  tensor sum;
-  double loss = 0;
-  double items = 0;
-  double seconds = 0;            // compute time including any emulated slowdown
-  std::uint64_t position = 0;    // data stream counter after this micro-batch
-};
-
-// Contributions summed over workers by the communicator before the update.
-struct round_totals {
-  double micro_batches = 0;
-  double loss_sum = 0;
-  double items = 0;
-  // Workers that know of a membership change waiting for the next epoch: summed in the same
-  // all-reduce, so every worker agrees on which step is the epoch's last.
-  double changes = 0;
-};
-
-// What a round's update saw on one worker, for the metrics (the coordinator adds up workers).
-struct round_observations {
-  double gradient_square_sum = 0;  // this worker's share of the squared norm of the round's gradient
-  double vote_agreement = -1;      // sign votes: fraction of this worker's signs the outcome took (-1: no vote)
-};
-
-// A worker's accumulated gradient handed to its communicator for round `round`.
-struct round_request {
-  std::uint64_t round = 0;
-  bool estimate = false;        // ACCO's estimate round: compute θ̃, commit no state
-  tensor buffer;                // gradient sum in, parameters out
-  tensor current;               // estimate rounds: the compute stage's θ_t, only read meanwhile
-  round_totals local;
-  float learning_rate = 0;
-  bool snapshot = false;        // return the update rule's state (a checkpoint is due)
-  bool keep = false;            // elastic: keep this step's state in the process (and its buddy)
-};
-
-struct round_result {
-  std::uint64_t round = 0;
-  tensor parameters;
-  round_totals global;
-  double seconds = 0;           // wall time the communicator spent on the round
-  std::uint64_t parameter_hash = 0;
-  transfer_stats traffic;       // cumulative bytes of this worker's transport
-  rule_state state;             // present when the request asked for a snapshot
-  bool kept = false;            // this step's state was kept (elastic jobs)
-  bool last_of_epoch = false;   // a membership change ends the epoch after this round
-  double consensus_distance = -1;  // the topology's, when it measured one this round
-  round_observations observations;
-};
-
-// What the accumulator tells the coordinator after each round.
-struct round_report {
-  int rank = 0;
-  std::uint64_t round = 0;
-  bool estimate = false;
-  round_totals global;
-  double compute_seconds = 0;   // cumulative
-  double communication_seconds = 0;  // cumulative
-  double wait_seconds = 0;      // cumulative: compute idle while waiting for a round
-  std::uint64_t parameter_hash = 0;
-  transfer_stats traffic;
-  std::uint64_t consumed = 0;   // micro-batches of its stream this worker has taken
-  rule_state state;             // present when a checkpoint is due
-  bool kept = false;            // the worker kept this step's state (elastic jobs)
-  round_observations observations;
-  tensor parameters;            // set by rank 0 for evaluations, checkpoints and the end
-  double consensus_distance = -1;  // the topology's, when it measured one this round
-  std::vector<std::uint64_t> staleness;  // parameter server: histogram of the step's applied gradients
-  std::vector<std::uint64_t> worker_gradients;  // asynchronous topologies: the step's gradients by worker
-  std::vector<edge_traffic> edge_bytes;         // asynchronous gossip: the step's bytes by edge
-};
 
 struct worker_failure {
   int rank = 0;
@@ -163,6 +53,18 @@ typename Inspector::result_type inspect(Inspector& f, round_report& x) {
            x.worker_gradients, x.edge_bytes);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kept_summary& x) {
+  return f(caf::meta::type_name("kept_summary"), x.layout, x.steps, x.rank, x.world, x.has_buddy,
+           x.optimizer_step, x.slots, x.parameter_hash, x.own_checksum, x.buddy_checksum);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_source& x) {
+  return f(caf::meta::type_name("state_source"), x.layout, x.steps, x.world, x.shard_senders,
+           x.parameter_holders, x.optimizer_step, x.slots, x.parameter_hash, x.state_checksum);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {
   return f(caf::meta::type_name("worker_failure"), x.rank, x.what);
 }
@@ -170,8 +72,6 @@ typename Inspector::result_type inspect(Inspector& f, worker_failure& x) {
 // Registers the control messages with an actor system configuration (needed to cross processes).
 void add_control_message_types(caf::actor_system_config& config);
 
-// 64-bit hash of a parameter vector, to compare replicas cheaply.
-std::uint64_t hash_parameters(const std::vector<float>& parameters);
 
 }  // namespace accord
 

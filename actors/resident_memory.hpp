@@ -22,7 +22,7 @@
 // Threads: each actor uses a tensor only while it holds it, so buffers need no lock; the table
 // of buffers has one. On a host memory_location (job_config::resident_on_host) the same path
 // runs with host buffers and the CPU kernels, which is how it is tested without a GPU.
-#include "actors/messages.hpp"
+#include "algorithms/round_state.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernels.hpp"
 

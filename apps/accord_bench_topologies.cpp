@@ -4,8 +4,8 @@
 // then the next round), repetition r with seed --seed + r, and every figure is a median.
 #include "apps/time_to_loss.hpp"
 
-#include "actors/algorithm.hpp"
-#include "actors/job_plan.hpp"
+#include "algorithms/algorithm.hpp"
+#include "job/plan.hpp"
 
 #include <algorithm>
 #include <cmath>

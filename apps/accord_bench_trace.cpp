@@ -1,6 +1,6 @@
-// accord-bench-trace: what a timeline span costs (actors/trace.hpp) with --trace off (no
+// accord-bench-trace: what a timeline span costs (observe/trace.hpp) with --trace off (no
 // recorder: a null check) and on (recorded into memory), per span, over --spans spans.
-#include "actors/trace.hpp"
+#include "observe/trace.hpp"
 #include "apps/flags.hpp"
 
 #include <chrono>

@@ -3,9 +3,9 @@
 // fails stops all the others, and its status becomes the launcher's. With --elastic only the RANK 0
 // worker (the coordinator) fails fast; the job goes on without any other worker that fails. With
 // --join the workers join a running elastic job instead: they get no rank, and none fails fast.
-#include "actors/trace_files.hpp"
+#include "observe/trace_files.hpp"
 #include "apps/flags.hpp"
-#include "apps/launch_env.hpp"
+#include "cluster/launch_env.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>

@@ -1,7 +1,7 @@
 // accord-train: data-parallel training with actors in one process. With no flags it trains the
 // byte-level GPT on the fortunes corpus with ACCO on 4 workers over an emulated link.
-#include "apps/launch_env.hpp"
-#include "apps/status_server.hpp"
+#include "cluster/launch_env.hpp"
+#include "observe/status_server.hpp"
 #include "apps/training_options.hpp"
 #include "gpu/device.hpp"
 #include <accord/blas_threads.hpp>

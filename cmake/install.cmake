@@ -1,7 +1,7 @@
 # accord as a CMake package: after `cmake --install`, other projects call
 #   find_package(accord 0.1 REQUIRED)
 #   target_link_libraries(app PRIVATE accord::accord)
-# accord::accord links the whole stack; accord::<library> (accord::accord_actors, ...) exist too.
+# accord::accord links the whole stack; accord::<library> (accord::accord_job, ...) exist too.
 # Or through pkg-config: `pkg-config --cflags --libs accord` (lib/pkgconfig/accord.pc).
 # Neither links CUDA: the CUDA plugin (lib/libaccord_cuda.so) is loaded at run time, only for a
 # GPU path; consumers get a RUNPATH to lib/ so that it is found there.
@@ -13,7 +13,8 @@ include(CMakePackageConfigHelpers)
 
 # In link order (a library before those it uses), for pkg-config's static link line.
 set(ACCORD_PACKAGE_LIBRARIES)
-foreach(library accord_actors accord_transport_ucx accord_gpu accord_optim accord_data accord_models
+foreach(library accord_job accord_topologies accord_actors accord_algorithms accord_recovery accord_cluster
+                accord_observe accord_transport_ucx accord_gpu accord_optim accord_data accord_models
                 accord_transport accord_version)
   if(TARGET ${library})
     list(APPEND ACCORD_PACKAGE_LIBRARIES ${library})
@@ -40,6 +41,8 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/accord DESTINATION ${CMAKE_INSTA
   FILES_MATCHING PATTERN "*.hpp")
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/models ${PROJECT_SOURCE_DIR}/data ${PROJECT_SOURCE_DIR}/optim
                   ${PROJECT_SOURCE_DIR}/transport ${PROJECT_SOURCE_DIR}/gpu ${PROJECT_SOURCE_DIR}/actors
+                  ${PROJECT_SOURCE_DIR}/algorithms ${PROJECT_SOURCE_DIR}/topologies ${PROJECT_SOURCE_DIR}/job
+                  ${PROJECT_SOURCE_DIR}/cluster ${PROJECT_SOURCE_DIR}/recovery ${PROJECT_SOURCE_DIR}/observe
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/accord
   FILES_MATCHING PATTERN "*.hpp")
 

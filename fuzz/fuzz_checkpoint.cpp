@@ -1,6 +1,6 @@
-// Checkpoint files (actors/checkpoint.hpp) through the public reader: any bytes give a
+// Checkpoint files (recovery/checkpoint.hpp) through the public reader: any bytes give a
 // checkpoint or one std::runtime_error, never a crash, a leak or an allocation the file cannot back.
-#include "actors/checkpoint.hpp"
+#include "recovery/checkpoint.hpp"
 #include "fuzz/memory_file.hpp"
 
 #include <stdexcept>

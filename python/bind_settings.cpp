@@ -4,7 +4,7 @@
 
 #include <accord/job.hpp>
 
-#include "apps/launch_env.hpp"
+#include "cluster/launch_env.hpp"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>

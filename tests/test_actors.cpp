@@ -4,7 +4,7 @@
 
 #include <accord/job.hpp>
 
-#include "actors/checkpoint.hpp"
+#include "recovery/checkpoint.hpp"
 #include "quadratic_model.hpp"
 #include "data/text.hpp"
 #include "models/gpt.hpp"

@@ -5,7 +5,7 @@
 
 #include <accord/job.hpp>
 
-#include "actors/checkpoint.hpp"
+#include "recovery/checkpoint.hpp"
 #include "program_run.hpp"
 
 #include <arpa/inet.h>

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/update_rule.hpp"
+#include "algorithms/update_rule.hpp"
 #include "gpu/device.hpp"
 #include "gpu/device_collectives.hpp"
 #include "transport/inproc.hpp"

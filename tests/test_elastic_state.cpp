@@ -12,7 +12,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "actors/elastic_state.hpp"
+#include "recovery/elastic_state.hpp"
+#include "recovery/parameter_hash.hpp"
 #include "transport/inproc.hpp"
 #include "transport/shard.hpp"
 #include "transport_conformance.hpp"

@@ -2,7 +2,7 @@
 // not back is kept here with the one-line refusal it now gets.
 #include <doctest/doctest.h>
 
-#include "actors/checkpoint.hpp"
+#include "recovery/checkpoint.hpp"
 #include "apps/training_options.hpp"
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Rendezvous variables (torchrun and Slurm forms, each bad value) and the real accord-launch binary:
 // rank-prefixed whole lines, the variables each worker sees, fail-fast shutdown, elastic mode,
 // joiners of a running elastic job (--join), bad flags.
-#include "apps/launch_env.hpp"
+#include "cluster/launch_env.hpp"
 #include <accord/blas_threads.hpp>
 
 #include <doctest/doctest.h>

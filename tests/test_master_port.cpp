@@ -1,8 +1,8 @@
-// Rank 0's master port guard (actors/master_port_guard.hpp): the BASP frame check, connection
+// Rank 0's master port guard (cluster/master_port_guard.hpp): the BASP frame check, connection
 // limits and timeouts against a stand-in coordinator, and a real rank 0 given a forged header.
 #include <doctest/doctest.h>
 
-#include "actors/master_port_guard.hpp"
+#include "cluster/master_port_guard.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

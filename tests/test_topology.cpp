@@ -5,8 +5,8 @@
 #include <accord/job.hpp>
 #include <accord/topology.hpp>
 
-#include "actors/gossip_arithmetic.hpp"
-#include "actors/gossip_rules.hpp"
+#include "topologies/gossip/arithmetic.hpp"
+#include "topologies/gossip/rules.hpp"
 #include "quadratic_model.hpp"
 
 #include <algorithm>

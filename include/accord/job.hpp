@@ -98,7 +98,7 @@ struct job_config {
   // Chrome / Perfetto trace of every actor's spans (empty: none, and no cost); between
   // processes each rank writes its own, "trace.json" -> "trace.rank2.json", on one clock.
   std::string trace_path;
-  // Checkpoints (format in actors/checkpoint.hpp): written every checkpoint_interval steps and
+  // Checkpoints (format in recovery/checkpoint.hpp): written every checkpoint_interval steps and
   // at the end when checkpoint_path is set; resume_path continues a job with any worker count.
   std::string checkpoint_path;
   std::uint64_t checkpoint_interval = 0;  // 0: only at the end

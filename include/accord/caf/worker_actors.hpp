@@ -15,7 +15,8 @@
 //       .receive([&](bool) { auto result = job.result(); }, [&](caf::error& e) { ... });
 #include <accord/job.hpp>
 
-#include "actors/worker_spawn.hpp"
+#include "actors/coordinator_actor.hpp"
+#include "actors/worker_handles.hpp"
 
 #include <memory>
 #include <vector>

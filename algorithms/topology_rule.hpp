@@ -1,0 +1,25 @@
+#pragma once
+// A worker's update rule under a topology (include/accord/topology.hpp): the communicator runs
+// it as any update rule; it hands the round to the topology's worker, with the algorithm's own
+// rule as `aggregate` and the algorithm's optimizer, on a full copy, as `local_step`.
+#include <accord/topology.hpp>
+
+#include "algorithms/update_rule.hpp"
+
+#include <memory>
+
+namespace accord {
+
+// Written by the topology's rule during a round, read by the communicator after it.
+struct topology_status {
+  bool replicas_agree = true;      // after this round: the replica check applies
+  double consensus_distance = -1;  // measured in this round, else -1
+};
+
+// `steps`: the job's optimizer steps. `status` (may be null) receives each round's report.
+std::unique_ptr<update_rule> make_topology_rule(std::unique_ptr<worker_topology> worker,
+                                                std::unique_ptr<update_rule> algorithm,
+                                                const optimizer_config& optimizer, std::uint64_t steps,
+                                                std::shared_ptr<topology_status> status);
+
+}  // namespace accord

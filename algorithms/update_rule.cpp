@@ -1,0 +1,311 @@
+#include "algorithms/update_rule.hpp"
+
+#include "recovery/elastic_state.hpp"
+#include "observe/trace.hpp"
+
+#include "optim/lion.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <stdexcept>
+#include <optional>
+#include <vector>
+
+namespace accord {
+
+void update_rule::apply_on_device(device_collectives&, std::span<float>, const round_totals&, const round_totals&,
+                                  float, std::uint64_t, bool) {
+  throw std::logic_error("this update rule has no device form; its rounds run on the host");
+}
+
+namespace {
+
+// A rule's state in the device memory of its collectives, uploaded from the host state once.
+device_array<float> upload(const device_collectives& collectives, std::span<const float> host) {
+  const memory_location where = collectives.memory();
+  const device_kind kind = where.on_host() ? device_kind::cpu : device_kind::cuda;
+  if (kind == device_kind::cuda) use_cuda_device(where.device);
+  return device_array<float>(kind, host);
+}
+
+class sharded_optimizer_rule final : public update_rule {
+public:
+  sharded_optimizer_rule(const optimizer_config& config, std::span<const float> initial, int world,
+                         int rank, round_precision precision, const rule_state* resume)
+      : config_(config), precision_(precision), own_(shard_of(initial.size(), world, rank)),
+        master_(initial.begin() + own_.begin, initial.begin() + own_.end),
+        optimizer_(make_optimizer(config, own_.size())) {
+    if (resume) restore_shard_state(*optimizer_, *resume, own_.begin, "rank " + std::to_string(rank));
+  }
+
+  void apply(transport& link, std::span<float> buffer, const round_totals&,
+             const round_totals& global, float learning_rate, std::uint64_t,
+             bool estimate, std::span<const float> current) override {
+    const wire_precision wire = precision_.of(estimate);
+    {
+      const trace_span phase("reduce-scatter");
+      link.reduce_scatter(buffer, wire);
+    }
+    std::optional<trace_span> optimizer_phase(std::in_place, "optimizer step");
+    std::span<float> slice = buffer.subspan(own_.begin, own_.size());
+    const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
+    double square_sum = 0;
+    for (float& g : slice) {
+      g *= scale;  // mean over every micro-batch of every worker
+      square_sum += static_cast<double>(g) * g;
+    }
+    observed_.gradient_square_sum = square_sum;  // the shards' sums add up to the squared norm
+    if (estimate) {
+      // θ̃ comes from the committed master weights and state, which stay as they were.
+      const optimizer_state committed = optimizer_->state();
+      scratch_.assign(master_.begin(), master_.end());
+      optimizer_->step(scratch_, slice, learning_rate);
+      std::copy(scratch_.begin(), scratch_.end(), slice.begin());
+      optimizer_->restore(committed);
+    } else {
+      optimizer_->step(master_, slice, learning_rate);
+      std::copy(master_.begin(), master_.end(), slice.begin());
+    }
+    optimizer_phase.reset();
+    const trace_span phase("all-gather");
+    if (estimate)
+      link.all_gather_delta(buffer, current, wire);  // int8 and sign: θ̃ - θ_t travels
+    else
+      link.all_gather(buffer, wire);
+  }
+
+  // Block-quantized estimates (int8, sign) have no device collectives: such rounds stay on the host.
+  bool has_device_form() const override {
+    return (config_.kind == "adamw" || config_.kind == "lion") && !block_quantized(precision_.estimate);
+  }
+
+  // apply's steps as kernels on the collectives' stream, on master weights and state kept there.
+  void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals&,
+                       const round_totals& global, float learning_rate, std::uint64_t, bool estimate) override {
+    if (!device_) device_.emplace(collectives, master_, optimizer_->state());
+    kernels& k = collectives.stream();
+    const wire_precision wire = precision_.of(estimate);
+    collectives.reduce_scatter(buffer, wire);
+    const std::span<float> slice = buffer.subspan(own_.begin, own_.size());
+    k.scale(slice, global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f);
+    // square_sum waits for the stream; the reduce-scatter first, watching for failed peers.
+    collectives.finish();
+    observed_.gradient_square_sum = k.square_sum(slice);
+    device_shard& d = *device_;
+    std::span<float> master = d.master.span(), state = d.state.span();
+    if (estimate) {  // step copies: the committed master and state stay as they were
+      k.copy(master, d.scratch_master.span());
+      k.copy(state, d.scratch_state.span());
+      master = d.scratch_master.span();
+      state = d.scratch_state.span();
+    }
+    const std::uint64_t step = d.steps + 1;
+    const std::size_t n = own_.size();
+    if (config_.kind == "adamw")
+      k.adamw_step(master, slice, state.first(n), state.subspan(n, n),
+                   {learning_rate, config_.beta1, config_.beta2, config_.epsilon, config_.weight_decay, step});
+    else
+      k.lion_step(master, slice, state.first(n), {learning_rate, config_.beta1, config_.beta2, config_.weight_decay});
+    if (!estimate) d.steps = step;
+    k.copy(master, slice);
+    collectives.all_gather(buffer, wire);
+    collectives.finish();
+  }
+
+  std::size_t state_bytes() const override {
+    return (master_.size() + optimizer_->state().values.size()) * sizeof(float);
+  }
+
+  rule_state snapshot() const override {
+    if (device_) {  // the committed state lives on the device: bring it back for the checkpoint
+      device_->master.copy_to(master_);
+      optimizer_state state = optimizer_->state();
+      state.step = device_->steps;
+      device_->state.copy_to(state.values);
+      optimizer_->restore(std::move(state));
+    }
+    rule_state snapshot = shard_state(*optimizer_, own_.begin);
+    if (precision_.real != wire_precision::fp32) snapshot.master = master_;
+    return snapshot;
+  }
+
+private:
+  // The own shard's master weights and optimizer state (slot after slot, as optimizer_state)
+  // in device memory, with copies for estimate rounds.
+  struct device_shard {
+    device_array<float> master, state, scratch_master, scratch_state;
+    std::uint64_t steps;
+    device_shard(const device_collectives& collectives, std::span<const float> master_values,
+                 const optimizer_state& host)
+        : master(upload(collectives, master_values)), state(upload(collectives, host.values)),
+          scratch_master(upload(collectives, master_values)), scratch_state(upload(collectives, host.values)),
+          steps(host.step) {}
+  };
+
+  optimizer_config config_;
+  round_precision precision_;
+  shard own_;
+  mutable std::vector<float> master_;  // fp32 master weights of the own shard (stale while device_ holds them)
+  std::vector<float> scratch_;  // estimate rounds step a copy of master_
+  std::unique_ptr<optimizer> optimizer_;
+  mutable std::optional<device_shard> device_;
+};
+
+class sign_vote_rule final : public update_rule {
+public:
+  sign_vote_rule(bool average, const optimizer_config& lion, std::span<const float> initial,
+                 const rule_state* resume)
+      : average_(average), config_(lion), parameters_(initial.begin(), initial.end()),
+        momentum_(initial.size(), 0.f), signs_(packed_words(initial.size())),
+        voted_(packed_words(initial.size())) {
+    if (average_) plus_votes_.resize(initial.size());
+    if (resume && resume->present) {
+      if (!resume->momentum || resume->values.size() != momentum_.size())
+        throw std::invalid_argument("restored state is not a Lion momentum of " + std::to_string(momentum_.size()) +
+                                    " values");
+      momentum_ = resume->values;
+    }
+  }
+
+  void apply(transport& link, std::span<float> buffer, const round_totals& local,
+             const round_totals&, float learning_rate, std::uint64_t step,
+             bool estimate, std::span<const float>) override {
+    // The vote is over each worker's own Lion direction from its own mean gradient.
+    const float scale = local.micro_batches > 0 ? static_cast<float>(1.0 / local.micro_batches) : 0.f;
+    double square_sum = 0;
+    for (float& g : buffer) {
+      g *= scale;
+      square_sum += static_cast<double>(g) * g;
+    }
+    // No worker sees the summed gradient: the workers' shares add up to their mean squared norm.
+    observed_.gradient_square_sum = square_sum / link.size();
+    std::span<float> momentum = momentum_;
+    if (estimate) {
+      scratch_momentum_.assign(momentum_.begin(), momentum_.end());
+      momentum = scratch_momentum_;
+    }
+    lion_local_direction(buffer, momentum, config_.beta1, config_.beta2, signs_, step);
+
+    std::span<float> target = parameters_;
+    if (estimate) {
+      std::copy(parameters_.begin(), parameters_.end(), buffer.begin());
+      target = buffer;
+    }
+    const trace_span phase("vote");
+    if (!average_) {
+      link.sign_majority(signs_, buffer.size(), step, voted_);
+      apply_sign_update(target, voted_, learning_rate, config_.weight_decay);
+      observed_.vote_agreement = majority_agreement(buffer.size());
+    } else {
+      link.sign_counts(signs_, buffer.size(), plus_votes_);
+      apply_sign_update(target, plus_votes_, link.size(), learning_rate, config_.weight_decay);
+      observed_.vote_agreement = average_agreement(link.size());
+    }
+    if (!estimate) std::copy(parameters_.begin(), parameters_.end(), buffer.begin());
+  }
+
+  bool has_device_form() const override { return true; }
+
+  // apply's steps as kernels on the collectives' stream; θ and the momentum are kept there.
+  void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals& local,
+                       const round_totals&, float learning_rate, std::uint64_t step, bool estimate) override {
+    if (!device_) device_.emplace(collectives, parameters_, momentum_, average_);
+    kernels& k = collectives.stream();
+    device_replica& d = *device_;
+    k.scale(buffer, local.micro_batches > 0 ? static_cast<float>(1.0 / local.micro_batches) : 0.f);
+    observed_.gradient_square_sum = k.square_sum(buffer) / collectives.world();
+    std::span<float> momentum = d.momentum.span();
+    if (estimate) {
+      k.copy(momentum, d.scratch_momentum.span());
+      momentum = d.scratch_momentum.span();
+    }
+    k.lion_signs(buffer, momentum, config_.beta1, config_.beta2, step, d.signs.span());
+    std::span<float> target = d.parameters.span();
+    if (estimate) {
+      k.copy(d.parameters.span(), buffer);
+      target = buffer;
+    }
+    const trace_span phase("vote");
+    if (!average_) {
+      collectives.sign_majority(d.signs.span(), buffer.size(), step, d.voted.span());
+      k.sign_update(target, d.voted.span(), learning_rate, config_.weight_decay);
+    } else {
+      collectives.sign_counts(d.signs.span(), buffer.size(), d.plus_votes.span());
+      k.sign_update(target, d.plus_votes.span(), collectives.world(), learning_rate, config_.weight_decay);
+    }
+    if (!estimate) k.copy(d.parameters.span(), buffer);
+    collectives.finish();
+    observed_.vote_agreement = -1;  // not observed on the device (it would need the signs on the host)
+  }
+
+  std::size_t state_bytes() const override {
+    return (parameters_.size() + momentum_.size()) * sizeof(float);
+  }
+
+  rule_state snapshot() const override {
+    if (device_) device_->momentum.copy_to(momentum_);  // the committed momentum lives on the device
+    return {true, true, 0, 1, 0, momentum_, {}};
+  }
+
+private:
+  // Fraction of the own signs equal to the majority's (packed words, padding bits excluded).
+  double majority_agreement(std::size_t count) const {
+    std::size_t agreeing = 0;
+    for (std::size_t w = 0; w < signs_.size(); ++w) {
+      std::uint64_t same = ~(signs_[w] ^ voted_[w]);
+      if (const std::size_t valid = count - w * 64; valid < 64) same &= (std::uint64_t{1} << valid) - 1;
+      agreeing += static_cast<std::size_t>(std::popcount(same));
+    }
+    return count ? static_cast<double>(agreeing) / static_cast<double>(count) : 1.0;
+  }
+  // Fraction of the own signs on the side most voters took (a tie takes neither).
+  double average_agreement(int voters) const {
+    std::size_t agreeing = 0;
+    for (std::size_t i = 0; i < plus_votes_.size(); ++i) {
+      const bool plus = (signs_[i / 64] >> (i % 64)) & 1;
+      const int margin = 2 * plus_votes_[i] - voters;
+      agreeing += plus ? margin > 0 : margin < 0;
+    }
+    return plus_votes_.empty() ? 1.0 : static_cast<double>(agreeing) / static_cast<double>(plus_votes_.size());
+  }
+
+  // θ, the momentum and the vote's buffers in device memory.
+  struct device_replica {
+    device_array<float> parameters, momentum, scratch_momentum;
+    device_array<std::uint64_t> signs, voted;
+    device_array<std::uint16_t> plus_votes;
+    device_replica(const device_collectives& collectives, std::span<const float> theta,
+                   std::span<const float> momentum_values, bool average)
+        : parameters(upload(collectives, theta)), momentum(upload(collectives, momentum_values)),
+          scratch_momentum(upload(collectives, momentum_values)),
+          signs(parameters.kind(), packed_words(theta.size())), voted(parameters.kind(), packed_words(theta.size())),
+          plus_votes(parameters.kind(), average ? theta.size() : 0) {}
+  };
+
+  bool average_;  // else the majority
+  optimizer_config config_;
+  std::vector<float> parameters_;  // committed replica θ (identical on every worker; stale while device_ holds it)
+  mutable std::vector<float> momentum_;  // this worker's own Lion momentum, never communicated
+  mutable std::optional<device_replica> device_;
+  std::vector<float> scratch_momentum_;
+  std::vector<std::uint64_t> signs_;
+  std::vector<std::uint64_t> voted_;
+  std::vector<std::uint16_t> plus_votes_;
+};
+
+}  // namespace
+
+std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,
+                                                         std::span<const float> initial,
+                                                         int world, int rank, round_precision precision,
+                                                         const rule_state* resume) {
+  return std::make_unique<sharded_optimizer_rule>(config, initial, world, rank, precision, resume);
+}
+
+std::unique_ptr<update_rule> make_sign_vote_rule(bool average, const optimizer_config& lion,
+                                                 std::span<const float> initial,
+                                                 const rule_state* resume) {
+  return std::make_unique<sign_vote_rule>(average, lion, initial, resume);
+}
+
+}  // namespace accord

@@ -1,0 +1,80 @@
+#pragma once
+// What one round does to a worker's communication buffer: gradient sum in, new parameters out.
+// Runs on the communicator's thread and owns the state this worker keeps across rounds (its
+// optimizer shard and master weights, or its Lion momentum). Plain C++, no actors: the
+// algorithms are testable on their own.
+#include "algorithms/round_state.hpp"
+#include "gpu/device_collectives.hpp"
+#include "optim/optimizer.hpp"
+#include "transport/shard.hpp"
+#include "transport/transport.hpp"
+
+#include <memory>
+#include <span>
+
+namespace accord {
+
+// What a round's gradients and parameters travel as (transport/wire_precision.hpp). ACCO's
+// estimate rounds commit nothing and may travel with fewer bits than the real ones.
+struct round_precision {
+  wire_precision real = wire_precision::fp32;
+  wire_precision estimate = wire_precision::fp32;
+  wire_precision of(bool estimate_round) const { return estimate_round ? estimate : real; }
+};
+
+class update_rule {
+public:
+  virtual ~update_rule() = default;
+  // `buffer`: this worker's gradient sum over local.micro_batches micro-batches on entry, the new
+  // parameters on exit (identical on every worker). `global` is summed over all workers.
+  // An estimate computes parameters from the committed state without changing that state.
+  // `step` is the optimizer step the round belongs to (ACCO: both of its rounds); sign votes
+  // break ties by its parity, so that ties alternate between committed steps and an estimate
+  // breaks them as the real round of its step will. `current`: in an estimate round, the
+  // parameters θ_t the compute stage holds (identical on every worker, only read meanwhile), from
+  // which block-quantized estimates travel as a difference; else empty.
+  virtual void apply(transport& link, std::span<float> buffer, const round_totals& local,
+                     const round_totals& global, float learning_rate, std::uint64_t step,
+                     bool estimate, std::span<const float> current) = 0;
+  // The device form: the same round with `buffer` in collectives.memory() (a resident GPU
+  // worker over --transport nccl), its state kept there too (uploaded at the first call), and
+  // every step a kernel on the collectives' stream; returns once the round has run
+  // (collectives.finish()). Results equal apply's up to the collectives' summation order.
+  // Only rules whose has_device_form() is true have one (the others throw std::logic_error);
+  // their rounds run on the host.
+  virtual bool has_device_form() const { return false; }
+  virtual void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals& local,
+                               const round_totals& global, float learning_rate, std::uint64_t step,
+                               bool estimate);
+  // Bytes of state this worker keeps (master weights, optimizer state), for the memory report.
+  virtual std::size_t state_bytes() const = 0;
+  // This worker's share of the committed state, for a checkpoint.
+  virtual rule_state snapshot() const = 0;
+  // What the last apply saw (gradient norm, vote agreement), for the metrics.
+  const round_observations& observations() const { return observed_; }
+
+protected:
+  round_observations observed_;
+};
+
+// ZeRO-1: reduce-scatter the gradient sums, divide by the global micro-batch count, step the
+// own shard's fp32 master weights with the optimizer, all-gather the parameters, both
+// collectives in `precision` (the compute copy everyone gets, the owner's too, is the rounded
+// one; master weights and optimizer state stay fp32).
+// With `resume`, the shard's optimizer state is restored from it (a slice of a checkpoint or a
+// shard transferred to this rank); it must cover exactly this rank's shard.
+std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,
+                                                         std::span<const float> initial,
+                                                         int world, int rank, round_precision precision = {},
+                                                         const rule_state* resume = nullptr);
+
+// Both built-in rules have a device form, the sharded one for AdamW and Lion (not SGD).
+// Distributed Lion: local mean gradient → local Lion direction with this worker's own momentum
+// → packed sign vote (majority, or average when `average`) → the same update x -= lr (Δ + wd x)
+// everywhere. Votes are 1 bit up whatever the wire precision, and parameters never travel.
+// With a present `resume`, the worker continues with that momentum; else it starts from zero.
+std::unique_ptr<update_rule> make_sign_vote_rule(bool average, const optimizer_config& lion,
+                                                 std::span<const float> initial,
+                                                 const rule_state* resume = nullptr);
+
+}  // namespace accord

@@ -1,0 +1,12 @@
+#pragma once
+// An asynchronous topology's setup (topologies/asynchronous/workers.hpp) from the job's plan.
+#include "job/plan.hpp"
+#include "topologies/asynchronous/workers.hpp"
+
+namespace accord {
+
+// The setup of an asynchronous topology's workers for `plan` (reports to `coordinator`).
+asynchronous_setup asynchronous_for(const job_plan& plan, const model& prototype, std::shared_ptr<const dataset> train,
+                                    const job_config& config, coordinator_actor coordinator);
+
+}  // namespace accord

@@ -1,0 +1,415 @@
+// run_job_process: this process's worker of a job between processes; rank 0's process also
+// hosts the membership actor, the coordinators and the master port.
+#include <accord/job.hpp>
+
+#include "job/plan.hpp"
+#include "job/runners.hpp"
+#include "cluster/master_port_guard.hpp"
+#include "actors/membership_actor.hpp"
+#include "job/asynchronous_setup.hpp"
+#include "cluster/fingerprint.hpp"
+#include "job/scope_exit.hpp"
+#include "observe/trace.hpp"
+#include "cluster/rendezvous.hpp"
+#include "job/worker_spawn.hpp"
+
+#include <caf/io/all.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+
+namespace accord {
+namespace {
+
+// Rank 0's master port: a client handshake is a few hundred bytes; the largest later message
+// is a report carrying a worker's optimizer state (at most two slots of the parameters).
+master_port_limits master_limits(const process_group& group, std::size_t parameter_count) {
+  master_port_limits limits;
+  const std::uint64_t state_bytes = 2 * std::uint64_t{parameter_count} * sizeof(float);
+  limits.message_payload =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>((1u << 20) + state_bytes, UINT32_MAX));
+  limits.max_pending = group.world_size + 16;
+  limits.max_connections = 2 * group.world_size + 16;  // elastic jobs admit joiners
+  limits.idle_timeout = std::max(2 * group.heartbeat_timeout, std::chrono::milliseconds(10'000));
+  return limits;
+}
+
+// Rank 0's wall clock minus this process's (Cristian's method: rank 0 read its clock about
+// halfway through the exchange; of a few, the one with the shortest round trip is the closest).
+std::chrono::microseconds clock_offset_to(caf::scoped_actor& self, const membership_actor& membership) {
+  const auto microseconds = [](trace_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  };
+  std::int64_t offset = 0, shortest = INT64_MAX;
+  for (int exchange = 0; exchange < 5; ++exchange) {
+    std::optional<std::int64_t> theirs;
+    const std::int64_t sent = microseconds(trace_clock::now());
+    self->request(membership, std::chrono::seconds(5), clock_atom::value)
+        .receive([&](std::int64_t at) { theirs = at; }, [](caf::error&) {});
+    const std::int64_t received = microseconds(trace_clock::now());
+    if (!theirs) break;  // rank 0 gone: the hello's failure or the epoch request says so
+    if (received - sent < shortest) {
+      shortest = received - sent;
+      offset = *theirs - (sent + received) / 2;
+    }
+  }
+  return std::chrono::microseconds(offset);
+}
+
+// Rank 0's membership actor at host:port. Unlike middleman::remote_actor, gives up after
+// `timeout` when the port accepts the connection but never answers CAF's handshake.
+caf::expected<membership_actor> find_membership(caf::actor_system& system, const std::string& host, int port,
+                                                std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{system};
+  caf::expected<membership_actor> result{caf::sec::request_timeout};
+  self->request(system.middleman().actor_handle(), timeout, caf::connect_atom::value, host,
+                static_cast<std::uint16_t>(port))
+      .receive(
+          [&](const caf::node_id&, caf::strong_actor_ptr& found, const std::set<std::string>& interface) {
+            if (!found)
+              result = caf::make_error(caf::sec::no_actor_published_at_port, "no actor published at the port");
+            else if (!system.assignable<membership_actor>(interface))
+              result = caf::make_error(caf::sec::unexpected_actor_messaging_interface,
+                                       "the actor at the port is not an accord membership actor");
+            else
+              result = caf::actor_cast<membership_actor>(std::move(found));
+          },
+          [&](caf::error& e) { result = std::move(e); });
+  return result;
+}
+
+// How long rank 0's process waits, at the end, for the other members to hear that the job is over.
+constexpr auto release_timeout = std::chrono::seconds(30);
+
+// What a worker process carries from epoch to epoch.
+struct process_member {
+  std::uint64_t id = 0;
+  membership_actor membership;
+  member_agent agent;
+  std::shared_ptr<state_keeper> keeper = std::make_shared<state_keeper>();
+  std::shared_ptr<std::atomic<std::uint64_t>> change_epoch = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::shared_ptr<epoch_link> link = std::make_shared<epoch_link>();
+  std::vector<float> parameters;  // the latest epoch's final parameters
+  local_actors last_epoch;        // for the memory figures
+  std::shared_ptr<worker::state> app;  // an app-driven worker's (include/accord/worker.hpp)
+};
+
+// Runs this process's worker for one epoch of `plan`. A failure (a peer lost, a transfer
+// broken) is the epoch's coordinator's to report; the process then asks for the next epoch.
+void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const model& prototype,
+                       std::shared_ptr<const dataset> train, const job_config& config, const job_plan& origin,
+                       const epoch_plan& plan, transport_rendezvous& rendezvous, bool elastic,
+                       process_member& me) {
+  job_config epoch_config = config;
+  epoch_config.workers = plan.world;
+  const std::size_t n = origin.initial.size();
+  std::shared_ptr<transport> link;
+  std::vector<float> parameters;
+  std::optional<rule_state> state;
+  try {
+    me.link->set(plan.epoch, [&rendezvous](const std::string& why) { rendezvous.interrupt(why); });
+    link = rendezvous.connect(plan.rank, plan.addresses, plan.epoch);
+    me.link->set(plan.epoch, [link](const std::string& why) { link->interrupt(why); });
+    if (plan.from_origin) {
+      parameters = origin.initial;
+      state = origin.state_of(plan.world, plan.rank);
+    } else {
+      restored_state restored = transfer_state(*link, plan.source, me.keeper->find(plan.source.layout, plan.source.steps),
+                                               n, origin.sharded());
+      parameters = std::move(restored.parameters);
+      if (restored.own.present) state = std::move(restored.own);
+      self->send(me.membership, restored_atom::value,
+                 restored_report{plan.epoch, plan.rank, hash_parameters(parameters),
+                                 state ? state_checksum(*state, n) : 0});
+    }
+  } catch (const std::exception& e) {
+    if (link) link->interrupt("epoch " + std::to_string(plan.epoch) + " failed to start");
+    me.link->set(0, {});
+    self->send(plan.coordinator, worker_failure{plan.rank, std::string("epoch start: ") + e.what()});
+    return;
+  }
+  const job_plan epoch = origin.continued(plan.start_steps, plan.data_position, std::move(parameters));
+  local_actors local;
+  const scope_exit stop_on_exception([&](bool unwinding) {
+    if (!unwinding) return;
+    link->interrupt("epoch " + std::to_string(plan.epoch) + " failed");
+    if (me.app) me.app->release();
+    local.shut_down(self);
+  });
+  if (const auto* asynchronous = as_asynchronous(*epoch.topo)) {
+    // Its own workers instead of rounds: this process's one worker, over the epoch's transport.
+    asynchronous_setup setup = asynchronous_for(epoch, prototype, std::move(train), epoch_config, plan.coordinator);
+    setup.peers = link;
+    setup.first_step = plan.start_steps;
+    setup.initial_state = std::move(state);
+    if (elastic)  // kept steps are barriers here: every --keep-interval steps, and where a change ends the epoch
+      setup.keep = asynchronous_setup::keeping{
+          me.keeper, std::max<std::uint64_t>(1, config.keep_interval), plan.epoch,
+          [change = me.change_epoch, epoch = plan.epoch] { return change->load() >= epoch; }};
+    std::unique_ptr<asynchronous_run> run = asynchronous->start(system, std::move(setup));
+    if (const auto failure = run_to_end(system, self, {}, me.agent, plan.coordinator)) {
+      link->interrupt("epoch " + std::to_string(plan.epoch) + " ended: " + *failure);
+      run->stop();
+    } else {
+      me.parameters = run->finish();
+    }
+    me.last_epoch.state_bytes = run->state_bytes();
+    me.last_epoch.workers = 1;
+    run.reset();
+    me.link->set(0, {});
+    return;
+  }
+  worker_spec spec;
+  spec.rank = plan.rank;
+  spec.link = link;
+  spec.coordinator = plan.coordinator;
+  spec.state = std::move(state);
+  spec.keeper = me.keeper;
+  spec.layout = plan.epoch;
+  spec.keep_interval = elastic ? std::max<std::uint64_t>(1, config.keep_interval) : 0;
+  spec.change_epoch = me.change_epoch;
+  spec.app = me.app;
+  const std::vector<accumulator_actor> accumulators{
+      spawn_worker(system, local, epoch, prototype, std::move(train), epoch_config, std::move(spec)).accumulator};
+  // After a failure the communicator may wait on a dead peer: unblock it before shutting down.
+  if (const auto failure = run_to_end(system, self, accumulators, me.agent, plan.coordinator))
+    link->interrupt("epoch " + std::to_string(plan.epoch) + " ended: " + *failure);
+  if (me.app) me.app->release();  // a compute actor waiting for the app would outlive the epoch
+  local.shut_down(self);
+  me.link->set(0, {});
+  if (!local.final_parameters.empty()) me.parameters = std::move(local.final_parameters);
+  me.last_epoch.meter = local.meter;
+  me.last_epoch.state_bytes = local.state_bytes;
+  me.last_epoch.workers = local.workers;
+}
+
+}  // namespace
+
+job_result run_job_process(const model& prototype, std::shared_ptr<const dataset> train,
+                           std::shared_ptr<const dataset> eval, const job_config& config,
+                           const process_group& group, std::function<void(const step_metrics&)> on_step) {
+  return run_job_between_processes(prototype, std::move(train), std::move(eval), config, group, std::move(on_step),
+                                   {});
+}
+
+job_result run_job_between_processes(const model& prototype, std::shared_ptr<const dataset> train,
+                                     std::shared_ptr<const dataset> eval, const job_config& config,
+                                     const process_group& group, std::function<void(const step_metrics&)> on_step,
+                                     const app_workers& apps) {
+  if (!train) throw std::invalid_argument("no training data set");
+  require(apps.size() <= 1, "a process of a job between processes runs one worker");
+  if (!group.join) {
+    require(group.world_size >= 1, "world size must be at least 1");
+    require(group.rank >= 0 && group.rank < group.world_size,
+            "rank " + std::to_string(group.rank) + " outside 0.." + std::to_string(group.world_size - 1));
+    require(config.workers == group.world_size, "workers (" + std::to_string(config.workers) +
+                                                    ") must equal the world size (" +
+                                                    std::to_string(group.world_size) + ")");
+  }
+  require(group.master_port > 0 && group.master_port < 65536, "master port must be in 1..65535");
+  require(config.membership.empty(),
+          "membership changes are emulated in one process only; between processes, start (--join) and stop workers");
+  require(find_algorithm(config.algorithm).aggregate != aggregation::registered || !(group.elastic || group.join),
+          "algorithm " + config.algorithm + " (a registered rule) keeps no state an elastic job could recover");
+  require(config.speed_factors.empty() || !(group.elastic || group.join),
+          "speed factors cannot be combined with an elastic job");
+  require(!config.stop_requested || !(group.elastic || group.join),
+          "an elastic job's workers leave (process_group::leave_requested) rather than stop the job");
+  std::string host = group.host;
+  if (host.empty()) {
+    require(is_loopback(group.master_addr),
+            "process_group.host (this rank's reachable address) is required when the master is not on loopback");
+    host = "127.0.0.1";
+  }
+  require(group.transport == "ucx" || group.transport == "nccl",
+          "unknown transport '" + group.transport + "' (expected ucx|nccl)");
+  require_worker_memory(prototype, 1);
+  const trace_session trace(config.trace_path, group.rank, group.join);
+  const job_plan origin = plan_job(prototype, *train, config, nullptr, group.elastic || group.join);
+  if (const auto* asynchronous = as_asynchronous(*origin.topo)) {
+    require(asynchronous->runs_between_processes(),
+            "--topology " + config.topology + " runs its asynchronous workers in one process only");
+    require(group.transport == "ucx", "--topology " + config.topology + " between processes runs over ucx only");
+    require(!(group.elastic || group.join) || asynchronous->elastic_between_processes(),
+            "--topology " + config.topology + " between processes has a fixed worker set (no --elastic or --join)" +
+                " with these settings (--topology parameter-server needs --max-staleness >= 1, gossip --gossip-momentum none)");
+  }
+  const bool master = !group.join && group.rank == 0;
+  if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
+  size_blas(config, 1);
+  auto system_config = std::make_unique<caf::actor_system_config>();
+  configure_system(*system_config);
+  system_config->load<caf::io::middleman>();
+  // Every process sends heartbeats; a peer silent for the timeout (hung, or its machine gone)
+  // loses its connection, and the membership actor hears of it as of a death.
+  const auto heartbeat = std::max(group.heartbeat_timeout, std::chrono::milliseconds(100));
+  system_config->set("middleman.heartbeat-interval", caf::timespan{heartbeat / 4});
+  system_config->set("middleman.connection-timeout", caf::timespan{heartbeat});
+  // Rank 0's master port; it outlives the actor system, relaying what CAF says last.
+  std::unique_ptr<master_port_guard> guard;
+  // On failure the system is abandoned rather than destroyed: its destructor would wait for a
+  // communicator that may stay blocked in a collective with a dead peer. Its configuration goes
+  // with it: the system's threads read it until the last one ends (thread hooks).
+  auto system = std::make_unique<caf::actor_system>(*system_config);
+  auto abandon_system = [&] {
+    (void)system.release();
+    (void)system_config.release();
+  };
+  const std::string job_id = !group.job_id.empty() || group.join
+                                 ? group.job_id
+                                 : group.master_addr + ":" + std::to_string(group.master_port);
+  const std::string print = job_fingerprint(prototype, *train, config, group.transport, origin.resumed_from());
+  auto merged = std::make_shared<job_result>();
+  local_actors coordination;  // rank 0's process: the evaluator, the membership actor, the coordinators
+  process_member me;
+  if (!apps.empty()) me.app = apps.front();
+  std::optional<std::string> failure;
+  bool failed_here = false;  // by this process's own fault, not the job's
+  const auto started = std::chrono::steady_clock::now();
+  {
+    caf::scoped_actor self{*system};
+    const scope_exit stop_on_exception([&](bool unwinding) {
+      if (!unwinding) return;
+      if (me.agent) self->send_exit(me.agent, caf::exit_reason::user_shutdown);
+      coordination.shut_down(self);
+      abandon_system();  // as after a failure: a communicator may be blocked on a peer
+    });
+    if (master) {
+      const evaluator_actor evaluator = spawn_evaluation(*system, coordination, prototype, eval ? eval : train, config);
+      membership_setup setup;
+      setup.initial_world = group.world_size;
+      setup.elastic = group.elastic;
+      setup.sharded = origin.sharded();
+      setup.fingerprint = print;
+      setup.job_id = job_id;
+      setup.rendezvous_timeout = group.rendezvous_timeout;
+      setup.pipe = origin.algo->pipe;
+      setup.total_rounds = origin.rounds;
+      setup.origin_steps = origin.resume ? origin.resume->steps : 0;
+      setup.origin_data_position = origin.data_position;
+      setup.on_event = group.on_event;
+      setup.result = merged;
+      setup.spawn_coordinator = [&, evaluator](const epoch_spec& spec, std::shared_ptr<job_result> result,
+                                              std::function<void(std::uint64_t, std::uint64_t)> on_kept) {
+        job_config epoch_config = config;
+        epoch_config.workers = spec.workers;
+        coordinator_setup c = coordination_for(origin, prototype, epoch_config, evaluator);
+        c.first_round = rounds_for_steps(origin.algo->pipe, spec.start_steps);
+        c.data_offset = spec.data_position;
+        c.on_step = on_step;
+        c.result = std::move(result);
+        c.epoch = spec.epoch;
+        c.append_metrics = c.append_metrics || spec.epoch > 1;
+        c.started = started - origin.clock_before();
+        c.on_kept = std::move(on_kept);
+        return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
+      };
+      me.membership = coordination.keep(spawn_membership_actor(*system, std::move(setup)));
+      // CAF listens on loopback only; the guard faces the workers (cluster/master_port_guard.hpp).
+      auto port = system->middleman().publish(me.membership, 0, "127.0.0.1", true);
+      try {
+        if (!port) throw std::runtime_error(system->render(port.error()));
+        guard = std::make_unique<master_port_guard>(
+            master_bind_addresses(group.master_bind, group.master_addr), group.master_port, *port,
+            master_limits(group, origin.initial.size()),
+            [](const std::string& line) { std::fprintf(stderr, "rank 0: %s\n", line.c_str()); });
+      } catch (const std::exception& e) {
+        coordination.shut_down(self);
+        const std::string why = e.what();
+        if (why.find("Address already in use") != std::string::npos)
+          throw std::runtime_error("rank 0: port " + std::to_string(group.master_port) +
+                                   " is in use by another job or program (cannot listen for workers there: " + why +
+                                   ")");
+        throw std::runtime_error("rank 0: cannot listen for workers on port " + std::to_string(group.master_port) +
+                                 ": " + why);
+      }
+    } else {
+      const std::string who = group.join ? "joiner" : "rank " + std::to_string(group.rank);
+      const std::string at = group.master_addr + ":" + std::to_string(group.master_port);
+      const auto deadline = std::chrono::steady_clock::now() + group.connect_timeout;
+      for (;;) {
+        // A listening rank 0 answers CAF's handshake within milliseconds, however busy the job.
+        const auto handshake = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              deadline - std::chrono::steady_clock::now()),
+                                          std::chrono::milliseconds(1), std::chrono::milliseconds(10'000));
+        auto found = find_membership(*system, group.master_addr, group.master_port, handshake);
+        if (found) {
+          me.membership = *found;
+          break;
+        }
+        if (found.error() == caf::sec::request_timeout || found.error() == caf::sec::connection_timeout ||
+            found.error() == caf::sec::disconnect_during_handshake) {
+          const std::string why = system->render(found.error());
+          // The middleman may still wait on that connection: leave the system to the exit.
+          abandon_system();
+          throw std::runtime_error(who + ": the master port " + at + " accepted the connection but did not answer "
+                                   "the handshake (is an accord job's rank 0 listening there?): " + why);
+        }
+        if (config.stop_requested && config.stop_requested->load())
+          throw std::runtime_error(who + ": asked to stop while waiting for rank 0 at " + at);
+        if (std::chrono::steady_clock::now() > deadline)
+          throw std::runtime_error(who + ": no coordinator at " + at + " within " +
+                                   std::to_string(group.connect_timeout.count()) + " ms: " +
+                                   system->render(found.error()));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }
+    me.agent = spawn_member_agent(*system, me.change_epoch, me.link, group.leave_requested, me.membership);
+    self->request(me.agent, caf::infinite, hello_atom::value,
+                  member_hello{group.join ? -1 : group.rank, group.world_size, print, host, job_id})
+        .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
+    if (trace_recorder* trace = trace_recorder::active(); trace && !master && !failure)
+      trace->set_clock_offset(clock_offset_to(self, me.membership));
+    while (!failure) {
+      // A throw here would leave the actors running and the system's destructor waiting on them.
+      std::unique_ptr<transport_rendezvous> rendezvous;
+      try {
+        rendezvous = make_rendezvous(group, host, master);
+      } catch (const std::exception& e) {
+        failure = e.what();
+        failed_here = true;
+        break;
+      }
+      epoch_plan plan;
+      self->request(me.agent, caf::infinite, epoch_atom::value,
+                    epoch_request{me.id, rendezvous->address(), me.keeper->summaries()})
+          .receive([&](epoch_plan& p) { plan = std::move(p); },
+                   [&](caf::error& e) { failure = describe(*system, e); });
+      if (failure || plan.finished) break;
+      run_process_epoch(*system, self, prototype, train, config, origin, plan, *rendezvous,
+                        group.elastic || group.join, me);
+    }
+    // Rank 0's process stays until every member has heard that the job is over (unless it failed
+    // on its own, as every rank does with a broken UCX setup: nobody would hear of it).
+    if (master && !failed_here)
+      self->request(me.membership, release_timeout, wait_atom::value).receive([](bool) {}, [](caf::error&) {});
+    self->send_exit(me.agent, caf::exit_reason::user_shutdown);
+    coordination.shut_down(self);
+  }
+  if (failure && *failure == coordinator_lost && !master) {
+    // Rank 0 may be fine and have dropped this worker: if it answers, it says why.
+    auto found = find_membership(*system, group.master_addr, group.master_port, std::chrono::seconds(5));
+    if (found) {
+      caf::scoped_actor self{*system};
+      self->request(*found, std::chrono::seconds(5), dropped_atom::value, me.id)
+          .receive([&](std::string& why) { if (!why.empty()) failure = why; }, [](caf::error&) {});
+    }
+  }
+  if (failure) {
+    abandon_system();
+    throw std::runtime_error(*failure);
+  }
+  job_result result = master ? std::move(*merged) : job_result{};
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  average_over_steps(result);
+  if (me.last_epoch.workers) me.last_epoch.account(result, origin.initial.size());
+  result.kept_bytes_per_worker = me.keeper->bytes();
+  result.parameters = std::move(me.parameters);
+  return result;
+}
+
+}  // namespace accord

@@ -1,0 +1,83 @@
+// job_actors (include/accord/caf/worker_actors.hpp): an in-process job's actors in the caller's
+// actor system, wired as run_job wires them.
+#include <accord/caf/worker_actors.hpp>
+
+#include "actors/membership_actor.hpp"
+#include "job/worker_spawn.hpp"
+#include "transport/inproc.hpp"
+#include "transport/link_model.hpp"
+
+namespace accord {
+
+void configure_actor_system(caf::actor_system_config& config) {
+  add_control_message_types(config);
+  add_membership_message_types(config);
+}
+
+struct job_actors::parts {
+  parts(const job_config& c, const job_plan& p)
+      : plan(p), workers_in_job(c.workers), fabric(std::make_shared<inproc_fabric>(c.workers, link_model::parse(c.link))) {}
+  job_plan plan;
+  int workers_in_job;
+  // Shared with the coordinator's abort, which may run while this object goes away.
+  std::shared_ptr<inproc_fabric> fabric;
+  local_actors local;
+  std::shared_ptr<job_result> result = std::make_shared<job_result>();
+  std::vector<worker_handles> workers;
+  coordinator_actor coordinator;
+  evaluator_actor evaluator;
+  // After a failure every transport throws, so no communicator stays blocked in a collective.
+  static void fail_everyone(inproc_fabric& fabric, int workers) {
+    for (int rank = 0; rank < workers; ++rank) fabric.fail(rank);
+  }
+};
+
+job_actors::job_actors(caf::actor_system& system, const model& prototype, std::shared_ptr<const dataset> train,
+                       std::shared_ptr<const dataset> eval, const job_config& config,
+                       std::function<void(const step_metrics&)> on_step) {
+  require(train != nullptr, "no training data set");
+  require(config.membership.empty(), "job_actors: membership changes are run_job's (one epoch per worker set)");
+  require(config.workers <= max_workers_in_process, "workers: " + std::to_string(config.workers) + " in one process exceed " +
+                                                        std::to_string(max_workers_in_process));
+  const job_plan plan = plan_job(prototype, *train, config);
+  require_worker_memory(prototype, config.workers);
+  if (!config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
+  size_blas(config, config.workers);
+  parts_ = std::make_unique<parts>(config, plan);
+  parts& p = *parts_;
+  p.evaluator = spawn_evaluation(system, p.local, prototype, eval ? eval : train, config);
+  coordinator_setup setup = coordination_for(p.plan, prototype, config, p.evaluator);
+  setup.on_step = std::move(on_step);
+  setup.abort = [fabric = p.fabric, n = config.workers] { parts::fail_everyone(*fabric, n); };
+  setup.result = p.result;
+  p.coordinator = p.local.keep(spawn_coordinator_actor(system, std::move(setup)));
+  for (int rank = 0; rank < config.workers; ++rank) {
+    worker_spec spec;
+    spec.rank = rank;
+    spec.link = p.fabric->endpoint(rank);
+    spec.coordinator = p.coordinator;
+    spec.state = p.plan.state_of(config.workers, rank);
+    p.workers.push_back(spawn_worker(system, p.local, p.plan, prototype, train, config, std::move(spec)));
+  }
+}
+
+job_actors::~job_actors() {
+  parts::fail_everyone(*parts_->fabric, parts_->workers_in_job);
+  for (auto& a : parts_->local.everyone) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+const std::vector<worker_handles>& job_actors::workers() const { return parts_->workers; }
+coordinator_actor job_actors::coordinator() const { return parts_->coordinator; }
+evaluator_actor job_actors::evaluator() const { return parts_->evaluator; }
+
+void job_actors::start() {
+  for (const auto& w : parts_->workers) caf::anon_send(w.accumulator, start_atom::value);
+}
+
+job_result job_actors::result() const {
+  job_result r = *parts_->result;
+  parts_->local.account(r, parts_->plan.initial.size());
+  return r;
+}
+
+}  // namespace accord

@@ -1,0 +1,169 @@
+// Spawning a worker's actors (and the evaluator, and the coordinator's setup) in one process.
+#include "job/worker_spawn.hpp"
+
+#include <accord/blas_threads.hpp>
+
+#include "actors/communicator_actor.hpp"
+#include "actors/compute_actor.hpp"
+#include "actors/membership_actor.hpp"
+#include "transport/hierarchical.hpp"
+#include "transport/wire_precision.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace accord {
+
+void size_blas(const job_config& config, int local_workers) {
+  openblas_set_num_threads(choose_blas_threads(config.blas_threads, local_workers).threads);
+}
+
+void configure_system(caf::actor_system_config& system_config) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  system_config.set("scheduler.max-threads", std::max(2, cores));
+  // An idle scheduler thread sleeps on its condition variable (woken by the next message) after a
+  // short spin, instead of CAF's default 500 wake-ups at 50 us: those ran beside the compute
+  // thread while rounds were in flight and took a third of a shared core from it.
+  system_config.set("work-stealing.aggressive-poll-attempts", std::size_t{20});
+  system_config.set("work-stealing.moderate-poll-attempts", std::size_t{0});
+  add_control_message_types(system_config);
+  add_membership_message_types(system_config);
+}
+
+coordinator_setup coordination_for(const job_plan& plan, const model& prototype, const job_config& config,
+                                   evaluator_actor evaluator) {
+  coordinator_setup setup;
+  setup.workers = config.workers;
+  setup.pipe = plan.algo->pipe;
+  setup.first_round = plan.first_round;
+  setup.rounds = plan.rounds;
+  setup.parameter_count = plan.initial.size();
+  setup.micro_batch = config.micro_batch;
+  setup.data_offset = plan.data_position;
+  setup.checkpoint_path = config.checkpoint_path;
+  setup.checkpoint_interval = config.checkpoint_interval;
+  setup.algorithm = plan.algo->name;
+  setup.signature = prototype.signature();
+  setup.eval_interval = config.eval_interval;
+  setup.evaluator = std::move(evaluator);
+  setup.defer_evaluation = config.defer_evaluation;
+  setup.metrics_path = config.metrics_path;
+  setup.append_metrics = plan.resume.has_value();  // a resumed job's file goes on
+  setup.data_hash = plan.data_hash;
+  setup.learning_rate = [schedule = plan.schedule](std::uint64_t step) { return learning_rate_at(schedule, step); };
+  setup.on_checkpoint_written = config.on_checkpoint_written;
+  setup.started = std::chrono::steady_clock::now() - plan.clock_before();
+  return setup;
+}
+
+evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local, const model& prototype,
+                                 std::shared_ptr<const dataset> eval, const job_config& config) {
+  return local.keep(
+      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.eval_examples));
+}
+
+worker_handles spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
+                               const model& prototype, std::shared_ptr<const dataset> train,
+                               const job_config& config, worker_spec spec) {
+  const int workers = config.workers;
+  const int rank = spec.rank;
+  auto compute = std::make_shared<compute_setup>();
+  compute->net = prototype.clone();
+  compute->data = std::move(train);
+  compute->stream = {rank, workers, config.micro_batch, plan.data_position};
+  compute->parameters = make_tensor(plan.initial, local.meter);
+  // A resumed 16-bit job computes with the rounded copy of its masters, as it did before.
+  if (plan.resume && plan.algo->aggregate == aggregation::sharded_optimizer)
+    round_to_wire(plan.precision.real, *compute->parameters);
+  compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
+  compute->app = spec.app;
+  compute->resident = !spec.app && (config.resident_on_host || !compute->net->memory().on_host());
+  if (spec.app) spec.app->open();
+  auto communication = std::make_shared<communicator_setup>();
+  const int group_size = plan.topo->group_size();
+  communication->link = group_size > 1 ? std::shared_ptr<transport>(make_hierarchical_transport(spec.link, group_size))
+                                       : std::move(spec.link);
+  auto status = std::make_shared<topology_status>();
+  std::unique_ptr<update_rule> algorithm_rule = plan.algo->make_rule(
+      rule_inputs{plan.optimizer, plan.initial, workers, rank, plan.precision, spec.state ? &*spec.state : nullptr});
+  // Rounds on the device (README "GPU data path"): a resident worker on the ring, whose rule has
+  // a device form, over collectives that serve its memory (NCCL on its GPU; the reference on
+  // host memory for resident_on_host). Anything else runs its rounds on the host.
+  if (compute->resident && config.device_rounds && config.topology == "ring" && algorithm_rule->has_device_form())
+    communication->collectives = make_device_collectives(*communication->link, compute->net->memory());
+  if (communication->collectives) {
+    communication->memory = compute->memory = std::make_shared<resident_memory>(compute->net->memory());
+    communication->rule = std::move(algorithm_rule);  // the ring adds nothing to the algorithm's round
+  } else {
+    communication->rule = make_topology_rule(plan.topo->make_worker(rank, plan.initial), std::move(algorithm_rule),
+                                             plan.optimizer, plan.schedule.total_steps, status);
+    communication->topology = std::move(status);
+  }
+  communication->hash_interval = config.replica_check_interval;
+  communication->crash = std::move(spec.crash);
+  communication->crash_round = spec.crash_round;
+  communication->keeper = spec.keeper;
+  communication->pipe = plan.algo->pipe;
+  communication->layout = spec.layout;
+  communication->replicate = plan.sharded();
+  communication->change_epoch = spec.change_epoch;
+  communication->stop_requested = config.stop_requested;
+  local.state_bytes += communication->rule->state_bytes();
+
+  accumulator_setup accumulation;
+  accumulation.rank = rank;
+  accumulation.pipe = plan.algo->pipe;
+  accumulation.first_round = plan.first_round;
+  accumulation.rounds = plan.rounds;
+  accumulation.dpu_warmup = config.dpu_warmup;
+  accumulation.accumulation = config.accumulation;
+  accumulation.max_accumulation = config.max_accumulation;
+  accumulation.estimate_accumulation = config.estimate_accumulation ? config.estimate_accumulation : config.accumulation;
+  accumulation.estimate_max_accumulation =  // the same headroom over the least
+      config.max_accumulation ? config.max_accumulation - config.accumulation + accumulation.estimate_accumulation : 0;
+  accumulation.parameter_count = plan.initial.size();
+  accumulation.parameters = compute->parameters;
+  accumulation.fetch_sums = compute->resident && !compute->memory;
+  accumulation.memory = compute->memory;
+  accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
+    return learning_rate_at(schedule, step);
+  };
+  const bool checkpoints = !config.checkpoint_path.empty() || spec.keeps_state;
+  auto checkpoint_due = [checkpoints, pipe = plan.algo->pipe, rounds = plan.rounds,
+                         interval = config.checkpoint_interval](std::uint64_t round) {
+    return checkpoints && step_due(pipe, round, rounds, interval);
+  };
+  accumulation.wants_parameters = [rank, checkpoint_due, pipe = plan.algo->pipe, rounds = plan.rounds,
+                                   interval = config.eval_interval](std::uint64_t round) {
+    return rank == 0 && (step_due(pipe, round, rounds, interval) || checkpoint_due(round));
+  };
+  accumulation.wants_snapshot = checkpoint_due;
+  if (spec.keeper && spec.keep_interval)
+    accumulation.wants_kept = [pipe = plan.algo->pipe, rounds = plan.rounds,
+                               interval = spec.keep_interval](std::uint64_t round) {
+      return step_due(pipe, round, rounds, interval);
+    };
+  if (local.workers++ == 0)
+    accumulation.on_final_parameters = [&local](const std::vector<float>& p) { local.final_parameters = p; };
+  worker_handles handles;
+  handles.rank = rank;
+  handles.compute = accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));
+  handles.communicator = accumulation.communicator =
+      local.keep(spawn_communicator_actor(system, std::move(communication)));
+  accumulation.coordinator = spec.coordinator;
+  accumulation.meter = local.meter;
+  handles.accumulator = local.keep(spawn_accumulator_actor(system, std::move(accumulation)));
+  return handles;
+}
+
+void average_over_steps(job_result& r) {
+  r.bits_per_parameter_per_step = r.hidden_fraction = 0;
+  for (const auto& m : r.steps) {
+    r.bits_per_parameter_per_step += m.bits_per_parameter / static_cast<double>(r.steps.size());
+    r.hidden_fraction += m.hidden_fraction / static_cast<double>(r.steps.size());
+  }
+}
+
+}  // namespace accord

@@ -1,0 +1,199 @@
+#include "recovery/elastic_state.hpp"
+#include "recovery/parameter_hash.hpp"
+
+#include "observe/trace.hpp"
+#include "transport/shard.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace accord {
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::span<std::byte> bytes_of(std::vector<float>& v) { return std::as_writable_bytes(std::span<float>(v)); }
+std::span<const std::byte> bytes_of(const std::vector<float>& v) { return std::as_bytes(std::span<const float>(v)); }
+
+// User tags of the transfer (collective tags have the top bit set).
+constexpr std::uint64_t replica_tag = 0x5e7a7e00;
+constexpr std::uint64_t transfer_tag = 0x5e7a7e01;
+
+}  // namespace
+
+std::uint64_t state_checksum(const rule_state& state, std::size_t parameter_count) {
+  if (!state.present || state.slots == 0) return 0;
+  const std::size_t shard = state.values.size() / state.slots;
+  std::uint64_t sum = 0;
+  for (std::size_t slot = 0; slot < state.slots; ++slot)
+    for (std::size_t i = 0; i < shard; ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &state.values[slot * shard + i], sizeof bits);
+      const std::uint64_t index = slot * parameter_count + state.begin + i;
+      sum += mix((index << 32) ^ bits);
+    }
+  return sum;
+}
+
+void state_keeper::keep(kept_state state) {
+  std::lock_guard lock(mutex_);
+  generations_[1] = std::move(generations_[0]);
+  generations_[0] = std::move(state);
+}
+
+std::vector<kept_summary> state_keeper::summaries() const {
+  std::lock_guard lock(mutex_);
+  std::vector<kept_summary> out;
+  for (const auto& g : generations_) {
+    if (!g) continue;
+    const std::size_t n = g->parameters.size();
+    out.push_back({g->layout, g->steps, g->rank, g->world, g->buddy.present, g->own.optimizer_step, g->own.slots,
+                   hash_parameters(g->parameters), state_checksum(g->own, n), state_checksum(g->buddy, n)});
+  }
+  return out;
+}
+
+std::optional<kept_state> state_keeper::find(std::uint64_t layout, std::uint64_t steps) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& g : generations_)
+    if (g && g->layout == layout && g->steps == steps) return g;
+  return std::nullopt;
+}
+
+std::size_t state_keeper::bytes() const {
+  std::lock_guard lock(mutex_);
+  std::size_t floats = 0;
+  for (const auto& g : generations_)
+    if (g) floats += g->parameters.size() + g->own.values.size() + g->buddy.values.size();
+  return floats * sizeof(float);
+}
+
+rule_state shard_state(const optimizer& opt, std::size_t begin) {
+  const optimizer_state& state = opt.state();
+  return {true, false, state.step, static_cast<std::uint32_t>(state.slots), begin, state.values, {}};
+}
+
+void restore_shard_state(optimizer& opt, const rule_state& resume, std::size_t begin, const std::string& owner) {
+  optimizer_state state = opt.state();
+  if (!resume.present || resume.momentum || resume.slots != state.slots || resume.begin != begin ||
+      resume.values.size() != state.values.size())
+    throw std::invalid_argument("restored optimizer state does not fit " + owner + "'s shard (" +
+                                std::to_string(resume.slots) + " slots from " + std::to_string(resume.begin) + ", " +
+                                opt.config().kind + " needs " + std::to_string(state.slots) + " from " +
+                                std::to_string(begin) + ")");
+  state.step = resume.optimizer_step;
+  state.values = resume.values;
+  opt.restore(std::move(state));
+}
+
+rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_t parameter_count) {
+  const int world = link.size(), rank = link.rank();
+  const trace_span span("buddy copy", worker_track(rank, trace_role::communicator));
+  const int from = buddy_source(rank, world);
+  const shard theirs = shard_of(parameter_count, world, from);
+  rule_state buddy = own;
+  buddy.begin = theirs.begin;
+  buddy.values.assign(std::size_t{own.slots} * theirs.size(), 0.f);
+  link.send_recv((rank + 1) % world, bytes_of(own.values), from, bytes_of(buddy.values), replica_tag);
+  return buddy;
+}
+
+restored_state transfer_state(transport& link, const state_source& source, const std::optional<kept_state>& held,
+                              std::size_t parameter_count, bool sharded) {
+  const int world = link.size(), me = link.rank();
+  const trace_span span("state transfer", worker_track(me, trace_role::communicator));
+  const std::size_t n = parameter_count;
+  const auto& holders = source.parameter_holders;
+  if (holders.empty()) throw std::invalid_argument("state transfer: nobody holds the parameters");
+  const bool holding = std::find(holders.begin(), holders.end(), me) != holders.end();
+  if (holding && !held) throw std::logic_error("state transfer: rank named as a holder has no kept state");
+
+  restored_state out;
+  out.parameters = holding ? held->parameters : std::vector<float>(n);
+  // Parameters: every rank without them takes piece p from holder p.
+  const int pieces = static_cast<int>(holders.size());
+  for (int to = 0; to < world; ++to) {
+    if (std::find(holders.begin(), holders.end(), to) != holders.end()) continue;
+    for (int p = 0; p < pieces; ++p) {
+      const shard piece = shard_of(n, pieces, p);
+      auto span = std::span<float>(out.parameters).subspan(piece.begin, piece.size());
+      if (holders[static_cast<std::size_t>(p)] == me) link.send(to, transfer_tag, std::as_bytes(span));
+      if (to == me) link.recv(holders[static_cast<std::size_t>(p)], transfer_tag, std::as_writable_bytes(span));
+    }
+  }
+  if (!sharded) {
+    if (held) out.own = held->own;  // a joiner's Lion momentum starts from zero
+    return out;
+  }
+
+  // Optimizer shards: new rank j collects, from the holder of each old shard i it overlaps,
+  // that overlap of every slot in one message.
+  if (static_cast<int>(source.shard_senders.size()) != source.world)
+    throw std::invalid_argument("state transfer: expected a sender for each of " + std::to_string(source.world) +
+                                " shards");
+  const std::size_t slots = source.slots;
+  const shard mine = shard_of(n, world, me);
+  out.own = {true, false, source.optimizer_step, source.slots, mine.begin, std::vector<float>(slots * mine.size()), {}};
+  auto old_shard_values = [&](int i) -> const rule_state& {
+    if (held && held->rank == i) return held->own;
+    if (held && held->buddy.present && buddy_source(held->rank, held->world) == i) return held->buddy;
+    throw std::logic_error("state transfer: rank " + std::to_string(me) + " was named as the holder of shard " +
+                           std::to_string(i) + " but does not keep it");
+  };
+  std::vector<float> piece;
+  for (int to = 0; to < world; ++to) {
+    const shard target = shard_of(n, world, to);
+    for (int i = 0; i < source.world; ++i) {
+      const shard old = shard_of(n, source.world, i);
+      const std::size_t begin = std::max(old.begin, target.begin), end = std::min(old.end, target.end);
+      if (begin >= end) continue;
+      const int from = source.shard_senders[static_cast<std::size_t>(i)];
+      if (from != me && to != me) continue;
+      const std::size_t length = end - begin;
+      piece.resize(slots * length);
+      if (from == me) {
+        const rule_state& state = old_shard_values(i);
+        for (std::size_t slot = 0; slot < slots; ++slot)
+          std::copy_n(state.values.begin() + static_cast<std::ptrdiff_t>(slot * old.size() + begin - old.begin),
+                      length, piece.begin() + static_cast<std::ptrdiff_t>(slot * length));
+        if (to != me) {
+          link.send(to, transfer_tag, bytes_of(piece));
+          continue;
+        }
+      } else {
+        link.recv(from, transfer_tag, bytes_of(piece));
+      }
+      for (std::size_t slot = 0; slot < slots; ++slot)
+        std::copy_n(piece.begin() + static_cast<std::ptrdiff_t>(slot * length), length,
+                    out.own.values.begin() + static_cast<std::ptrdiff_t>(slot * mine.size() + begin - mine.begin));
+    }
+  }
+  return out;
+}
+
+rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank) {
+  if (!sharded) {
+    if (static_cast<std::size_t>(rank) >= c.momenta.size()) return {};
+    return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)], {}};
+  }
+  return slice_optimizer_state(c.optimizer, c.slots, c.optimizer_step, c.parameters.size(), world, rank);
+}
+
+rule_state slice_optimizer_state(std::span<const float> whole, std::uint32_t slots, std::uint64_t optimizer_step,
+                                 std::size_t n, int world, int rank) {
+  const shard own = shard_of(n, world, rank);
+  rule_state state{true, false, optimizer_step, slots, own.begin, std::vector<float>(slots * own.size()), {}};
+  for (std::size_t slot = 0; slot < slots; ++slot)
+    std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(slot * n + own.begin), own.size(),
+                state.values.begin() + static_cast<std::ptrdiff_t>(slot * own.size()));
+  return state;
+}
+
+}  // namespace accord

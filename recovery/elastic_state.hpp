@@ -1,0 +1,115 @@
+#pragma once
+// State that survives a member's death in an elastic multi-process job.
+//
+// At kept step boundaries every worker process keeps, in its own memory, the parameters and its
+// optimizer shard, and (ZeRO-1 algorithms) sends its shard to its buddy — the next rank of the
+// ring — which keeps that copy beside its own. A dead or departed member's shard is then still
+// held by a survivor. When the next epoch forms, the coordinator picks the newest kept step
+// whose every shard some member of the new epoch holds, and each new rank collects its new
+// shard straight from the holders of the old shards it overlaps (striped over the holders, not
+// all from one); a joiner gets the parameters in pieces from every holder.
+#include "recovery/checkpoint.hpp"
+#include "recovery/rule_state.hpp"
+#include "optim/optimizer.hpp"
+#include "transport/transport.hpp"
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace accord {
+
+// One step boundary's state as one worker kept it.
+struct kept_state {
+  std::uint64_t layout = 0;  // the epoch whose shard layout `own` and `buddy` follow
+  int world = 0;
+  int rank = 0;              // in that epoch
+  std::uint64_t steps = 0;   // optimizer steps completed
+  std::vector<float> parameters;
+  rule_state own;            // this worker's shard, or its Distributed Lion momentum
+  rule_state buddy;          // the shard of rank (rank + world - 1) % world, when replicated
+};
+
+// Rank whose shard a worker keeps as its buddy, and the reverse.
+inline int buddy_source(int rank, int world) { return (rank + world - 1) % world; }
+
+// Layout-independent checksum of optimizer shards: a wrapping sum over (slot, index, value)
+// terms, so the checksums of any sharding of the same state add up to the same number.
+std::uint64_t state_checksum(const rule_state& state, std::size_t parameter_count);
+
+// What a worker tells the coordinator of a kept generation (no tensors travel).
+struct kept_summary {
+  std::uint64_t layout = 0;
+  std::uint64_t steps = 0;
+  int rank = 0;
+  int world = 0;
+  bool has_buddy = false;
+  std::uint64_t optimizer_step = 0;
+  std::uint32_t slots = 0;
+  std::uint64_t parameter_hash = 0;
+  std::uint64_t own_checksum = 0;
+  std::uint64_t buddy_checksum = 0;
+};
+
+// The two newest complete generations of one worker process. Two, because a death during the
+// replication of step s leaves some survivors holding step s and others only s - 1; a
+// generation is stored only once its replication completed, so an incomplete one never
+// pushes out a complete one.
+class state_keeper {
+public:
+  void keep(kept_state state);
+  std::vector<kept_summary> summaries() const;
+  // The generation kept at (layout, steps), or empty.
+  std::optional<kept_state> find(std::uint64_t layout, std::uint64_t steps) const;
+  std::size_t bytes() const;  // of everything kept
+
+private:
+  mutable std::mutex mutex_;
+  std::array<std::optional<kept_state>, 2> generations_;  // [0] newest
+};
+
+// A ZeRO-1 shard's optimizer state starting at `begin`, as kept and checkpointed.
+rule_state shard_state(const optimizer& opt, std::size_t begin);
+// Restores `opt` (the shard at `begin` of `owner`, named in the error) from `state`; throws
+// std::invalid_argument when the state does not fit the shard.
+void restore_shard_state(optimizer& opt, const rule_state& state, std::size_t begin, const std::string& owner);
+
+// Replicates `own` to the buddy: sends it to rank + 1 and returns rank - 1's shard.
+rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_t parameter_count);
+
+// Where a new epoch's state comes from, decided by the coordinator from the kept summaries.
+struct state_source {
+  std::uint64_t layout = 0;
+  std::uint64_t steps = 0;
+  int world = 0;                       // worker count of that layout
+  std::vector<int> shard_senders;      // by old shard: the new rank holding it (sharded rules)
+  std::vector<int> parameter_holders;  // new ranks holding the generation, ascending
+  std::uint64_t optimizer_step = 0;
+  std::uint32_t slots = 0;
+  std::uint64_t parameter_hash = 0;    // of the kept parameters
+  std::uint64_t state_checksum = 0;    // sum over the old shards (sharded rules)
+};
+
+struct restored_state {
+  std::vector<float> parameters;
+  rule_state own;  // this rank's new shard; for sign votes its kept momentum, or none
+};
+
+// Every rank of the new epoch calls this with the generation `source` names (empty when it
+// holds none, e.g. a joiner). Transfers run one at a time in one global order, which cannot
+// deadlock even where a send waits for its receiver.
+restored_state transfer_state(transport& link, const state_source& source, const std::optional<kept_state>& held,
+                              std::size_t parameter_count, bool sharded);
+
+// Rank `rank` of `world`'s share of a checkpoint's optimizer state: its ZeRO-1 shard of every
+// slot, or its Distributed Lion momentum (none when the checkpoint has fewer momenta).
+rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank);
+// Rank `rank` of `world`'s ZeRO-1 shard of a whole optimizer state (`slots` slots of the `n`
+// parameters, slot after slot).
+rule_state slice_optimizer_state(std::span<const float> whole, std::uint32_t slots, std::uint64_t optimizer_step,
+                                 std::size_t n, int world, int rank);
+
+}  // namespace accord

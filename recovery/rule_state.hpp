@@ -1,0 +1,22 @@
+#pragma once
+// A worker's share of the optimizer state: what a checkpoint stores, a kept generation holds and
+// a transfer moves. Plain data: the actors' wire format for it is in actors/messages.hpp.
+#include <cstdint>
+#include <vector>
+
+namespace accord {
+
+// A worker's share of the optimizer state, as it goes into a checkpoint.
+struct rule_state {
+  bool present = false;
+  bool momentum = false;           // values: this worker's Distributed Lion momentum
+  std::uint64_t optimizer_step = 0;
+  std::uint32_t slots = 0;
+  std::uint64_t begin = 0;         // sharded: where the shard starts in the flat buffer
+  std::vector<float> values;       // sharded: slots × shard size, slot after slot
+  // Sharded with a 16-bit wire: the shard's fp32 master weights, which the parameters every
+  // worker holds are only a rounded copy of (empty otherwise: the copy is exact).
+  std::vector<float> master;
+};
+
+}  // namespace accord

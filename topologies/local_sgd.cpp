@@ -1,0 +1,159 @@
+// local-sgd (DiLoCo, arXiv 2311.08105): each worker takes H inner steps of the algorithm's
+// optimizer on its own copy, then every worker averages the pseudo-gradient θ_global − θ_worker
+// and the shared θ_global takes an outer Nesterov step; the workers restart from it. The last
+// step of a job is always an outer step, so the job ends with one set of parameters.
+// Streaming DiLoCo (arXiv 2501.18512): the parameters split into P fragments (consecutive
+// ranges), fragment f taking its outer step at the steps offset by f·H/P, so one fragment
+// crosses the link at a time; its outer step's result is merged τ inner steps later (the
+// worker went on meanwhile), as α·θ_local + (1 − α)·θ_global. P = 1, τ = 0, α = 0 is DiLoCo.
+// The overlap is of the arithmetic: the all-reduce still runs in the round that issues it.
+#include "topologies/builtins.hpp"
+
+#include "transport/shard.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <stdexcept>
+#include <vector>
+
+namespace accord {
+namespace {
+
+class local_sgd_worker final : public worker_topology {
+public:
+  local_sgd_worker(const topology_options& options, std::span<const float> initial)
+      : local_steps_(options.local_steps), fragments_(options.fragments), overlap_(options.overlap_steps),
+        mix_(options.overlap_mix), outer_rate_(options.outer_learning_rate), outer_momentum_(options.outer_momentum),
+        global_(initial.begin(), initial.end()), local_(initial.begin(), initial.end()),
+        pseudo_gradient_(initial.size()), velocity_(options.outer_momentum > 0 ? initial.size() : 0) {}
+
+  void round(std::span<float> buffer, const topology_round& round, topology_peers& peers, algorithm_rules& rules,
+             topology_report& report) override {
+    steps_ = round.steps;
+    const float scale = round.local_micro_batches > 0 ? static_cast<float>(1.0 / round.local_micro_batches) : 0.f;
+    for (float& g : buffer) g *= scale;  // this worker's own mean gradient
+    rules.local_step(local_, buffer);
+    const bool last = round.step + 1 == steps_;
+    double spread_square = 0;
+    bool measured = false;
+    for (std::uint64_t f = 0; f < fragments_; ++f) {
+      if (!last && (round.step + 1 + offset(f)) % local_steps_ != 0) continue;
+      spread_square += outer_step(peers, shard_of(local_.size(), static_cast<int>(fragments_), static_cast<int>(f)));
+      measured = true;
+      pending_.push_back({round.step + (last ? 0 : overlap_), f});
+    }
+    // Outer steps whose overlap is over (every one at the job's last step) merge into the copy.
+    while (!pending_.empty() && (last || pending_.front().merge_at <= round.step)) {
+      merge(shard_of(local_.size(), static_cast<int>(fragments_), static_cast<int>(pending_.front().fragment)), last);
+      pending_.pop_front();
+    }
+    if (measured) report.consensus_distance = std::sqrt(spread_square);
+    std::copy(local_.begin(), local_.end(), buffer.begin());
+  }
+
+  bool replicas_agree(std::uint64_t step) const override {
+    if (step + 1 == steps_) return true;
+    return fragments_ == 1 && overlap_ == 0 && mix_ == 0 && (step + 1) % local_steps_ == 0;
+  }
+
+private:
+  struct outer_result {
+    std::uint64_t merge_at;  // the step after whose inner step the fragment merges
+    std::uint64_t fragment;
+  };
+
+  // The steps fragment f's outer steps come after the plain schedule's.
+  std::uint64_t offset(std::uint64_t f) const { return f * local_steps_ / fragments_; }
+
+  // Averages the fragment's pseudo-gradients and steps its θ_global; returns the workers'
+  // spread over the fragment before the merge, mean_i ‖θ_i − θ̄‖².
+  double outer_step(topology_peers& peers, shard range) {
+    const std::span<float> delta_sum(pseudo_gradient_.data() + range.begin, range.size());
+    double own_square = 0;
+    for (std::size_t i = range.begin; i < range.end; ++i) {
+      pseudo_gradient_[i] = global_[i] - local_[i];
+      own_square += static_cast<double>(pseudo_gradient_[i]) * pseudo_gradient_[i];
+    }
+    peers.all_reduce(delta_sum);
+    double squares[1] = {own_square};
+    peers.all_reduce(std::span<double>(squares));
+    const float inverse = 1.0f / static_cast<float>(peers.size());
+    double mean_square = 0;
+    for (std::size_t i = range.begin; i < range.end; ++i) {
+      float delta = pseudo_gradient_[i] * inverse;
+      mean_square += static_cast<double>(delta) * delta;
+      if (outer_momentum_ > 0) {  // Nesterov: v ← μv + Δ, step along Δ + μv
+        velocity_[i] = outer_momentum_ * velocity_[i] + delta;
+        delta += outer_momentum_ * velocity_[i];
+      }
+      global_[i] -= outer_rate_ * delta;
+    }
+    // mean_i ‖Δ_i‖² − ‖Δ̄‖² is the spread of the θ_i around their mean (Δ_i = θ_global − θ_i).
+    return std::max(0.0, squares[0] / peers.size() - mean_square);
+  }
+
+  // The worker's copy of the fragment takes the global one (mixed with its own by α, except at
+  // the job's end, which ends with one model).
+  void merge(shard range, bool last) {
+    if (mix_ == 0 || last) {
+      std::copy(global_.begin() + static_cast<std::ptrdiff_t>(range.begin),
+                global_.begin() + static_cast<std::ptrdiff_t>(range.end),
+                local_.begin() + static_cast<std::ptrdiff_t>(range.begin));
+      return;
+    }
+    for (std::size_t i = range.begin; i < range.end; ++i) local_[i] = mix_ * local_[i] + (1 - mix_) * global_[i];
+  }
+
+  std::uint64_t local_steps_, fragments_, overlap_;
+  float mix_;
+  float outer_rate_, outer_momentum_;
+  std::uint64_t steps_ = 0;
+  std::vector<float> global_;           // θ_global after the last outer steps (every worker's the same)
+  std::vector<float> local_;            // this worker's own θ_i
+  std::vector<float> pseudo_gradient_;  // Σ_i (θ_global − θ_i), then its mean
+  std::vector<float> velocity_;         // outer momentum (none without it)
+  std::deque<outer_result> pending_;    // outer steps not merged yet, in order
+};
+
+class local_sgd final : public topology {
+public:
+  explicit local_sgd(topology_options options) : options_(std::move(options)) {}
+  std::unique_ptr<worker_topology> make_worker(int, std::span<const float> initial) const override {
+    return std::make_unique<local_sgd_worker>(options_, initial);
+  }
+
+private:
+  topology_options options_;
+};
+
+void refuse(const std::string& why) { throw std::invalid_argument("--topology local-sgd: " + why); }
+
+}  // namespace
+
+void require_own_copies_fit(const topology_job& job, const std::string& name) {
+  const std::string topology = "--topology " + name + ": ";
+  if (!job.synchronous || !job.sharded_optimizer)
+    throw std::invalid_argument(topology + "its inner steps use the optimizer of a synchronous, sharded-optimizer "
+                                "algorithm (ddp, lion), not --algo " + job.algorithm);
+  if (job.checkpoints)
+    throw std::invalid_argument(topology + "checkpoints are not supported (each worker's own copy and optimizer "
+                                "state are not saved)");
+  if (job.membership_changes) throw std::invalid_argument(topology + "workers coming and going are not supported");
+}
+
+topology_factory local_sgd_topology() {
+  return [](const topology_job& job) -> std::unique_ptr<topology> {
+    require_own_copies_fit(job, "local-sgd");
+    const topology_options& o = job.options;
+    if (o.local_steps < 1) refuse("--local-steps must be at least 1");
+    if (!std::isfinite(o.outer_learning_rate) || o.outer_learning_rate <= 0) refuse("--outer-lr must be a finite number > 0");
+    if (!(o.outer_momentum >= 0 && o.outer_momentum < 1)) refuse("--outer-momentum must be in [0, 1)");
+    if (o.fragments < 1 || o.fragments > o.local_steps) refuse("--fragments must be in 1..--local-steps");
+    if (o.overlap_steps >= o.local_steps) refuse("--overlap-steps must be below --local-steps");
+    if (!(o.overlap_mix >= 0 && o.overlap_mix < 1)) refuse("--overlap-mix must be in [0, 1)");
+    return std::make_unique<local_sgd>(o);
+  };
+}
+
+}  // namespace accord

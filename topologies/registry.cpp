@@ -1,0 +1,70 @@
+// The registry of topologies by name, the built-ins first.
+#include <accord/topology.hpp>
+
+#include "topologies/parameter_server/parameter_server.hpp"
+#include "topologies/builtins.hpp"
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+namespace accord {
+namespace {
+
+struct registry {
+  std::mutex mutex;
+  std::map<std::string, topology_factory> factories;
+};
+
+registry& topologies() {
+  static registry* const instance = [] {
+    auto* r = new registry;  // never destroyed: registration may happen from static initializers
+    r->factories["ring"] = ring_topology();
+    r->factories["local-sgd"] = local_sgd_topology();
+    r->factories["hierarchical"] = hierarchical_topology();
+    r->factories["parameter-server"] = parameter_server_topology();
+    r->factories["gossip"] = gossip_topology();
+    return r;
+  }();
+  return *instance;
+}
+
+}  // namespace
+
+void register_topology(const std::string& name, topology_factory factory) {
+  if (name.empty()) throw std::invalid_argument("register_topology: empty name");
+  if (!factory) throw std::invalid_argument("register_topology: topology '" + name + "' has no factory");
+  registry& r = topologies();
+  std::lock_guard lock(r.mutex);
+  r.factories[name] = std::move(factory);
+}
+
+std::vector<std::string> topology_names() {
+  registry& r = topologies();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& entry : r.factories) names.push_back(entry.first);
+  return names;
+}
+
+std::unique_ptr<topology> make_topology(const std::string& name, const topology_job& job) {
+  topology_factory factory;
+  {
+    registry& r = topologies();
+    std::lock_guard lock(r.mutex);
+    if (const auto found = r.factories.find(name); found != r.factories.end()) factory = found->second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const auto& n : topology_names()) known += (known.empty() ? "" : "|") + n;
+    throw std::invalid_argument("unknown topology '" + name + "' (expected " + known + ")");
+  }
+  auto made = factory(job);
+  if (!made) throw std::invalid_argument("topology '" + name + "': its factory made nothing");
+  if (made->group_size() < 1)
+    throw std::invalid_argument("topology '" + name + "': group size " + std::to_string(made->group_size()) +
+                                " is not positive");
+  return made;
+}
+
+}  // namespace accord
