@@ -107,16 +107,4 @@ inline job_result run_quadratic(const job_config& job, std::function<void(const 
   return run_job(net, data, data, job, std::move(on_step));
 }
 
-// A short deterministic ACCO job on the quadratic: 3 workers, one micro-batch per stage.
-inline job_config small_acco_job(std::uint64_t steps) {
-  job_config job;
-  job.algorithm = "acco";
-  job.workers = 3;
-  job.steps = steps;
-  job.micro_batch = 3;
-  job.max_accumulation = 1;  // deterministic
-  job.eval_examples = 6;
-  return job;
-}
-
 }  // namespace accord::testing

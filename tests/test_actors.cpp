@@ -21,8 +21,10 @@
 #include <numeric>
 
 #include "transport/block_quantize.hpp"
+#include "test_job.hpp"
 
 using namespace accord;
+using accord::testing::test_job;
 using accord::testing::quadratic;
 using accord::testing::waves;
 using accord::testing::run_quadratic;
@@ -48,32 +50,11 @@ std::vector<double> gradient(const std::vector<double>& theta, int worker, int w
 }
 
 // DDP with AdamW on 2 workers at a constant rate: the checkpoint tests resume its state.
-job_config adamw_ddp_job() {
-  job_config job;
-  job.algorithm = "ddp";
-  job.workers = 2;
-  job.micro_batch = 3;
-  job.optimizer = "adamw";
-  job.learning_rate = 0.05f;
-  job.cosine = false;
-  job.eval_examples = 3;
-  return job;
-}
+job_config adamw_ddp_job() { return test_job("ddp", 2, 100).adamw(0.05f).constant_rate(); }
 
+// Plain SGD (θ ← θ − η g), a fixed number of micro-batches per round: deterministic.
 job_config sgd_job(const std::string& algorithm, int workers, std::uint64_t steps) {
-  job_config job;
-  job.algorithm = algorithm;
-  job.workers = workers;
-  job.steps = steps;
-  job.micro_batch = 3;
-  job.accumulation = 1;
-  job.max_accumulation = 1;  // a fixed number of micro-batches per round: deterministic
-  job.optimizer = "sgd";
-  job.learning_rate = 0.1f;
-  job.beta1 = 0.0f;  // plain SGD: θ ← θ − η g
-  job.cosine = false;
-  job.eval_examples = 3;
-  return job;
+  return test_job(algorithm, workers, steps).micro_batches_per_round(1).sgd(0.1f, 0.0f).constant_rate();
 }
 
 std::vector<double> initial_theta() {
@@ -149,7 +130,7 @@ TEST_CASE("ACCO follows its equations on a quadratic: estimate from g̃, real st
           doctest::test_suite("pipeline")) {
   // {micro-batches per real round (at θ̃), per estimate round (at θ; 0: as many)}: the even
   // split is today's ACCO (estimate_accumulation unset), the others its uneven splits.
-  for (const auto [real, estimates] : {std::pair<std::size_t, std::size_t>{1, 0}, {3, 1}, {1, 2}, {2, 2}})
+  for (const auto& [real, estimates] : {std::pair<std::size_t, std::size_t>{1, 0}, {3, 1}, {1, 2}, {2, 2}})
     for (int workers : {1, 2, 3}) {
       CAPTURE(real);
       CAPTURE(estimates);

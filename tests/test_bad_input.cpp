@@ -7,6 +7,7 @@
 
 #include "recovery/checkpoint.hpp"
 #include "program_run.hpp"
+#include "test_job.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 using namespace accord;
+using accord::testing::test_job;
 
 namespace {
 
@@ -365,15 +367,8 @@ public:
 };
 
 job_config small_job() {
-  job_config job;
-  job.algorithm = "ddp";
-  job.workers = 2;
-  job.steps = 6;
+  job_config job = test_job("ddp", 2, 6).sgd(1e-3f).constant_rate().evaluate(0, 3);
   job.micro_batch = 2;
-  job.optimizer = "sgd";
-  job.learning_rate = 1e-3f;
-  job.cosine = false;
-  job.eval_interval = 0;
   return job;
 }
 

@@ -5,18 +5,18 @@
 #include <accord/caf/worker_actors.hpp>
 
 #include "quadratic_model.hpp"
+#include "test_job.hpp"
 
 #include <caf/all.hpp>
 
 using namespace accord;
+using accord::testing::test_job;
 using accord::testing::quadratic;
 using accord::testing::waves;
 
 namespace {
 
-job_config small_job() {
-  return accord::testing::small_acco_job(4);
-}
+job_config small_job() { return test_job("acco", 3, 4).micro_batches_per_round(1).evaluate(50, 6); }
 
 }  // namespace
 

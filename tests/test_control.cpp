@@ -5,17 +5,19 @@
 #include <accord/job.hpp>
 
 #include "quadratic_model.hpp"
+#include "test_job.hpp"
 
 #include <atomic>
 #include <filesystem>
 
 using namespace accord;
+using accord::testing::test_job;
 using accord::testing::run_quadratic;
 
 namespace {
 
 job_config small_job() {
-  job_config job = accord::testing::small_acco_job(6);
+  job_config job = test_job("acco", 3, 6).micro_batches_per_round(1).evaluate(50, 6);
   job.learning_rate = 0.01f;
   return job;
 }

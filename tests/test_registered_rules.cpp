@@ -6,11 +6,13 @@
 #include <accord/update_rule.hpp>
 
 #include "quadratic_model.hpp"
+#include "test_job.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
 using namespace accord;
+using accord::testing::test_job;
 using accord::testing::run_quadratic;
 
 namespace {
@@ -35,18 +37,7 @@ rule_factory make_mean_sgd() {
 }
 
 job_config sgd_job(const std::string& algorithm) {
-  job_config job;
-  job.algorithm = algorithm;
-  job.workers = 3;
-  job.steps = 6;
-  job.micro_batch = 3;
-  job.max_accumulation = 1;  // deterministic
-  job.optimizer = "sgd";
-  job.learning_rate = 0.1f;
-  job.beta1 = 0.0f;
-  job.cosine = false;
-  job.eval_examples = 3;
-  return job;
+  return test_job(algorithm, 3, 6).micro_batches_per_round(1).sgd(0.1f, 0.0f).constant_rate();
 }
 
 }  // namespace

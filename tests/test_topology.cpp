@@ -8,6 +8,7 @@
 #include "topologies/gossip/arithmetic.hpp"
 #include "topologies/gossip/rules.hpp"
 #include "quadratic_model.hpp"
+#include "test_job.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +22,7 @@
 #include <type_traits>
 
 using namespace accord;
+using accord::testing::test_job;
 using accord::testing::run_quadratic;
 
 namespace {
@@ -29,19 +31,8 @@ constexpr std::size_t dim = 64;
 
 // Plain synchronous SGD with momentum on a quadratic, a fixed number of micro-batches per round.
 job_config sgd_job(int workers, std::uint64_t steps) {
-  job_config job;
-  job.algorithm = "ddp";
-  job.workers = workers;
-  job.steps = steps;
-  job.micro_batch = 3;
-  job.accumulation = 2;
-  job.max_accumulation = 2;
-  job.optimizer = "sgd";
-  job.learning_rate = 0.05f;
-  job.beta1 = 0.9f;
+  job_config job = test_job("ddp", workers, steps).micro_batches_per_round(2).sgd(0.05f, 0.9f).evaluate(0, 3);
   job.weight_decay = 0.01f;
-  job.eval_examples = 3;
-  job.eval_interval = 0;
   return job;
 }
 

@@ -5,6 +5,7 @@
 #include <accord/worker.hpp>
 
 #include "quadratic_model.hpp"
+#include "test_job.hpp"
 
 #include <atomic>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <thread>
 
 using namespace accord;
+using accord::testing::test_job;
 using accord::testing::quadratic;
 using accord::testing::waves;
 
@@ -20,15 +22,7 @@ namespace {
 constexpr std::size_t dim = 5;
 
 job_config small_job(const std::string& algorithm) {
-  job_config job;
-  job.algorithm = algorithm;
-  job.workers = 3;
-  job.steps = 5;
-  job.micro_batch = 3;
-  job.accumulation = 2;
-  job.max_accumulation = 2;  // a fixed number of micro-batches per round: deterministic
-  job.eval_interval = 2;
-  job.eval_examples = 6;
+  job_config job = test_job(algorithm, 3, 5).micro_batches_per_round(2).evaluate(2, 6);
   job.blas_threads = 1;
   return job;
 }
