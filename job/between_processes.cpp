@@ -203,16 +203,6 @@ job_result run_job_process(const model& prototype, std::shared_ptr<const dataset
                                hooks_of(config, std::move(on_step)));
 }
 
-job_result run_job_between_processes(const model& prototype, std::shared_ptr<const dataset> train,
-                                     std::shared_ptr<const dataset> eval, const job_config& config,
-                                     const process_group& group, std::function<void(const step_metrics&)> on_step,
-                                     const app_workers& apps) {
-  const job_plan plan = plan_between_processes(prototype, train, config, group, apps.size());
-  job_hooks hooks = hooks_of(config, std::move(on_step));
-  hooks.apps = apps;
-  return run_between_processes(prototype, std::move(train), std::move(eval), plan, group, hooks);
-}
-
 job_plan plan_between_processes(const model& prototype, const std::shared_ptr<const dataset>& train,
                                 const job_config& config, const process_group& group, std::size_t app_workers) {
   if (!train) throw std::invalid_argument("no training data set");

@@ -15,7 +15,8 @@ void configure_actor_system(caf::actor_system_config& config) {
 
 struct job_actors::parts {
   explicit parts(job_plan p)
-      : plan(std::move(p)), workers_in_job(plan.workers), fabric(std::make_shared<inproc_fabric>(plan.workers, plan.link)) {}
+      : plan(std::move(p)), workers_in_job(plan.workers),
+        fabric(std::make_shared<inproc_fabric>(plan.workers, plan.link)) {}
   const job_plan plan;
   int workers_in_job;
   // Every edge is one plan.link (run_job gives a grouped topology's edges across groups

@@ -131,15 +131,6 @@ job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
   return run_in_process(prototype, std::move(train), std::move(eval), plan, hooks_of(config, std::move(on_step)));
 }
 
-job_result run_job_in_process(const model& prototype, std::shared_ptr<const dataset> train,
-                              std::shared_ptr<const dataset> eval, const job_config& config,
-                              std::function<void(const step_metrics&)> on_step, const app_workers& apps) {
-  const job_plan plan = plan_in_process(prototype, train, config, apps.size());
-  job_hooks hooks = hooks_of(config, std::move(on_step));
-  hooks.apps = apps;
-  return run_in_process(prototype, std::move(train), std::move(eval), plan, hooks);
-}
-
 job_plan plan_in_process(const model& prototype, const std::shared_ptr<const dataset>& train,
                          const job_config& config, std::size_t app_workers) {
   if (!train) throw std::invalid_argument("no training data set");

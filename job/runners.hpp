@@ -30,13 +30,4 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                                  std::shared_ptr<const dataset> eval, const job_plan& plan,
                                  const process_group& group, const job_hooks& hooks);
 
-// Planning and running in one call, with job_config's hooks and `apps` (app_job's thread).
-job_result run_job_in_process(const model& prototype, std::shared_ptr<const dataset> train,
-                              std::shared_ptr<const dataset> eval, const job_config& config,
-                              std::function<void(const step_metrics&)> on_step, const app_workers& apps);
-job_result run_job_between_processes(const model& prototype, std::shared_ptr<const dataset> train,
-                                     std::shared_ptr<const dataset> eval, const job_config& config,
-                                     const process_group& group, std::function<void(const step_metrics&)> on_step,
-                                     const app_workers& apps);
-
 }  // namespace accord
