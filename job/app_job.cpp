@@ -60,20 +60,25 @@ private:
 
 class app_job::runner {
 public:
-  runner(app_model m, const job_config& c, std::size_t local_workers, int first_rank)
+  // `plan_for` plans the job (in one process or between processes) for `local_workers`
+  // app-driven workers: a bad configuration fails here, before any thread.
+  template <class Plan>
+  runner(app_model m, const job_config& c, std::size_t local_workers, int first_rank, Plan plan_for)
       : app(std::make_shared<const app_model>(std::move(m))), prototype(app),
-        data(std::make_shared<app_data>(app->data)), config(c) {
+        data(std::make_shared<app_data>(app->data)) {
     require(!app->signature.empty(), "app_model: the signature is empty");
     require(!app->initial_parameters.empty(), "app_model: no initial parameters");
     require(std::all_of(app->initial_parameters.begin(), app->initial_parameters.end(),
                         [](float p) { return std::isfinite(p); }),
             "app_model: the initial parameters are not all finite");
-    require(!config.stop_requested, "app_job: use cancel() instead of job_config::stop_requested");
+    require(!c.stop_requested, "app_job: use cancel() instead of job_config::stop_requested");
+    job_config config = c;
     if (!app->evaluate) config.eval_interval = 0;  // nothing to evaluate with: only the end's (-1)
-    plan_job(prototype, *data, config);            // a bad configuration fails here, before any thread
+    plan = plan_for(prototype, data, config, local_workers);
+    hooks = hooks_of(config, {});
     for (std::size_t i = 0; i < local_workers; ++i) {
-      states.push_back(std::make_shared<worker::state>(first_rank + static_cast<int>(i)));
-      workers.push_back(std::make_unique<worker>(states.back()));
+      hooks.apps.push_back(std::make_shared<worker::state>(first_rank + static_cast<int>(i)));
+      workers.push_back(std::make_unique<worker>(hooks.apps.back()));
     }
   }
 
@@ -85,15 +90,15 @@ public:
       } catch (...) {
         error = std::current_exception();
       }
-      for (const auto& s : states) s->finish();
+      for (const auto& s : hooks.apps) s->finish();
     });
   }
 
   std::shared_ptr<const app_model> app;
   app_parameters prototype;
   std::shared_ptr<const dataset> data;
-  job_config config;
-  app_workers states;
+  job_plan plan;
+  job_hooks hooks;  // hooks.apps: the local workers' states, in rank order
   std::vector<std::unique_ptr<worker>> workers;
   std::atomic<bool> stop{false};
   std::thread thread;
@@ -105,30 +110,33 @@ app_job::app_job(std::unique_ptr<runner> r) : runner_(std::move(r)) {}
 
 std::unique_ptr<app_job> app_job::start(app_model model, const job_config& config,
                                         std::function<void(const step_metrics&)> on_step) {
-  auto r = std::make_unique<runner>(std::move(model), config, static_cast<std::size_t>(std::max(config.workers, 0)), 0);
-  r->config.stop_requested = &r->stop;
+  auto r = std::make_unique<runner>(std::move(model), config, static_cast<std::size_t>(std::max(config.workers, 0)), 0,
+                                    plan_in_process);
+  r->hooks.on_step = std::move(on_step);
+  r->hooks.stop_requested = &r->stop;
   runner* self = r.get();
-  r->start([self, on_step = std::move(on_step)] {
-    return run_job_in_process(self->prototype, self->data, self->data, self->config, on_step, self->states);
-  });
+  r->start([self] { return run_in_process(self->prototype, self->data, self->data, self->plan, self->hooks); });
   return std::unique_ptr<app_job>(new app_job(std::move(r)));
 }
 
 std::unique_ptr<app_job> app_job::start_process(app_model model, const job_config& config, const process_group& group,
                                                 std::function<void(const step_metrics&)> on_step) {
-  auto r = std::make_unique<runner>(std::move(model), config, 1, group.join ? -1 : group.rank);
+  auto r = std::make_unique<runner>(
+      std::move(model), config, 1, group.join ? -1 : group.rank,
+      [&group](const accord::model& prototype, const std::shared_ptr<const dataset>& data, const job_config& c,
+               std::size_t local_workers) { return plan_between_processes(prototype, data, c, group, local_workers); });
+  r->hooks.on_step = std::move(on_step);
   process_group own = group;
   // An elastic job's worker leaves rather than stops the job.
   if (group.elastic || group.join) {
     require(!group.leave_requested, "app_job: use cancel() instead of process_group::leave_requested");
     own.leave_requested = &r->stop;
   } else {
-    r->config.stop_requested = &r->stop;
+    r->hooks.stop_requested = &r->stop;
   }
   runner* self = r.get();
-  r->start([self, own, on_step = std::move(on_step)] {
-    return run_job_between_processes(self->prototype, self->data, self->data, self->config, own, on_step,
-                                     self->states);
+  r->start([self, own] {
+    return run_between_processes(self->prototype, self->data, self->data, self->plan, own, self->hooks);
   });
   return std::unique_ptr<app_job>(new app_job(std::move(r)));
 }
@@ -137,7 +145,7 @@ app_job::~app_job() {
   if (!runner_->thread.joinable()) return;
   // Nobody may be driving the workers any more: fail them, so the job ends instead of waiting.
   runner_->stop = true;
-  for (const auto& s : runner_->states) s->fail("the app_job was destroyed while running");
+  for (const auto& s : runner_->hooks.apps) s->fail("the app_job was destroyed while running");
   runner_->thread.join();
 }
 

@@ -3,25 +3,25 @@
 namespace accord {
 
 asynchronous_setup asynchronous_for(const job_plan& plan, const model& prototype,
-                                    std::shared_ptr<const dataset> train, const job_config& config,
+                                    std::shared_ptr<const dataset> train, const job_hooks& hooks,
                                     coordinator_actor coordinator) {
   asynchronous_setup s;
-  s.workers = config.workers;
+  s.workers = plan.workers;
   s.prototype = &prototype;
   s.train = std::move(train);
-  s.micro_batch = config.micro_batch;
-  s.accumulation = config.accumulation;
-  s.steps = config.steps;
+  s.micro_batch = plan.micro_batch;
+  s.accumulation = plan.accumulation;
+  s.steps = plan.steps;
   s.data_position = plan.data_position;
-  s.speed_factors = config.speed_factors;
-  s.membership = config.membership;
-  s.link = link_model::parse(config.link);
+  s.speed_factors = plan.speed_factors;
+  s.membership = plan.membership;
+  s.link = plan.link;
   s.optimizer = plan.optimizer;
   s.schedule = plan.schedule;
   s.initial = plan.initial;
-  s.eval_interval = config.eval_interval;
+  s.eval_interval = plan.eval_interval;
   s.coordinator = std::move(coordinator);
-  s.stop_requested = config.stop_requested;
+  s.stop_requested = hooks.stop_requested;
   return s;
 }
 

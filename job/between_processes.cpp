@@ -101,11 +101,9 @@ struct process_member {
 // Runs this process's worker for one epoch of `plan`. A failure (a peer lost, a transfer
 // broken) is the epoch's coordinator's to report; the process then asks for the next epoch.
 void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const model& prototype,
-                       std::shared_ptr<const dataset> train, const job_config& config, const job_plan& origin,
+                       std::shared_ptr<const dataset> train, const job_plan& origin, const job_hooks& hooks,
                        const epoch_plan& plan, transport_rendezvous& rendezvous, bool elastic,
                        process_member& me) {
-  job_config epoch_config = config;
-  epoch_config.workers = plan.world;
   const std::size_t n = origin.initial.size();
   std::shared_ptr<transport> link;
   std::vector<float> parameters;
@@ -132,7 +130,7 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
     self->send(plan.coordinator, worker_failure{plan.rank, std::string("epoch start: ") + e.what()});
     return;
   }
-  const job_plan epoch = origin.continued(plan.start_steps, plan.data_position, std::move(parameters));
+  const job_plan epoch = origin.continued(plan.start_steps, plan.data_position, std::move(parameters), plan.world);
   local_actors local;
   const scope_exit stop_on_exception([&](bool unwinding) {
     if (!unwinding) return;
@@ -142,13 +140,13 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   });
   if (const auto* asynchronous = as_asynchronous(*epoch.topo)) {
     // Its own workers instead of rounds: this process's one worker, over the epoch's transport.
-    asynchronous_setup setup = asynchronous_for(epoch, prototype, std::move(train), epoch_config, plan.coordinator);
+    asynchronous_setup setup = asynchronous_for(epoch, prototype, std::move(train), hooks, plan.coordinator);
     setup.peers = link;
     setup.first_step = plan.start_steps;
     setup.initial_state = std::move(state);
     if (elastic)  // kept steps are barriers here: every --keep-interval steps, and where a change ends the epoch
       setup.keep = asynchronous_setup::keeping{
-          me.keeper, std::max<std::uint64_t>(1, config.keep_interval), plan.epoch,
+          me.keeper, epoch.keep_interval, plan.epoch,
           [change = me.change_epoch, epoch = plan.epoch] { return change->load() >= epoch; }};
     std::unique_ptr<asynchronous_run> run = asynchronous->start(system, std::move(setup));
     if (const auto failure = run_to_end(system, self, {}, me.agent, plan.coordinator)) {
@@ -170,11 +168,11 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   spec.state = std::move(state);
   spec.keeper = me.keeper;
   spec.layout = plan.epoch;
-  spec.keep_interval = elastic ? std::max<std::uint64_t>(1, config.keep_interval) : 0;
+  spec.keep_interval = elastic ? epoch.keep_interval : 0;
   spec.change_epoch = me.change_epoch;
   spec.app = me.app;
   const std::vector<accumulator_actor> accumulators{
-      spawn_worker(system, local, epoch, prototype, std::move(train), epoch_config, std::move(spec)).accumulator};
+      spawn_worker(system, local, epoch, prototype, std::move(train), hooks, std::move(spec)).accumulator};
   // After a failure the communicator may wait on a dead peer: unblock it before shutting down.
   if (const auto failure = run_to_end(system, self, accumulators, me.agent, plan.coordinator))
     link->interrupt("epoch " + std::to_string(plan.epoch) + " ended: " + *failure);
@@ -187,21 +185,28 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   me.last_epoch.workers = local.workers;
 }
 
+// The address other ranks reach this process at.
+std::string host_of(const process_group& group) {
+  if (!group.host.empty()) return group.host;
+  require(is_loopback(group.master_addr),
+          "process_group.host (this rank's reachable address) is required when the master is not on loopback");
+  return "127.0.0.1";
+}
+
 }  // namespace
 
 job_result run_job_process(const model& prototype, std::shared_ptr<const dataset> train,
                            std::shared_ptr<const dataset> eval, const job_config& config,
                            const process_group& group, std::function<void(const step_metrics&)> on_step) {
-  return run_job_between_processes(prototype, std::move(train), std::move(eval), config, group, std::move(on_step),
-                                   {});
+  const job_plan plan = plan_between_processes(prototype, train, config, group, 0);
+  return run_between_processes(prototype, std::move(train), std::move(eval), plan, group,
+                               hooks_of(config, std::move(on_step)));
 }
 
-job_result run_job_between_processes(const model& prototype, std::shared_ptr<const dataset> train,
-                                     std::shared_ptr<const dataset> eval, const job_config& config,
-                                     const process_group& group, std::function<void(const step_metrics&)> on_step,
-                                     const app_workers& apps) {
+job_plan plan_between_processes(const model& prototype, const std::shared_ptr<const dataset>& train,
+                                const job_config& config, const process_group& group, std::size_t app_workers) {
   if (!train) throw std::invalid_argument("no training data set");
-  require(apps.size() <= 1, "a process of a job between processes runs one worker");
+  require(app_workers <= 1, "a process of a job between processes runs one worker");
   if (!group.join) {
     require(group.world_size >= 1, "world size must be at least 1");
     require(group.rank >= 0 && group.rank < group.world_size,
@@ -219,17 +224,11 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
           "speed factors cannot be combined with an elastic job");
   require(!config.stop_requested || !(group.elastic || group.join),
           "an elastic job's workers leave (process_group::leave_requested) rather than stop the job");
-  std::string host = group.host;
-  if (host.empty()) {
-    require(is_loopback(group.master_addr),
-            "process_group.host (this rank's reachable address) is required when the master is not on loopback");
-    host = "127.0.0.1";
-  }
+  host_of(group);
   require(group.transport == "ucx" || group.transport == "nccl",
           "unknown transport '" + group.transport + "' (expected ucx|nccl)");
   require_worker_memory(prototype, 1);
-  const trace_session trace(config.trace_path, group.rank, group.join);
-  const job_plan origin = plan_job(prototype, *train, config, nullptr, group.elastic || group.join);
+  job_plan origin = plan_job(prototype, *train, config, group.elastic || group.join);
   if (const auto* asynchronous = as_asynchronous(*origin.topo)) {
     require(asynchronous->runs_between_processes(),
             "--topology " + config.topology + " runs its asynchronous workers in one process only");
@@ -240,7 +239,17 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
   }
   const bool master = !group.join && group.rank == 0;
   if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
-  size_blas(config, 1);
+  origin.fingerprint = job_fingerprint(prototype, *train, config, group.transport, origin.resumed_from());
+  return origin;
+}
+
+job_result run_between_processes(const model& prototype, std::shared_ptr<const dataset> train,
+                                 std::shared_ptr<const dataset> eval, const job_plan& origin,
+                                 const process_group& group, const job_hooks& hooks) {
+  const trace_session trace(origin.trace_path, group.rank, group.join);
+  const std::string host = host_of(group);
+  const bool master = !group.join && group.rank == 0;
+  size_blas(origin, 1);
   auto system_config = std::make_unique<caf::actor_system_config>();
   configure_system(*system_config);
   system_config->load<caf::io::middleman>();
@@ -262,11 +271,10 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
   const std::string job_id = !group.job_id.empty() || group.join
                                  ? group.job_id
                                  : group.master_addr + ":" + std::to_string(group.master_port);
-  const std::string print = job_fingerprint(prototype, *train, config, group.transport, origin.resumed_from());
   auto merged = std::make_shared<job_result>();
   local_actors coordination;  // rank 0's process: the evaluator, the membership actor, the coordinators
   process_member me;
-  if (!apps.empty()) me.app = apps.front();
+  if (!hooks.apps.empty()) me.app = hooks.apps.front();
   std::optional<std::string> failure;
   bool failed_here = false;  // by this process's own fault, not the job's
   const auto started = std::chrono::steady_clock::now();
@@ -279,12 +287,12 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
       abandon_system();  // as after a failure: a communicator may be blocked on a peer
     });
     if (master) {
-      const evaluator_actor evaluator = spawn_evaluation(*system, coordination, prototype, eval ? eval : train, config);
+      const evaluator_actor evaluator = spawn_evaluation(*system, coordination, prototype, eval ? eval : train, origin);
       membership_setup setup;
       setup.initial_world = group.world_size;
       setup.elastic = group.elastic;
       setup.sharded = origin.sharded();
-      setup.fingerprint = print;
+      setup.fingerprint = origin.fingerprint;
       setup.job_id = job_id;
       setup.rendezvous_timeout = group.rendezvous_timeout;
       setup.pipe = origin.algo->pipe;
@@ -295,12 +303,11 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
       setup.result = merged;
       setup.spawn_coordinator = [&, evaluator](const epoch_spec& spec, std::shared_ptr<job_result> result,
                                               std::function<void(std::uint64_t, std::uint64_t)> on_kept) {
-        job_config epoch_config = config;
-        epoch_config.workers = spec.workers;
-        coordinator_setup c = coordination_for(origin, prototype, epoch_config, evaluator);
+        coordinator_setup c = coordination_for(origin, prototype, hooks, evaluator);
+        c.workers = spec.workers;
         c.first_round = rounds_for_steps(origin.algo->pipe, spec.start_steps);
         c.data_offset = spec.data_position;
-        c.on_step = on_step;
+        c.on_step = hooks.on_step;
         c.result = std::move(result);
         c.epoch = spec.epoch;
         c.append_metrics = c.append_metrics || spec.epoch > 1;
@@ -349,7 +356,7 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
           throw std::runtime_error(who + ": the master port " + at + " accepted the connection but did not answer "
                                    "the handshake (is an accord job's rank 0 listening there?): " + why);
         }
-        if (config.stop_requested && config.stop_requested->load())
+        if (hooks.stop_requested && hooks.stop_requested->load())
           throw std::runtime_error(who + ": asked to stop while waiting for rank 0 at " + at);
         if (std::chrono::steady_clock::now() > deadline)
           throw std::runtime_error(who + ": no coordinator at " + at + " within " +
@@ -360,7 +367,7 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
     }
     me.agent = spawn_member_agent(*system, me.change_epoch, me.link, group.leave_requested, me.membership);
     self->request(me.agent, caf::infinite, hello_atom::value,
-                  member_hello{group.join ? -1 : group.rank, group.world_size, print, host, job_id})
+                  member_hello{group.join ? -1 : group.rank, group.world_size, origin.fingerprint, host, job_id})
         .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
     if (trace_recorder* trace = trace_recorder::active(); trace && !master && !failure)
       trace->set_clock_offset(clock_offset_to(self, me.membership));
@@ -380,7 +387,7 @@ job_result run_job_between_processes(const model& prototype, std::shared_ptr<con
           .receive([&](epoch_plan& p) { plan = std::move(p); },
                    [&](caf::error& e) { failure = describe(*system, e); });
       if (failure || plan.finished) break;
-      run_process_epoch(*system, self, prototype, train, config, origin, plan, *rendezvous,
+      run_process_epoch(*system, self, prototype, train, origin, hooks, plan, *rendezvous,
                         group.elastic || group.join, me);
     }
     // Rank 0's process stays until every member has heard that the job is over (unless it failed

@@ -5,7 +5,6 @@
 #include "actors/membership_actor.hpp"
 #include "job/worker_spawn.hpp"
 #include "transport/inproc.hpp"
-#include "transport/link_model.hpp"
 
 namespace accord {
 
@@ -15,10 +14,13 @@ void configure_actor_system(caf::actor_system_config& config) {
 }
 
 struct job_actors::parts {
-  parts(const job_config& c, const job_plan& p)
-      : plan(p), workers_in_job(c.workers), fabric(std::make_shared<inproc_fabric>(c.workers, link_model::parse(c.link))) {}
-  job_plan plan;
+  explicit parts(job_plan p)
+      : plan(std::move(p)), workers_in_job(plan.workers),
+        fabric(std::make_shared<inproc_fabric>(plan.workers, plan.link)) {}
+  const job_plan plan;
   int workers_in_job;
+  // Every edge is one plan.link (run_job gives a grouped topology's edges across groups
+  // plan.inter_link; these never did).
   // Shared with the coordinator's abort, which may run while this object goes away.
   std::shared_ptr<inproc_fabric> fabric;
   local_actors local;
@@ -39,25 +41,28 @@ job_actors::job_actors(caf::actor_system& system, const model& prototype, std::s
   require(config.membership.empty(), "job_actors: membership changes are run_job's (one epoch per worker set)");
   require(config.workers <= max_workers_in_process, "workers: " + std::to_string(config.workers) + " in one process exceed " +
                                                         std::to_string(max_workers_in_process));
-  const job_plan plan = plan_job(prototype, *train, config);
+  job_plan plan = plan_job(prototype, *train, config);
   require_worker_memory(prototype, config.workers);
   if (!config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
-  size_blas(config, config.workers);
-  parts_ = std::make_unique<parts>(config, plan);
+  const job_hooks hooks = hooks_of(config, std::move(on_step));
+  // From here on, only the plan.
+  size_blas(plan, plan.workers);
+  parts_ = std::make_unique<parts>(std::move(plan));
   parts& p = *parts_;
-  p.evaluator = spawn_evaluation(system, p.local, prototype, eval ? eval : train, config);
-  coordinator_setup setup = coordination_for(p.plan, prototype, config, p.evaluator);
-  setup.on_step = std::move(on_step);
-  setup.abort = [fabric = p.fabric, n = config.workers] { parts::fail_everyone(*fabric, n); };
+  const int workers = p.plan.workers;
+  p.evaluator = spawn_evaluation(system, p.local, prototype, eval ? eval : train, p.plan);
+  coordinator_setup setup = coordination_for(p.plan, prototype, hooks, p.evaluator);
+  setup.on_step = hooks.on_step;
+  setup.abort = [fabric = p.fabric, workers] { parts::fail_everyone(*fabric, workers); };
   setup.result = p.result;
   p.coordinator = p.local.keep(spawn_coordinator_actor(system, std::move(setup)));
-  for (int rank = 0; rank < config.workers; ++rank) {
+  for (int rank = 0; rank < workers; ++rank) {
     worker_spec spec;
     spec.rank = rank;
     spec.link = p.fabric->endpoint(rank);
     spec.coordinator = p.coordinator;
-    spec.state = p.plan.state_of(config.workers, rank);
-    p.workers.push_back(spawn_worker(system, p.local, p.plan, prototype, train, config, std::move(spec)));
+    spec.state = p.plan.state_of(workers, rank);
+    p.workers.push_back(spawn_worker(system, p.local, p.plan, prototype, train, hooks, std::move(spec)));
   }
 }
 

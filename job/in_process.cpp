@@ -9,7 +9,6 @@
 #include "observe/trace.hpp"
 #include "job/worker_spawn.hpp"
 #include "transport/inproc.hpp"
-#include "transport/link_model.hpp"
 
 #include <condition_variable>
 #include <mutex>
@@ -19,22 +18,18 @@
 namespace accord {
 namespace {
 
-// One epoch of an in-process job: a fixed worker set from `state` (or the start, or
-// config.resume_path) to config.steps. With `keep_state`, every step's state is handed to it;
-// with `crash_after_step`, the last worker dies in the round after that step, once the state
-// after that step has been kept. `epoch` numbers it in the metrics. `apps`: app-driven workers.
+// One epoch of an in-process job: `plan`'s fixed worker set from where it starts to its last
+// step. With `keep_state`, every step's state is handed to it; with `crash_after_step`, the last
+// worker dies in the round after that step, once the state after that step has been kept.
+// `epoch` numbers it in the metrics.
 job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> train,
-                     std::shared_ptr<const dataset> eval, const job_config& config,
-                     std::function<void(const step_metrics&)> on_step, const app_workers& apps,
-                     const checkpoint* state = nullptr,
+                     std::shared_ptr<const dataset> eval, const job_plan& plan, const job_hooks& hooks,
                      std::function<void(const checkpoint&)> keep_state = {},
                      std::optional<std::uint64_t> crash_after_step = {}, std::uint64_t epoch = 1) {
-  const job_plan plan = plan_job(prototype, *train, config, state);
-  const int workers = config.workers;
-  size_blas(config, workers);
-  const link_model inside = link_model::parse(config.link);
-  const std::string& across = config.topology_settings.inter_link;
-  inproc_fabric fabric(workers, link_layout{inside, across.empty() ? inside : link_model::parse(across),
+  const int workers = plan.workers;
+  const app_workers& apps = hooks.apps;
+  size_blas(plan, workers);
+  inproc_fabric fabric(workers, link_layout{plan.link, plan.inter_link,
                                             plan.topo->group_size() > 1 ? plan.topo->group_size() : 0});
   // After a failure every transport throws, so no communicator stays blocked in a collective.
   auto fail_everyone = [&fabric, workers] {
@@ -77,8 +72,8 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
       }
     };
     coordinator_setup setup =
-        coordination_for(plan, prototype, config, spawn_evaluation(system, local, prototype, eval ? eval : train, config));
-    setup.on_step = std::move(on_step);
+        coordination_for(plan, prototype, hooks, spawn_evaluation(system, local, prototype, eval ? eval : train, plan));
+    setup.on_step = hooks.on_step;
     setup.epoch = epoch;
     setup.append_metrics = setup.append_metrics || epoch > 1;  // the file continues the earlier epochs'
     setup.abort = [&] {
@@ -90,7 +85,7 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
     auto coordinator = local.keep(spawn_coordinator_actor(system, std::move(setup)));
     std::vector<accumulator_actor> accumulators;
     if (const auto* asynchronous = as_asynchronous(*plan.topo))
-      servers = asynchronous->start(system, asynchronous_for(plan, prototype, train, config, coordinator));
+      servers = asynchronous->start(system, asynchronous_for(plan, prototype, train, hooks, coordinator));
     for (int rank = 0; rank < workers && !servers; ++rank) {
       std::function<void()> crash;
       if (crash_after_step && rank == workers - 1)
@@ -108,7 +103,7 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
       spec.crash = std::move(crash);
       spec.crash_round = crash_after_step ? rounds_for_steps(plan.algo->pipe, *crash_after_step) : 0;
       if (!apps.empty()) spec.app = apps[static_cast<std::size_t>(rank)];
-      accumulators.push_back(spawn_worker(system, local, plan, prototype, train, config, std::move(spec)).accumulator);
+      accumulators.push_back(spawn_worker(system, local, plan, prototype, train, hooks, std::move(spec)).accumulator);
     }
     failure = run_to_end(system, self, accumulators, coordinator);
     if (servers) {
@@ -132,12 +127,12 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
 job_result run_job(const model& prototype, std::shared_ptr<const dataset> train,
                    std::shared_ptr<const dataset> eval, const job_config& config,
                    std::function<void(const step_metrics&)> on_step) {
-  return run_job_in_process(prototype, std::move(train), std::move(eval), config, std::move(on_step), {});
+  const job_plan plan = plan_in_process(prototype, train, config, 0);
+  return run_in_process(prototype, std::move(train), std::move(eval), plan, hooks_of(config, std::move(on_step)));
 }
 
-job_result run_job_in_process(const model& prototype, std::shared_ptr<const dataset> train,
-                              std::shared_ptr<const dataset> eval, const job_config& config,
-                              std::function<void(const step_metrics&)> on_step, const app_workers& apps) {
+job_plan plan_in_process(const model& prototype, const std::shared_ptr<const dataset>& train,
+                         const job_config& config, std::size_t app_workers) {
   if (!train) throw std::invalid_argument("no training data set");
   validate(config);
   if (!config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);
@@ -161,54 +156,56 @@ job_result run_job_in_process(const model& prototype, std::shared_ptr<const data
     most_at_once = std::max(most_at_once, workers);
   }
   require_worker_memory(prototype, most_at_once);
-  require(apps.empty() || (apps.size() == static_cast<std::size_t>(config.workers) && config.membership.empty()),
+  require(app_workers == 0 || (app_workers == static_cast<std::size_t>(config.workers) && config.membership.empty()),
           "an app-driven job in one process has a fixed worker set (no membership changes)");
-  const auto topo = job_topology(config, find_algorithm(config.algorithm), prototype, false);  // before the first epoch
-  const trace_session trace(config.trace_path);
-  require(apps.empty() || !as_asynchronous(*topo),
-          "--topology " + config.topology + " runs its own workers (not app-driven ones)");
+  job_plan plan = plan_job(prototype, *train, config);
+  require(app_workers == 0 || !as_asynchronous(*plan.topo),
+          "--topology " + plan.topology_name + " runs its own workers (not app-driven ones)");
+  return plan;
+}
+
+job_result run_in_process(const model& prototype, std::shared_ptr<const dataset> train,
+                          std::shared_ptr<const dataset> eval, const job_plan& plan, const job_hooks& hooks) {
+  const trace_session trace(plan.trace_path);
   // Asynchronous topologies follow membership changes themselves: their workers come and go.
-  if (config.membership.empty() || as_asynchronous(*topo))
-    return run_epoch(prototype, train, eval, config, std::move(on_step), apps);
+  if (plan.membership.empty() || as_asynchronous(*plan.topo)) return run_epoch(prototype, train, eval, plan, hooks);
 
   // Elastic: one epoch per worker set, each continuing from the state the previous one left.
   job_result total;
   std::optional<checkpoint> state;
   auto keep = [&state](const checkpoint& c) { state = c; };
   const auto started = std::chrono::steady_clock::now();
-  auto record = [&](step_metrics m) {
+  job_hooks epoch_hooks = hooks;
+  epoch_hooks.on_step = [&](step_metrics m) {
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     total.steps.push_back(m);
-    if (on_step) on_step(m);
+    if (hooks.on_step) hooks.on_step(m);
   };
-  job_config epoch = config;
-  epoch.membership.clear();
-  epoch.checkpoint_interval = 1;  // every step's state survives a crash in the next one
-  for (std::size_t e = 0; e <= config.membership.size(); ++e) {
-    const bool last_epoch = e == config.membership.size();
-    const membership_change* change = last_epoch ? nullptr : &config.membership[e];
-    epoch.steps = last_epoch ? config.steps : change->step;
+  int workers = plan.workers;
+  for (std::size_t e = 0; e <= plan.membership.size(); ++e) {
+    const bool last_epoch = e == plan.membership.size();
+    const membership_change* change = last_epoch ? nullptr : &plan.membership[e];
+    std::uint64_t steps = last_epoch ? plan.steps : change->step;
     std::optional<std::uint64_t> crash_after;
     if (change && change->crash) {  // run into the next step and lose a worker during it
-      epoch.steps = change->step + 1;
+      steps = change->step + 1;
       crash_after = change->step;
     }
-    const checkpoint* from = state ? &*state : nullptr;
+    const job_plan epoch = plan_epoch(plan, prototype, workers, steps, state ? &*state : nullptr);
     std::string crash_report;
     try {
-      add_epoch_result(total, run_epoch(prototype, train, eval, epoch, record, {}, from, keep, crash_after, e + 1));
+      add_epoch_result(total, run_epoch(prototype, train, eval, epoch, epoch_hooks, keep, crash_after, e + 1));
     } catch (const std::runtime_error& e) {
       if (!crash_after) throw;  // only the scripted crash is survivable here
       crash_report = e.what();
       while (!total.steps.empty() && total.steps.back().step > change->step) total.steps.pop_back();
     }
-    if (config.stop_requested && config.stop_requested->load()) break;
+    if (hooks.stop_requested && hooks.stop_requested->load()) break;
     if (change) {
       if (!state || state->steps != change->step)
         throw std::runtime_error("no state was kept at step " + std::to_string(change->step) +
                                  (crash_report.empty() ? "" : " (the epoch failed: " + crash_report + ")"));
-      epoch.workers = change->workers;
-      epoch.resume_path.clear();
+      workers = change->workers;
     }
   }
   total.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

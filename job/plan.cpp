@@ -6,6 +6,7 @@
 #include "models/memory.hpp"
 #include "transport/link_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -87,17 +88,71 @@ optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
   return o;
 }
 
-std::shared_ptr<const topology> job_topology(const job_config& config, const algorithm& algo, const model& prototype,
-                                             bool elastic) {
-  return make_topology(config.topology,
-                       {algo.name, algo.pipe == pipeline::synchronous, algo.aggregate == aggregation::sharded_optimizer,
-                        config.workers, config.steps, config.seed, prototype.parameter_count(),
-                        !config.checkpoint_path.empty() || !config.resume_path.empty(),
-                        elastic || !config.membership.empty(), config.topology_settings});
+job_hooks hooks_of(const job_config& config, std::function<void(const step_metrics&)> on_step) {
+  job_hooks hooks;
+  hooks.on_step = std::move(on_step);
+  hooks.stop_requested = config.stop_requested;
+  hooks.on_checkpoint_written = config.on_checkpoint_written;
+  return hooks;
 }
 
-job_plan plan_job(const model& prototype, const dataset& train, const job_config& config,
-                  const checkpoint* state, bool elastic) {
+topology_job topology_request_for(const job_config& config, const algorithm& algo, const model& prototype,
+                                  bool elastic) {
+  return {algo.name, algo.pipe == pipeline::synchronous, algo.aggregate == aggregation::sharded_optimizer,
+          config.workers, config.steps, config.seed, prototype.parameter_count(),
+          !config.checkpoint_path.empty() || !config.resume_path.empty(),
+          elastic || !config.membership.empty(), config.topology_settings};
+}
+
+std::shared_ptr<const topology> job_topology(const job_config& config, const algorithm& algo, const model& prototype,
+                                             bool elastic) {
+  return make_topology(config.topology, topology_request_for(config, algo, prototype, elastic));
+}
+
+namespace {
+
+// Makes the topology the settings ask for (it refuses a job it cannot run), and checks what
+// depends on it.
+void make_topology_of(job_settings& s) {
+  s.topo = make_topology(s.topology_name, s.topology_request);
+  // Only ACCO's estimate rounds of a sharded optimizer send in the estimate precision.
+  const bool sends_estimates = s.algo->pipe == pipeline::acco && s.algo->aggregate == aggregation::sharded_optimizer;
+  require(s.topo->group_size() == 1 || !sends_estimates || !block_quantized(s.precision.estimate),
+          "estimate precision: '" + std::string(precision_name(s.precision.estimate)) +
+              "' is not supported by the hierarchical topology, whose collectives take fp32|bf16|fp16");
+}
+
+// Starts `plan` from checkpoint `c`, which `from` names in errors: a file, or (`kept`) the state
+// an in-process membership change kept.
+void start_from(job_plan& plan, const model& prototype, checkpoint c, const std::string& from, bool kept) {
+  plan.resume = std::move(c);
+  const checkpoint& r = *plan.resume;
+  require(r.signature == prototype.signature(),
+          from + ": the checkpoint's model " + r.signature + " is not " + prototype.signature());
+  require(r.parameters.size() == prototype.parameter_count(), from + ": wrong parameter count");
+  if (!kept && r.steps == plan.steps)
+    throw job_already_finished(from + ": the checkpoint is at step " + std::to_string(r.steps) + " of " +
+                               std::to_string(plan.steps) + ": the job already finished, nothing to do");
+  require(r.steps < plan.steps, from + ": the checkpoint is at step " + std::to_string(r.steps) +
+                                    ", beyond the job's " + std::to_string(plan.steps) + " steps");
+  require(kept || r.data_hash == plan.data_hash,
+          from + ": the checkpoint was written training on other data (content hash " + hex(r.data_hash) +
+              ", this job's data has " + hex(plan.data_hash) + "): resume with the data it was written with");
+  require(plan.sharded() == (r.slots > 0 || r.momenta.empty()),
+          from + ": a " + r.algorithm + " checkpoint cannot resume a " + plan.algo->name + " job");
+  if (plan.sharded()) {
+    const std::size_t slots = make_optimizer(plan.optimizer, 0)->state().slots;
+    require(r.slots == slots, from + ": the checkpoint holds " + std::to_string(r.slots) + " optimizer slots (" +
+                                  r.algorithm + "), " + plan.optimizer.kind + " needs " + std::to_string(slots));
+  }
+  plan.first_round = rounds_for_steps(plan.algo->pipe, r.steps);
+  plan.data_position = r.data_position;
+  plan.initial = r.parameters;
+}
+
+}  // namespace
+
+job_plan plan_job(const model& prototype, const dataset& train, const job_config& config, bool elastic) {
   validate(config);
   job_plan plan;
   plan.data_hash = data_hash(train);
@@ -113,7 +168,9 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.schedule.total_steps = config.steps;
   plan.schedule.final_fraction = config.min_lr_ratio;
   learning_rate_at(plan.schedule, 0);  // validates the schedule before any actor starts
-  link_model::parse(config.link);
+  plan.link = link_model::parse(config.link);
+  const std::string& inter_link = config.topology_settings.inter_link;
+  plan.inter_link = inter_link.empty() ? plan.link : link_model::parse(inter_link);
   plan.precision.real = parse_wire_precision(config.wire_precision, "wire precision");
   plan.precision.estimate = config.estimate_precision.empty()
                                 ? plan.precision.real
@@ -121,50 +178,79 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   require(!block_quantized(plan.precision.real),
           "wire precision: '" + config.wire_precision + "' is for ACCO's estimate rounds only (estimate precision); "
           "the wire takes fp32|bf16|fp16");
-  require(parse_compute_precision(config.compute_precision, "compute precision") == compute_precision::fp32 ||
-              !prototype.memory().on_host(),
+  plan.compute = parse_compute_precision(config.compute_precision, "compute precision");
+  require(plan.compute == compute_precision::fp32 || !prototype.memory().on_host(),
           "compute precision bf16 is for GPU workers; this model runs on the cpu, in fp32");
+  plan.workers = config.workers;
+  plan.steps = config.steps;
   plan.rounds = rounds_for_steps(plan.algo->pipe, config.steps);
-  plan.topo = job_topology(config, *plan.algo, prototype, elastic || state);
-  // Only ACCO's estimate rounds of a sharded optimizer send in the estimate precision.
-  const bool sends_estimates = plan.algo->pipe == pipeline::acco && plan.algo->aggregate == aggregation::sharded_optimizer;
-  require(plan.topo->group_size() == 1 || !sends_estimates || !block_quantized(plan.precision.estimate),
-          "estimate precision: '" + config.estimate_precision + "' is not supported by the hierarchical topology, "
-          "whose collectives take fp32|bf16|fp16");
+  plan.topology_name = config.topology;
+  plan.topology_request = topology_request_for(config, *plan.algo, prototype, elastic);
+  make_topology_of(plan);
   require(plan.algo->aggregate != aggregation::registered ||
-              (!state && config.checkpoint_path.empty() && config.resume_path.empty() && config.membership.empty()),
+              (config.checkpoint_path.empty() && config.resume_path.empty() && config.membership.empty()),
           "algorithm " + plan.algo->name + " (a registered rule) keeps no checkpointable state: checkpoints, resumes "
           "and membership changes are not supported with it");
-  if (!state && config.resume_path.empty()) {
+
+  plan.seed = config.seed;
+  plan.speed_factors = config.speed_factors;
+  plan.membership = config.membership;
+  plan.resident_on_host = config.resident_on_host;
+  plan.device_rounds = config.device_rounds;
+  plan.micro_batch = config.micro_batch;
+  plan.accumulation = config.accumulation;
+  plan.max_accumulation = config.max_accumulation;
+  plan.estimate_accumulation = config.estimate_accumulation ? config.estimate_accumulation : config.accumulation;
+  plan.estimate_max_accumulation =  // the same headroom over the least
+      config.max_accumulation ? config.max_accumulation - config.accumulation + plan.estimate_accumulation : 0;
+  plan.dpu_warmup = config.dpu_warmup;
+  plan.eval_interval = config.eval_interval;
+  plan.eval_examples = config.eval_examples;
+  plan.defer_evaluation = config.defer_evaluation;
+  plan.replica_check_interval = config.replica_check_interval;
+  plan.metrics_path = config.metrics_path;
+  plan.trace_path = config.trace_path;
+  plan.checkpoint_path = config.checkpoint_path;
+  plan.checkpoint_interval = config.checkpoint_interval;
+  plan.resume_path = config.resume_path;
+  plan.keep_interval = std::max<std::uint64_t>(1, config.keep_interval);
+  plan.blas_threads = config.blas_threads;
+
+  if (config.resume_path.empty()) {
     plan.initial.resize(prototype.parameter_count());
     prototype.initialize(plan.initial, config.seed);
-    return plan;
+  } else {
+    start_from(plan, prototype, read_checkpoint(config.resume_path), config.resume_path, false);
   }
-  plan.resume = state ? *state : read_checkpoint(config.resume_path);
-  const checkpoint& c = *plan.resume;
-  const std::string from = state ? "membership change" : config.resume_path;
-  require(c.signature == prototype.signature(),
-          from + ": the checkpoint's model " + c.signature + " is not " + prototype.signature());
-  require(c.parameters.size() == prototype.parameter_count(), from + ": wrong parameter count");
-  if (!state && c.steps == config.steps)
-    throw job_already_finished(from + ": the checkpoint is at step " + std::to_string(c.steps) + " of " +
-                               std::to_string(config.steps) + ": the job already finished, nothing to do");
-  require(c.steps < config.steps, from + ": the checkpoint is at step " + std::to_string(c.steps) +
-                                       ", beyond the job's " + std::to_string(config.steps) + " steps");
-  require(state || c.data_hash == plan.data_hash,
-          from + ": the checkpoint was written training on other data (content hash " + hex(c.data_hash) +
-              ", this job's data has " + hex(plan.data_hash) + "): resume with the data it was written with");
-  require((plan.algo->aggregate == aggregation::sharded_optimizer) == (c.slots > 0 || c.momenta.empty()),
-          from + ": a " + c.algorithm + " checkpoint cannot resume a " + plan.algo->name + " job");
-  if (plan.algo->aggregate == aggregation::sharded_optimizer) {
-    const std::size_t slots = make_optimizer(plan.optimizer, 0)->state().slots;
-    require(c.slots == slots, from + ": the checkpoint holds " + std::to_string(c.slots) + " optimizer slots (" +
-                                  c.algorithm + "), " + plan.optimizer.kind + " needs " + std::to_string(slots));
-  }
-  plan.first_round = rounds_for_steps(plan.algo->pipe, c.steps);
-  plan.data_position = c.data_position;
-  plan.initial = c.parameters;
   return plan;
+}
+
+job_plan plan_epoch(const job_plan& job, const model& prototype, int workers, std::uint64_t steps,
+                    const checkpoint* state) {
+  job_plan epoch;
+  static_cast<job_settings&>(epoch) = job;
+  epoch.workers = workers;
+  epoch.steps = steps;
+  epoch.rounds = rounds_for_steps(epoch.algo->pipe, steps);
+  epoch.membership.clear();
+  epoch.checkpoint_interval = 1;  // every step's state survives a crash in the next one
+  epoch.schedule.total_steps = steps;  // the epoch's end, as before (see plan.hpp)
+  learning_rate_at(epoch.schedule, 0);
+  // The topology for this worker set: a later epoch continues from a kept state, not a file.
+  epoch.topology_request.workers = workers;
+  epoch.topology_request.steps = steps;
+  epoch.topology_request.membership_changes = state != nullptr;
+  if (state) epoch.resume_path.clear();
+  epoch.topology_request.checkpoints = !epoch.checkpoint_path.empty() || !epoch.resume_path.empty();
+  make_topology_of(epoch);
+  if (state) {
+    start_from(epoch, prototype, *state, "membership change", true);
+  } else if (job.resume) {
+    start_from(epoch, prototype, *job.resume, job.resume_path, false);
+  } else {
+    epoch.initial = job.initial;
+  }
+  return epoch;
 }
 
 }  // namespace accord

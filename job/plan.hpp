@@ -1,18 +1,26 @@
 #pragma once
-// What every process derives identically from a job's configuration before any actor starts:
-// the checked configuration, the algorithm and optimizer, the schedule, the initial (or
-// resumed) parameters and optimizer state.
+// A job's plan: its configuration checked and parsed once (job_settings), and where it starts
+// (the initial or resumed parameters and optimizer state). Every process derives it identically
+// before any actor starts; the runners, the spawning of actors and the asynchronous topologies'
+// setup read the plan, never the job_config.
 #include "algorithms/algorithm.hpp"
 #include "recovery/checkpoint.hpp"
 #include "recovery/elastic_state.hpp"
 #include "algorithms/update_rule.hpp"
 #include "algorithms/topology_rule.hpp"
+#include "gpu/compute_precision.hpp"
 #include "optim/schedule.hpp"
+#include "transport/link_model.hpp"
 
 #include <accord/job.hpp>
+#include <accord/topology.hpp>
+#include <accord/worker.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,35 +45,87 @@ void require_worker_memory(const model& prototype, int workers);
 // The optimizer the algorithm runs with, as the configuration adjusts its defaults.
 optimizer_config optimizer_for(const algorithm& algo, const job_config& c);
 
-// Everything about a job that every process derives identically from the configuration.
-struct job_plan {
+// A job's configuration, checked and parsed: everything of a job_config that the runners and
+// the actors use, as typed values (the hooks, job_config's callbacks and pointers, travel apart:
+// job_hooks).
+struct job_settings {
   const algorithm* algo = nullptr;
   optimizer_config optimizer;
-  schedule_config schedule;
+  schedule_config schedule;                // the learning rate of each step
+  round_precision precision;               // wire_precision; estimate_precision (empty: as wire)
+  compute_precision compute = compute_precision::fp32;
+
+  // Who exchanges with whom: job_config::topology by name, what it was asked to run (the job's
+  // workers, steps, topology_settings, ...) and what it made of that.
+  std::string topology_name;
+  topology_job topology_request;
+  std::shared_ptr<const topology> topo;
+
+  // The emulated links of a job in one process: job_config::link, and between the groups of a
+  // grouped topology topology_settings::inter_link (as `link` when that is empty).
+  link_model link;
+  link_model inter_link;
+
+  int workers = 1;
+  std::uint64_t steps = 0;
+  std::uint64_t rounds = 0;                // of the job's last step (ACCO: two per step)
+  std::uint64_t seed = 1;
+  std::vector<double> speed_factors;       // by rank; empty: all 1
+  std::vector<membership_change> membership;  // in one process, in step order
+  bool resident_on_host = false;
+  bool device_rounds = true;
+
+  // Micro-batches: examples each, how many a round takes at least and at most (0: no cap), and
+  // the same for ACCO's estimate rounds (resolved: job_config's 0 means as accumulation, and
+  // the estimate cap keeps the real rounds' headroom).
+  std::size_t micro_batch = 1;
+  std::size_t accumulation = 1;
+  std::size_t max_accumulation = 0;
+  std::size_t estimate_accumulation = 1;
+  std::size_t estimate_max_accumulation = 0;
+  std::uint64_t dpu_warmup = 0;
+
+  std::uint64_t eval_interval = 0;
+  std::uint64_t eval_examples = 1;
+  bool defer_evaluation = false;
+  std::uint64_t replica_check_interval = 1;
+  std::string metrics_path;
+  std::string trace_path;
+  std::string checkpoint_path;
+  std::uint64_t checkpoint_interval = 0;
+  std::string resume_path;
+  std::uint64_t keep_interval = 1;         // elastic between processes; at least 1
+  int blas_threads = 0;
+
+  std::uint64_t data_hash = 0;             // of the training data, recorded in checkpoints
+  // Between processes: the settings every process must agree on (cluster/fingerprint.hpp); empty
+  // in one process.
+  std::string fingerprint;
+
+  bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
+  double speed_factor(int rank) const {
+    return speed_factors.empty() ? 1.0 : speed_factors[static_cast<std::size_t>(rank)];
+  }
+};
+
+// Everything about a job that every process derives identically from the configuration: its
+// settings and where it starts.
+struct job_plan : job_settings {
   std::uint64_t first_round = 0;           // > 0 when resuming
-  std::uint64_t rounds = 0;
   std::uint64_t data_position = 0;         // stream positions consumed before the first round
   std::vector<float> initial;
   std::optional<checkpoint> resume;        // where the optimizer state comes from, when resuming
-  std::uint64_t data_hash = 0;             // of the training data, recorded in checkpoints
-  round_precision precision;
-  std::shared_ptr<const topology> topo;    // who exchanges with whom (job_config::topology)
 
-  bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
-  // The same job continued from `parameters` after `steps` steps, at `position` in the data
-  // (an elastic epoch's plan; its optimizer state comes separately).
-  job_plan continued(std::uint64_t steps, std::uint64_t position, std::vector<float> parameters) const {
+  // The same job continued by `world` workers from `parameters` after `steps` steps, at
+  // `position` in the data (an elastic epoch's plan between processes; its optimizer state
+  // comes separately).
+  job_plan continued(std::uint64_t steps, std::uint64_t position, std::vector<float> parameters, int world) const {
     job_plan next;
-    next.algo = algo;
-    next.optimizer = optimizer;
-    next.schedule = schedule;
-    next.precision = precision;
-    next.topo = topo;
-    next.rounds = rounds;
+    static_cast<job_settings&>(next) = *this;  // the settings, not where this plan starts
+    next.workers = world;
     next.first_round = rounds_for_steps(algo->pipe, steps);
     next.data_position = position;
     next.initial = std::move(parameters);
-    next.data_hash = data_hash;
     return next;
   }
   // The job's clock at the first step: a resumed job goes on from its checkpoint's.
@@ -88,14 +148,41 @@ struct job_plan {
   }
 };
 
-// The job's topology (job_config::topology), which refuses a job it cannot run. `elastic`:
-// workers may come and go.
+// App-driven workers (include/accord/worker.hpp), one per worker of this process in rank order.
+using app_workers = std::vector<std::shared_ptr<worker::state>>;
+
+// What a runner gets beside the plan: the callers' callbacks and outside pointers.
+struct job_hooks {
+  std::function<void(const step_metrics&)> on_step;  // from the coordinator, for every step
+  const std::atomic<bool>* stop_requested = nullptr;  // job_config::stop_requested
+  std::function<void(const std::string& path, std::uint64_t step)> on_checkpoint_written;
+  app_workers apps;                                   // empty: the workers run the model
+};
+
+// job_config's hooks, with `on_step`.
+job_hooks hooks_of(const job_config& config, std::function<void(const step_metrics&)> on_step);
+
+// What the job's topology (job_config::topology) is asked to run. `elastic`: workers may come
+// and go.
+topology_job topology_request_for(const job_config& config, const algorithm& algo, const model& prototype,
+                                  bool elastic);
+
+// The job's topology, which refuses a job it cannot run.
 std::shared_ptr<const topology> job_topology(const job_config& config, const algorithm& algo, const model& prototype,
                                              bool elastic);
 
-// `state`: continue from this in-memory checkpoint (a membership change) instead of
-// config.resume_path. `elastic`: workers may come and go between processes.
-job_plan plan_job(const model& prototype, const dataset& train, const job_config& config,
-                  const checkpoint* state = nullptr, bool elastic = false);
+// Checks and parses the whole configuration (one line naming what is wrong, std::invalid_argument),
+// then starts the job afresh or from config.resume_path. `elastic`: workers may come and go
+// between processes.
+job_plan plan_job(const model& prototype, const dataset& train, const job_config& config, bool elastic = false);
+
+// One epoch of a job in one process whose worker set changes (job_config::membership): `workers`
+// workers from `state` (null: where the job starts) up to step `steps`, every step's state kept
+// (checkpoint interval 1). Its topology is made for that worker count and end step, and so is its
+// learning-rate schedule, as run_job's epochs were always planned: a cosine schedule decays to its
+// floor by each epoch's last step and the next epoch's rate rises again, and a warm-up longer than
+// an epoch is refused. (Between processes an epoch keeps the job's schedule.)
+job_plan plan_epoch(const job_plan& job, const model& prototype, int workers, std::uint64_t steps,
+                    const checkpoint* state);
 
 }  // namespace accord

@@ -16,8 +16,8 @@
 
 namespace accord {
 
-void size_blas(const job_config& config, int local_workers) {
-  openblas_set_num_threads(choose_blas_threads(config.blas_threads, local_workers).threads);
+void size_blas(const job_plan& plan, int local_workers) {
+  openblas_set_num_threads(choose_blas_threads(plan.blas_threads, local_workers).threads);
 }
 
 void configure_system(caf::actor_system_config& system_config) {
@@ -32,54 +32,53 @@ void configure_system(caf::actor_system_config& system_config) {
   add_membership_message_types(system_config);
 }
 
-coordinator_setup coordination_for(const job_plan& plan, const model& prototype, const job_config& config,
+coordinator_setup coordination_for(const job_plan& plan, const model& prototype, const job_hooks& hooks,
                                    evaluator_actor evaluator) {
   coordinator_setup setup;
-  setup.workers = config.workers;
+  setup.workers = plan.workers;
   setup.pipe = plan.algo->pipe;
   setup.first_round = plan.first_round;
   setup.rounds = plan.rounds;
   setup.parameter_count = plan.initial.size();
-  setup.micro_batch = config.micro_batch;
+  setup.micro_batch = plan.micro_batch;
   setup.data_offset = plan.data_position;
-  setup.checkpoint_path = config.checkpoint_path;
-  setup.checkpoint_interval = config.checkpoint_interval;
+  setup.checkpoint_path = plan.checkpoint_path;
+  setup.checkpoint_interval = plan.checkpoint_interval;
   setup.algorithm = plan.algo->name;
   setup.signature = prototype.signature();
-  setup.eval_interval = config.eval_interval;
+  setup.eval_interval = plan.eval_interval;
   setup.evaluator = std::move(evaluator);
-  setup.defer_evaluation = config.defer_evaluation;
-  setup.metrics_path = config.metrics_path;
+  setup.defer_evaluation = plan.defer_evaluation;
+  setup.metrics_path = plan.metrics_path;
   setup.append_metrics = plan.resume.has_value();  // a resumed job's file goes on
   setup.data_hash = plan.data_hash;
   setup.learning_rate = [schedule = plan.schedule](std::uint64_t step) { return learning_rate_at(schedule, step); };
-  setup.on_checkpoint_written = config.on_checkpoint_written;
+  setup.on_checkpoint_written = hooks.on_checkpoint_written;
   setup.started = std::chrono::steady_clock::now() - plan.clock_before();
   return setup;
 }
 
 evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local, const model& prototype,
-                                 std::shared_ptr<const dataset> eval, const job_config& config) {
-  return local.keep(
-      spawn_evaluator_actor(system, prototype.clone(), std::move(eval), config.eval_examples));
+                                 std::shared_ptr<const dataset> eval, const job_plan& plan) {
+  return local.keep(spawn_evaluator_actor(system, prototype.clone(), std::move(eval), plan.eval_examples));
 }
 
 worker_handles spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
-                               const model& prototype, std::shared_ptr<const dataset> train,
-                               const job_config& config, worker_spec spec) {
-  const int workers = config.workers;
+                            const model& prototype, std::shared_ptr<const dataset> train, const job_hooks& hooks,
+                            worker_spec spec) {
+  const int workers = plan.workers;
   const int rank = spec.rank;
   auto compute = std::make_shared<compute_setup>();
   compute->net = prototype.clone();
   compute->data = std::move(train);
-  compute->stream = {rank, workers, config.micro_batch, plan.data_position};
+  compute->stream = {rank, workers, plan.micro_batch, plan.data_position};
   compute->parameters = make_tensor(plan.initial, local.meter);
   // A resumed 16-bit job computes with the rounded copy of its masters, as it did before.
   if (plan.resume && plan.algo->aggregate == aggregation::sharded_optimizer)
     round_to_wire(plan.precision.real, *compute->parameters);
-  compute->speed_factor = config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
+  compute->speed_factor = plan.speed_factor(rank);
   compute->app = spec.app;
-  compute->resident = !spec.app && (config.resident_on_host || !compute->net->memory().on_host());
+  compute->resident = !spec.app && (plan.resident_on_host || !compute->net->memory().on_host());
   if (spec.app) spec.app->open();
   auto communication = std::make_shared<communicator_setup>();
   const int group_size = plan.topo->group_size();
@@ -91,7 +90,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   // Rounds on the device (README "GPU data path"): a resident worker on the ring, whose rule has
   // a device form, over collectives that serve its memory (NCCL on its GPU; the reference on
   // host memory for resident_on_host). Anything else runs its rounds on the host.
-  if (compute->resident && config.device_rounds && config.topology == "ring" && algorithm_rule->has_device_form())
+  if (compute->resident && plan.device_rounds && plan.topology_name == "ring" && algorithm_rule->has_device_form())
     communication->collectives = make_device_collectives(*communication->link, compute->net->memory());
   if (communication->collectives) {
     communication->memory = compute->memory = std::make_shared<resident_memory>(compute->net->memory());
@@ -101,7 +100,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
                                              plan.optimizer, plan.schedule.total_steps, status);
     communication->topology = std::move(status);
   }
-  communication->hash_interval = config.replica_check_interval;
+  communication->hash_interval = plan.replica_check_interval;
   communication->crash = std::move(spec.crash);
   communication->crash_round = spec.crash_round;
   communication->keeper = spec.keeper;
@@ -109,7 +108,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   communication->layout = spec.layout;
   communication->replicate = plan.sharded();
   communication->change_epoch = spec.change_epoch;
-  communication->stop_requested = config.stop_requested;
+  communication->stop_requested = hooks.stop_requested;
   local.state_bytes += communication->rule->state_bytes();
 
   accumulator_setup accumulation;
@@ -117,12 +116,11 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.pipe = plan.algo->pipe;
   accumulation.first_round = plan.first_round;
   accumulation.rounds = plan.rounds;
-  accumulation.dpu_warmup = config.dpu_warmup;
-  accumulation.accumulation = config.accumulation;
-  accumulation.max_accumulation = config.max_accumulation;
-  accumulation.estimate_accumulation = config.estimate_accumulation ? config.estimate_accumulation : config.accumulation;
-  accumulation.estimate_max_accumulation =  // the same headroom over the least
-      config.max_accumulation ? config.max_accumulation - config.accumulation + accumulation.estimate_accumulation : 0;
+  accumulation.dpu_warmup = plan.dpu_warmup;
+  accumulation.accumulation = plan.accumulation;
+  accumulation.max_accumulation = plan.max_accumulation;
+  accumulation.estimate_accumulation = plan.estimate_accumulation;
+  accumulation.estimate_max_accumulation = plan.estimate_max_accumulation;
   accumulation.parameter_count = plan.initial.size();
   accumulation.parameters = compute->parameters;
   accumulation.fetch_sums = compute->resident && !compute->memory;
@@ -130,13 +128,13 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
     return learning_rate_at(schedule, step);
   };
-  const bool checkpoints = !config.checkpoint_path.empty() || spec.keeps_state;
+  const bool checkpoints = !plan.checkpoint_path.empty() || spec.keeps_state;
   auto checkpoint_due = [checkpoints, pipe = plan.algo->pipe, rounds = plan.rounds,
-                         interval = config.checkpoint_interval](std::uint64_t round) {
+                         interval = plan.checkpoint_interval](std::uint64_t round) {
     return checkpoints && step_due(pipe, round, rounds, interval);
   };
   accumulation.wants_parameters = [rank, checkpoint_due, pipe = plan.algo->pipe, rounds = plan.rounds,
-                                   interval = config.eval_interval](std::uint64_t round) {
+                                   interval = plan.eval_interval](std::uint64_t round) {
     return rank == 0 && (step_due(pipe, round, rounds, interval) || checkpoint_due(round));
   };
   accumulation.wants_snapshot = checkpoint_due;

@@ -20,7 +20,7 @@ namespace accord {
 
 // Each compute actor stands for one device: BLAS threads share the cores among them, and among
 // the other processes on this machine (include/accord/blas_threads.hpp).
-void size_blas(const job_config& config, int local_workers);
+void size_blas(const job_plan& plan, int local_workers);
 
 // CAF settings and message types every accord actor system needs.
 void configure_system(caf::actor_system_config& system_config);
@@ -52,13 +52,13 @@ struct local_actors {
   }
 };
 
-// The coordinator of a job (or of an elastic job's epoch) as the plan and configuration say;
-// callers add what they observe (on_step, result, ...).
-coordinator_setup coordination_for(const job_plan& plan, const model& prototype, const job_config& config,
+// The coordinator of a job (or of an elastic job's epoch) as the plan says, calling the hooks'
+// on_checkpoint_written; callers add what they observe (on_step, result, ...).
+coordinator_setup coordination_for(const job_plan& plan, const model& prototype, const job_hooks& hooks,
                                    evaluator_actor evaluator);
 
 evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local, const model& prototype,
-                                 std::shared_ptr<const dataset> eval, const job_config& config);
+                                 std::shared_ptr<const dataset> eval, const job_plan& plan);
 
 // One worker of an epoch: where it sits and what it starts from.
 struct worker_spec {
@@ -81,10 +81,11 @@ struct worker_spec {
   std::shared_ptr<worker::state> app;
 };
 
-// Spawns one worker's compute, communicator and accumulator actors.
+// Spawns one worker's compute, communicator and accumulator actors (which stop when the hooks'
+// stop_requested is set).
 worker_handles spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
-                               const model& prototype, std::shared_ptr<const dataset> train,
-                               const job_config& config, worker_spec spec);
+                            const model& prototype, std::shared_ptr<const dataset> train, const job_hooks& hooks,
+                            worker_spec spec);
 
 // Starts the accumulators and waits for the verdict of `judge` (the coordinator, or the agent
 // relaying it): empty, or what failed.

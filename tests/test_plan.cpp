@@ -1,0 +1,226 @@
+// plan_job reads a job_config once: the links, the precisions and the topology's settings come
+// out parsed and resolved, and a bad one is refused by plan_job itself, before any runner or
+// actor, with the one line the runners have always given. Epochs derive their plans from it.
+#include <doctest/doctest.h>
+
+#include "job/plan.hpp"
+#include "quadratic_model.hpp"
+
+#include <accord/worker.hpp>
+
+#include <stdexcept>
+#include <string>
+
+using namespace accord;
+using accord::testing::quadratic;
+using accord::testing::waves;
+
+namespace {
+
+constexpr std::size_t dim = 12;
+
+job_config small_job(const std::string& algorithm) {
+  job_config job;
+  job.algorithm = algorithm;
+  job.workers = 4;
+  job.steps = 8;
+  job.micro_batch = 2;
+  return job;
+}
+
+const std::string link_examples = " (expected e.g. '1gbit,50us', '10gbit', '2GB,5us' or 'unlimited')";
+
+}  // namespace
+
+TEST_CASE("plan_job resolves the links, the precisions, the topology's settings and the splits") {
+  const quadratic net(dim);
+  const waves data(dim);
+
+  job_config job = small_job("acco");
+  job.topology = "hierarchical";
+  job.topology_settings.group_size = 2;
+  job.link = "1gbit,50us";
+  job.topology_settings.inter_link = "100mbit,1ms";
+  job.wire_precision = "bf16";
+  job.estimate_precision = "fp16";
+  job.accumulation = 2;
+  job.max_accumulation = 5;
+  job.estimate_accumulation = 3;
+  job.keep_interval = 0;
+  const job_plan plan = plan_job(net, data, job);
+  CHECK(plan.link.bandwidth_bytes_per_second == doctest::Approx(1.25e8));
+  CHECK(plan.link.latency_seconds == doctest::Approx(50e-6));
+  CHECK(plan.inter_link.bandwidth_bytes_per_second == doctest::Approx(1.25e7));
+  CHECK(plan.inter_link.latency_seconds == doctest::Approx(1e-3));
+  CHECK(plan.precision.real == wire_precision::bf16);
+  CHECK(plan.precision.estimate == wire_precision::fp16);
+  CHECK(plan.compute == compute_precision::fp32);
+  CHECK(plan.topology_name == "hierarchical");
+  CHECK(plan.topo->group_size() == 2);
+  CHECK(plan.topology_request.options.group_size == 2);
+  CHECK(plan.topology_request.workers == 4);
+  CHECK(plan.workers == 4);
+  CHECK(plan.rounds == 16);  // ACCO: two rounds a step
+  CHECK(plan.accumulation == 2);
+  CHECK(plan.max_accumulation == 5);
+  CHECK(plan.estimate_accumulation == 3);
+  CHECK(plan.estimate_max_accumulation == 6);  // the real rounds' headroom of 3 over the least
+  CHECK(plan.keep_interval == 1);
+
+  // The defaults: no inter link is the link, no estimate precision the wire's, no estimate
+  // accumulation the real rounds'; a topology's own settings reach its request.
+  job = small_job("ddp");
+  job.topology = "local-sgd";
+  job.optimizer = "sgd";
+  job.topology_settings.local_steps = 4;
+  job.link = "10gbit";
+  job.wire_precision = "fp16";
+  job.accumulation = 3;
+  const job_plan defaults = plan_job(net, data, job);
+  CHECK(defaults.inter_link.bandwidth_bytes_per_second == doctest::Approx(1.25e9));
+  CHECK(defaults.inter_link.latency_seconds == 0);
+  CHECK(defaults.precision.estimate == wire_precision::fp16);
+  CHECK(defaults.topology_request.options.local_steps == 4);
+  CHECK(defaults.topo->group_size() == 1);
+  CHECK(defaults.estimate_accumulation == 3);
+  CHECK(defaults.estimate_max_accumulation == 0);
+
+  job = small_job("acco");
+  job.estimate_precision = "int8";  // ACCO's estimate rounds on the ring may travel quantized
+  CHECK(plan_job(net, data, job).precision.estimate == wire_precision::int8);
+}
+
+TEST_CASE("plan_job itself refuses a bad link, precision or topology setting with one line") {
+  const quadratic net(dim);
+  const waves data(dim);
+  struct bad_case {
+    const char* algorithm;
+    void (*spoil)(job_config&);
+    std::string message;
+  };
+  const bad_case cases[] = {
+      {"acco", [](job_config& j) { j.link = "3parsecs"; },
+       "link spec '3parsecs': unknown unit 'parsecs' (bandwidth: bit, kbit, mbit, gbit, tbit, B, KB, MB, GB, TB per "
+       "second; latency: ns, us, ms, s)" + link_examples},
+      {"acco",
+       [](job_config& j) {
+         j.topology = "hierarchical";
+         j.topology_settings.group_size = 2;
+         j.topology_settings.inter_link = "1gbit,";
+       },
+       "link spec '1gbit,': trailing comma" + link_examples},
+      {"acco", [](job_config& j) { j.wire_precision = "fp8"; },
+       "wire precision: 'fp8' (expected fp32|bf16|fp16|int8|sign)"},
+      {"acco", [](job_config& j) { j.estimate_precision = "fp4"; },
+       "estimate precision: 'fp4' (expected fp32|bf16|fp16|int8|sign)"},
+      {"acco", [](job_config& j) { j.wire_precision = "int8"; },
+       "wire precision: 'int8' is for ACCO's estimate rounds only (estimate precision); the wire takes fp32|bf16|fp16"},
+      {"acco",
+       [](job_config& j) {
+         j.topology = "hierarchical";
+         j.topology_settings.group_size = 2;
+         j.estimate_precision = "sign";
+       },
+       "estimate precision: 'sign' is not supported by the hierarchical topology, whose collectives take "
+       "fp32|bf16|fp16"},
+      {"acco", [](job_config& j) { j.compute_precision = "fp64"; }, "compute precision: 'fp64' (expected fp32|bf16)"},
+      {"acco", [](job_config& j) { j.compute_precision = "bf16"; },
+       "compute precision bf16 is for GPU workers; this model runs on the cpu, in fp32"},
+      {"acco", [](job_config& j) { j.topology = "hierarchical"; },
+       "--topology hierarchical: needs a group size (--group-size in one process; between processes "
+       "LOCAL_WORLD_SIZE, the workers of one machine)"},
+      {"ddp",
+       [](job_config& j) {
+         j.topology = "local-sgd";
+         j.topology_settings.outer_momentum = 1.0f;
+       },
+       "--topology local-sgd: --outer-momentum must be in [0, 1)"},
+      {"ddp",
+       [](job_config& j) {
+         j.topology = "gossip";
+         j.topology_settings.gossip_graph = "star";
+       },
+       "--gossip-graph: 'star' (expected ring|exponential|complete)"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    job_config job = small_job(c.algorithm);
+    plan_job(net, data, job);  // fine until spoilt
+    c.spoil(job);
+    CHECK_THROWS_WITH_AS(plan_job(net, data, job), c.message.c_str(), std::invalid_argument);
+  }
+}
+
+TEST_CASE("an epoch's plan derives from the job's plan") {
+  const quadratic net(dim);
+  const waves data(dim);
+  job_config job = small_job("ddp");
+  job.link = "1gbit";
+  job.wire_precision = "bf16";
+  job.membership = {{3, 2, false}};
+  const job_plan plan = plan_job(net, data, job);
+
+  // In one process: the first epoch runs the job's start up to its change, every step kept.
+  const job_plan first = plan_epoch(plan, net, 4, 3, nullptr);
+  CHECK(first.workers == 4);
+  CHECK(first.steps == 3);
+  CHECK(first.rounds == 3);
+  CHECK(first.checkpoint_interval == 1);
+  CHECK(first.membership.empty());
+  CHECK(first.initial == plan.initial);
+  CHECK(first.first_round == 0);
+  CHECK(first.link.bandwidth_bytes_per_second == plan.link.bandwidth_bytes_per_second);
+  CHECK(first.precision.real == wire_precision::bf16);
+
+  // The next continues from the state the first kept.
+  checkpoint kept;
+  kept.steps = 3;
+  kept.data_position = 48;
+  kept.signature = net.signature();
+  kept.algorithm = "ddp";
+  kept.parameters.assign(dim, 0.5f);
+  kept.slots = 2;  // AdamW's
+  kept.optimizer.assign(2 * dim, 0.0f);
+  const job_plan second = plan_epoch(plan, net, 2, 8, &kept);
+  CHECK(second.workers == 2);
+  CHECK(second.first_round == 3);
+  CHECK(second.data_position == 48);
+  CHECK(second.initial == kept.parameters);
+  CHECK(second.resume.has_value());
+  CHECK(second.topology_request.workers == 2);
+  kept.steps = 9;
+  CHECK_THROWS_WITH_AS(plan_epoch(plan, net, 2, 8, &kept),
+                       "membership change: the checkpoint is at step 9, beyond the job's 8 steps", std::invalid_argument);
+
+  // Between processes: the same settings for another worker count, from where the epoch starts.
+  const job_plan continued = plan.continued(5, 80, std::vector<float>(dim, 0.25f), 3);
+  CHECK(continued.workers == 3);
+  CHECK(continued.first_round == 5);
+  CHECK(continued.data_position == 80);
+  CHECK(continued.rounds == plan.rounds);
+  CHECK(continued.initial == std::vector<float>(dim, 0.25f));
+  CHECK_FALSE(continued.resume.has_value());
+  CHECK(continued.precision.real == wire_precision::bf16);
+  CHECK(continued.topo == plan.topo);
+}
+
+TEST_CASE("app_job plans where it starts: what the job's place refuses fails start(), before any thread") {
+  app_model m;
+  m.signature = "six zeros";
+  m.initial_parameters.assign(6, 0.0f);
+  job_config job = small_job("ddp");
+  job.membership = {{2, 2, false}};
+  CHECK_THROWS_WITH_AS(app_job::start(m, job),
+                       "an app-driven job in one process has a fixed worker set (no membership changes)",
+                       std::invalid_argument);
+  job.membership.clear();
+  process_group group;  // one process
+  CHECK_THROWS_WITH_AS(app_job::start_process(m, job, group), "workers (4) must equal the world size (1)",
+                       std::invalid_argument);
+  // Planned for an elastic job: a topology that cannot follow workers coming and going says so.
+  group.world_size = 4;
+  group.elastic = true;
+  job.topology = "local-sgd";
+  CHECK_THROWS_WITH_AS(app_job::start_process(m, job, group),
+                       "--topology local-sgd: workers coming and going are not supported", std::invalid_argument);
+}
