@@ -4,8 +4,6 @@
 
 #include <accord/job.hpp>
 
-#include "cluster/launch_env.hpp"
-
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -23,21 +21,6 @@ void seconds_property(py::class_<C>& cls, const char* name, std::chrono::millise
         if (!(seconds > 0 && seconds < 1e9)) throw py::value_error(std::string(name) + ": seconds must be > 0");
         c.*field = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
       });
-}
-
-// This process's place in a job started by accord-launch, torchrun or srun; None when the
-// environment names no job. A bad variable raises ValueError naming it.
-std::optional<process_group> process_group_from_environment() {
-  const auto found = rendezvous_from_environment();
-  if (!found) return std::nullopt;
-  process_group group;
-  group.rank = found->rank;
-  group.world_size = found->world_size;
-  group.local_rank = found->local_rank;
-  group.master_addr = found->master_addr;
-  group.master_port = found->master_port;
-  group.job_id = job_id_from_environment();
-  return group;
 }
 
 }  // namespace
@@ -91,9 +74,12 @@ void bind_settings(py::module_& m) {
       .def_readwrite("job_id", &process_group::job_id)
       .def_readwrite("transport", &process_group::transport)
       .def_readwrite("local_rank", &process_group::local_rank)
-      .def_static("from_environment", &process_group_from_environment,
-                  "RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (accord-launch, torchrun) or "
-                  "Slurm's variables, and the job id; None when none is set.");
+      .def_static("from_environment", &process_group_from_environment, py::arg("join") = "",
+                  "This process's place as accord-launch, torchrun or srun left it in the environment (RANK, "
+                  "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or Slurm's variables; ACCORD_ELASTIC, "
+                  "ACCORD_JOIN or `join`, HOST:PORT; the job id), with this machine's address towards the "
+                  "master as host; None when the environment names no job "
+                  "(include/accord/process_group.hpp's process_group_from_environment).");
   seconds_property(group, "connect_timeout", &process_group::connect_timeout);
   seconds_property(group, "rendezvous_timeout", &process_group::rendezvous_timeout);
 

@@ -35,7 +35,9 @@ def config(**settings):
     return result
 
 
-def process_group():
+def process_group(join=""):
     """This process's ProcessGroup when launched by accord-launch, torchrun or srun (RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), else None (a job in this process)."""
-    return ProcessGroup.from_environment()
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ..., ACCORD_ELASTIC, ACCORD_JOIN), else None (a job in
+    this process). `join`: HOST:PORT of a running elastic job to join (else ACCORD_JOIN's).
+    The same reading as accord-train's (C++: accord::process_group_from_environment)."""
+    return ProcessGroup.from_environment(join)
