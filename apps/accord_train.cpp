@@ -4,7 +4,7 @@
 #include "apps/training_options.hpp"
 #include "gpu/device.hpp"
 #include <accord/blas_threads.hpp>
-#include <accord/process_group.hpp>
+#include <accord/config_fields.hpp>
 
 #include <atomic>
 #include <cmath>
@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
   po::options_description options("accord-train options");
   options.add_options()("help,h", "show this help")
       ("log-interval", number_flag<std::uint64_t>(0, 1'000'000'000, 10), "progress line every this many steps (0: none)")
+      ("show-config", po::bool_switch(),
+       "print the job's settings as the flags, --config and the environment make them, one 'name = value' line "
+       "per job_config field (between processes also the process_group's, as 'group.name = value'), and exit")
       ("save-parameters", po::value<std::string>(),
        "write the final parameters (raw float32) to this file; between processes rank 0 writes it (every rank "
        "holds the same parameters)")
@@ -190,6 +193,10 @@ int main(int argc, char** argv) {
       place->leave_requested = &leave_requested;
       place->heartbeat_timeout = std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
       place->rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
+    }
+    if (flags["show-config"].as<bool>()) {
+      std::printf("%s%s", describe(setup.job).c_str(), place ? describe(*place, "group.").c_str() : "");
+      return 0;
     }
     const std::uint64_t log_interval = leader ? flags["log-interval"].as<std::uint64_t>() : 0;
     const job_config& job = setup.job;

@@ -1,6 +1,7 @@
 #pragma once
 // Public embedder API: the settings of a job (run_job, run_job_process, app_job). Plain data,
 // no CAF: every field has a default, an app sets the ones it cares about.
+// <accord/config_fields.hpp> lists the fields by name (the Python binding is made from it).
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
