@@ -3,30 +3,20 @@
 #include <accord/update_rule.hpp>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/transport_peers.hpp"
 
 #include <stdexcept>
 
 namespace accord {
 namespace {
 
-class transport_collectives final : public rule_collectives {
-public:
-  explicit transport_collectives(transport& link) : link_(link) {}
-  int rank() const override { return link_.rank(); }
-  int world() const override { return link_.size(); }
-  void all_reduce_sum(std::span<float> values) override { link_.all_reduce(values); }
-
-private:
-  transport& link_;
-};
-
 class registered_rule final : public update_rule {
 public:
   explicit registered_rule(std::unique_ptr<aggregation_rule> rule) : rule_(std::move(rule)) {}
   void apply(transport& link, std::span<float> buffer, const round_totals& local, const round_totals& global,
              float learning_rate, std::uint64_t step, bool estimate, std::span<const float>) override {
-    transport_collectives workers(link);
-    rule_->apply(workers, buffer, round_context{local.micro_batches, global.micro_batches, learning_rate, step, estimate});
+    transport_peers peers(link);
+    rule_->apply(peers, buffer, round_view{step, learning_rate, local.micro_batches, global.micro_batches, estimate});
   }
   std::size_t state_bytes() const override { return rule_->state_bytes(); }
   rule_state snapshot() const override { return {}; }  // nothing to checkpoint (refused in plan_job)

@@ -1,33 +1,11 @@
 #include "algorithms/topology_rule.hpp"
+#include "algorithms/transport_peers.hpp"
 
 #include <stdexcept>
 #include <string>
 
 namespace accord {
 namespace {
-
-// A user tag of its own ("topo"): topologies' pairwise messages never match anything else's.
-constexpr std::uint64_t exchange_tag = 0x746f706f;
-
-class link_peers final : public topology_peers {
-public:
-  explicit link_peers(transport& link) : link_(link) {}
-  int rank() const override { return link_.rank(); }
-  int size() const override { return link_.size(); }
-  void all_reduce(std::span<float> values) override { link_.all_reduce(values); }
-  void all_reduce(std::span<double> values) override { link_.all_reduce(values); }
-  void exchange(int peer, std::span<const float> mine, std::span<float> theirs) override {
-    if (mine.size() != theirs.size())
-      throw std::invalid_argument("topology exchange: " + std::to_string(mine.size()) + " values out, " +
-                                  std::to_string(theirs.size()) + " in");
-    const transport::request sent = link_.post_send(peer, exchange_tag, std::as_bytes(mine));
-    link_.recv(peer, exchange_tag, std::as_writable_bytes(theirs));
-    link_.wait(sent);
-  }
-
-private:
-  transport& link_;
-};
 
 // The algorithm's rules bound to one round's arguments.
 class round_rules final : public algorithm_rules {
@@ -62,15 +40,14 @@ private:
 class topology_rule final : public update_rule {
 public:
   topology_rule(std::unique_ptr<worker_topology> worker, std::unique_ptr<update_rule> algorithm,
-                const optimizer_config& optimizer, std::uint64_t steps, std::shared_ptr<topology_status> status)
-      : worker_(std::move(worker)), algorithm_(std::move(algorithm)), config_(optimizer), steps_(steps),
-        status_(std::move(status)) {}
+                const optimizer_config& optimizer, std::shared_ptr<topology_status> status)
+      : worker_(std::move(worker)), algorithm_(std::move(algorithm)), config_(optimizer), status_(std::move(status)) {}
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local, const round_totals& global,
              float learning_rate, std::uint64_t step, bool estimate, std::span<const float> current) override {
-    link_peers peers(link);
+    transport_peers peers(link);
     round_rules rules(*algorithm_, link, local, global, learning_rate, step, estimate, current, config_, own_);
-    const topology_round round{step, steps_, learning_rate, local.micro_batches, global.micro_batches, estimate};
+    const round_view round{step, learning_rate, local.micro_batches, global.micro_batches, estimate};
     topology_report report;
     worker_->round(buffer, round, peers, rules, report);
     observed_ = algorithm_->observations();  // the metrics see the algorithm's gradient norm and votes
@@ -86,7 +63,6 @@ private:
   std::unique_ptr<worker_topology> worker_;
   std::unique_ptr<update_rule> algorithm_;
   optimizer_config config_;
-  std::uint64_t steps_;
   std::shared_ptr<topology_status> status_;
   std::unique_ptr<optimizer> own_;  // local_step's state, this worker's own
 };
@@ -95,10 +71,9 @@ private:
 
 std::unique_ptr<update_rule> make_topology_rule(std::unique_ptr<worker_topology> worker,
                                                 std::unique_ptr<update_rule> algorithm,
-                                                const optimizer_config& optimizer, std::uint64_t steps,
+                                                const optimizer_config& optimizer, std::uint64_t,
                                                 std::shared_ptr<topology_status> status) {
-  return std::make_unique<topology_rule>(std::move(worker), std::move(algorithm), optimizer, steps,
-                                         std::move(status));
+  return std::make_unique<topology_rule>(std::move(worker), std::move(algorithm), optimizer, std::move(status));
 }
 
 }  // namespace accord

@@ -47,7 +47,9 @@ constexpr const char* help_text = R"(usage: accord-launch -n N [options] -- PROG
 
 Starts N copies of PROGRAM on this machine, one per rank, and waits for them.
 
-Each worker gets torchrun's variables (read them with accord::rendezvous_from_environment):
+Each worker gets torchrun's variables and accord's own; a worker reads its place in the job from
+them with accord::process_group_from_environment() (<accord/process_group.hpp>), as accord-train
+does, or in Python with accord.process_group():
   RANK              rank-offset + local rank
   LOCAL_RANK        0..N-1 on this machine
   WORLD_SIZE        --world-size, or N
@@ -57,7 +59,7 @@ Each worker gets torchrun's variables (read them with accord::rendezvous_from_en
   ACCORD_ELASTIC    1 with --elastic or --join; removed from the workers' environment without them
   ACCORD_JOIN       HOST:PORT with --join; removed from the workers' environment without it
   ACCORD_TRACE      FILE with --trace; removed from the workers' environment without it
-  ACCORD_JOB_ID      accord-launch:HOST:PID when this launcher starts the whole job and neither
+  ACCORD_JOB_ID     accord-launch:HOST:PID when this launcher starts the whole job and neither
                     ACCORD_JOB_ID, TORCHELASTIC_RUN_ID nor SLURM_JOB_ID names it (another job's
                     workers reaching the same master port are then refused as such)
 With --join the workers get ACCORD_JOIN, ACCORD_ELASTIC, LOCAL_RANK and LOCAL_WORLD_SIZE only, and

@@ -1,13 +1,12 @@
 // accord-train: data-parallel training with actors in one process. With no flags it trains the
 // byte-level GPT on the fortunes corpus with ACCO on 4 workers over an emulated link.
-#include "cluster/launch_env.hpp"
 #include "observe/status_server.hpp"
 #include "apps/training_options.hpp"
 #include "gpu/device.hpp"
 #include <accord/blas_threads.hpp>
+#include <accord/config_fields.hpp>
 
 #include <atomic>
-#include <charconv>
 #include <cmath>
 #include <optional>
 #include <csignal>
@@ -93,23 +92,15 @@ void request_stop(int signal) {
   stop_signal = signal;
 }
 
-// "HOST:PORT" of --join.
-std::pair<std::string, int> parse_host_port(const std::string& text) {
-  const auto colon = text.rfind(':');
-  int port = 0;
-  const char* end = text.data() + text.size();
-  if (colon == std::string::npos || colon == 0 ||
-      std::from_chars(text.data() + colon + 1, end, port).ptr != end || port < 1 || port > 65535)
-    throw std::invalid_argument("--join (or ACCORD_JOIN): '" + text + "' (expected HOST:PORT, port 1..65535)");
-  return {text.substr(0, colon), port};
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   po::options_description options("accord-train options");
   options.add_options()("help,h", "show this help")
       ("log-interval", number_flag<std::uint64_t>(0, 1'000'000'000, 10), "progress line every this many steps (0: none)")
+      ("show-config", po::bool_switch(),
+       "print the job's settings as the flags, --config and the environment make them, one 'name = value' line "
+       "per job_config field (between processes also the process_group's, as 'group.name = value'), and exit")
       ("save-parameters", po::value<std::string>(),
        "write the final parameters (raw float32) to this file; between processes rank 0 writes it (every rank "
        "holds the same parameters)")
@@ -153,31 +144,12 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--transport: '" + transport + "' (expected ucx|nccl)");
     const double heartbeat = flags["heartbeat-timeout"].as<double>();
     const double rendezvous_timeout = flags["rendezvous-timeout"].as<double>();
-    const char* elastic_variable = std::getenv("ACCORD_ELASTIC");
-    const bool elastic = flags["elastic"].as<bool>() || (elastic_variable && std::string(elastic_variable) == "1");
-    std::optional<rendezvous_info> place = rendezvous_from_environment();
-    // --join, or ACCORD_JOIN as accord-launch --join sets it.
-    const char* join_variable = std::getenv("ACCORD_JOIN");
-    const std::string join_at = flags.count("join")                 ? flags["join"].as<std::string>()
-                                : join_variable && *join_variable ? join_variable
-                                                                  : "";
-    const bool joining = !join_at.empty();
-    if (joining) {
-      const auto [address, port] = parse_host_port(join_at);
-      rendezvous_info joiner;
-      joiner.rank = -1;
-      joiner.world_size = 0;
-      // A joiner has no RANK, so LOCAL_RANK (which GPU to take) is read on its own.
-      if (const char* local_rank = std::getenv("LOCAL_RANK")) {
-        const std::string text = local_rank;
-        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), joiner.local_rank);
-        if (error != std::errc{} || end != text.data() + text.size() || joiner.local_rank < 0)
-          throw std::invalid_argument("LOCAL_RANK='" + text + "' is not a non-negative integer");
-      }
-      joiner.master_addr = address;
-      joiner.master_port = port;
-      place = joiner;
-    }
+    // RANK, WORLD_SIZE, ... (or Slurm's), ACCORD_ELASTIC, and --join or ACCORD_JOIN as
+    // accord-launch --join sets it; nullopt: a job in this process.
+    std::optional<process_group> place =
+        process_group_from_environment(flags.count("join") ? flags["join"].as<std::string>() : std::string());
+    const bool joining = place && place->join;
+    const bool elastic = flags["elastic"].as<bool>() || (place && place->elastic);
     // One process per GPU: its model (and so its resident tensors) on GPU LOCAL_RANK, where
     // its NCCL rank is too; the CUDA device current now is the one the model is made on.
     if (place && flags["device"].as<std::string>() != "cpu" && place->local_rank < cuda_device_count())
@@ -214,6 +186,18 @@ int main(int argc, char** argv) {
       std::signal(SIGINT, request_stop);
       setup.job.stop_requested = &stop_requested;
     }
+    if (place) {  // what the flags add to this process's place
+      place->master_bind = flags["master-bind"].as<std::string>();
+      place->transport = transport;
+      place->elastic = elastic || joining;
+      place->leave_requested = &leave_requested;
+      place->heartbeat_timeout = std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
+      place->rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
+    }
+    if (flags["show-config"].as<bool>()) {
+      std::printf("%s%s", describe(setup.job).c_str(), place ? describe(*place, "group.").c_str() : "");
+      return 0;
+    }
     const std::uint64_t log_interval = leader ? flags["log-interval"].as<std::uint64_t>() : 0;
     const job_config& job = setup.job;
     const bool language_model = flags["model"].as<std::string>() == "gpt";
@@ -237,7 +221,7 @@ int main(int argc, char** argv) {
                                                    setup.net->signature() + ", " + setup.data_description,
                                                job.steps);
       std::printf("status page: http://%s:%d/ (Prometheus: /metrics)\n",
-                  place ? local_address_towards(place->master_addr, place->master_port).c_str() : "127.0.0.1",
+                  place ? place->host.c_str() : "127.0.0.1",
                   status->port());
       std::fflush(stdout);
     } else if (flags.count("status-port")) {
@@ -281,23 +265,7 @@ int main(int argc, char** argv) {
         };
     job_result result;
     if (place) {
-      process_group group;
-      group.rank = place->rank;
-      group.world_size = place->world_size;
-      group.master_addr = place->master_addr;
-      group.master_port = place->master_port;
-      group.master_bind = flags["master-bind"].as<std::string>();
-      group.host = local_address_towards(place->master_addr, place->master_port);
-      group.transport = transport;
-      group.local_rank = place->local_rank;
-      group.elastic = elastic || joining;
-      group.join = joining;
-      group.leave_requested = &leave_requested;
-      group.heartbeat_timeout = std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
-      group.rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
-      // A joiner names its job only when told to; it named the job's address already.
-      const char* named_job = std::getenv("ACCORD_JOB_ID");
-      group.job_id = joining ? (named_job ? named_job : "") : job_id_from_environment();
+      process_group group = *place;
       group.on_event = [&status](const std::string& line) {
         std::printf("%s\n", line.c_str());
         std::fflush(stdout);

@@ -1,13 +1,17 @@
-// accord's settings and reports as Python classes: JobConfig and ProcessGroup (read-write, with
-// the C++ defaults), StepMetrics and JobResult (read-only).
+// accord's settings and reports as Python classes: JobConfig, TopologyOptions, MembershipChange
+// and ProcessGroup (read-write, with the C++ defaults; made from the field lists of
+// <accord/config_fields.hpp>, so every field is there), StepMetrics and JobResult (read-only).
 #include "bindings.hpp"
 
-#include <accord/job.hpp>
-
-#include "cluster/launch_env.hpp"
+#include <accord/config_fields.hpp>
+#include <accord/metrics.hpp>
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
+
+#include <chrono>
+#include <functional>
+#include <type_traits>
 
 namespace py = pybind11;
 
@@ -25,77 +29,60 @@ void seconds_property(py::class_<C>& cls, const char* name, std::chrono::millise
       });
 }
 
-// This process's place in a job started by accord-launch, torchrun or srun; None when the
-// environment names no job. A bad variable raises ValueError naming it.
-std::optional<process_group> process_group_from_environment() {
-  const auto found = rendezvous_from_environment();
-  if (!found) return std::nullopt;
-  process_group group;
-  group.rank = found->rank;
-  group.world_size = found->world_size;
-  group.local_rank = found->local_rank;
-  group.master_addr = found->master_addr;
-  group.master_port = found->master_port;
-  group.job_id = job_id_from_environment();
-  return group;
+template <class T>
+struct is_std_function : std::false_type {};
+template <class T>
+struct is_std_function<std::function<T>> : std::true_type {};
+
+// A class whose properties are the fields of S's list (include/accord/config_fields.hpp), with
+// C++'s defaults; `_fields` names them in order. A pointer or callback field (a stop flag, an
+// event callback) has no Python form: `_cpp_only` names those.
+template <class S>
+py::class_<S> settings_class(py::module_& m, const char* name, const char* doc) {
+  py::class_<S> cls(m, name, doc);
+  cls.def(py::init<>());
+  py::list bound, cpp_only;
+  for_each_field<S>([&](const auto& f) {
+    using T = typename std::remove_cvref_t<decltype(f)>::value_type;
+    const char* field_name = f.name.data();  // a string literal's: NUL-terminated
+    if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
+      seconds_property(cls, field_name, f.member);
+    } else if constexpr (std::is_pointer_v<T> || is_std_function<T>::value) {
+      cpp_only.append(field_name);
+      return;
+    } else {
+      cls.def_readwrite(field_name, f.member);
+    }
+    bound.append(field_name);
+  });
+  cls.attr("_fields") = py::tuple(bound);
+  cls.attr("_cpp_only") = py::tuple(cpp_only);
+  return cls;
 }
 
 }  // namespace
 
 void bind_settings(py::module_& m) {
-  py::class_<job_config>(m, "JobConfig", "The settings of a job (include/accord/job.hpp's job_config).")
-      .def(py::init<>())
-      .def_readwrite("algorithm", &job_config::algorithm)
-      .def_readwrite("topology", &job_config::topology)
-      .def_readwrite("workers", &job_config::workers)
-      .def_readwrite("speed_factors", &job_config::speed_factors)
-      .def_readwrite("steps", &job_config::steps)
-      .def_readwrite("micro_batch", &job_config::micro_batch)
-      .def_readwrite("accumulation", &job_config::accumulation)
-      .def_readwrite("max_accumulation", &job_config::max_accumulation)
-      .def_readwrite("estimate_accumulation", &job_config::estimate_accumulation)
-      .def_readwrite("dpu_warmup", &job_config::dpu_warmup)
-      .def_readwrite("seed", &job_config::seed)
-      .def_readwrite("optimizer", &job_config::optimizer)
-      .def_readwrite("learning_rate", &job_config::learning_rate)
-      .def_readwrite("beta1", &job_config::beta1)
-      .def_readwrite("beta2", &job_config::beta2)
-      .def_readwrite("epsilon", &job_config::epsilon)
-      .def_readwrite("weight_decay", &job_config::weight_decay)
-      .def_readwrite("warmup_steps", &job_config::warmup_steps)
-      .def_readwrite("min_lr_ratio", &job_config::min_lr_ratio)
-      .def_readwrite("cosine", &job_config::cosine)
-      .def_readwrite("link", &job_config::link)
-      .def_readwrite("wire_precision", &job_config::wire_precision)
-      .def_readwrite("estimate_precision", &job_config::estimate_precision)
-      .def_readwrite("compute_precision", &job_config::compute_precision)
-      .def_readwrite("eval_interval", &job_config::eval_interval)
-      .def_readwrite("defer_evaluation", &job_config::defer_evaluation)
-      .def_readwrite("replica_check_interval", &job_config::replica_check_interval)
-      .def_readwrite("metrics_path", &job_config::metrics_path)
-      .def_readwrite("trace_path", &job_config::trace_path)
-      .def_readwrite("checkpoint_path", &job_config::checkpoint_path)
-      .def_readwrite("checkpoint_interval", &job_config::checkpoint_interval)
-      .def_readwrite("resume_path", &job_config::resume_path)
-      .def_readwrite("blas_threads", &job_config::blas_threads);
-
-  py::class_<process_group> group(m, "ProcessGroup",
-                                  "Where this process sits in a job between processes (one worker per process).");
-  group.def(py::init<>())
-      .def_readwrite("rank", &process_group::rank)
-      .def_readwrite("world_size", &process_group::world_size)
-      .def_readwrite("master_addr", &process_group::master_addr)
-      .def_readwrite("master_port", &process_group::master_port)
-      .def_readwrite("master_bind", &process_group::master_bind)
-      .def_readwrite("host", &process_group::host)
-      .def_readwrite("job_id", &process_group::job_id)
-      .def_readwrite("transport", &process_group::transport)
-      .def_readwrite("local_rank", &process_group::local_rank)
-      .def_static("from_environment", &process_group_from_environment,
-                  "RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (accord-launch, torchrun) or "
-                  "Slurm's variables, and the job id; None when none is set.");
-  seconds_property(group, "connect_timeout", &process_group::connect_timeout);
-  seconds_property(group, "rendezvous_timeout", &process_group::rendezvous_timeout);
+  settings_class<topology_options>(m, "TopologyOptions",
+                                   "The built-in topologies' settings (JobConfig.topology_settings; "
+                                   "include/accord/config.hpp's topology_options).");
+  settings_class<membership_change>(m, "MembershipChange",
+                                    "After `step` optimizer steps the job has `workers` workers; `crash`: one "
+                                    "dies mid-round (JobConfig.membership, in one process).")
+      .def(py::init([](std::uint64_t step, int workers, bool crash) { return membership_change{step, workers, crash}; }),
+           py::arg("step"), py::arg("workers"), py::arg("crash") = false);
+  settings_class<job_config>(m, "JobConfig", "The settings of a job (include/accord/config.hpp's job_config).")
+      .def("__str__", [](const job_config& config) { return describe(config); });
+  settings_class<process_group>(m, "ProcessGroup",
+                                "Where this process sits in a job between processes (one worker per process; "
+                                "include/accord/process_group.hpp).")
+      .def("__str__", [](const process_group& group) { return describe(group); })
+      .def_static("from_environment", &process_group_from_environment, py::arg("join") = "",
+                  "This process's place as accord-launch, torchrun or srun left it in the environment (RANK, "
+                  "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or Slurm's variables; ACCORD_ELASTIC, "
+                  "ACCORD_JOIN or `join`, HOST:PORT; the job id), with this machine's address towards the "
+                  "master as host; None when the environment names no job "
+                  "(include/accord/process_group.hpp's process_group_from_environment).");
 
   py::class_<worker_seconds>(m, "WorkerSeconds")
       .def_readonly("compute", &worker_seconds::compute)

@@ -3,6 +3,7 @@
 // joiners of a running elastic job (--join), bad flags.
 #include "cluster/launch_env.hpp"
 #include <accord/blas_threads.hpp>
+#include <accord/process_group.hpp>
 
 #include <doctest/doctest.h>
 
@@ -30,7 +31,8 @@ namespace {
 // Also accord-launch's own ACCORD_ELASTIC and ACCORD_JOIN, which a test may set for the launcher.
 constexpr const char* rendezvous_variables[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
-    "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODELIST", "SLURM_JOB_NODELIST", "ACCORD_ELASTIC", "ACCORD_JOIN"};
+    "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODELIST", "SLURM_JOB_NODELIST", "ACCORD_ELASTIC", "ACCORD_JOIN",
+    "ACCORD_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"};
 
 // Clears every rendezvous variable for one test case and puts the originals back afterwards.
 class scoped_environment {
@@ -151,6 +153,61 @@ TEST_CASE("Slurm variables, master from MASTER_ADDR or the node list") {
   info = rendezvous_from_environment();
   REQUIRE(info);
   CHECK(info->master_addr == "head.example");
+}
+
+TEST_CASE("process_group_from_environment: the rendezvous, elastic, join and job id as run_job_process takes them") {
+  scoped_environment env;
+  CHECK_FALSE(process_group_from_environment());
+  env.set("RANK", "1").set("WORLD_SIZE", "2").set("LOCAL_RANK", "1");
+  env.set("MASTER_ADDR", "127.0.0.1").set("MASTER_PORT", "31000").set("TORCHELASTIC_RUN_ID", "run-7");
+  auto group = process_group_from_environment();
+  REQUIRE(group);
+  CHECK(group->rank == 1);
+  CHECK(group->world_size == 2);
+  CHECK(group->local_rank == 1);
+  CHECK(group->master_addr == "127.0.0.1");
+  CHECK(group->master_port == 31000);
+  CHECK(group->host == "127.0.0.1");  // this machine's address towards the master
+  CHECK(group->job_id == "run-7");
+  CHECK_FALSE(group->elastic);
+  CHECK_FALSE(group->join);
+  env.set("ACCORD_ELASTIC", "1");
+  CHECK(process_group_from_environment()->elastic);
+  env.set("ACCORD_ELASTIC", "0");
+  CHECK_FALSE(process_group_from_environment()->elastic);
+
+  // A joiner: its master from ACCORD_JOIN (or the argument), no rank, and only an explicit job id.
+  env.set("ACCORD_JOIN", "127.0.0.1:31001");
+  group = process_group_from_environment();
+  REQUIRE(group);
+  CHECK(group->join);
+  CHECK(group->elastic);
+  CHECK(group->rank == -1);
+  CHECK(group->local_rank == 1);
+  CHECK(group->master_port == 31001);
+  CHECK(group->job_id.empty());
+  env.set("ACCORD_JOB_ID", "named");
+  group = process_group_from_environment("localhost:31002");
+  REQUIRE(group);
+  CHECK(group->master_addr == "localhost");
+  CHECK(group->master_port == 31002);
+  CHECK(group->job_id == "named");
+
+  const auto error = [](std::string_view join) {
+    try {
+      process_group_from_environment(join);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error("nohost") == "join address (--join) 'nohost' (expected HOST:PORT, port 1..65535)");
+  env.set("ACCORD_JOIN", "nohost:0");
+  CHECK(error("") == "ACCORD_JOIN='nohost:0' (expected HOST:PORT, port 1..65535)");
+  env.set("ACCORD_JOIN", "127.0.0.1:31001").set("LOCAL_RANK", "x");
+  CHECK(error("") == "LOCAL_RANK='x' is not a non-negative integer");
+  unsetenv("ACCORD_JOIN");
+  CHECK(error("") == "LOCAL_RANK=x is not an integer");
 }
 
 TEST_CASE("first host of a Slurm node list") {
@@ -559,13 +616,13 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
     CHECK(help.out.find(documented) != std::string::npos);
 }
 
-TEST_CASE("a worker started by accord-launch reads its place with rendezvous_from_environment") {
+TEST_CASE("a worker started by accord-launch reads its place with process_group_from_environment") {
   if (std::getenv("ACCORD_TEST_LAUNCHED_WORKER") != nullptr) {  // this process is one of the workers
-    const auto info = rendezvous_from_environment();
-    REQUIRE(info);
-    std::printf("rendezvous %d/%d local %d master %s:%d from %s\n", info->rank, info->world_size, info->local_rank,
-                info->master_addr.c_str(), info->master_port,
-                local_address_towards(info->master_addr, info->master_port).c_str());
+    const auto group = process_group_from_environment();
+    REQUIRE(group);
+    std::printf("rendezvous %d/%d local %d master %s:%d from %s, job %s\n", group->rank, group->world_size,
+                group->local_rank, group->master_addr.c_str(), group->master_port, group->host.c_str(),
+                group->job_id.starts_with("accord-launch:") ? "named by the launcher" : group->job_id.c_str());
     std::fflush(stdout);
     return;
   }
@@ -577,8 +634,9 @@ TEST_CASE("a worker started by accord-launch reads its place with rendezvous_fro
   std::set<std::string> reports;
   for (const auto& line : lines_of(result.out))
     if (line.find("] rendezvous ") != std::string::npos) reports.insert(line);
-  CHECK(reports == std::set<std::string>{"[rank 0] rendezvous 0/2 local 0 master 127.0.0.1:30123 from 127.0.0.1",
-                                         "[rank 1] rendezvous 1/2 local 1 master 127.0.0.1:30123 from 127.0.0.1"});
+  CHECK(reports == std::set<std::string>{
+                       "[rank 0] rendezvous 0/2 local 0 master 127.0.0.1:30123 from 127.0.0.1, job named by the launcher",
+                       "[rank 1] rendezvous 1/2 local 1 master 127.0.0.1:30123 from 127.0.0.1, job named by the launcher"});
 }
 
 TEST_CASE("BLAS threads: --blas-threads, then OPENBLAS_NUM_THREADS, then OMP_NUM_THREADS, then cores shared") {

@@ -7,8 +7,12 @@
                      and the job goes on
   app_error          an exception in the app's loss, evaluate or on_step ends the job and is
                      raised from train(), no hang
+  settings           JobConfig, TopologyOptions, MembershipChange and ProcessGroup have a property
+                     for every field of C++'s structs (their lists in accord/config_fields.hpp),
+                     accord.config sets nested ones, and process_group() reads the environment
 Run: PYTHONPATH=build/python python3 tests/test_python.py CASE
 Prints ACCORD_SKIPPED (ctest: skipped) when torch or numpy is not installed."""
+import os
 import sys
 
 try:
@@ -179,8 +183,69 @@ def app_error():
         on_step=on_step, algorithm="ddp", workers=2, steps=20))
 
 
+def properties(cls):
+    return {name for name in dir(cls) if not name.startswith("_") and isinstance(getattr(cls, name), property)}
+
+
+def settings():
+    # Each class's properties are exactly its field list's (the C++ test checks the lists against
+    # the structs); pointers and callbacks have no Python form and are named apart.
+    for cls, cpp_only in ((accord.JobConfig, {"stop_requested", "on_checkpoint_written"}),
+                          (accord.TopologyOptions, set()), (accord.MembershipChange, set()),
+                          (accord.ProcessGroup, {"leave_requested", "on_event"})):
+        assert properties(cls) == set(cls._fields), f"{cls.__name__}: {properties(cls) ^ set(cls._fields)}"
+        assert set(cls._cpp_only) == cpp_only, f"{cls.__name__}: {cls._cpp_only}"
+        instance = cls()
+        for name in cls._fields:  # every property reads and writes back
+            setattr(instance, name, getattr(instance, name))
+    for name in ("topology_settings", "eval_examples", "membership", "keep_interval", "resident_on_host",
+                 "device_rounds"):
+        assert name in accord.JobConfig._fields, name
+    for name in ("elastic", "join", "heartbeat_timeout"):
+        assert name in accord.ProcessGroup._fields, name
+    text = str(accord.JobConfig())  # C++'s describe(), a line per field
+    for name in accord.JobConfig._fields + accord.JobConfig._cpp_only:
+        assert f"{name} = " in text or f"{name}." in text, name
+
+    config = accord.config(topology="local-sgd", topology_settings=dict(local_steps=3, outer_momentum=0.5),
+                           membership=[(4, 1), accord.MembershipChange(step=6, workers=2)], eval_examples=64,
+                           keep_interval=2)
+    assert config.topology_settings.local_steps == 3 and config.topology_settings.outer_momentum == 0.5
+    assert [(m.step, m.workers, m.crash) for m in config.membership] == [(4, 1, False), (6, 2, False)]
+    assert config.eval_examples == 64 and config.keep_interval == 2
+    config.topology_settings.group_size = 2  # a nested struct is changed in place
+    assert config.topology_settings.group_size == 2
+    raises(TypeError, "unknown setting 'topology_settings.nope'", lambda: accord.config(topology_settings={"nope": 1}))
+    raises(TypeError, "topology_settings.local_steps", lambda: accord.config(topology_settings={"local_steps": "x"}))
+
+    # The nested settings reach the job: local-sgd with 3 local steps keeps replicas apart between
+    # outer steps, and the job still ends with one set of parameters.
+    x, y = data()
+    result = accord.torch.train(model(), lambda net, r: mean_loss(net, x, y, r.first_position, r.examples), group=None,
+                                algorithm="ddp", topology="local-sgd", topology_settings={"local_steps": 3},
+                                workers=2, steps=6, micro_batch=8, eval_interval=0)
+    assert len(result.steps) == 6 and result.replicas_identical
+
+    # process_group(): what accord-train reads, with this machine's address towards the master.
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "ACCORD_ELASTIC",
+                 "ACCORD_JOIN", "ACCORD_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"):
+        os.environ.pop(name, None)
+    assert accord.process_group() is None
+    os.environ.update(RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="31000", ACCORD_ELASTIC="1",
+                      ACCORD_JOB_ID="python-test")
+    group = accord.process_group()
+    assert (group.rank, group.world_size, group.master_port, group.host, group.job_id, group.elastic, group.join) == \
+        (1, 2, 31000, "127.0.0.1", "python-test", True, False), str(group)
+    assert group.heartbeat_timeout == 30.0
+    joiner = accord.process_group(join="127.0.0.1:31001")
+    assert joiner.join and joiner.elastic and joiner.master_port == 31001 and joiner.rank == -1
+    os.environ["MASTER_PORT"] = "70000"
+    raises(ValueError, "MASTER_PORT=70000", accord.process_group)
+    print(f"{len(accord.JobConfig._fields)} JobConfig fields, {len(accord.ProcessGroup._fields)} ProcessGroup fields")
+
+
 if __name__ == "__main__":
-    cases = {f.__name__: f for f in (ddp_equals_adamw, acco_and_dlion, bad_input, app_error)}
+    cases = {f.__name__: f for f in (ddp_equals_adamw, acco_and_dlion, bad_input, app_error, settings)}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:
         sys.exit(f"usage: test_python.py {'|'.join(cases)}")
     cases[sys.argv[1]]()

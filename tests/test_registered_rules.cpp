@@ -21,8 +21,8 @@ namespace {
 class mean_sgd final : public aggregation_rule {
 public:
   explicit mean_sgd(const rule_setup& s) : parameters_(s.initial.begin(), s.initial.end()) {}
-  void apply(rule_collectives& workers, std::span<float> buffer, const round_context& round) override {
-    workers.all_reduce_sum(buffer);
+  void apply(round_peers& peers, std::span<float> buffer, const round_view& round) override {
+    peers.all_reduce(buffer);
     for (std::size_t i = 0; i < buffer.size(); ++i)
       buffer[i] = parameters_[i] - round.learning_rate * static_cast<float>(buffer[i] / round.global_micro_batches);
     if (!round.estimate) parameters_.assign(buffer.begin(), buffer.end());

@@ -55,7 +55,7 @@ std::string refusal(const job_config& job) {
 // An app's topology that calls the algorithm's own round: the ring, written outside the library.
 class app_ring_worker final : public worker_topology {
 public:
-  void round(std::span<float> buffer, const topology_round&, topology_peers&, algorithm_rules& rules,
+  void round(std::span<float> buffer, const round_view&, round_peers&, algorithm_rules& rules,
              topology_report&) override {
     rules.aggregate(buffer);
   }
@@ -67,7 +67,7 @@ public:
 class app_allreduce_worker final : public worker_topology {
 public:
   explicit app_allreduce_worker(std::span<const float> initial) : parameters_(initial.begin(), initial.end()) {}
-  void round(std::span<float> buffer, const topology_round& round, topology_peers& peers, algorithm_rules& rules,
+  void round(std::span<float> buffer, const round_view& round, round_peers& peers, algorithm_rules& rules,
              topology_report&) override {
     peers.all_reduce(buffer);
     for (float& g : buffer) g /= static_cast<float>(round.global_micro_batches);

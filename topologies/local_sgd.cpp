@@ -22,16 +22,15 @@ namespace {
 
 class local_sgd_worker final : public worker_topology {
 public:
-  local_sgd_worker(const topology_options& options, std::span<const float> initial)
-      : local_steps_(options.local_steps), fragments_(options.fragments), overlap_(options.overlap_steps),
+  local_sgd_worker(const topology_options& options, std::uint64_t steps, std::span<const float> initial)
+      : steps_(steps), local_steps_(options.local_steps), fragments_(options.fragments), overlap_(options.overlap_steps),
         mix_(options.overlap_mix), outer_rate_(options.outer_learning_rate), outer_momentum_(options.outer_momentum),
         global_(initial.begin(), initial.end()), local_(initial.begin(), initial.end()),
         pseudo_gradient_(initial.size()), velocity_(options.outer_momentum > 0 ? initial.size() : 0) {}
 
-  void round(std::span<float> buffer, const topology_round& round, topology_peers& peers, algorithm_rules& rules,
+  void round(std::span<float> buffer, const round_view& round, round_peers& peers, algorithm_rules& rules,
              topology_report& report) override {
-    steps_ = round.steps;
-    const float scale = round.local_micro_batches > 0 ? static_cast<float>(1.0 / round.local_micro_batches) : 0.f;
+    const float scale = round.micro_batches > 0 ? static_cast<float>(1.0 / round.micro_batches) : 0.f;
     for (float& g : buffer) g *= scale;  // this worker's own mean gradient
     rules.local_step(local_, buffer);
     const bool last = round.step + 1 == steps_;
@@ -68,7 +67,7 @@ private:
 
   // Averages the fragment's pseudo-gradients and steps its θ_global; returns the workers'
   // spread over the fragment before the merge, mean_i ‖θ_i − θ̄‖².
-  double outer_step(topology_peers& peers, shard range) {
+  double outer_step(round_peers& peers, shard range) {
     const std::span<float> delta_sum(pseudo_gradient_.data() + range.begin, range.size());
     double own_square = 0;
     for (std::size_t i = range.begin; i < range.end; ++i) {
@@ -105,10 +104,10 @@ private:
     for (std::size_t i = range.begin; i < range.end; ++i) local_[i] = mix_ * local_[i] + (1 - mix_) * global_[i];
   }
 
+  std::uint64_t steps_;  // the job's
   std::uint64_t local_steps_, fragments_, overlap_;
   float mix_;
   float outer_rate_, outer_momentum_;
-  std::uint64_t steps_ = 0;
   std::vector<float> global_;           // θ_global after the last outer steps (every worker's the same)
   std::vector<float> local_;            // this worker's own θ_i
   std::vector<float> pseudo_gradient_;  // Σ_i (θ_global − θ_i), then its mean
@@ -118,13 +117,14 @@ private:
 
 class local_sgd final : public topology {
 public:
-  explicit local_sgd(topology_options options) : options_(std::move(options)) {}
+  local_sgd(topology_options options, std::uint64_t steps) : options_(std::move(options)), steps_(steps) {}
   std::unique_ptr<worker_topology> make_worker(int, std::span<const float> initial) const override {
-    return std::make_unique<local_sgd_worker>(options_, initial);
+    return std::make_unique<local_sgd_worker>(options_, steps_, initial);
   }
 
 private:
   topology_options options_;
+  std::uint64_t steps_;
 };
 
 void refuse(const std::string& why) { throw std::invalid_argument("--topology local-sgd: " + why); }
@@ -152,7 +152,7 @@ topology_factory local_sgd_topology() {
     if (o.fragments < 1 || o.fragments > o.local_steps) refuse("--fragments must be in 1..--local-steps");
     if (o.overlap_steps >= o.local_steps) refuse("--overlap-steps must be below --local-steps");
     if (!(o.overlap_mix >= 0 && o.overlap_mix < 1)) refuse("--overlap-mix must be in [0, 1)");
-    return std::make_unique<local_sgd>(o);
+    return std::make_unique<local_sgd>(o, job.steps);
   };
 }
 

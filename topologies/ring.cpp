@@ -6,7 +6,7 @@ namespace {
 
 class ring_worker final : public worker_topology {
 public:
-  void round(std::span<float> buffer, const topology_round&, topology_peers&, algorithm_rules& rules,
+  void round(std::span<float> buffer, const round_view&, round_peers&, algorithm_rules& rules,
              topology_report&) override {
     rules.aggregate(buffer);
   }

@@ -22,7 +22,7 @@ public:
   explicit signsgd_error_feedback(const accord::rule_setup& s)
       : parameters_(s.initial.begin(), s.initial.end()), error_(s.initial.size()), next_error_(s.initial.size()) {}
 
-  void apply(accord::rule_collectives& workers, std::span<float> buffer, const accord::round_context& round) override {
+  void apply(accord::round_peers& peers, std::span<float> buffer, const accord::round_view& round) override {
     const double n = static_cast<double>(buffer.size());
     const float mean = round.micro_batches > 0 ? static_cast<float>(1.0 / round.micro_batches) : 0.0f;
     double l1 = 0;
@@ -36,8 +36,8 @@ public:
       next_error_[i] = buffer[i] - delta;
       buffer[i] = delta;
     }
-    workers.all_reduce_sum(buffer);  // the same sums, bit for bit, on every worker
-    for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = parameters_[i] - buffer[i] / workers.world();
+    peers.all_reduce(buffer);  // the same sums, bit for bit, on every worker
+    for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = parameters_[i] - buffer[i] / peers.size();
     if (round.estimate) return;
     parameters_.assign(buffer.begin(), buffer.end());
     error_.swap(next_error_);

@@ -20,14 +20,14 @@ namespace {
 
 class averaging_worker final : public accord::worker_topology {
 public:
-  averaging_worker(std::uint64_t period, std::span<const float> initial)
-      : period_(period), own_(initial.begin(), initial.end()) {}
+  averaging_worker(std::uint64_t period, std::uint64_t steps, std::span<const float> initial)
+      : period_(period), steps_(steps), own_(initial.begin(), initial.end()) {}
 
-  void round(std::span<float> buffer, const accord::topology_round& round, accord::topology_peers& peers,
+  // `round` and `peers` are what an aggregation rule gets too (<accord/round.hpp>).
+  void round(std::span<float> buffer, const accord::round_view& round, accord::round_peers& peers,
              accord::algorithm_rules& rules, accord::topology_report& report) override {
-    steps_ = round.steps;
     // `buffer` holds this worker's gradient sum: its mean steps the worker's own copy.
-    const float mean = round.local_micro_batches > 0 ? static_cast<float>(1.0 / round.local_micro_batches) : 0.f;
+    const float mean = round.micro_batches > 0 ? static_cast<float>(1.0 / round.micro_batches) : 0.f;
     for (float& g : buffer) g *= mean;
     rules.local_step(own_, buffer);
     if (replicas_agree(round.step)) {
@@ -45,19 +45,19 @@ public:
 
 private:
   std::uint64_t period_;
-  std::uint64_t steps_ = 0;
+  std::uint64_t steps_;  // the job's (topology_job::steps)
   std::vector<float> own_;
 };
 
 class model_averaging final : public accord::topology {
 public:
-  explicit model_averaging(std::uint64_t period) : period_(period) {}
+  model_averaging(std::uint64_t period, std::uint64_t steps) : period_(period), steps_(steps) {}
   std::unique_ptr<accord::worker_topology> make_worker(int, std::span<const float> initial) const override {
-    return std::make_unique<averaging_worker>(period_, initial);
+    return std::make_unique<averaging_worker>(period_, steps_, initial);
   }
 
 private:
-  std::uint64_t period_;
+  std::uint64_t period_, steps_;
 };
 
 }  // namespace
@@ -69,7 +69,7 @@ int main() try {
       throw std::invalid_argument("--topology model-averaging: needs --algo ddp or lion, not " + job.algorithm);
     if (job.checkpoints || job.membership_changes)
       throw std::invalid_argument("--topology model-averaging: no checkpoints or membership changes");
-    return std::make_unique<model_averaging>(job.options.local_steps);  // reuses --local-steps as K
+    return std::make_unique<model_averaging>(job.options.local_steps, job.steps);  // reuses --local-steps as K
   });
 
   accord::gpt_config shape;

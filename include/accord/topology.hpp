@@ -8,9 +8,13 @@
 // Per worker and round, a topology's worker gets its gradient sum and returns the parameters
 // the worker computes with next. It may call the algorithm's own aggregation over every worker
 // (`algorithm_rules::aggregate`, today's ring round), step the algorithm's optimizer on its own
-// copy without communicating (`local_step`), and use collectives over its peers. Grouping
-// (`topology::group_size`) reshapes every collective of the job: members of a group reduce
-// among themselves, then the group leaders across groups.
+// copy without communicating (`local_step`), and use collectives over its peers (round_peers,
+// <accord/round.hpp>, as an aggregation rule does). Grouping (`topology::group_size`) reshapes
+// every collective of the job: members of a group reduce among themselves, then the group
+// leaders across groups.
+#include <accord/config.hpp>
+#include <accord/round.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -21,77 +25,18 @@
 
 namespace accord {
 
-// The built-in topologies' settings (job_config::topology_settings); a topology of an app may
-// read them too.
-struct topology_options {
-  // hierarchical: workers per group, consecutive ranks (0 is refused: the apps fill it from
-  // --group-size or, between processes, LOCAL_WORLD_SIZE).
-  int group_size = 0;
-  // hierarchical, in one process: the emulated link between groups (empty: as job_config::link,
-  // which then is the link inside a group).
-  std::string inter_link;
-  // local-sgd (DiLoCo): inner optimizer steps per worker between outer steps.
-  std::uint64_t local_steps = 1;
-  // local-sgd: the outer Nesterov step on the averaged pseudo-gradient θ_global − θ_worker.
-  float outer_learning_rate = 0.7f;
-  float outer_momentum = 0.9f;
-  // local-sgd, Streaming DiLoCo: fragments of the parameters (fragment f's outer steps come
-  // f·H/P steps after the first's), inner steps an outer step's result is merged late, and the
-  // weight of the worker's own fragment in that merge. 1, 0, 0: plain DiLoCo.
-  std::uint64_t fragments = 1;
-  std::uint64_t overlap_steps = 0;
-  float overlap_mix = 0.0f;
-  // parameter-server: how many pushes a worker may run ahead of the slowest (stale synchronous
-  // parallel); 0: synchronous rounds, DDP's arithmetic.
-  std::uint64_t max_staleness = 0;
-  // gossip: pairwise averaging events per worker and step (a Poisson rate), over the graph
-  // ring | exponential | complete (asynchronous) or ring | complete (lockstep: each pair of the
-  // step's matching averages with probability 1 - exp(-rate)).
-  double gossip_rate = 1.0;
-  std::string gossip_graph = "ring";
-  // gossip: rounds in lockstep (every worker each step, between processes too) instead of
-  // asynchronous workers in one process.
-  bool gossip_lockstep = false;
-  // gossip, asynchronous: "a2cid2" adds A2CiD2's continuous momentum (a second variable per
-  // worker mixing with its copy between events); "none": plain pairwise averages.
-  std::string gossip_momentum = "none";
-};
-
 // What a topology knows of the job it is asked to run.
 struct topology_job {
   std::string algorithm;
   bool synchronous = true;         // the algorithm's pipeline waits for each round (ddp, lion, dlion-*)
   bool sharded_optimizer = true;   // its aggregation is reduce-scatter → optimizer → all-gather
   int workers = 1;
-  std::uint64_t steps = 0;
+  std::uint64_t steps = 0;         // optimizer steps (round_view::step counts up to steps - 1)
   std::uint64_t seed = 0;          // the job's (topologies draw their random choices from it)
   std::size_t parameter_count = 0;
   bool checkpoints = false;        // the job writes or resumes checkpoints
   bool membership_changes = false; // workers come and go (elastic, in one process or between processes)
   topology_options options;
-};
-
-// One round as a worker's topology sees it.
-struct topology_round {
-  std::uint64_t step = 0;           // the optimizer step the round belongs to (0-based)
-  std::uint64_t steps = 0;          // in the job
-  float learning_rate = 0;          // of this step (schedule applied)
-  double local_micro_batches = 0;   // in this worker's gradient sum
-  double global_micro_batches = 0;  // summed over every worker
-  bool estimate = false;            // ACCO's estimate round: commits no state
-};
-
-// This worker's peers: every worker calls the same collectives in the same order.
-class topology_peers {
-public:
-  virtual ~topology_peers() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
-  // Sums over every worker in place, in a fixed order: every worker gets bit-identical values.
-  virtual void all_reduce(std::span<float> values) = 0;
-  virtual void all_reduce(std::span<double> values) = 0;
-  // Swaps `mine` for `peer`'s (which calls exchange with this rank at the same point).
-  virtual void exchange(int peer, std::span<const float> mine, std::span<float> theirs) = 0;
 };
 
 // The algorithm's own rules, offered to the topology for the current round.
@@ -117,7 +62,9 @@ class worker_topology {
 public:
   virtual ~worker_topology() = default;
   // `buffer`: this worker's gradient sum on entry, the parameters it computes with next on exit.
-  virtual void round(std::span<float> buffer, const topology_round& round, topology_peers& peers,
+  // `round` and `peers` as an aggregation rule gets them (<accord/round.hpp>); the job's steps
+  // are topology_job::steps.
+  virtual void round(std::span<float> buffer, const round_view& round, round_peers& peers,
                      algorithm_rules& rules, topology_report& report) = 0;
   // Whether every worker holds the same parameters after step `step` (0-based): the replica
   // check compares parameter hashes only then.

@@ -1,9 +1,11 @@
 #pragma once
 // Public embedder API: your own aggregation rule. A rule is what one round does on a worker:
 // its gradient sum in, the new parameters out (identical on every worker), talking to the other
-// workers through collectives. Registered under a name together with a pipeline it is an
-// algorithm like the built-in ones (which sit in the same registry): job_config::algorithm,
-// accord-train's --algo. No CAF.
+// workers through the round's peers (<accord/round.hpp>, as a topology's worker does).
+// Registered under a name together with a pipeline it is an algorithm like the built-in ones
+// (which sit in the same registry): job_config::algorithm, accord-train's --algo. No CAF.
+#include <accord/round.hpp>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,33 +22,13 @@ enum class pipeline {
   acco,         // overlapped, with ACCO's estimate round correcting the one-step delay
 };
 
-// The workers of a round, as a rule sees them: collectives over the job's transport
-// (in-process, UCX or NCCL). Every worker must call the same collectives in the same order.
-class rule_collectives {
-public:
-  virtual ~rule_collectives() = default;
-  virtual int rank() const = 0;
-  virtual int world() const = 0;
-  // Element-wise sum over all workers, added in a fixed order: every worker gets the same bits.
-  virtual void all_reduce_sum(std::span<float> values) = 0;
-};
-
-// What a round is.
-struct round_context {
-  double micro_batches = 0;         // in this worker's gradient sum
-  double global_micro_batches = 0;  // summed over all workers (divide by it for the mean)
-  float learning_rate = 0;          // the job's schedule at this step
-  std::uint64_t step = 0;           // the optimizer step (ACCO: both rounds of a step)
-  // ACCO's estimate round: compute parameters from the committed state without changing it.
-  bool estimate = false;
-};
-
 class aggregation_rule {
 public:
   virtual ~aggregation_rule() = default;
   // `buffer`: this worker's gradient sum on entry, the new parameters on exit — the same on
-  // every worker (replica checks compare them and stop a job whose workers disagree).
-  virtual void apply(rule_collectives& workers, std::span<float> buffer, const round_context& round) = 0;
+  // every worker (replica checks compare them and stop a job whose workers disagree). `peers`:
+  // the round's collectives; `round`: its step, learning rate and micro-batch counts.
+  virtual void apply(round_peers& peers, std::span<float> buffer, const round_view& round) = 0;
   // Bytes of state this worker keeps (for the memory report).
   virtual std::size_t state_bytes() const { return 0; }
 };

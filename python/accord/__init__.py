@@ -10,32 +10,51 @@ driven by the app's own training loop.
 
 accord.torch trains a torch.nn.Module this way in a few lines.
 """
-from ._accord import (Job, JobConfig, JobResult, ProcessGroup, Request, StepMetrics, Worker,
-                      WorkerSeconds, algorithm_names, topology_names)
+from ._accord import (Job, JobConfig, JobResult, MembershipChange, ProcessGroup, Request, StepMetrics,
+                      TopologyOptions, Worker, WorkerSeconds, algorithm_names, topology_names)
 
-__all__ = ["Job", "JobConfig", "JobResult", "ProcessGroup", "Request", "StepMetrics", "Worker",
-           "WorkerSeconds", "algorithm_names", "topology_names", "config", "process_group"]
+__all__ = ["Job", "JobConfig", "JobResult", "MembershipChange", "ProcessGroup", "Request", "StepMetrics",
+           "TopologyOptions", "Worker", "WorkerSeconds", "algorithm_names", "topology_names", "config",
+           "process_group"]
 
 
 def config(**settings):
-    """A JobConfig with the given fields set (JobConfig's attribute names; the rest keep
-    accord's defaults). An unknown name raises TypeError naming it."""
+    """A JobConfig with the given fields set (JobConfig._fields: the fields of C++'s job_config;
+    the rest keep accord's defaults). topology_settings may be a dict of TopologyOptions fields,
+    membership a list of MembershipChange or (step, workers[, crash]) tuples. An unknown name
+    raises TypeError naming it."""
     result = JobConfig()
     for name, value in settings.items():
-        if name.startswith("_") or not hasattr(result, name):
-            raise TypeError(f"accord.config: unknown setting '{name}'")
-        default = getattr(result, name)
-        try:
-            setattr(result, name, value)
-        except TypeError:
-            expected = "float or None" if default is None else type(default).__name__
-            if isinstance(default, int) and not isinstance(default, bool) and name != "workers":
-                expected = "int >= 0"
-            raise TypeError(f"accord.config: {name} = {value!r} is not a valid {expected}") from None
+        if name == "topology_settings" and isinstance(value, dict):
+            options = TopologyOptions()
+            for option, setting in value.items():
+                _set(options, "topology_settings." + option, option, setting)
+            value = options
+        elif name == "membership" and isinstance(value, (list, tuple)):
+            value = [change if isinstance(change, MembershipChange) else MembershipChange(*change)
+                     for change in value]
+        _set(result, name, name, value)
     return result
 
 
-def process_group():
+def _set(target, shown, name, value):
+    """setattr for a settings field, with accord.config's TypeError for an unknown name or a
+    value of the wrong type (`shown`: the name as the caller wrote it)."""
+    if name not in type(target)._fields:
+        raise TypeError(f"accord.config: unknown setting '{shown}'")
+    default = getattr(target, name)
+    try:
+        setattr(target, name, value)
+    except TypeError:
+        expected = "float or None" if default is None else type(default).__name__
+        if isinstance(default, int) and not isinstance(default, bool) and name != "workers":
+            expected = "int >= 0"
+        raise TypeError(f"accord.config: {shown} = {value!r} is not a valid {expected}") from None
+
+
+def process_group(join=""):
     """This process's ProcessGroup when launched by accord-launch, torchrun or srun (RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), else None (a job in this process)."""
-    return ProcessGroup.from_environment()
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ..., ACCORD_ELASTIC, ACCORD_JOIN), else None (a job in
+    this process). `join`: HOST:PORT of a running elastic job to join (else ACCORD_JOIN's).
+    The same reading as accord-train's (C++: accord::process_group_from_environment)."""
+    return ProcessGroup.from_environment(join)

@@ -82,11 +82,12 @@ def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", 
     copy of the model, from accord's evaluator thread. on_step(StepMetrics) sees every step.
     `settings` are JobConfig fields (algorithm, workers, steps, micro_batch, accumulation,
     optimizer, learning_rate, weight_decay, wire_precision, ...). `group`: a ProcessGroup, None
-    for a job in this process, or read from the environment (accord-launch, torchrun) by default.
+    for a job in this process, or read from the environment (accord-launch, torchrun, srun; also
+    ACCORD_ELASTIC and ACCORD_JOIN) by default, as accord-train reads it.
     """
     if isinstance(group, str) and group == "environment":
         group = accord.process_group()
-    if group is not None:
+    if group is not None and not group.join:  # a joiner gets its place from the running job
         if settings.setdefault("workers", group.world_size) != group.world_size:
             raise ValueError(f"accord.torch.train: workers={settings['workers']} but the job has "
                              f"WORLD_SIZE {group.world_size} processes (one worker each)")

@@ -41,14 +41,14 @@ namespace {
 
 class gossip_worker final : public worker_topology {
 public:
-  gossip_worker(const topology_options& options, std::uint64_t seed, std::span<const float> initial)
+  gossip_worker(const topology_options& options, std::uint64_t seed, std::uint64_t steps,
+                std::span<const float> initial)
       : complete_(options.gossip_graph == "complete"), activation_(1.0 - std::exp(-options.gossip_rate)), seed_(seed),
-        local_(initial.begin(), initial.end()), theirs_(initial.size()) {}
+        steps_(steps), local_(initial.begin(), initial.end()), theirs_(initial.size()) {}
 
-  void round(std::span<float> buffer, const topology_round& round, topology_peers& peers, algorithm_rules& rules,
+  void round(std::span<float> buffer, const round_view& round, round_peers& peers, algorithm_rules& rules,
              topology_report& report) override {
-    steps_ = round.steps;
-    const float scale = round.local_micro_batches > 0 ? static_cast<float>(1.0 / round.local_micro_batches) : 0.f;
+    const float scale = round.micro_batches > 0 ? static_cast<float>(1.0 / round.micro_batches) : 0.f;
     for (float& g : buffer) g *= scale;
     rules.local_step(local_, buffer);
     if (const int partner = partner_of(peers.rank(), peers.size(), round.step); partner >= 0) {
@@ -83,7 +83,7 @@ private:
   }
 
   // Every copy becomes their mean; returns their spread before, sqrt(mean_i ‖θ_i − θ̄‖²).
-  double average(topology_peers& peers) {
+  double average(round_peers& peers) {
     double own_square = 0;
     for (float v : local_) own_square += static_cast<double>(v) * v;
     peers.all_reduce(std::span<float>(local_));
@@ -101,21 +101,23 @@ private:
   bool complete_;
   double activation_;
   std::uint64_t seed_;
-  std::uint64_t steps_ = 0;
+  std::uint64_t steps_;        // the job's
   std::vector<float> local_;   // this worker's own θ_i
   std::vector<float> theirs_;  // the partner's, during an exchange
 };
 
 class gossip final : public topology {
 public:
-  gossip(topology_options options, std::uint64_t seed) : options_(std::move(options)), seed_(seed) {}
+  gossip(topology_options options, std::uint64_t seed, std::uint64_t steps)
+      : options_(std::move(options)), seed_(seed), steps_(steps) {}
   std::unique_ptr<worker_topology> make_worker(int, std::span<const float> initial) const override {
-    return std::make_unique<gossip_worker>(options_, seed_, initial);
+    return std::make_unique<gossip_worker>(options_, seed_, steps_, initial);
   }
 
 private:
   topology_options options_;
   std::uint64_t seed_;
+  std::uint64_t steps_;
 };
 
 }  // namespace
@@ -394,7 +396,7 @@ topology_factory gossip_topology() {
       require_own_copies_fit(job, "gossip");
       if (o.gossip_graph != "ring" && o.gossip_graph != "complete")
         throw std::invalid_argument("--gossip-graph: '" + o.gossip_graph + "' (expected ring|complete with --gossip-lockstep)");
-      return std::make_unique<gossip>(o, job.seed);
+      return std::make_unique<gossip>(o, job.seed, job.steps);
     }
     if (o.gossip_graph != "ring" && o.gossip_graph != "exponential" && o.gossip_graph != "complete")
       throw std::invalid_argument("--gossip-graph: '" + o.gossip_graph + "' (expected ring|exponential|complete)");

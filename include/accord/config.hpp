@@ -1,0 +1,152 @@
+#pragma once
+// Public embedder API: the settings of a job (run_job, run_job_process, app_job). Plain data,
+// no CAF: every field has a default, an app sets the ones it cares about.
+// <accord/config_fields.hpp> lists the fields by name (the Python binding is made from it).
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+// The built-in topologies' settings (job_config::topology_settings); a topology of an app may
+// read them too.
+struct topology_options {
+  // hierarchical: workers per group, consecutive ranks (0 is refused: the apps fill it from
+  // --group-size or, between processes, LOCAL_WORLD_SIZE).
+  int group_size = 0;
+  // hierarchical, in one process: the emulated link between groups (empty: as job_config::link,
+  // which then is the link inside a group).
+  std::string inter_link;
+  // local-sgd (DiLoCo): inner optimizer steps per worker between outer steps.
+  std::uint64_t local_steps = 1;
+  // local-sgd: the outer Nesterov step on the averaged pseudo-gradient θ_global − θ_worker.
+  float outer_learning_rate = 0.7f;
+  float outer_momentum = 0.9f;
+  // local-sgd, Streaming DiLoCo: fragments of the parameters (fragment f's outer steps come
+  // f·H/P steps after the first's), inner steps an outer step's result is merged late, and the
+  // weight of the worker's own fragment in that merge. 1, 0, 0: plain DiLoCo.
+  std::uint64_t fragments = 1;
+  std::uint64_t overlap_steps = 0;
+  float overlap_mix = 0.0f;
+  // parameter-server: how many pushes a worker may run ahead of the slowest (stale synchronous
+  // parallel); 0: synchronous rounds, DDP's arithmetic.
+  std::uint64_t max_staleness = 0;
+  // gossip: pairwise averaging events per worker and step (a Poisson rate), over the graph
+  // ring | exponential | complete (asynchronous) or ring | complete (lockstep: each pair of the
+  // step's matching averages with probability 1 - exp(-rate)).
+  double gossip_rate = 1.0;
+  std::string gossip_graph = "ring";
+  // gossip: rounds in lockstep (every worker each step, between processes too) instead of
+  // asynchronous workers in one process.
+  bool gossip_lockstep = false;
+  // gossip, asynchronous: "a2cid2" adds A2CiD2's continuous momentum (a second variable per
+  // worker mixing with its copy between events); "none": plain pairwise averages.
+  std::string gossip_momentum = "none";
+};
+
+// Elastic training in one process: at a step boundary the worker set changes. A leave or a
+// join ends the epoch cleanly; a crash kills a worker during the next round, and the survivors
+// redo that round from the state after `step` (kept at every step, so nothing is lost).
+struct membership_change {
+  std::uint64_t step = 0;  // after this many optimizer steps
+  int workers = 0;         // the worker count from then on
+  bool crash = false;      // a worker dies mid-round instead of leaving (workers must shrink)
+};
+
+struct job_config {
+  // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion, or a registered one
+  // (include/accord/update_rule.hpp; algorithm_names() lists them).
+  std::string algorithm = "acco";
+  // Who exchanges with whom, when, and how results merge (include/accord/topology.hpp):
+  // ring | local-sgd | hierarchical, or a name an app registered. ring: the algorithm's rounds
+  // over every worker.
+  std::string topology = "ring";
+  topology_options topology_settings;
+  int workers = 4;
+  // Per worker slowdown: a factor f makes a worker take f times its measured compute time
+  // (emulates heterogeneous hardware). Empty: all 1.
+  std::vector<double> speed_factors;  // each in [1, 1000]
+  // A worker whose model computes on a GPU (model::memory()) keeps its parameters and gradient
+  // sum in the GPU's memory and copies no tensor per micro-batch. This runs that same data
+  // path on copies in host memory, for a host model: results are bitwise the default's (tests).
+  bool resident_on_host = false;
+  // A resident worker runs its rounds on the device where it can (NCCL on the ring, a built-in
+  // rule but SGD; README "GPU data path"); false keeps them on the host (tests compare the two).
+  bool device_rounds = true;
+
+  std::uint64_t steps = 100;         // optimizer steps (ACCO: each takes two rounds)
+  std::size_t micro_batch = 8;       // examples per micro-batch
+  std::size_t accumulation = 1;      // micro-batches per round at least (ACCO: per stage)
+  std::size_t max_accumulation = 0;  // overlapped schedules: at most this many (0: no cap)
+  // ACCO: micro-batches (at θ_t) while an estimate round is in flight, at least; `accumulation`
+  // (at θ̃) then counts those while a real round is. 0: as accumulation. A cheap estimate round
+  // hides behind fewer, the real round behind more: step max(e·c, M_e) + max(a·c, M). The cap
+  // keeps its headroom: at most max_accumulation − accumulation + this (when capped).
+  std::size_t estimate_accumulation = 0;
+  std::uint64_t dpu_warmup = 0;      // DPU: synchronous rounds before overlapping
+  std::uint64_t seed = 1;
+
+  // Optimizer (kind: adamw | lion | sgd; the algorithm may impose one, e.g. dlion → lion).
+  std::string optimizer = "";        // empty: the algorithm's default
+  float learning_rate = 0;           // 0: the optimizer's default for this algorithm
+  std::optional<float> beta1, beta2; // unset: the optimizer's default; in [0, 1]
+  float epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+  std::uint64_t warmup_steps = 0;    // linear warm-up, then cosine to min_lr_ratio * lr
+  float min_lr_ratio = 0.1f;         // in [0, 1]
+  bool cosine = true;
+
+  std::string link = "unlimited";    // in-process link model, e.g. "1gbit,50us"
+  // What gradients and parameters travel as in every collective: fp32 | bf16 | fp16. Sums are
+  // taken in fp32 and master weights and optimizer state stay fp32 on the shard; the compute
+  // copy of the parameters every worker uses is the rounded one. Sign votes (Distributed Lion)
+  // are 1 bit whatever this says.
+  std::string wire_precision = "fp32";
+  // ACCO's estimate rounds, which commit no state, may travel with fewer bits (empty: as
+  // wire_precision).
+  std::string estimate_precision;
+  // What a GPU worker's matrix products compute in: fp32 | bf16 (bf16 operands on a bf16 copy
+  // of the parameters, fp32 accumulation, fp32 gradients; README "GPU data path"). The model
+  // is the embedder's: accord-train builds its CUDA gpt with it, and refuses bf16 for a cpu
+  // model. Every process of a job must agree (it is in the settings fingerprint).
+  std::string compute_precision = "fp32";
+
+  std::uint64_t eval_interval = 50;  // eval loss every this many steps (0: only at the end)
+  // Held-out examples per evaluation: the first ones of the eval stream, the same set every
+  // time and for any micro-batch size (the GPT's 1024 windows of 64 are 65,536 tokens); a
+  // smaller eval split is evaluated whole.
+  std::uint64_t eval_examples = 1024;
+  // Evaluations wait until the last round, so they take no compute from training (for
+  // benchmarks that time a run; step metrics still carry their eval loss, once known).
+  bool defer_evaluation = false;
+  std::uint64_t replica_check_interval = 1;  // rounds between parameter-hash comparisons
+  std::string metrics_path;          // JSON lines, one record per step (empty: none; CSV if it ends in .csv)
+  // Chrome / Perfetto trace of every actor's spans (empty: none, and no cost); between
+  // processes each rank writes its own, "trace.json" -> "trace.rank2.json", on one clock.
+  std::string trace_path;
+  // Checkpoints (format in recovery/checkpoint.hpp): written every checkpoint_interval steps and
+  // at the end when checkpoint_path is set; resume_path continues a job with any worker count.
+  std::string checkpoint_path;
+  std::uint64_t checkpoint_interval = 0;  // 0: only at the end
+  std::string resume_path;
+  std::vector<membership_change> membership;  // in step order; empty: a fixed worker set
+  // Elastic jobs between processes: every this many steps each worker keeps the step's state
+  // in memory and sends its optimizer shard to its buddy, so a crash loses at most the steps
+  // since (redone by the survivors). Each keep costs one more optimizer shard on the wire.
+  std::uint64_t keep_interval = 1;
+  int blas_threads = 0;              // per compute actor; 0: cores / workers
+  // Set it (from a SIGTERM/SIGINT handler, say) and every worker stops after the same step:
+  // the coordinator writes the checkpoint (when checkpoint_path is set) and run_job /
+  // run_job_process return the steps done so far. May be null. Not for elastic jobs between
+  // processes, whose workers leave instead (process_group::leave_requested).
+  const std::atomic<bool>* stop_requested = nullptr;
+  // Called (from the coordinator; do not block in it) after each checkpoint file is written
+  // and synced, with its path and the step it holds. Between processes: on rank 0.
+  std::function<void(const std::string& path, std::uint64_t step)> on_checkpoint_written;
+};
+
+}  // namespace accord

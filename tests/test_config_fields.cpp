@@ -1,0 +1,133 @@
+// The settings structs' field lists (include/accord/config_fields.hpp) against the structs
+// themselves: a field added to job_config, topology_options, membership_change or process_group
+// but not to its list fails here (the Python binding and describe are made from the lists), and
+// so does a list that names a field twice. Then describe and accord-train --show-config.
+#include <accord/config_fields.hpp>
+
+#include <doctest/doctest.h>
+
+#include "program_run.hpp"
+
+#include <cstddef>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+using namespace accord;
+
+namespace {
+
+// Converts to any field's type: S{any, any, ...} compiles with at most as many as S has fields.
+struct any_field {
+  template <class T>
+  operator T() const;
+};
+
+template <class S, std::size_t... I>
+constexpr bool initializable_with(std::index_sequence<I...>) {
+  return requires { S{(void(I), any_field{})...}; };
+}
+
+// The number of fields of the aggregate S (its largest brace-initializer), counted by the compiler.
+template <class S, std::size_t N = 0>
+constexpr std::size_t aggregate_fields() {
+  if constexpr (!initializable_with<S>(std::make_index_sequence<N + 1>{}))
+    return N;
+  else
+    return aggregate_fields<S, N + 1>();
+}
+
+// Names are unique, and no member appears twice under two names.
+template <class S>
+void check_list_is_a_set(const char* what) {
+  std::set<std::string> names;
+  std::size_t duplicates = 0;
+  for_each_field<S>([&](const auto& f) {
+    if (!names.insert(std::string(f.name)).second) ++duplicates;
+    for_each_field<S>([&](const auto& g) {
+      if constexpr (std::is_same_v<decltype(f), decltype(g)>)
+        if (f.name != g.name && f.member == g.member) ++duplicates;
+    });
+  });
+  INFO(what);
+  CHECK(duplicates == 0);
+}
+
+}  // namespace
+
+static_assert(std::is_aggregate_v<job_config> && std::is_aggregate_v<process_group> &&
+              std::is_aggregate_v<topology_options> && std::is_aggregate_v<membership_change>);
+
+TEST_CASE("every field of the settings structs is in its field list, once") {
+  // A failure here: a field was added to the struct but not to fields_of<...>::list in
+  // include/accord/config_fields.hpp (or the other way round).
+  CHECK_MESSAGE(aggregate_fields<job_config>() == field_count<job_config>, "job_config");
+  CHECK_MESSAGE(aggregate_fields<topology_options>() == field_count<topology_options>, "topology_options");
+  CHECK_MESSAGE(aggregate_fields<membership_change>() == field_count<membership_change>, "membership_change");
+  CHECK_MESSAGE(aggregate_fields<process_group>() == field_count<process_group>, "process_group");
+  check_list_is_a_set<job_config>("job_config");
+  check_list_is_a_set<topology_options>("topology_options");
+  check_list_is_a_set<membership_change>("membership_change");
+  check_list_is_a_set<process_group>("process_group");
+}
+
+TEST_CASE("the field count sees a field whatever its type") {
+  struct settings {
+    std::string name = "x";
+    topology_options nested;
+    std::optional<float> unset;
+    std::vector<membership_change> changes;
+    std::chrono::milliseconds timeout{1};
+    const std::atomic<bool>* flag = nullptr;
+    std::function<void(const std::string&)> callback;
+  };
+  CHECK(aggregate_fields<settings>() == 7);
+  CHECK(aggregate_fields<membership_change>() == 3);
+}
+
+TEST_CASE("describe prints every field, one line each, nested structs field by field") {
+  job_config config;
+  config.algorithm = "ddp";
+  config.beta1 = 0.5f;
+  config.speed_factors = {1, 4};
+  config.membership = {{10, 3, false}, {20, 2, true}};
+  config.topology_settings.local_steps = 4;
+  const std::string text = describe(config);
+  for_each_field<job_config>([&](const auto& f) {
+    const std::string name(f.name);
+    INFO(name);
+    const std::string line_start = name == "topology_settings" ? "topology_settings." : name + " = ";
+    const bool printed = text.starts_with(line_start) || text.find("\n" + line_start) != std::string::npos;
+    CHECK(printed);
+  });
+  CHECK(text.starts_with("algorithm = \"ddp\"\ntopology = \"ring\"\ntopology_settings.group_size = 0\n"));
+  for (const char* line : {"topology_settings.local_steps = 4", "topology_settings.outer_learning_rate = 0.7",
+                           "speed_factors = [1, 4]", "beta1 = 0.5", "beta2 = unset", "estimate_precision = \"\"",
+                           "membership = [{step = 10, workers = 3, crash = false}, {step = 20, workers = 2, crash = true}]",
+                           "stop_requested = unset", "on_checkpoint_written = unset", "epsilon = 1e-08"})
+    CHECK_MESSAGE(text.find(std::string("\n") + line + "\n") != std::string::npos, line);
+
+  process_group group;
+  group.rank = 2;
+  group.on_event = [](const std::string&) {};
+  const std::string group_text = describe(group, "group.");
+  CHECK(group_text.starts_with("group.rank = 2\ngroup.world_size = 1\n"));
+  for (const char* line : {"group.connect_timeout = 60s", "group.heartbeat_timeout = 30s", "group.on_event = set",
+                           "group.leave_requested = unset", "group.elastic = false"})
+    CHECK_MESSAGE(group_text.find(std::string("\n") + line + "\n") != std::string::npos, line);
+}
+
+TEST_CASE("accord-train --show-config prints the settings its flags make, and exits") {
+  const auto run = testing::run_program(ACCORD_TRAIN_BINARY, {"--show-config", "--algo", "ddp", "--workers", "3",
+                                                              "--topology", "local-sgd", "--local-steps", "5",
+                                                              "--eval-examples", "64"},
+                                        {.environment_removed = {"RANK=", "WORLD_SIZE=", "SLURM_PROCID=",
+                                                                 "ACCORD_JOIN="}});
+  CHECK(run.exit_status == 0);
+  for (const char* line : {"algorithm = \"ddp\"", "workers = 3", "topology = \"local-sgd\"",
+                           "topology_settings.local_steps = 5", "eval_examples = 64"})
+    CHECK_MESSAGE(run.out.find(std::string(line) + "\n") != std::string::npos, line);
+  CHECK(run.out.find("group.") == std::string::npos);  // in one process: no process group
+  CHECK(run.out.find("done:") == std::string::npos);   // nothing trained
+}
