@@ -71,7 +71,7 @@ private:
 
 std::unique_ptr<update_rule> make_topology_rule(std::unique_ptr<worker_topology> worker,
                                                 std::unique_ptr<update_rule> algorithm,
-                                                const optimizer_config& optimizer, std::uint64_t,
+                                                const optimizer_config& optimizer,
                                                 std::shared_ptr<topology_status> status) {
   return std::make_unique<topology_rule>(std::move(worker), std::move(algorithm), optimizer, std::move(status));
 }

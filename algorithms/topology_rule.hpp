@@ -16,12 +16,10 @@ struct topology_status {
   double consensus_distance = -1;  // measured in this round, else -1
 };
 
-// `status` (may be null) receives each round's report. The job's steps are no longer needed
-// here (a topology reads topology_job::steps); the parameter stays until its caller in
-// job/worker_spawn.cpp drops it.
+// `status` (may be null) receives each round's report.
 std::unique_ptr<update_rule> make_topology_rule(std::unique_ptr<worker_topology> worker,
                                                 std::unique_ptr<update_rule> algorithm,
-                                                const optimizer_config& optimizer, std::uint64_t steps,
+                                                const optimizer_config& optimizer,
                                                 std::shared_ptr<topology_status> status);
 
 }  // namespace accord

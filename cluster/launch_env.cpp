@@ -14,12 +14,12 @@
 
 namespace accord {
 
-namespace {
-
-const char* variable(const char* name) {
+const char* environment_variable(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && value[0] != '\0' ? value : nullptr;
 }
+
+namespace {
 
 std::string assignment(std::string_view name, std::string_view value) {
   return std::string(name) + "=" + std::string(value);
@@ -37,7 +37,7 @@ int parse_integer(const char* name, const char* value) {
 }
 
 const char* required(const char* name, const char* because_of) {
-  const char* value = variable(name);
+  const char* value = environment_variable(name);
   if (value == nullptr)
     throw std::invalid_argument(std::string(name) + " is not set but " + because_of + " is");
   return value;
@@ -62,7 +62,7 @@ rendezvous_info read_placement(const variable_names& names, const char* rank_val
     throw std::invalid_argument(assignment(names.rank, rank_value) + " is out of range for " +
                                 assignment(names.world_size, world_value) + " (must be 0.." +
                                 std::to_string(info.world_size - 1) + ")");
-  if (const char* local = variable(names.local_rank)) {
+  if (const char* local = environment_variable(names.local_rank)) {
     info.local_rank = parse_integer(names.local_rank, local);
     if (info.local_rank < 0 || info.local_rank >= info.world_size)
       throw std::invalid_argument(assignment(names.local_rank, local) + " is out of range for " +
@@ -72,7 +72,7 @@ rendezvous_info read_placement(const variable_names& names, const char* rank_val
 }
 
 int read_master_port() {
-  const char* value = variable("MASTER_PORT");
+  const char* value = environment_variable("MASTER_PORT");
   if (value == nullptr) return default_master_port;
   const int port = parse_integer("MASTER_PORT", value);
   if (port < 1 || port > 65535)
@@ -120,8 +120,8 @@ std::string job_id_from_environment() {
 }
 
 std::optional<rendezvous_info> rendezvous_from_environment() {
-  const char* rank = variable("RANK");
-  const char* world = variable("WORLD_SIZE");
+  const char* rank = environment_variable("RANK");
+  const char* world = environment_variable("WORLD_SIZE");
   if (rank != nullptr || world != nullptr) {
     if (rank == nullptr) rank = required("RANK", "WORLD_SIZE");
     if (world == nullptr) world = required("WORLD_SIZE", "RANK");
@@ -131,16 +131,16 @@ std::optional<rendezvous_info> rendezvous_from_environment() {
     return info;
   }
 
-  const char* slurm_rank = variable("SLURM_PROCID");
+  const char* slurm_rank = environment_variable("SLURM_PROCID");
   if (slurm_rank == nullptr) return std::nullopt;
   const char* slurm_world = required("SLURM_NTASKS", "SLURM_PROCID");
   rendezvous_info info =
       read_placement({"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}, slurm_rank, slurm_world);
-  if (const char* addr = variable("MASTER_ADDR")) {
+  if (const char* addr = environment_variable("MASTER_ADDR")) {
     info.master_addr = addr;
-  } else if (const char* nodes = variable("SLURM_NODELIST")) {
+  } else if (const char* nodes = environment_variable("SLURM_NODELIST")) {
     info.master_addr = first_host_of_nodelist(nodes, "SLURM_NODELIST");
-  } else if (const char* job_nodes = variable("SLURM_JOB_NODELIST")) {
+  } else if (const char* job_nodes = environment_variable("SLURM_JOB_NODELIST")) {
     info.master_addr = first_host_of_nodelist(job_nodes, "SLURM_JOB_NODELIST");
   } else {
     throw std::invalid_argument(

@@ -9,6 +9,9 @@
 
 namespace accord {
 
+// The environment variable `name`, or null when it is unset or empty (both mean "not given").
+const char* environment_variable(const char* name);
+
 // torchrun's default rendezvous port, used under Slurm when MASTER_PORT is unset.
 inline constexpr int default_master_port = 29500;
 

@@ -11,11 +11,6 @@
 namespace accord {
 namespace {
 
-const char* variable(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && value[0] != '\0' ? value : nullptr;
-}
-
 // "HOST:PORT" (HOST may be a bracketless IPv6 address: the port follows the last colon).
 std::pair<std::string, int> parse_host_port(std::string_view text, const std::string& source) {
   const auto colon = text.rfind(':');
@@ -30,7 +25,7 @@ std::pair<std::string, int> parse_host_port(std::string_view text, const std::st
 }  // namespace
 
 std::optional<process_group> process_group_from_environment(std::string_view join) {
-  const char* join_variable = variable("ACCORD_JOIN");
+  const char* join_variable = environment_variable("ACCORD_JOIN");
   const bool joining = !join.empty() || join_variable != nullptr;
   process_group group;
   if (joining) {
@@ -43,14 +38,14 @@ std::optional<process_group> process_group_from_environment(std::string_view joi
     group.join = true;
     group.elastic = true;
     // A joiner has no RANK, so LOCAL_RANK (which GPU to take) is read on its own.
-    if (const char* local_rank = variable("LOCAL_RANK")) {
+    if (const char* local_rank = environment_variable("LOCAL_RANK")) {
       const std::string_view text = local_rank;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), group.local_rank);
       if (error != std::errc{} || end != text.data() + text.size() || group.local_rank < 0)
         throw std::invalid_argument("LOCAL_RANK='" + std::string(text) + "' is not a non-negative integer");
     }
     // It named its job by address already: only an explicit ACCORD_JOB_ID is checked.
-    if (const char* named = variable("ACCORD_JOB_ID")) group.job_id = named;
+    if (const char* named = environment_variable("ACCORD_JOB_ID")) group.job_id = named;
   } else {
     const std::optional<rendezvous_info> place = rendezvous_from_environment();
     if (!place) return std::nullopt;
@@ -60,7 +55,7 @@ std::optional<process_group> process_group_from_environment(std::string_view joi
     group.master_addr = place->master_addr;
     group.master_port = place->master_port;
     group.job_id = job_id_from_environment();
-    const char* elastic = variable("ACCORD_ELASTIC");
+    const char* elastic = environment_variable("ACCORD_ELASTIC");
     group.elastic = elastic != nullptr && std::string_view(elastic) == "1";
   }
   group.host = local_address_towards(group.master_addr, group.master_port);

@@ -234,8 +234,6 @@ job_plan plan_epoch(const job_plan& job, const model& prototype, int workers, st
   epoch.rounds = rounds_for_steps(epoch.algo->pipe, steps);
   epoch.membership.clear();
   epoch.checkpoint_interval = 1;  // every step's state survives a crash in the next one
-  epoch.schedule.total_steps = steps;  // the epoch's end, as before (see plan.hpp)
-  learning_rate_at(epoch.schedule, 0);
   // The topology for this worker set: a later epoch continues from a kept state, not a file.
   epoch.topology_request.workers = workers;
   epoch.topology_request.steps = steps;

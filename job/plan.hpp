@@ -178,10 +178,8 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
 
 // One epoch of a job in one process whose worker set changes (job_config::membership): `workers`
 // workers from `state` (null: where the job starts) up to step `steps`, every step's state kept
-// (checkpoint interval 1). Its topology is made for that worker count and end step, and so is its
-// learning-rate schedule, as run_job's epochs were always planned: a cosine schedule decays to its
-// floor by each epoch's last step and the next epoch's rate rises again, and a warm-up longer than
-// an epoch is refused. (Between processes an epoch keeps the job's schedule.)
+// (checkpoint interval 1). Its topology is made for that worker count and end step; the
+// learning-rate schedule stays the job's, so the rate runs on across epochs as without changes.
 job_plan plan_epoch(const job_plan& job, const model& prototype, int workers, std::uint64_t steps,
                     const checkpoint* state);
 

@@ -97,7 +97,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
     communication->rule = std::move(algorithm_rule);  // the ring adds nothing to the algorithm's round
   } else {
     communication->rule = make_topology_rule(plan.topo->make_worker(rank, plan.initial), std::move(algorithm_rule),
-                                             plan.optimizer, plan.schedule.total_steps, status);
+                                             plan.optimizer, status);
     communication->topology = std::move(status);
   }
   communication->hash_interval = plan.replica_check_interval;

@@ -81,3 +81,17 @@ TEST_CASE("the app cancels a running job: every worker stops after the same step
   CHECK(result.steps.size() < 100);
   CHECK(result.replicas_identical);
 }
+
+TEST_CASE("a job whose worker set changes keeps the job's learning-rate schedule across its epochs") {
+  // Each epoch used to plan its own cosine to its own last step: the rate fell to its floor at
+  // a change and rose again after it.
+  job_config job = test_job("ddp", 3, 10).micro_batches_per_round(1).evaluate(0, 3);
+  job.learning_rate = 0.01f;
+  job.warmup_steps = 2;
+  std::vector<double> unchanged, changed;
+  run_quadratic(job, [&](const step_metrics& m) { unchanged.push_back(m.learning_rate); });
+  job.membership = {{4, 2, false}, {7, 3, false}};
+  run_quadratic(job, [&](const step_metrics& m) { changed.push_back(m.learning_rate); });
+  REQUIRE(changed.size() == job.steps);
+  CHECK(changed == unchanged);
+}

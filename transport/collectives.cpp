@@ -410,9 +410,6 @@ void unpack_counts(std::span<const std::uint64_t> word_planes, std::span<std::ui
   std::memcpy(out.data(), groups.data(), out.size_bytes());
 }
 
-// Bits needed for a count 0..world: ceil(log2(world + 1)).
-int count_bits(int world) { return std::bit_width(static_cast<unsigned>(world)); }
-
 // Votes up: rank s owns word shard s of the packed vector, and each rank sends the others'
 // shards to their owners (send_shards_to_owners). `planes` receives this rank's counts.
 void count_votes(transport& t, std::span<const std::uint64_t> signs, std::uint64_t tag,

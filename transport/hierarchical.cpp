@@ -75,8 +75,6 @@ void add_counts(std::span<const std::uint64_t> planes, int bits, std::span<std::
       counts[i] += static_cast<std::uint16_t>(((planes[static_cast<std::size_t>(b) * words + i / 64] >> (i % 64)) & 1u) << b);
 }
 
-int count_bits(int voters) { return std::bit_width(static_cast<unsigned>(voters)); }
-
 class hierarchical_transport final : public transport {
 public:
   hierarchical_transport(std::shared_ptr<transport> flat, int group_size)

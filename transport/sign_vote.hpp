@@ -3,6 +3,7 @@
 // (transport/collectives.cpp) and the Lion optimizers, so that every replica breaks ties the
 // same way. Layout: element i is bit i%64 of word i/64 (see packed_words in transport.hpp).
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -12,6 +13,9 @@
 #include "transport/transport.hpp"
 
 namespace accord {
+
+// Bits a count of 0..voters votes takes: ceil(log2(voters + 1)).
+inline int count_bits(int voters) { return std::bit_width(static_cast<unsigned>(voters)); }
 
 // The vote of a tie (as many +1 as -1 votes, only possible with an even number of voters):
 // +1 when element index + round is even. Neighbouring elements split evenly and each element
