@@ -124,7 +124,86 @@ void add_dequantized_blocks(std::span<const Block> blocks, std::span<const float
   }
 }
 
+// v minus what `in` decodes to, for the first `count` values: what a record missed.
+void subtract_decoded(const float* v, const int8_block& in, float* missed, std::size_t count) {
+  const float scale = in.scale;
+  for (std::size_t i = 0; i < count; ++i) missed[i] = v[i] - scale * static_cast<float>(in.codes[i]);
+}
+
+void subtract_decoded(const float* v, const sign_block& in, float* missed, std::size_t count) {
+  // The record's bit for v[i] is v[i]'s own sign bit, so the decoded value is ±scale with that sign.
+  const std::uint32_t scale = std::bit_cast<std::uint32_t>(in.scale);
+  for (std::size_t i = 0; i < count; ++i)
+    missed[i] = v[i] - std::bit_cast<float>(scale ^ (std::bit_cast<std::uint32_t>(v[i]) & 0x80000000u));
+}
+
+// Encodes `count` values block by block, each block's values made by make(first, n, v) into a
+// local array v (zero-padded past n, so the encoders run their fixed-length loops); then
+// after(first, n, v, record) sees the block and its record.
+template <class Block, class Make, class After>
+void encode_made_blocks(std::size_t count, std::span<Block> blocks, Make make, After after) {
+  check_blocks("quantize", count, blocks.size());
+  alignas(64) block_values v;
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    const std::size_t first = b * block, n = std::min(block, count - first);
+    make(first, n, v.data());
+    if (n < block) std::fill(v.begin() + static_cast<std::ptrdiff_t>(n), v.end(), 0.f);
+    encode(v.data(), n, blocks[b]);
+    after(first, n, v.data(), blocks[b]);
+  }
+}
+
+void check_length(const char* what, std::size_t values, std::size_t other, const char* other_name) {
+  if (values != other)
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(values) + " values but " +
+                                std::to_string(other) + " " + other_name);
+}
+
+template <class Block>
+void quantize_feedback_blocks(std::span<const float> values, float scale, std::span<float> residual,
+                              std::span<Block> blocks, bool commit) {
+  check_length("quantize_with_feedback", values.size(), residual.size(), "residuals");
+  const float* __restrict x = values.data();
+  float* __restrict r = residual.data();
+  encode_made_blocks(
+      values.size(), blocks,
+      [&](std::size_t first, std::size_t n, float* __restrict v) {
+        for (std::size_t i = 0; i < n; ++i) v[i] = scale * x[first + i] + r[first + i];
+      },
+      [&](std::size_t first, std::size_t n, const float* v, const Block& record) {
+        if (commit) subtract_decoded(v, record, r + first, n);
+      });
+}
+
+template <class Block>
+void quantize_difference_blocks(std::span<const float> values, std::span<const float> base, std::span<Block> blocks) {
+  check_length("quantize_difference", values.size(), base.size(), "base values");
+  const float* __restrict x = values.data();
+  const float* __restrict from = base.data();
+  encode_made_blocks(
+      values.size(), blocks,
+      [&](std::size_t first, std::size_t n, float* __restrict v) {
+        for (std::size_t i = 0; i < n; ++i) v[i] = x[first + i] - from[first + i];
+      },
+      [](std::size_t, std::size_t, const float*, const Block&) {});
+}
+
 }  // namespace
+
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<int8_block> blocks, bool commit) {
+  quantize_feedback_blocks(values, scale, residual, blocks, commit);
+}
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<sign_block> blocks, bool commit) {
+  quantize_feedback_blocks(values, scale, residual, blocks, commit);
+}
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<int8_block> blocks) {
+  quantize_difference_blocks(values, base, blocks);
+}
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign_block> blocks) {
+  quantize_difference_blocks(values, base, blocks);
+}
 
 void quantize(std::span<const float> values, std::span<int8_block> blocks) { quantize_blocks(values, blocks); }
 void quantize(std::span<const float> values, std::span<sign_block> blocks) { quantize_blocks(values, blocks); }

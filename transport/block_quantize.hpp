@@ -1,6 +1,7 @@
 #pragma once
-// Block quantization for ACCO's estimate round (`--estimate-precision int8|sign`): values in
-// blocks of 256, each block one fp32 scale plus a code per value.
+// Block quantization (`--estimate-precision int8|sign` for ACCO's estimate rounds,
+// `--wire-precision int8|sign` for real rounds with error feedback): values in blocks of 256,
+// each block one fp32 scale plus a code per value.
 // - int8: scale = max|x| / 127, code = x / scale rounded to nearest (ties to even), in [-127, 127].
 //   A block whose largest magnitude is below the smallest normal float is sent as zeros.
 // - sign: scale = mean |x| of the block, one bit per value (set: negative); decodes to ±scale.
@@ -43,5 +44,20 @@ void quantize(std::span<const float> values, std::span<sign_block> blocks);
 // decoded); both hold as many values as were quantized.
 void add_dequantized(std::span<const int8_block> blocks, std::span<const float> base, std::span<float> out);
 void add_dequantized(std::span<const sign_block> blocks, std::span<const float> base, std::span<float> out);
+
+// Error feedback, fused (one pass over the fp32 data; each block is built in a 256-float local
+// array that stays in L1): per block v = scale·values + residual is encoded, and with `commit`
+// residual ← v − decode(record), what the record missed, which the next round sends again.
+// Without `commit` the residual is only read (an estimate round: it commits nothing). `values`,
+// `residual` and what `blocks` encode are equally long.
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<int8_block> blocks, bool commit = true);
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<sign_block> blocks, bool commit = true);
+
+// Encodes values − base (a parameter change from what every rank holds), fused: no difference
+// is written anywhere.
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<int8_block> blocks);
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign_block> blocks);
 
 }  // namespace accord

@@ -147,6 +147,15 @@ public:
   // precisions ignore `base` and are all_gather. Written once over post_send/post_recv/wait, so
   // every backend runs it as it is.
   void all_gather_delta(std::span<float> data, std::span<const float> base, wire_precision precision);
+  // reduce_scatter with error feedback (`residual` as long as `data`, this rank's own): int8 and
+  // sign send scale·data + residual of each other owner's shard, block-quantized once, and with
+  // `commit` the residual becomes what the records missed (classic error feedback); this rank's
+  // own shard ends as scale·data + residual plus the others' decoded shards, summed in fp32 in
+  // a fixed order (with `commit` its own residual range is then zero: paid). Without `commit`
+  // (an estimate) the residual is only read. Other precisions add the residual and reduce_scatter.
+  // Written once over post_send/post_recv/wait, so every backend runs it as it is.
+  void reduce_scatter_feedback(std::span<float> data, float scale, std::span<float> residual,
+                               wire_precision precision, bool commit);
 
   // Majority vote over ranks of `count` packed signs. Ties (even size()) and nothing else are
   // broken by the parity of (element index + round) (tie_vote in transport/sign_vote.hpp):
