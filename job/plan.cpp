@@ -118,9 +118,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.precision.estimate = config.estimate_precision.empty()
                                 ? plan.precision.real
                                 : parse_wire_precision(config.estimate_precision, "estimate precision");
-  require(!block_quantized(plan.precision.real),
-          "wire precision: '" + config.wire_precision + "' is for ACCO's estimate rounds only (estimate precision); "
-          "the wire takes fp32|bf16|fp16");
+  require_wire_precision(*plan.algo, plan.precision, config.topology);
   require(parse_compute_precision(config.compute_precision, "compute precision") == compute_precision::fp32 ||
               !prototype.memory().on_host(),
           "compute precision bf16 is for GPU workers; this model runs on the cpu, in fp32");
@@ -163,7 +161,8 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   }
   plan.first_round = rounds_for_steps(plan.algo->pipe, c.steps);
   plan.data_position = c.data_position;
-  plan.initial = c.parameters;
+  require_feedback_precision(c, precision_name(plan.precision.real), from);
+  plan.initial = c.feedback.empty() ? c.parameters : c.replica;  // error feedback: masters come with the shards
   return plan;
 }
 
