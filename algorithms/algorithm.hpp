@@ -50,7 +50,7 @@ void add_algorithm(algorithm a);
 const algorithm& find_algorithm(std::string_view name);
 
 // Refuses, with one line naming the flag, a wire precision the algorithm or topology cannot use:
-// int8 and sign real rounds need the sharded optimizer's error feedback (ddp, dpu, acco, lion)
+// int8, fp8 and sign real rounds need the sharded optimizer's error feedback (ddp, dpu, acco, lion)
 // on the ring topology (other topologies move fp32, or replicas differ, or, hierarchical,
 // their collectives take fp32|bf16|fp16); Distributed Lion's votes are 1 bit whatever the wire;
 // block-quantized estimates are refused by the hierarchical topology.

@@ -81,7 +81,7 @@ public:
     optimizer_phase.reset();
     const trace_span phase("all-gather");
     if (estimate || block_quantized(wire)) {
-      // int8 and sign: the change from the parameters every worker computes with travels (θ̃ − θ_t
+      // int8, fp8 and sign: the change from the parameters every worker computes with travels (θ̃ − θ_t
       // for an estimate; master − replica for a real round, which is the gather side's error
       // feedback: what a round's records missed stays in master − replica and travels again).
       if (block_quantized(wire) && current.size() != buffer.size())
@@ -105,7 +105,7 @@ public:
     std::fill(residual_.begin() + static_cast<std::ptrdiff_t>(own_.end), residual_.end(), 0.f);
   }
 
-  // Block-quantized rounds (int8, sign) have no device collectives: such rounds stay on the host.
+  // Block-quantized rounds (int8, fp8, sign) have no device collectives: such rounds stay on the host.
   bool has_device_form() const override {
     return (config_.kind == "adamw" || config_.kind == "lion") && !block_quantized(precision_.estimate) &&
            !block_quantized(precision_.real);

@@ -70,7 +70,7 @@ protected:
 // own shard's fp32 master weights with the optimizer, all-gather the parameters, both
 // collectives in `precision` (the compute copy everyone gets, the owner's too, is the rounded
 // one; master weights and optimizer state stay fp32).
-// A block-quantized real precision (int8, sign) runs both collectives with error feedback: each
+// A block-quantized real precision (int8, fp8, sign) runs both collectives with error feedback: each
 // worker sends its mean gradient plus its residual and keeps what the records missed; the owner
 // sends master − the parameters every worker holds (apply's `current`, then needed in every
 // round), which every worker adds to them, so replicas stay bit-identical and master − replica

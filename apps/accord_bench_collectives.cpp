@@ -30,7 +30,7 @@
 // seconds (user + system of every rank's process, medians) per byte of the buffer do not depend
 // on how busy the machine is, unlike bandwidths.
 //
-// --feedback-kernels instead times, on one core of this process, the CPU side of int8 and sign
+// --feedback-kernels instead times, on one core of this process, the CPU side of int8, fp8 and sign
 // real rounds with error feedback (transport/block_quantize.hpp) in ns per parameter: encoding
 // fused with the residual update (quantize_with_feedback), the all-gather's encoding of a change
 // (quantize_difference) and decoding fused with the accumulate (add_dequantized), at 1M and 16M
@@ -309,6 +309,7 @@ int run_feedback_kernels(int repetitions) {
               "GB/s", "GB/s", "GB/s");
   for (const std::size_t parameters : {std::size_t{1} << 20, std::size_t{16} << 20}) {
     time_feedback_kernels<int8_block>("int8", parameters, repetitions);
+    time_feedback_kernels<fp8_block>("fp8", parameters, repetitions);
     time_feedback_kernels<sign_block>("sign", parameters, repetitions);
   }
   return 0;
@@ -333,7 +334,7 @@ int main(int argc, char** argv) {
        "UCX error mode PEER: tcp only, no shared memory (see transport/ucx/ucx_transport.hpp)")
       ("net-devices", po::value(&options.net_devices)->default_value(""),
        "UCX_NET_DEVICES for the ranks (default: lo, or the environment's)")
-      ("feedback-kernels", "instead: ns/param of the error-feedback kernels (int8, sign) on one core, "
+      ("feedback-kernels", "instead: ns/param of the error-feedback kernels (int8, fp8, sign) on one core, "
        "at 1M and 16M parameters");
   int ranks = 0;
   plan p;

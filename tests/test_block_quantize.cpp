@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 using namespace accord;
@@ -162,6 +163,7 @@ TEST_CASE("error feedback, fused: a record decodes to scale·x + e minus the new
       }
     };
     check_code(int8_block{});
+    check_code(fp8_block{});
     check_code(sign_block{});
   }
 }
@@ -183,6 +185,7 @@ TEST_CASE("quantize_difference encodes values − base as quantize of the writte
       CHECK(std::memcmp(fused.data(), written.data(), fused.size() * sizeof(Block)) == 0);
     };
     check_code(int8_block{});
+    check_code(fp8_block{});
     check_code(sign_block{});
   }
 }
@@ -210,17 +213,20 @@ TEST_CASE("with error feedback the sum of decoded vectors stays within one resid
       worst = std::max(worst, std::fabs(decoded_sum[i] - static_cast<double>(rounds) * g[i]));
     return worst;
   };
-  for (const bool sign : {false, true}) {
-    CAPTURE(sign);
+  for (const std::string code : {"int8", "fp8", "sign"}) {
+    CAPTURE(code);
+    const bool sign = code == "sign";
     const auto gap = [&](bool feedback, int rounds) {
-      return sign ? largest_gap(sign_block{}, feedback, rounds) : largest_gap(int8_block{}, feedback, rounds);
+      return sign ? largest_gap(sign_block{}, feedback, rounds)
+                  : code == "fp8" ? largest_gap(fp8_block{}, feedback, rounds) : largest_gap(int8_block{}, feedback, rounds);
     };
-    // The largest error of one record: int8 half a step, sign up to the block's largest |x|. The
-    // residual of scaled signs settles at a few of those (it is bounded, not one record's error).
-    const double one_round = sign ? 0.13 : 0.13 / 254 * 1.01;
+    // The largest error of one record: int8 half a step, fp8 2^-4 of the value, sign up to the
+    // block's largest |x|. The residual of scaled signs settles at a few of those (it is bounded,
+    // not one record's error).
+    const double one_round = sign ? 0.13 : code == "fp8" ? 0.13 / 16 * 1.01 : 0.13 / 254 * 1.01;
     const double with_50 = gap(true, 50), with_1000 = gap(true, 1000);
     const double without_50 = gap(false, 50), without_1000 = gap(false, 1000);
-    MESSAGE((sign ? "sign" : "int8") << ": gap after 50 / 1000 rounds with feedback " << with_50 << " / " << with_1000
+    MESSAGE(code << ": gap after 50 / 1000 rounds with feedback " << with_50 << " / " << with_1000
                                      << ", without " << without_50 << " / " << without_1000);
     CHECK(with_50 <= (sign ? 10 : 2) * one_round);
     CHECK(with_1000 <= (sign ? 10 : 2) * one_round);
@@ -228,4 +234,39 @@ TEST_CASE("with error feedback the sum of decoded vectors stays within one resid
     CHECK(without_1000 > 10 * with_1000);
     CHECK(without_1000 > 10 * without_50);
   }
+}
+
+TEST_CASE("fp8 blocks: every value within 2^-4 of itself, relative, down to 2^-16 of its block's largest; zero below") {
+  for (std::size_t count : {1ul, 255ul, 256ul, 1000ul}) {
+    CAPTURE(count);
+    std::vector<float> values = sample(count);
+    // Magnitudes over 24 octaves inside each block, both signs.
+    for (std::size_t i = 0; i < count; ++i) values[i] = std::ldexp(values[i] < 0 ? -1.f : 1.f, -static_cast<int>(i % 24)) * (1.f + 0.37f * static_cast<float>(i % 5) / 5);
+    const std::vector<float> decoded = round_trip<fp8_block>(values);
+    for (std::size_t first = 0; first < count; first += quantization_block) {
+      const std::span<const float> block(values.data() + first, std::min(quantization_block, count - first));
+      const float largest = largest_magnitude(block);
+      for (std::size_t i = 0; i < block.size(); ++i) {
+        CAPTURE(first + i);
+        const float x = block[i], y = decoded[first + i];
+        if (std::fabs(x) >= largest * 0x1.2p-16f) {
+          CHECK(std::fabs(y - x) <= std::fabs(x) * (1.f / 16) * (1 + 1e-5f));
+          CHECK(std::signbit(y) == std::signbit(x));
+        } else if (std::fabs(x) < largest * 0x1p-16f) {
+          CHECK(y == 0.f);
+        }
+      }
+      // The largest magnitude itself is exact up to one float rounding.
+      const auto at = std::max_element(block.begin(), block.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+      CHECK(decoded[first + static_cast<std::size_t>(at - block.begin())] == doctest::Approx(*at).epsilon(1e-6));
+    }
+  }
+  // Non-finite values decode as NaN blocks; an all-zero block as zeros.
+  std::vector<float> values(300, 0.5f);
+  values[3] = std::numeric_limits<float>::infinity();
+  const std::vector<float> decoded = round_trip<fp8_block>(values);
+  CHECK(std::all_of(decoded.begin(), decoded.begin() + 256, [](float v) { return std::isnan(v); }));
+  CHECK(std::all_of(decoded.begin() + 256, decoded.end(), [](float v) { return v == 0.5f; }));
+  const std::vector<float> zeros = round_trip<fp8_block>(std::vector<float>(100, 0.f));
+  CHECK(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.f; }));
 }

@@ -794,7 +794,7 @@ void check_block_quantized_code(const transport_factory& make, wire_precision pr
         std::string difference = first_difference(got, sums);
         CHECK_MESSAGE(difference.empty(), "reduce_scatter: " << difference);
         // Within a quantization step of each other rank's values (|x| < 1).
-        const double step_bound = precision == wire_precision::int8 ? 0.5 / 127 : 2.0;
+        const double step_bound = precision == wire_precision::int8 ? 0.5 / 127 : precision == wire_precision::fp8 ? 1.0 / 16 : 2.0;
         for (std::size_t i = own.begin; i < own.end; ++i) {
           double exact = 0;
           for (int r = 0; r < world; ++r) exact += gradient(r, i);
@@ -825,7 +825,7 @@ void check_block_quantized_code(const transport_factory& make, wire_precision pr
   CHECK(std::none_of(sums[0].begin() + 256, sums[0].begin() + 300, [](float v) { return std::isnan(v); }));
 }
 
-// Error feedback (int8 and sign real rounds): each rank encodes scale·x + e of every other
+// Error feedback (int8, fp8 and sign real rounds): each rank encodes scale·x + e of every other
 // owner's shard with quantize_with_feedback, keeping what the records missed as its new e (only
 // with commit); the owner's shard is scale·x + e exactly, its own e paid (zeroed), plus the
 // others' decoded records in the order s-1, s-2, ... Checked bit for bit against the same
@@ -910,8 +910,10 @@ void check_error_feedback_code(const transport_factory& make, wire_precision pre
 
 inline void check_block_quantized(const transport_factory& make) {
   check_block_quantized_code<int8_block>(make, wire_precision::int8);
+  check_block_quantized_code<fp8_block>(make, wire_precision::fp8);
   check_block_quantized_code<sign_block>(make, wire_precision::sign);
   check_error_feedback_code<int8_block>(make, wire_precision::int8);
+  check_error_feedback_code<fp8_block>(make, wire_precision::fp8);
   check_error_feedback_code<sign_block>(make, wire_precision::sign);
 }
 
@@ -921,7 +923,7 @@ inline void run_transport_conformance(const char* backend_name, const transport_
   SUBCASE("point to point") { check_point_to_point(make); }
   SUBCASE("reduce-scatter, all-gather, all-reduce") { check_reductions(make); }
   SUBCASE("bf16 and fp16 on the wire") { check_precision_reductions(make); }
-  SUBCASE("int8 and sign blocks (estimate rounds; real rounds with error feedback)") { check_block_quantized(make); }
+  SUBCASE("int8, fp8 and sign blocks (estimate rounds; real rounds with error feedback)") { check_block_quantized(make); }
   SUBCASE("sign votes") { check_sign_votes(make); }
   SUBCASE("traffic") { check_traffic(make); }
   SUBCASE("peer failure") { check_peer_failure(make); }

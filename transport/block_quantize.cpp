@@ -57,6 +57,36 @@ void encode(const float* x, std::size_t /*count: the zero padding changes nothin
   std::memcpy(out.codes, codes.data(), block);
 }
 
+// fp8 codes: bits 0-6 of a code are bits 20-26 of the float |x| / scale (3 mantissa bits and the
+// exponent's low 4), offset so that 1.0 is code 127 and code 1 is 2^-16 · 1.25; code 0 is zero.
+constexpr std::uint32_t fp8_offset = (127u << 3) - 127u;
+
+void encode(const float* x, std::size_t /*count: the zero padding changes nothing*/, fp8_block& out) {
+  const std::uint32_t largest_bits = largest_magnitude_bits(x);
+  const float largest = std::bit_cast<float>(largest_bits);
+  const bool zeros = non_finite(largest_bits) || largest < 0x1p-120f;
+  out.scale = non_finite(largest_bits) ? nan : zeros ? 0.f : largest;
+  const float inverse = zeros ? 0.f : 1.f / largest;
+  // Adding 2^19 to the bits rounds |y| to 3 mantissa bits (to nearest, ties away from zero),
+  // carrying into the exponent; the clamps keep tiny values at 0 and a |y| a rounding above 1 at
+  // 127. All integer arithmetic, which vectorises.
+  std::array<std::uint8_t, block> codes;
+  for (std::size_t i = 0; i < block; ++i) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(x[i] * inverse);
+    const std::int32_t rounded = static_cast<std::int32_t>(((bits & 0x7fffffffu) + (1u << 19)) >> 20);
+    const std::int32_t magnitude = std::min(std::max(rounded - static_cast<std::int32_t>(fp8_offset), 0), 127);
+    codes[i] = static_cast<std::uint8_t>(static_cast<std::uint32_t>(magnitude) | ((bits >> 24) & 0x80u));
+  }
+  std::memcpy(out.codes, codes.data(), block);
+}
+
+// What an fp8 code stands for, times the block's scale.
+inline float fp8_value(std::uint8_t code, float scale) {
+  const std::uint32_t magnitude = code & 0x7fu;
+  const std::uint32_t bits = magnitude ? (magnitude + fp8_offset) << 20 : 0u;
+  return scale * std::bit_cast<float>(bits | (static_cast<std::uint32_t>(code & 0x80u) << 24));
+}
+
 void encode(const float* x, std::size_t count, sign_block& out) {
   const std::uint32_t largest_bits = largest_magnitude_bits(x);
   // Eight running sums in a fixed order: vectorised, and the same bits on every machine.
@@ -83,6 +113,11 @@ void encode(const float* x, std::size_t count, sign_block& out) {
 void decode(const int8_block& in, const float* base, float* out, std::size_t count) {
   const float scale = in.scale;
   for (std::size_t i = 0; i < count; ++i) out[i] = base[i] + scale * static_cast<float>(in.codes[i]);
+}
+
+void decode(const fp8_block& in, const float* base, float* out, std::size_t count) {
+  const float scale = in.scale;
+  for (std::size_t i = 0; i < count; ++i) out[i] = base[i] + fp8_value(in.codes[i], scale);
 }
 
 void decode(const sign_block& in, const float* base, float* out, std::size_t count) {
@@ -128,6 +163,11 @@ void add_dequantized_blocks(std::span<const Block> blocks, std::span<const float
 void subtract_decoded(const float* v, const int8_block& in, float* missed, std::size_t count) {
   const float scale = in.scale;
   for (std::size_t i = 0; i < count; ++i) missed[i] = v[i] - scale * static_cast<float>(in.codes[i]);
+}
+
+void subtract_decoded(const float* v, const fp8_block& in, float* missed, std::size_t count) {
+  const float scale = in.scale;
+  for (std::size_t i = 0; i < count; ++i) missed[i] = v[i] - fp8_value(in.codes[i], scale);
 }
 
 void subtract_decoded(const float* v, const sign_block& in, float* missed, std::size_t count) {
@@ -195,10 +235,17 @@ void quantize_with_feedback(std::span<const float> values, float scale, std::spa
   quantize_feedback_blocks(values, scale, residual, blocks, commit);
 }
 void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<fp8_block> blocks, bool commit) {
+  quantize_feedback_blocks(values, scale, residual, blocks, commit);
+}
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
                             std::span<sign_block> blocks, bool commit) {
   quantize_feedback_blocks(values, scale, residual, blocks, commit);
 }
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<int8_block> blocks) {
+  quantize_difference_blocks(values, base, blocks);
+}
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<fp8_block> blocks) {
   quantize_difference_blocks(values, base, blocks);
 }
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign_block> blocks) {
@@ -206,9 +253,13 @@ void quantize_difference(std::span<const float> values, std::span<const float> b
 }
 
 void quantize(std::span<const float> values, std::span<int8_block> blocks) { quantize_blocks(values, blocks); }
+void quantize(std::span<const float> values, std::span<fp8_block> blocks) { quantize_blocks(values, blocks); }
 void quantize(std::span<const float> values, std::span<sign_block> blocks) { quantize_blocks(values, blocks); }
 
 void add_dequantized(std::span<const int8_block> blocks, std::span<const float> base, std::span<float> out) {
+  add_dequantized_blocks(blocks, base, out);
+}
+void add_dequantized(std::span<const fp8_block> blocks, std::span<const float> base, std::span<float> out) {
   add_dequantized_blocks(blocks, base, out);
 }
 void add_dequantized(std::span<const sign_block> blocks, std::span<const float> base, std::span<float> out) {

@@ -270,7 +270,7 @@ private:
   std::vector<std::size_t> first_;
 };
 
-// Block-quantized reduce-scatter (int8, sign): each rank encodes every other owner's shard once
+// Block-quantized reduce-scatter (int8, fp8, sign): each rank encodes every other owner's shard once
 // and sends it straight to its owner, which adds the decoded values to its own fp32 values in
 // fp32, in the fixed order r-1, r-2, ...
 template <class Block>
@@ -354,6 +354,8 @@ template <class Body>
 void with_block_type(wire_precision precision, Body body) {
   if (precision == wire_precision::int8)
     body.template operator()<int8_block>();
+  else if (precision == wire_precision::fp8)
+    body.template operator()<fp8_block>();
   else
     body.template operator()<sign_block>();
 }
