@@ -39,6 +39,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -282,31 +283,46 @@ void time_feedback_kernels(const char* code, std::size_t parameters, int repetit
   std::vector<Block> blocks(quantized_blocks(parameters));
   // Enough passes per measurement that it lasts a while even at 1M parameters.
   const int passes = std::max<int>(1, static_cast<int>((std::size_t{64} << 20) / parameters));
+  // This thread's CPU time, which a busy machine's other processes do not add to (wall time is
+  // printed beside it: on an idle core the two agree).
+  const auto thread_seconds = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+  };
+  struct timing {
+    double cpu, wall;  // ns per parameter
+  };
   const auto ns_per_parameter = [&](const std::function<void()>& body) {
     body();  // warm-up: pages faulted in
-    std::vector<double> samples;
+    std::vector<double> cpu, wall;
     for (int r = 0; r < repetitions; ++r) {
+      const double cpu_start = thread_seconds();
       const auto start = steady::now();
       for (int i = 0; i < passes; ++i) body();
-      samples.push_back(std::chrono::duration<double>(steady::now() - start).count() * 1e9 / passes /
-                        static_cast<double>(parameters));
+      const double per = 1e9 / passes / static_cast<double>(parameters);
+      wall.push_back(std::chrono::duration<double>(steady::now() - start).count() * per);
+      cpu.push_back((thread_seconds() - cpu_start) * per);
     }
-    return median(samples);
+    return timing{median(cpu), median(wall)};
   };
-  const double encode = ns_per_parameter([&] { quantize_with_feedback(gradient, 0.25f, residual, std::span<Block>(blocks)); });
-  const double difference = ns_per_parameter([&] { quantize_difference(gradient, base, std::span<Block>(blocks)); });
-  const double decode = ns_per_parameter([&] { add_dequantized(std::span<const Block>(blocks), sums, sums); });
-  std::printf("%5s %5zuM | %14.3f %14.3f %14.3f | %5.1f %5.1f %5.1f\n", code, parameters >> 20, encode, difference,
-              decode, 12 / encode, 8 / difference, 8 / decode);
+  const timing encode =
+      ns_per_parameter([&] { quantize_with_feedback(gradient, 0.25f, residual, std::span<Block>(blocks)); });
+  const timing difference = ns_per_parameter([&] { quantize_difference(gradient, base, std::span<Block>(blocks)); });
+  const timing decode = ns_per_parameter([&] { add_dequantized(std::span<const Block>(blocks), sums, sums); });
+  std::printf("%5s %5zuM | %6.3f (%6.3f) %6.3f (%6.3f) %6.3f (%6.3f) | %5.1f %5.1f %5.1f\n", code, parameters >> 20,
+              encode.cpu, encode.wall, difference.cpu, difference.wall, decode.cpu, decode.wall, 12 / encode.cpu,
+              8 / difference.cpu, 8 / decode.cpu);
   std::fflush(stdout);
 }
 
 int run_feedback_kernels(int repetitions) {
-  std::printf("error-feedback kernels on one core (%u hardware threads here), medians of %d; ns per parameter, and GB/s "
-              "of fp32 streams (encode+residual reads x and e and writes e: 12 B/param; the others 8)\n",
+  std::printf("error-feedback kernels on one core (%u hardware threads here), medians of %d; ns per parameter of this "
+              "thread's CPU time (wall time in brackets), and GB/s of fp32 streams per CPU second (encode+residual "
+              "reads x and e and writes e: 12 B/param; the others 8)\n",
               std::thread::hardware_concurrency(), repetitions);
-  std::printf("%5s %6s | %14s %14s %14s | %5s %5s %5s\n", "code", "params", "encode+resid", "encode change", "decode+add",
-              "GB/s", "GB/s", "GB/s");
+  std::printf("%5s %6s | %15s %15s %15s | %5s %5s %5s\n", "code", "params", "encode+resid", "encode change",
+              "decode+add", "GB/s", "GB/s", "GB/s");
   for (const std::size_t parameters : {std::size_t{1} << 20, std::size_t{16} << 20}) {
     time_feedback_kernels<int8_block>("int8", parameters, repetitions);
     time_feedback_kernels<fp8_block>("fp8", parameters, repetitions);

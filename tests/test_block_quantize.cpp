@@ -270,3 +270,44 @@ TEST_CASE("fp8 blocks: every value within 2^-4 of itself, relative, down to 2^-1
   const std::vector<float> zeros = round_trip<fp8_block>(std::vector<float>(100, 0.f));
   CHECK(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.f; }));
 }
+
+TEST_CASE("the AVX2 kernels and the baseline ones compute the same bits") {
+  // Replicas on machines with and without AVX2 must decode records alike, and encode alike.
+  constexpr std::size_t count = 5000;
+  std::vector<float> x = sample(count), base(count), e0(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    base[i] = 0.3f * std::cos(static_cast<float>(i));
+    e0[i] = 0.01f * std::sin(static_cast<float>(i) * 0.7f);
+  }
+  const auto run = [&](auto tag) {
+    using Block = decltype(tag);
+    std::vector<Block> fed(quantized_blocks(count)), changed(quantized_blocks(count)), plain(quantized_blocks(count));
+    std::vector<float> e = e0, sums = base, decoded(count);
+    quantize_with_feedback(x, 0.75f, e, std::span<Block>(fed));
+    quantize_difference(x, base, std::span<Block>(changed));
+    quantize(x, std::span<Block>(plain));
+    add_dequantized(std::span<const Block>(fed), sums, sums);
+    add_dequantized(std::span<const Block>(changed), base, decoded);
+    std::vector<unsigned char> bytes;
+    const auto append = [&](const void* data, std::size_t size) {
+      const std::size_t at = bytes.size();
+      bytes.resize(at + size);
+      std::memcpy(bytes.data() + at, data, size);
+    };
+    append(fed.data(), fed.size() * sizeof(Block));
+    append(changed.data(), changed.size() * sizeof(Block));
+    append(plain.data(), plain.size() * sizeof(Block));
+    for (const std::vector<float>* v : {&e, &sums, &decoded}) append(v->data(), v->size() * sizeof(float));
+    return bytes;
+  };
+  const bool avx2 = force_baseline_kernels(false);
+  const std::string where = avx2 ? "run here" : "are not available here: the comparison is trivial";
+  MESSAGE("AVX2 kernels " << where);
+  const auto fast_int8 = run(int8_block{}), fast_fp8 = run(fp8_block{}), fast_sign = run(sign_block{});
+  force_baseline_kernels(true);
+  const auto slow_int8 = run(int8_block{}), slow_fp8 = run(fp8_block{}), slow_sign = run(sign_block{});
+  force_baseline_kernels(false);
+  CHECK(fast_int8 == slow_int8);
+  CHECK(fast_fp8 == slow_fp8);
+  CHECK(fast_sign == slow_sign);
+}

@@ -76,4 +76,9 @@ void quantize_difference(std::span<const float> values, std::span<const float> b
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<fp8_block> blocks);
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign_block> blocks);
 
+// The kernels come compiled twice, for the baseline target and (x86-64) for AVX2, picked at run
+// time; both compute the same bits. For tests: with `force` the baseline ones run even where
+// AVX2 is there. Returns whether the AVX2 ones exist and the CPU has AVX2.
+bool force_baseline_kernels(bool force);
+
 }  // namespace accord
