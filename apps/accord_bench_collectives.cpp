@@ -34,7 +34,8 @@
 // real rounds with error feedback (transport/block_quantize.hpp) in ns per parameter: encoding
 // fused with the residual update (quantize_with_feedback), the all-gather's encoding of a change
 // (quantize_difference) and decoding fused with the accumulate (add_dequantized), at 1M and 16M
-// parameters (the larger ones do not fit in any cache). Medians over --repetitions.
+// parameters (the larger ones do not fit in any cache), with the kernels a run picks (AVX2 where
+// the CPU has it) and then the baseline ones. Medians over --repetitions.
 #include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -274,7 +275,7 @@ std::optional<double> perftest_bandwidth(std::size_t bytes, int iterations, cons
 
 // --feedback-kernels: ns per parameter of the error-feedback kernels on one core.
 template <class Block>
-void time_feedback_kernels(const char* code, std::size_t parameters, int repetitions) {
+void time_feedback_kernels(const char* code, const char* target, std::size_t parameters, int repetitions) {
   std::vector<float> gradient(parameters), residual(parameters, 0.f), sums(parameters, 0.f), base(parameters);
   for (std::size_t i = 0; i < parameters; ++i) {
     gradient[i] = static_cast<float>((i * 2654435761u) % 2001) * 1e-3f - 1.f;
@@ -310,7 +311,8 @@ void time_feedback_kernels(const char* code, std::size_t parameters, int repetit
       ns_per_parameter([&] { quantize_with_feedback(gradient, 0.25f, residual, std::span<Block>(blocks)); });
   const timing difference = ns_per_parameter([&] { quantize_difference(gradient, base, std::span<Block>(blocks)); });
   const timing decode = ns_per_parameter([&] { add_dequantized(std::span<const Block>(blocks), sums, sums); });
-  std::printf("%5s %5zuM | %6.3f (%6.3f) %6.3f (%6.3f) %6.3f (%6.3f) | %5.1f %5.1f %5.1f\n", code, parameters >> 20,
+  std::printf("%5s %5zuM %8s | %6.3f (%6.3f) %6.3f (%6.3f) %6.3f (%6.3f) | %5.1f %5.1f %5.1f\n", code, parameters >> 20,
+              target,
               encode.cpu, encode.wall, difference.cpu, difference.wall, decode.cpu, decode.wall, 12 / encode.cpu,
               8 / difference.cpu, 8 / decode.cpu);
   std::fflush(stdout);
@@ -321,13 +323,21 @@ int run_feedback_kernels(int repetitions) {
               "thread's CPU time (wall time in brackets), and GB/s of fp32 streams per CPU second (encode+residual "
               "reads x and e and writes e: 12 B/param; the others 8)\n",
               std::thread::hardware_concurrency(), repetitions);
-  std::printf("%5s %6s | %15s %15s %15s | %5s %5s %5s\n", "code", "params", "encode+resid", "encode change",
-              "decode+add", "GB/s", "GB/s", "GB/s");
-  for (const std::size_t parameters : {std::size_t{1} << 20, std::size_t{16} << 20}) {
-    time_feedback_kernels<int8_block>("int8", parameters, repetitions);
-    time_feedback_kernels<fp8_block>("fp8", parameters, repetitions);
-    time_feedback_kernels<sign_block>("sign", parameters, repetitions);
+  std::printf("%5s %6s %8s | %15s %15s %15s | %5s %5s %5s\n", "code", "params", "kernels", "encode+resid",
+              "encode change", "decode+add", "GB/s", "GB/s", "GB/s");
+  // The kernels a run picks (AVX2 where the CPU has it), then the baseline ones (SSE2 on x86-64).
+  const bool avx2 = force_baseline_kernels(false);
+  for (const bool baseline : {false, true}) {
+    if (baseline && !avx2) break;
+    force_baseline_kernels(baseline);
+    const char* target = baseline || !avx2 ? "baseline" : "avx2";
+    for (const std::size_t parameters : {std::size_t{1} << 20, std::size_t{16} << 20}) {
+      time_feedback_kernels<int8_block>("int8", target, parameters, repetitions);
+      time_feedback_kernels<fp8_block>("fp8", target, parameters, repetitions);
+      time_feedback_kernels<sign_block>("sign", target, parameters, repetitions);
+    }
   }
+  force_baseline_kernels(false);
   return 0;
 }
 
