@@ -127,8 +127,9 @@ void launch_round(self_pointer self) {
   request.snapshot = setup.wants_snapshot && setup.wants_snapshot(s.round);
   request.keep = setup.wants_kept && setup.wants_kept(s.round);
   // Compute only reads its parameters until this round's result swaps them, so the round may
-  // read them too: estimates travel as a difference from them, with no copy kept anywhere.
-  if (request.estimate) request.current = s.parameters;
+  // read them too: block-quantized estimates and real rounds travel as a difference from them,
+  // with no copy kept anywhere.
+  request.current = s.parameters;
   if (keeps_accumulation(setup.pipe, s.round)) {
     // ACCO's estimate round: g̃ goes on the wire and also stays for the real round.
     request.buffer = take_spare(s);

@@ -20,7 +20,9 @@ void keep_step(communicator_setup& s, const std::vector<float>& parameters, std:
   kept.rank = s.link->rank();
   kept.steps = step_of_round(s.pipe, round) + 1;
   kept.own = s.rule->snapshot();
-  kept.own.master.clear();  // elastic recovery restarts from the kept compute copy
+  // Elastic recovery restarts from the kept compute copy; with error feedback (int8, fp8, sign) it is
+  // not a function of the masters, which are kept beside it.
+  if (kept.own.feedback.empty()) kept.own.master.clear();
   if (s.replicate && kept.world > 1) kept.buddy = replicate_to_buddy(*s.link, kept.own, parameters.size());
   kept.parameters = parameters;
   s.keeper->keep(std::move(kept));
@@ -70,7 +72,9 @@ communicator_actor::behavior_type communicator_behavior(
           result.global = global;
           result.last_of_epoch = global.changes > 0 && !request.estimate;
           result.observations = s.rule->observations();
-          if (s.keeper && (request.keep || result.last_of_epoch)) {
+          const bool keeping = s.keeper && (request.keep || result.last_of_epoch);
+          if (keeping || request.snapshot || result.last_of_epoch) s.rule->settle(*s.link);
+          if (keeping) {
             keep_step(s, *request.buffer, request.round);
             result.kept = true;
           }

@@ -175,6 +175,18 @@ void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress
       c.momenta.push_back(state.values);
       continue;
     }
+    // Error feedback (int8, fp8, sign): each owner's range of the residuals summed over workers, and
+    // the replica, which the masters below replace in c.parameters.
+    if (!state.feedback.empty()) {
+      if (c.feedback.empty()) {
+        c.feedback = state.feedback;
+        c.residuals.assign(n, 0.f);
+        c.replica = *progress.parameters;
+      }
+      if (state.feedback != c.feedback || state.begin > n || state.residual.size() > n - state.begin)
+        throw std::invalid_argument("checkpoint: a worker's error-feedback residuals do not fit the others'");
+      std::copy(state.residual.begin(), state.residual.end(), c.residuals.begin() + static_cast<std::ptrdiff_t>(state.begin));
+    }
     // A 16-bit wire leaves every worker a rounded copy: the checkpoint holds the fp32 masters.
     if (state.begin > n || state.master.size() > n - state.begin)
       throw std::invalid_argument("checkpoint: a worker's master weights do not fit the parameters");

@@ -35,7 +35,7 @@ typename Inspector::result_type inspect(Inspector& f, transfer_stats& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rule_state& x) {
   return f(caf::meta::type_name("rule_state"), x.present, x.momentum, x.optimizer_step, x.slots,
-           x.begin, x.values, x.master);
+           x.begin, x.values, x.master, x.feedback, x.residual);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_observations& x) {

@@ -83,6 +83,24 @@ std::vector<std::string> algorithm_names() {
   return names;
 }
 
+void require_wire_precision(const algorithm& algo, const round_precision& precision, const std::string& topology) {
+  if (!block_quantized(precision.real)) return;
+  const std::string flag = "wire precision: '" + std::string(precision_name(precision.real)) + "' ";
+  if (algo.aggregate == aggregation::sign_majority || algo.aggregate == aggregation::sign_average)
+    throw std::invalid_argument(flag + "means nothing for " + algo.name +
+                                ", whose votes travel as 1 bit whatever the wire (leave it fp32)");
+  if (algo.aggregate != aggregation::sharded_optimizer)
+    throw std::invalid_argument(flag + "needs the error feedback of a sharded optimizer (ddp, dpu, acco, lion); " +
+                                algo.name + "'s collectives take fp32");
+  if (topology != "ring")
+    throw std::invalid_argument(flag + "is for the ring topology (--topology " + topology +
+                                " moves its parameters otherwise); its collectives take fp32|bf16|fp16");
+}
+
+std::string feedback_precision(const round_precision& precision) {
+  return block_quantized(precision.real) ? std::string(precision_name(precision.real)) : std::string();
+}
+
 std::uint64_t rounds_for_steps(pipeline pipe, std::uint64_t steps) {
   return pipe == pipeline::acco ? 2 * steps : steps;
 }

@@ -49,6 +49,16 @@ void add_algorithm(algorithm a);
 // Throws std::invalid_argument naming the bad name and listing the valid ones.
 const algorithm& find_algorithm(std::string_view name);
 
+// Refuses, with one line naming the flag, a wire precision the algorithm or topology cannot use:
+// int8, fp8 and sign real rounds need the sharded optimizer's error feedback (ddp, dpu, acco, lion)
+// on the ring topology (other topologies move fp32, or replicas differ, or, hierarchical,
+// their collectives take fp32|bf16|fp16); Distributed Lion's votes are 1 bit whatever the wire;
+// block-quantized estimates are refused by the hierarchical topology.
+void require_wire_precision(const algorithm& algo, const round_precision& precision, const std::string& topology);
+// The precision whose error-feedback residuals a sharded rule keeps: the real one's name when it
+// is block-quantized, else "".
+std::string feedback_precision(const round_precision& precision);
+
 // Rounds needed for `steps` optimizer steps: ACCO runs an estimate and a real round per step.
 std::uint64_t rounds_for_steps(pipeline pipe, std::uint64_t steps);
 // The optimizer step a round belongs to (the learning rate it uses).

@@ -66,7 +66,7 @@ struct round_request {
   std::uint64_t round = 0;
   bool estimate = false;        // ACCO's estimate round: compute θ̃, commit no state
   tensor buffer;                // gradient sum in, parameters out
-  tensor current;               // estimate rounds: the compute stage's θ_t, only read meanwhile
+  tensor current;               // the compute stage's parameters (θ_t; θ̃ in ACCO's real rounds), only read meanwhile
   round_totals local;
   float learning_rate = 0;
   bool snapshot = false;        // return the update rule's state (a checkpoint is due)

@@ -57,6 +57,8 @@ public:
   std::size_t state_bytes() const override {
     return algorithm_->state_bytes() + (own_ ? own_->state().values.size() * sizeof(float) : 0);
   }
+  void settle(transport& link) override { algorithm_->settle(link); }
+  std::span<const float> residuals() const override { return algorithm_->residuals(); }
   rule_state snapshot() const override { return algorithm_->snapshot(); }
 
 private:

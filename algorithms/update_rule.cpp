@@ -35,23 +35,35 @@ public:
       : config_(config), precision_(precision), own_(shard_of(initial.size(), world, rank)),
         master_(initial.begin() + own_.begin, initial.begin() + own_.end),
         optimizer_(make_optimizer(config, own_.size())) {
-    if (resume) restore_shard_state(*optimizer_, *resume, own_.begin, "rank " + std::to_string(rank));
+    const std::string owner = "rank " + std::to_string(rank);
+    if (block_quantized(precision_.real)) residual_.assign(initial.size(), 0.f);
+    if (resume) {
+      restore_shard_state(*optimizer_, *resume, own_.begin, owner);
+      restore_feedback(*resume, owner);
+    }
   }
 
   void apply(transport& link, std::span<float> buffer, const round_totals&,
              const round_totals& global, float learning_rate, std::uint64_t,
              bool estimate, std::span<const float> current) override {
     const wire_precision wire = precision_.of(estimate);
+    const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
+    const bool feedback = !residual_.empty();
     {
       const trace_span phase("reduce-scatter");
-      link.reduce_scatter(buffer, wire);
+      // With error feedback the residuals are in units of the mean gradient, whatever each
+      // round's micro-batch count: the buffer is scaled before it is encoded. An estimate
+      // reads them (θ̃ anticipates what the real round will pay) and commits nothing.
+      if (feedback)
+        link.reduce_scatter_feedback(buffer, scale, residual_, wire, !estimate);
+      else
+        link.reduce_scatter(buffer, wire);
     }
     std::optional<trace_span> optimizer_phase(std::in_place, "optimizer step");
     std::span<float> slice = buffer.subspan(own_.begin, own_.size());
-    const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
     double square_sum = 0;
     for (float& g : slice) {
-      g *= scale;  // mean over every micro-batch of every worker
+      if (!feedback) g *= scale;  // mean over every micro-batch of every worker
       square_sum += static_cast<double>(g) * g;
     }
     observed_.gradient_square_sum = square_sum;  // the shards' sums add up to the squared norm
@@ -68,15 +80,35 @@ public:
     }
     optimizer_phase.reset();
     const trace_span phase("all-gather");
-    if (estimate)
-      link.all_gather_delta(buffer, current, wire);  // int8 and sign: θ̃ - θ_t travels
-    else
+    if (estimate || block_quantized(wire)) {
+      // int8, fp8 and sign: the change from the parameters every worker computes with travels (θ̃ − θ_t
+      // for an estimate; master − replica for a real round, which is the gather side's error
+      // feedback: what a round's records missed stays in master − replica and travels again).
+      if (block_quantized(wire) && current.size() != buffer.size())
+        throw std::logic_error("a block-quantized round needs the parameters every worker holds");
+      link.all_gather_delta(buffer, current, wire);
+    } else {
       link.all_gather(buffer, wire);
+    }
   }
 
-  // Block-quantized estimates (int8, sign) have no device collectives: such rounds stay on the host.
+  // Residuals go back to every worker's range of the flat buffer only at a snapshot: each
+  // range's owner takes Σ over workers of their residuals for it (an fp32 reduce-scatter), the
+  // others keep zero. The aggregate only ever sees the sum over workers, so what is owed is
+  // unchanged, and the owner pays it exactly in its next real round (its own shard travels
+  // uncompressed). Then the residuals shard like the optimizer state.
+  void settle(transport& link) override {
+    if (residual_.empty()) return;
+    const trace_span phase("fold residuals");
+    link.reduce_scatter(residual_, wire_precision::fp32);
+    std::fill(residual_.begin(), residual_.begin() + static_cast<std::ptrdiff_t>(own_.begin), 0.f);
+    std::fill(residual_.begin() + static_cast<std::ptrdiff_t>(own_.end), residual_.end(), 0.f);
+  }
+
+  // Block-quantized rounds (int8, fp8, sign) have no device collectives: such rounds stay on the host.
   bool has_device_form() const override {
-    return (config_.kind == "adamw" || config_.kind == "lion") && !block_quantized(precision_.estimate);
+    return (config_.kind == "adamw" || config_.kind == "lion") && !block_quantized(precision_.estimate) &&
+           !block_quantized(precision_.real);
   }
 
   // apply's steps as kernels on the collectives' stream, on master weights and state kept there.
@@ -113,8 +145,10 @@ public:
   }
 
   std::size_t state_bytes() const override {
-    return (master_.size() + optimizer_->state().values.size()) * sizeof(float);
+    return (master_.size() + optimizer_->state().values.size() + residual_.size()) * sizeof(float);
   }
+
+  std::span<const float> residuals() const override { return residual_; }
 
   rule_state snapshot() const override {
     if (device_) {  // the committed state lives on the device: bring it back for the checkpoint
@@ -126,10 +160,38 @@ public:
     }
     rule_state snapshot = shard_state(*optimizer_, own_.begin);
     if (precision_.real != wire_precision::fp32) snapshot.master = master_;
+    if (!residual_.empty()) {  // the own range (after settle: the sum over workers of what is owed)
+      snapshot.feedback = precision_name(precision_.real);
+      snapshot.residual.assign(residual_.begin() + static_cast<std::ptrdiff_t>(own_.begin),
+                               residual_.begin() + static_cast<std::ptrdiff_t>(own_.end));
+    }
     return snapshot;
   }
 
 private:
+  // A restored shard's residuals (its range: the other ranges start at zero) and, where it came
+  // with them, its fp32 master weights (the replica every worker computes with is their
+  // decoded copy and came as the initial parameters).
+  void restore_feedback(const rule_state& resume, const std::string& owner) {
+    if (!resume.residual.empty()) {
+      if (residual_.empty() || resume.feedback != precision_name(precision_.real))
+        throw std::invalid_argument("restored error-feedback residuals were written for wire precision " +
+                                    resume.feedback + ", " + owner + " runs " +
+                                    std::string(precision_name(precision_.real)));
+      if (resume.residual.size() != own_.size())
+        throw std::invalid_argument("restored error-feedback residuals hold " + std::to_string(resume.residual.size()) +
+                                    " values, " + owner + "'s shard " + std::to_string(own_.size()));
+      std::copy(resume.residual.begin(), resume.residual.end(),
+                residual_.begin() + static_cast<std::ptrdiff_t>(own_.begin));
+    }
+    if (block_quantized(precision_.real) && !resume.master.empty()) {
+      if (resume.master.size() != own_.size())
+        throw std::invalid_argument("restored master weights hold " + std::to_string(resume.master.size()) +
+                                    " values, " + owner + "'s shard " + std::to_string(own_.size()));
+      master_ = resume.master;
+    }
+  }
+
   // The own shard's master weights and optimizer state (slot after slot, as optimizer_state)
   // in device memory, with copies for estimate rounds.
   struct device_shard {
@@ -147,6 +209,9 @@ private:
   shard own_;
   mutable std::vector<float> master_;  // fp32 master weights of the own shard (stale while device_ holds them)
   std::vector<float> scratch_;  // estimate rounds step a copy of master_
+  // int8/sign real rounds: this worker's reduce-scatter residual over the whole buffer, in mean
+  // gradient units (zero in its own range between rounds: that range never travels compressed).
+  std::vector<float> residual_;
   std::unique_ptr<optimizer> optimizer_;
   mutable std::optional<device_shard> device_;
 };
@@ -244,7 +309,7 @@ public:
 
   rule_state snapshot() const override {
     if (device_) device_->momentum.copy_to(momentum_);  // the committed momentum lives on the device
-    return {true, true, 0, 1, 0, momentum_, {}};
+    return {true, true, 0, 1, 0, momentum_, {}, {}, {}};
   }
 
 private:

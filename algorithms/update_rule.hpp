@@ -32,7 +32,9 @@ public:
   // break ties by its parity, so that ties alternate between committed steps and an estimate
   // breaks them as the real round of its step will. `current`: in an estimate round, the
   // parameters θ_t the compute stage holds (identical on every worker, only read meanwhile), from
-  // which block-quantized estimates travel as a difference; else empty.
+  // which block-quantized estimates travel as a difference; in a real round the parameters the
+  // compute stage holds meanwhile (θ̃ in ACCO's), from which block-quantized real rounds' changes
+  // travel. May be empty where neither happens.
   virtual void apply(transport& link, std::span<float> buffer, const round_totals& local,
                      const round_totals& global, float learning_rate, std::uint64_t step,
                      bool estimate, std::span<const float> current) = 0;
@@ -46,6 +48,13 @@ public:
   virtual void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals& local,
                                const round_totals& global, float learning_rate, std::uint64_t step,
                                bool estimate);
+  // Before a snapshot (a checkpoint or an elastic kept step: every worker calls it after the
+  // same real round) brings state spread over workers into the shape snapshot() takes; a
+  // collective. The sharded rule folds its error-feedback residuals into their ranges' owners.
+  virtual void settle(transport&) {}
+  // This worker's error-feedback residuals over the whole buffer (empty without them): what its
+  // compressed gradients have not delivered yet. For tests and the metrics.
+  virtual std::span<const float> residuals() const { return {}; }
   // Bytes of state this worker keeps (master weights, optimizer state), for the memory report.
   virtual std::size_t state_bytes() const = 0;
   // This worker's share of the committed state, for a checkpoint.
@@ -61,6 +70,11 @@ protected:
 // own shard's fp32 master weights with the optimizer, all-gather the parameters, both
 // collectives in `precision` (the compute copy everyone gets, the owner's too, is the rounded
 // one; master weights and optimizer state stay fp32).
+// A block-quantized real precision (int8, fp8, sign) runs both collectives with error feedback: each
+// worker sends its mean gradient plus its residual and keeps what the records missed; the owner
+// sends master − the parameters every worker holds (apply's `current`, then needed in every
+// round), which every worker adds to them, so replicas stay bit-identical and master − replica
+// is the gather side's residual. See docs/algorithms.md "Compressed real rounds".
 // With `resume`, the shard's optimizer state is restored from it (a slice of a checkpoint or a
 // shard transferred to this rank); it must cover exactly this rank's shard.
 std::unique_ptr<update_rule> make_sharded_optimizer_rule(const optimizer_config& config,

@@ -29,10 +29,18 @@
 // measurement's time is the slowest rank's, and the table shows medians over the rounds. CPU
 // seconds (user + system of every rank's process, medians) per byte of the buffer do not depend
 // on how busy the machine is, unlike bandwidths.
+//
+// --feedback-kernels instead times, on one core of this process, the CPU side of int8, fp8 and sign
+// real rounds with error feedback (transport/block_quantize.hpp) in ns per parameter: encoding
+// fused with the residual update (quantize_with_feedback), the all-gather's encoding of a change
+// (quantize_difference) and decoding fused with the accumulate (add_dequantized), at 1M and 16M
+// parameters (the larger ones do not fit in any cache), with the kernels a run picks (AVX2 where
+// the CPU has it) and then the baseline ones. Medians over --repetitions.
 #include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,6 +59,7 @@
 
 #include "apps/flags.hpp"
 #include "models/memory.hpp"
+#include "transport/block_quantize.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 
 namespace po = boost::program_options;
@@ -264,6 +273,74 @@ std::optional<double> perftest_bandwidth(std::size_t bytes, int iterations, cons
   return result;
 }
 
+// --feedback-kernels: ns per parameter of the error-feedback kernels on one core.
+template <class Block>
+void time_feedback_kernels(const char* code, const char* target, std::size_t parameters, int repetitions) {
+  std::vector<float> gradient(parameters), residual(parameters, 0.f), sums(parameters, 0.f), base(parameters);
+  for (std::size_t i = 0; i < parameters; ++i) {
+    gradient[i] = static_cast<float>((i * 2654435761u) % 2001) * 1e-3f - 1.f;
+    base[i] = 0.5f * gradient[(i * 7) % parameters];
+  }
+  std::vector<Block> blocks(quantized_blocks(parameters));
+  // Enough passes per measurement that it lasts a while even at 1M parameters.
+  const int passes = std::max<int>(1, static_cast<int>((std::size_t{64} << 20) / parameters));
+  // This thread's CPU time, which a busy machine's other processes do not add to (wall time is
+  // printed beside it: on an idle core the two agree).
+  const auto thread_seconds = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+  };
+  struct timing {
+    double cpu, wall;  // ns per parameter
+  };
+  const auto ns_per_parameter = [&](const std::function<void()>& body) {
+    body();  // warm-up: pages faulted in
+    std::vector<double> cpu, wall;
+    for (int r = 0; r < repetitions; ++r) {
+      const double cpu_start = thread_seconds();
+      const auto start = steady::now();
+      for (int i = 0; i < passes; ++i) body();
+      const double per = 1e9 / passes / static_cast<double>(parameters);
+      wall.push_back(std::chrono::duration<double>(steady::now() - start).count() * per);
+      cpu.push_back((thread_seconds() - cpu_start) * per);
+    }
+    return timing{median(cpu), median(wall)};
+  };
+  const timing encode =
+      ns_per_parameter([&] { quantize_with_feedback(gradient, 0.25f, residual, std::span<Block>(blocks)); });
+  const timing difference = ns_per_parameter([&] { quantize_difference(gradient, base, std::span<Block>(blocks)); });
+  const timing decode = ns_per_parameter([&] { add_dequantized(std::span<const Block>(blocks), sums, sums); });
+  std::printf("%5s %5zuM %8s | %6.3f (%6.3f) %6.3f (%6.3f) %6.3f (%6.3f) | %5.1f %5.1f %5.1f\n", code, parameters >> 20,
+              target,
+              encode.cpu, encode.wall, difference.cpu, difference.wall, decode.cpu, decode.wall, 12 / encode.cpu,
+              8 / difference.cpu, 8 / decode.cpu);
+  std::fflush(stdout);
+}
+
+int run_feedback_kernels(int repetitions) {
+  std::printf("error-feedback kernels on one core (%u hardware threads here), medians of %d; ns per parameter of this "
+              "thread's CPU time (wall time in brackets), and GB/s of fp32 streams per CPU second (encode+residual "
+              "reads x and e and writes e: 12 B/param; the others 8)\n",
+              std::thread::hardware_concurrency(), repetitions);
+  std::printf("%5s %6s %8s | %15s %15s %15s | %5s %5s %5s\n", "code", "params", "kernels", "encode+resid",
+              "encode change", "decode+add", "GB/s", "GB/s", "GB/s");
+  // The kernels a run picks (AVX2 where the CPU has it), then the baseline ones (SSE2 on x86-64).
+  const bool avx2 = force_baseline_kernels(false);
+  for (const bool baseline : {false, true}) {
+    if (baseline && !avx2) break;
+    force_baseline_kernels(baseline);
+    const char* target = baseline || !avx2 ? "baseline" : "avx2";
+    for (const std::size_t parameters : {std::size_t{1} << 20, std::size_t{16} << 20}) {
+      time_feedback_kernels<int8_block>("int8", target, parameters, repetitions);
+      time_feedback_kernels<fp8_block>("fp8", target, parameters, repetitions);
+      time_feedback_kernels<sign_block>("sign", target, parameters, repetitions);
+    }
+  }
+  force_baseline_kernels(false);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -282,13 +359,19 @@ int main(int argc, char** argv) {
       ("detect-peer-failure", po::bool_switch(&options.detect_peer_failure),
        "UCX error mode PEER: tcp only, no shared memory (see transport/ucx/ucx_transport.hpp)")
       ("net-devices", po::value(&options.net_devices)->default_value(""),
-       "UCX_NET_DEVICES for the ranks (default: lo, or the environment's)");
+       "UCX_NET_DEVICES for the ranks (default: lo, or the environment's)")
+      ("feedback-kernels", "instead: ns/param of the error-feedback kernels (int8, fp8, sign) on one core, "
+       "at 1M and 16M parameters");
   int ranks = 0;
   plan p;
   try {
     const auto parsed = parse_flags(argc, argv, flags, "usage: accord-bench-collectives [options]");
     if (!parsed) return 0;  // --help
     const po::variables_map& args = *parsed;
+    if (args.count("feedback-kernels")) {
+      require_memory(16.0 * (16 << 20) * sizeof(float) / 4 * 5, "--feedback-kernels");
+      return run_feedback_kernels(args["repetitions"].as<int>());
+    }
     ranks = args["ranks"].as<int>();
     const auto min_bytes = args["min-bytes"].as<std::size_t>();
     const auto max_bytes = args["max-bytes"].as<std::size_t>();

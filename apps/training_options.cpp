@@ -237,11 +237,14 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("link", po::value<std::string>()->default_value(d.link),
        "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited")
       ("wire-precision", po::value<std::string>()->default_value(d.wire_precision),
-       "what gradients and parameters travel as: fp32 | bf16 | fp16 (sums in fp32, fp32 master weights "
-       "and optimizer state; Distributed Lion's votes are 1 bit regardless)")
+       "what gradients and parameters travel as: fp32 | bf16 | fp16 | int8 | fp8 | sign (sums in fp32, fp32 "
+       "master weights and optimizer state; int8, fp8 and sign: blocks of 256 with error feedback, for ddp, "
+       "dpu, acco and lion on the ring; fp8 keeps small values' relative precision, which AdamW needs; "
+       "Distributed Lion's votes are 1 bit regardless)")
       ("estimate-precision", po::value<std::string>()->default_value(d.estimate_precision),
-       "ACCO's estimate rounds (they commit no state): fp32 | bf16 | fp16 | int8 | sign (blocks of 256 "
-       "values with an fp32 scale each: int8 codes, or 1-bit signs scaled by the block's mean |x|; "
+       "ACCO's estimate rounds (they commit no state): fp32 | bf16 | fp16 | int8 | fp8 | sign (blocks of 256 "
+       "values with an fp32 scale each: int8 codes, 8-bit logarithmic codes, or 1-bit signs scaled by the "
+       "block's mean |x|; "
        "parameters travel as the difference from the current ones) (empty: as --wire-precision)")
       ("compute-precision", po::value<std::string>()->default_value(d.compute_precision),
        "GPU workers' matrix products: fp32 | bf16 (bf16 operands, fp32 accumulation, fp32 master weights "

@@ -116,8 +116,9 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
       parameters = origin.initial;
       state = origin.state_of(plan.world, plan.rank);
     } else {
-      restored_state restored = transfer_state(*link, plan.source, me.keeper->find(plan.source.layout, plan.source.steps),
-                                               n, origin.sharded());
+      restored_state restored =
+          transfer_state(*link, plan.source, me.keeper->find(plan.source.layout, plan.source.steps), n,
+                         origin.sharded(), feedback_precision(origin.precision));
       parameters = std::move(restored.parameters);
       if (restored.own.present) state = std::move(restored.own);
       self->send(me.membership, restored_atom::value,

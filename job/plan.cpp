@@ -147,7 +147,8 @@ void start_from(job_plan& plan, const model& prototype, checkpoint c, const std:
   }
   plan.first_round = rounds_for_steps(plan.algo->pipe, r.steps);
   plan.data_position = r.data_position;
-  plan.initial = r.parameters;
+  require_feedback_precision(r, precision_name(plan.precision.real), from);
+  plan.initial = r.feedback.empty() ? r.parameters : r.replica;  // error feedback: masters come with the shards
 }
 
 }  // namespace
@@ -175,9 +176,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.precision.estimate = config.estimate_precision.empty()
                                 ? plan.precision.real
                                 : parse_wire_precision(config.estimate_precision, "estimate precision");
-  require(!block_quantized(plan.precision.real),
-          "wire precision: '" + config.wire_precision + "' is for ACCO's estimate rounds only (estimate precision); "
-          "the wire takes fp32|bf16|fp16");
+  require_wire_precision(*plan.algo, plan.precision, config.topology);
   plan.compute = parse_compute_precision(config.compute_precision, "compute precision");
   require(plan.compute == compute_precision::fp32 || !prototype.memory().on_host(),
           "compute precision bf16 is for GPU workers; this model runs on the cpu, in fp32");

@@ -17,7 +17,8 @@ namespace accord {
 namespace {
 
 constexpr char magic[8] = {'A', 'C', 'C', 'O', 'R', 'D', 'C', 'K'};
-constexpr std::uint32_t version = 2;
+constexpr std::uint32_t version = 3;
+constexpr std::uint32_t oldest_readable = 2;  // version 2: no error-feedback section
 constexpr std::size_t chunk_bytes = 1 << 20;
 constexpr std::uint32_t max_slots = 8;
 constexpr std::uint32_t max_text = 1u << 20;
@@ -173,6 +174,8 @@ void check_values(const reader& r, const checkpoint& c) {
   finite(c.parameters, "parameter");
   finite(c.optimizer, "optimizer state value");
   for (std::size_t m = 0; m < c.momenta.size(); ++m) finite(c.momenta[m], "momentum " + std::to_string(m) + " value");
+  finite(c.residuals, "error-feedback residual");
+  finite(c.replica, "replica parameter");
   if (c.slots == 2) {  // AdamW: m, then v, whose entries are squares' averages
     const std::size_t n = c.parameters.size();
     for (std::size_t i = 0; i < n; ++i)
@@ -193,9 +196,10 @@ checkpoint parse(std::istream& in, std::uint64_t size, const std::string& name) 
   if (!in || std::memcmp(head, magic, sizeof magic) != 0) r.fail("not an accord checkpoint (bad magic)");
   std::uint32_t v = 0;
   in.read(reinterpret_cast<char*>(&v), sizeof v);
-  if (v != version)
-    r.fail("checkpoint format version " + std::to_string(v) + ", this build reads version " +
-           std::to_string(version) + (v < version ? " only (start the run afresh, or resume it with the build that wrote it)" : ""));
+  if (v < oldest_readable || v > version)
+    r.fail("checkpoint format version " + std::to_string(v) + ", this build reads versions " +
+           std::to_string(oldest_readable) + " to " + std::to_string(version) +
+           (v < version ? " only (start the run afresh, or resume it with the build that wrote it)" : ""));
   checkpoint c;
   c.crc = r.check_crc(0);
   char skipped[sizeof magic + sizeof(std::uint32_t)];
@@ -217,6 +221,19 @@ checkpoint parse(std::istream& in, std::uint64_t size, const std::string& name) 
   if (momenta > max_momenta || (count > 0 && momenta > size / (count * sizeof(float))))
     r.fail("the momenta claim " + std::to_string(momenta) + " workers, more than the file holds");
   for (std::uint32_t i = 0; i < momenta; ++i) c.momenta.push_back(r.floats(count, "momenta"));
+  if (v >= 3) {
+    c.feedback = r.text("error-feedback precision");
+    if (!c.feedback.empty()) {
+      if (c.feedback != "int8" && c.feedback != "fp8" && c.feedback != "sign")
+        r.fail("unknown error-feedback precision '" + c.feedback + "' (expected int8|fp8|sign)");
+      const auto residuals = r.scalar<std::uint64_t>("error-feedback residuals");
+      if (residuals != count)
+        r.fail("the error-feedback residuals (" + c.feedback + ") hold " + std::to_string(residuals) + " values for " +
+               std::to_string(count) + " parameters");
+      c.residuals = r.floats(count, "error-feedback residuals");
+      c.replica = r.floats(count, "error-feedback replica");
+    }
+  }
   r.expect_end();
   check_values(r, c);
   return c;
@@ -225,6 +242,8 @@ checkpoint parse(std::istream& in, std::uint64_t size, const std::string& name) 
 }  // namespace
 
 void write_checkpoint(const std::string& path, const checkpoint& c) {
+  if (!c.feedback.empty() && (c.residuals.size() != c.parameters.size() || c.replica.size() != c.parameters.size()))
+    throw std::invalid_argument(path + ": error-feedback residuals and replica must hold one value per parameter");
   const std::string temporary = path + ".tmp";
   {
     writer w(temporary);
@@ -244,6 +263,12 @@ void write_checkpoint(const std::string& path, const checkpoint& c) {
     w.floats(c.optimizer);
     w.scalar<std::uint32_t>(static_cast<std::uint32_t>(c.momenta.size()));
     for (const auto& m : c.momenta) w.floats(m);
+    w.text(c.feedback);
+    if (!c.feedback.empty()) {
+      w.scalar<std::uint64_t>(c.residuals.size());
+      w.floats(c.residuals);
+      w.floats(c.replica);
+    }
     w.finish();
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0)

@@ -1,7 +1,7 @@
 #pragma once
 // Checkpoints: everything a job needs to continue, with any number of workers.
 //
-// File format (little-endian, version 2):
+// File format (little-endian, version 3):
 //   "ACCORDCK"                        8 bytes magic
 //   u32 version, u32 reserved (0)
 //   u64 steps                          optimizer steps completed
@@ -16,9 +16,17 @@
 //   f32 × slots × parameter_count        slot after slot (AdamW m then v; Lion m; SGD momentum)
 //   u32 momenta                        Distributed Lion: each worker's own momentum
 //   f32 × momenta × parameter_count
+//   u32 length + bytes                 error-feedback wire precision: "" (none), "int8", "fp8" or "sign"
+//   when not "":
+//     u64 count                        parameter_count
+//     f32 × count                      residuals: by element, the sum over workers of what their
+//                                      compressed gradients still owe (mean-gradient units)
+//     f32 × count                      replica: the parameters the workers compute with (the
+//                                      masters' decoded copy, not a function of them)
 //   u32 crc32                          zlib's crc32 of every byte before it
-// Version 1 (no seconds, data hash or crc) is refused with a message naming it: resume such a
-// run from its start, or with the build that wrote it.
+// Version 2 is version 3 without the error-feedback section (read as none). Version 1 (no
+// seconds, data hash or crc) is refused with a message naming it: resume such a run from its
+// start, or with the build that wrote it.
 // A resumed job re-shards the optimizer state for its own worker count; worker r of a resumed
 // Distributed Lion job takes momentum r if the checkpoint has one, else starts from zero.
 #include <cstdint>
@@ -40,6 +48,9 @@ struct checkpoint {
   std::uint32_t slots = 0;
   std::vector<float> optimizer;       // slots × parameters.size()
   std::vector<std::vector<float>> momenta;
+  std::string feedback;               // error-feedback wire precision ("": none)
+  std::vector<float> residuals;       // with feedback: parameters.size() values each
+  std::vector<float> replica;
   std::uint32_t crc = 0;              // of the file it was read from (set by the readers)
 };
 

@@ -5,6 +5,7 @@
 #include "transport/shard.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <stdexcept>
 
@@ -26,19 +27,31 @@ std::span<const std::byte> bytes_of(const std::vector<float>& v) { return std::a
 constexpr std::uint64_t replica_tag = 0x5e7a7e00;
 constexpr std::uint64_t transfer_tag = 0x5e7a7e01;
 
+// The shard-sized arrays of a sharded state after its optimizer slots: with error feedback its
+// residuals, then its master weights (they travel and are checked as slots slots and slots + 1).
+std::array<const std::vector<float>*, 2> feedback_arrays(const rule_state& state) {
+  if (state.feedback.empty()) return {nullptr, nullptr};
+  return {&state.residual, &state.master};
+}
+
 }  // namespace
 
 std::uint64_t state_checksum(const rule_state& state, std::size_t parameter_count) {
   if (!state.present || state.slots == 0) return 0;
   const std::size_t shard = state.values.size() / state.slots;
   std::uint64_t sum = 0;
-  for (std::size_t slot = 0; slot < state.slots; ++slot)
-    for (std::size_t i = 0; i < shard; ++i) {
+  const auto add = [&](std::size_t slot, const float* values, std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) {
       std::uint32_t bits;
-      std::memcpy(&bits, &state.values[slot * shard + i], sizeof bits);
+      std::memcpy(&bits, &values[i], sizeof bits);
       const std::uint64_t index = slot * parameter_count + state.begin + i;
       sum += mix((index << 32) ^ bits);
     }
+  };
+  for (std::size_t slot = 0; slot < state.slots; ++slot) add(slot, state.values.data() + slot * shard, shard);
+  std::size_t slot = state.slots;
+  for (const std::vector<float>* extra : feedback_arrays(state))
+    if (extra) add(slot++, extra->data(), extra->size());
   return sum;
 }
 
@@ -71,13 +84,15 @@ std::size_t state_keeper::bytes() const {
   std::lock_guard lock(mutex_);
   std::size_t floats = 0;
   for (const auto& g : generations_)
-    if (g) floats += g->parameters.size() + g->own.values.size() + g->buddy.values.size();
+    if (g)
+      floats += g->parameters.size() + g->own.values.size() + g->buddy.values.size() + g->own.residual.size() +
+                g->own.master.size() + g->buddy.residual.size() + g->buddy.master.size();
   return floats * sizeof(float);
 }
 
 rule_state shard_state(const optimizer& opt, std::size_t begin) {
   const optimizer_state& state = opt.state();
-  return {true, false, state.step, static_cast<std::uint32_t>(state.slots), begin, state.values, {}};
+  return {true, false, state.step, static_cast<std::uint32_t>(state.slots), begin, state.values, {}, {}, {}};
 }
 
 void restore_shard_state(optimizer& opt, const rule_state& resume, std::size_t begin, const std::string& owner) {
@@ -102,11 +117,17 @@ rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_
   buddy.begin = theirs.begin;
   buddy.values.assign(std::size_t{own.slots} * theirs.size(), 0.f);
   link.send_recv((rank + 1) % world, bytes_of(own.values), from, bytes_of(buddy.values), replica_tag);
+  if (!own.feedback.empty()) {  // every worker of a job has them, or none
+    buddy.residual.assign(theirs.size(), 0.f);
+    buddy.master.assign(theirs.size(), 0.f);
+    link.send_recv((rank + 1) % world, bytes_of(own.residual), from, bytes_of(buddy.residual), replica_tag);
+    link.send_recv((rank + 1) % world, bytes_of(own.master), from, bytes_of(buddy.master), replica_tag);
+  }
   return buddy;
 }
 
 restored_state transfer_state(transport& link, const state_source& source, const std::optional<kept_state>& held,
-                              std::size_t parameter_count, bool sharded) {
+                              std::size_t parameter_count, bool sharded, const std::string& feedback) {
   const int world = link.size(), me = link.rank();
   const trace_span span("state transfer", worker_track(me, trace_role::communicator));
   const std::size_t n = parameter_count;
@@ -140,7 +161,23 @@ restored_state transfer_state(transport& link, const state_source& source, const
                                 " shards");
   const std::size_t slots = source.slots;
   const shard mine = shard_of(n, world, me);
-  out.own = {true, false, source.optimizer_step, source.slots, mine.begin, std::vector<float>(slots * mine.size()), {}};
+  out.own.present = true;
+  out.own.optimizer_step = source.optimizer_step;
+  out.own.slots = source.slots;
+  out.own.begin = mine.begin;
+  out.own.values.assign(slots * mine.size(), 0.f);
+  // Error feedback: residuals and master weights travel as two more slots (a range nobody held
+  // residuals for stays zero: nothing owed there).
+  const std::size_t arrays = slots + (feedback.empty() ? 0 : 2);
+  if (!feedback.empty()) {
+    out.own.feedback = feedback;
+    out.own.residual.assign(mine.size(), 0.f);
+    out.own.master.assign(mine.size(), 0.f);
+  }
+  // Array k (slot k, then the residuals, then the masters) of a state whose shard is `size` long.
+  const auto array_of = [slots](auto& state, std::size_t k, std::size_t size) {
+    return k < slots ? state.values.data() + k * size : k == slots ? state.residual.data() : state.master.data();
+  };
   auto old_shard_values = [&](int i) -> const rule_state& {
     if (held && held->rank == i) return held->own;
     if (held && held->buddy.present && buddy_source(held->rank, held->world) == i) return held->buddy;
@@ -157,12 +194,14 @@ restored_state transfer_state(transport& link, const state_source& source, const
       const int from = source.shard_senders[static_cast<std::size_t>(i)];
       if (from != me && to != me) continue;
       const std::size_t length = end - begin;
-      piece.resize(slots * length);
+      piece.resize(arrays * length);
       if (from == me) {
         const rule_state& state = old_shard_values(i);
-        for (std::size_t slot = 0; slot < slots; ++slot)
-          std::copy_n(state.values.begin() + static_cast<std::ptrdiff_t>(slot * old.size() + begin - old.begin),
-                      length, piece.begin() + static_cast<std::ptrdiff_t>(slot * length));
+        if (!feedback.empty() && (state.residual.size() != old.size() || state.master.size() != old.size()))
+          throw std::logic_error("state transfer: shard " + std::to_string(i) + " was kept without its residuals");
+        for (std::size_t k = 0; k < arrays; ++k)
+          std::copy_n(array_of(state, k, old.size()) + (begin - old.begin), length,
+                      piece.begin() + static_cast<std::ptrdiff_t>(k * length));
         if (to != me) {
           link.send(to, transfer_tag, bytes_of(piece));
           continue;
@@ -170,9 +209,9 @@ restored_state transfer_state(transport& link, const state_source& source, const
       } else {
         link.recv(from, transfer_tag, bytes_of(piece));
       }
-      for (std::size_t slot = 0; slot < slots; ++slot)
-        std::copy_n(piece.begin() + static_cast<std::ptrdiff_t>(slot * length), length,
-                    out.own.values.begin() + static_cast<std::ptrdiff_t>(slot * mine.size() + begin - mine.begin));
+      for (std::size_t k = 0; k < arrays; ++k)
+        std::copy_n(piece.begin() + static_cast<std::ptrdiff_t>(k * length), length,
+                    array_of(out.own, k, mine.size()) + (begin - mine.begin));
     }
   }
   return out;
@@ -181,15 +220,33 @@ restored_state transfer_state(transport& link, const state_source& source, const
 rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank) {
   if (!sharded) {
     if (static_cast<std::size_t>(rank) >= c.momenta.size()) return {};
-    return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)], {}};
+    return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)], {}, {}, {}};
   }
-  return slice_optimizer_state(c.optimizer, c.slots, c.optimizer_step, c.parameters.size(), world, rank);
+  rule_state state = slice_optimizer_state(c.optimizer, c.slots, c.optimizer_step, c.parameters.size(), world, rank);
+  if (!c.feedback.empty()) {
+    // The new owner of each range takes its residuals (the others start it at zero) and its
+    // masters: the parameters every worker computes with are the checkpoint's replica.
+    const shard own = shard_of(c.parameters.size(), world, rank);
+    state.feedback = c.feedback;
+    state.residual.assign(c.residuals.begin() + static_cast<std::ptrdiff_t>(own.begin),
+                          c.residuals.begin() + static_cast<std::ptrdiff_t>(own.end));
+    state.master.assign(c.parameters.begin() + static_cast<std::ptrdiff_t>(own.begin),
+                        c.parameters.begin() + static_cast<std::ptrdiff_t>(own.end));
+  }
+  return state;
+}
+
+void require_feedback_precision(const checkpoint& c, std::string_view wire, const std::string& from) {
+  if (c.feedback.empty() || c.feedback == wire) return;
+  throw std::invalid_argument(from + ": the checkpoint's error-feedback residuals were written for wire precision " +
+                              c.feedback + ", this job's is " + std::string(wire) + " (resume it with --wire-precision " +
+                              c.feedback + ")");
 }
 
 rule_state slice_optimizer_state(std::span<const float> whole, std::uint32_t slots, std::uint64_t optimizer_step,
                                  std::size_t n, int world, int rank) {
   const shard own = shard_of(n, world, rank);
-  rule_state state{true, false, optimizer_step, slots, own.begin, std::vector<float>(slots * own.size()), {}};
+  rule_state state{true, false, optimizer_step, slots, own.begin, std::vector<float>(slots * own.size()), {}, {}, {}};
   for (std::size_t slot = 0; slot < slots; ++slot)
     std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(slot * n + own.begin), own.size(),
                 state.values.begin() + static_cast<std::ptrdiff_t>(slot * own.size()));

@@ -18,6 +18,8 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace accord {
@@ -101,12 +103,20 @@ struct restored_state {
 // Every rank of the new epoch calls this with the generation `source` names (empty when it
 // holds none, e.g. a joiner). Transfers run one at a time in one global order, which cannot
 // deadlock even where a send waits for its receiver.
+// `feedback`: the job's error-feedback wire precision ("" none): the shards' residuals and master
+// weights then travel with their optimizer slots.
 restored_state transfer_state(transport& link, const state_source& source, const std::optional<kept_state>& held,
-                              std::size_t parameter_count, bool sharded);
+                              std::size_t parameter_count, bool sharded, const std::string& feedback = {});
 
 // Rank `rank` of `world`'s share of a checkpoint's optimizer state: its ZeRO-1 shard of every
 // slot, or its Distributed Lion momentum (none when the checkpoint has fewer momenta).
+// With error feedback also the rank's range of the residuals (other ranges start at zero) and of
+// the master weights.
 rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank);
+// Refuses (std::invalid_argument "<from>: ...", one line) a checkpoint whose error-feedback
+// residuals were written for another wire precision than `wire` (the job's real one). A
+// checkpoint without residuals resumes under any precision: nothing is owed.
+void require_feedback_precision(const checkpoint& c, std::string_view wire, const std::string& from);
 // Rank `rank` of `world`'s ZeRO-1 shard of a whole optimizer state (`slots` slots of the `n`
 // parameters, slot after slot).
 rule_state slice_optimizer_state(std::span<const float> whole, std::uint32_t slots, std::uint64_t optimizer_step,

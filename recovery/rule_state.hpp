@@ -2,6 +2,7 @@
 // A worker's share of the optimizer state: what a checkpoint stores, a kept generation holds and
 // a transfer moves. Plain data: the actors' wire format for it is in actors/messages.hpp.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace accord {
@@ -17,6 +18,11 @@ struct rule_state {
   // Sharded with a 16-bit wire: the shard's fp32 master weights, which the parameters every
   // worker holds are only a rounded copy of (empty otherwise: the copy is exact).
   std::vector<float> master;
+  // Sharded with a block-quantized wire (int8, fp8, sign: `feedback` names it): the error-feedback
+  // residuals of the shard's range, summed over workers (update_rule::settle), and `master`
+  // also when kept for an elastic job (the replica is not a function of the masters then).
+  std::string feedback;
+  std::vector<float> residual;
 };
 
 }  // namespace accord

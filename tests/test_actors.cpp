@@ -412,6 +412,68 @@ TEST_CASE("ACCO with int8 and sign estimates trains on the quadratic, replicas a
   }
 }
 
+TEST_CASE("int8, fp8 and sign real rounds with error feedback keep replicas bit-identical over many rounds, also with unequal workers" *
+          doctest::test_suite("pipeline")) {
+  // As the fp32/bf16 test above: uncapped accumulation on an emulated link, so the micro-batch
+  // counts differ between workers and rounds; the replica check runs after every round.
+  const std::size_t width = 1500;
+  quadratic net(width);
+  auto data = std::make_shared<waves>(width);
+  for (const std::string algorithm : {"ddp", "dpu", "acco", "lion"})
+    for (const std::string precision : {"int8", "fp8", "sign"}) {
+      CAPTURE(algorithm);
+      CAPTURE(precision);
+      job_config job;
+      job.algorithm = algorithm;
+      job.wire_precision = precision;
+      job.workers = 3;
+      job.steps = 25;
+      job.micro_batch = 2;
+      job.speed_factors = {1.0, 1.0, 3.0};
+      job.link = "1gbit,200us";
+      job.replica_check_interval = 1;
+      job.eval_interval = 5;
+      job.eval_examples = 32;
+      const job_result result = run_job(net, data, data, job);
+      CHECK(result.replicas_identical);
+      CHECK(result.steps.size() == 25);
+      CHECK(std::isfinite(result.final_eval_loss));
+      CHECK(result.final_eval_loss < result.steps.front().train_loss);
+      // Per round each worker sends the records of the 2 other shards up and of its own to the 2
+      // others (shards of 500: 2 records each, the second short); ACCO's estimate rounds travel
+      // as the wire does (no --estimate-precision). Plus the totals' all-reduce (4 doubles).
+      const double record_bits = 8.0 * (precision == "sign" ? sizeof(sign_block) : sizeof(int8_block));
+      const double per_round = 2 * 2 * 2 * record_bits / width;
+      const double rounds = algorithm == "acco" ? 2 : 1;
+      CHECK(result.bits_per_parameter_per_step >= rounds * per_round);
+      CHECK(result.bits_per_parameter_per_step <= rounds * (per_round + 0.3));
+    }
+}
+
+TEST_CASE("compressed rounds with error feedback train a short GPT run to within a few percent of fp32" *
+          doctest::test_suite("pipeline")) {
+  job_config job;
+  job.workers = 2;
+  job.steps = 30;
+  job.max_accumulation = 1;
+  job.learning_rate = 1e-2f;
+  job.cosine = false;
+  job.algorithm = "ddp";
+  const job_result exact = run_small_gpt(job);
+  for (const std::string algorithm : {"ddp", "acco"})
+    for (const std::string precision : {"int8", "fp8", "sign"}) {
+      CAPTURE(algorithm);
+      CAPTURE(precision);
+      job.algorithm = algorithm;
+      job.wire_precision = precision;
+      const job_result compressed = run_small_gpt(job);
+      MESSAGE(algorithm << " " << precision << ": final eval " << compressed.final_eval_loss << " against fp32 ddp's "
+                        << exact.final_eval_loss << ", " << compressed.bits_per_parameter_per_step << " bits/param/step");
+      CHECK(compressed.replicas_identical);
+      CHECK(compressed.final_eval_loss < 1.05 * exact.final_eval_loss);
+    }
+}
+
 TEST_CASE("ACCO tracks DDP's loss on a short GPT run while DPU lags early") {
   auto mean_loss = [](const job_result& r, std::size_t first, std::size_t last) {
     double sum = 0;
@@ -467,14 +529,27 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   job.optimizer = "adamw";
   refused(job, "votes on Lion directions");
   job = sgd_job("acco", 2, 2);
-  job.wire_precision = "fp8";
-  refused(job, "wire precision: 'fp8' (expected fp32|bf16|fp16|int8|sign)");
+  job.wire_precision = "fp4";
+  refused(job, "wire precision: 'fp4' (expected fp32|bf16|fp16|int8|fp8|sign)");
   job = sgd_job("acco", 2, 2);
   job.estimate_precision = "int4";
-  refused(job, "estimate precision: 'int4' (expected fp32|bf16|fp16|int8|sign)");
-  job = sgd_job("acco", 2, 2);
+  refused(job, "estimate precision: 'int4' (expected fp32|bf16|fp16|int8|fp8|sign)");
+  for (const char* algorithm : {"dlion-mavo", "dlion-avg", "acco-dlion"}) {
+    job = sgd_job(algorithm, 2, 2);
+    job.optimizer.clear();
+    job.wire_precision = "int8";
+    refused(job, "wire precision: 'int8' means nothing for " + std::string(algorithm) +
+                     ", whose votes travel as 1 bit whatever the wire");
+  }
+  job = sgd_job("ddp", 4, 2);
+  job.wire_precision = "sign";
+  job.topology = "hierarchical";
+  job.topology_settings.group_size = 2;
+  refused(job, "wire precision: 'sign' is for the ring topology (--topology hierarchical");
+  job = sgd_job("ddp", 2, 2);
   job.wire_precision = "int8";
-  refused(job, "wire precision: 'int8' is for ACCO's estimate rounds only");
+  job.topology = "local-sgd";
+  refused(job, "wire precision: 'int8' is for the ring topology (--topology local-sgd");
   job = sgd_job("acco", 4, 2);
   job.estimate_precision = "sign";
   job.topology = "hierarchical";
@@ -529,8 +604,8 @@ TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the pro
   refused(whole.substr(0, 5), "truncated checkpoint (5 bytes, shorter than a header)");
   std::string old_version = whole;
   old_version[8] = 1;
-  refused(old_version, "checkpoint format version 1, this build reads version 2 only (start the run afresh, or "
-                       "resume it with the build that wrote it)");
+  refused(old_version, "checkpoint format version 1, this build reads versions 2 to 3 only (start the run afresh, "
+                       "or resume it with the build that wrote it)");
   try {
     read_checkpoint("no/such/checkpoint.bin");
     FAIL("accepted");
@@ -545,6 +620,67 @@ std::string with_crc(std::string bytes) {
   const std::uint32_t crc = static_cast<std::uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
   bytes.append(reinterpret_cast<const char*>(&crc), sizeof crc);
   return bytes;
+}
+
+TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint; version 2 files still load; a wrong count "
+          "or precision is refused naming the file" *
+          doctest::test_suite("pipeline")) {
+  checkpoint c;
+  c.steps = 4;
+  c.signature = "quadratic(3)";
+  c.algorithm = "ddp";
+  c.parameters = {1.f, 2.f, 3.f};
+  c.optimizer_step = 4;
+  c.slots = 2;
+  c.optimizer = {1, 2, 3, 4, 5, 6};
+  c.feedback = "sign";
+  c.residuals = {0.25f, -0.5f, 0.f};
+  c.replica = {1.125f, 1.875f, 3.f};
+  const std::string path = "test_actors_feedback_checkpoint.bin";
+  write_checkpoint(path, c);
+  const checkpoint back = read_checkpoint(path);
+  CHECK(back.feedback == "sign");
+  CHECK(back.residuals == c.residuals);
+  CHECK(back.replica == c.replica);
+  CHECK(back.parameters == c.parameters);
+
+  auto refused = [](const std::string& bytes, const std::string& expected) {
+    const std::string bad = "test_actors_bad_feedback_checkpoint.bin";
+    std::ofstream(bad, std::ios::binary) << bytes;
+    try {
+      read_checkpoint(bad);
+      FAIL("accepted");
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == bad + ": " + expected);
+    }
+  };
+  const std::string whole = file_text(path);
+  // The section: u32 4, "sign", u64 count, 3 residuals, 3 replica values, then the crc.
+  const std::size_t section = whole.size() - 4 - 6 * sizeof(float) - 8 - 4 - 4;
+  std::string forged = whole;
+  forged[section + 8] = 4;  // 4 residuals claimed for 3 parameters
+  refused(with_crc(forged), "the error-feedback residuals (sign) hold 4 values for 3 parameters");
+  forged = whole;
+  forged.replace(section + 4, 4, "int4");
+  refused(with_crc(forged), "unknown error-feedback precision 'int4' (expected int8|fp8|sign)");
+
+  // Version 2: the same file without the section (and version 2 in its header).
+  c.feedback.clear();
+  c.residuals.clear();
+  c.replica.clear();
+  write_checkpoint(path, c);
+  std::string version_2 = file_text(path);
+  version_2.erase(version_2.size() - 8, 4);  // the empty precision's length
+  version_2[8] = 2;
+  const std::string old_path = "test_actors_version_2_checkpoint.bin";
+  std::ofstream(old_path, std::ios::binary) << with_crc(version_2);
+  const checkpoint old = read_checkpoint(old_path);
+  CHECK(old.feedback.empty());
+  CHECK(old.parameters == c.parameters);
+  CHECK(old.optimizer == c.optimizer);
+  std::string future = file_text(path);
+  future[8] = 4;
+  refused(with_crc(future), "checkpoint format version 4, this build reads versions 2 to 3");
 }
 
 TEST_CASE("a damaged, truncated or forged checkpoint is refused before anything big is allocated") {
@@ -581,8 +717,10 @@ TEST_CASE("a damaged, truncated or forged checkpoint is refused before anything 
   std::memcpy(forged.data() + 32, &huge, sizeof huge);
   CHECK(refusal(with_crc(forged)) ==
         "ck: the parameters claim 536870912 values, more than the file holds (" + std::to_string(whole.size()) + " bytes)");
-  std::string slots = whole;  // the slot count sits after the parameters and the optimizer step
-  const std::size_t slots_at = whole.size() - 4 - 4 - 6 * 4 - 4;
+  // The slot count sits after the parameters and the optimizer step, before the optimizer state,
+  // the momenta count and the (empty) error-feedback precision.
+  std::string slots = whole;
+  const std::size_t slots_at = whole.size() - 4 - 4 - 4 - 6 * 4 - 4;
   const std::uint32_t many = 7;
   std::memcpy(slots.data() + slots_at, &many, sizeof many);
   CHECK(refusal(with_crc(slots)).find("ck: the optimizer state claim 21 values") == 0);
@@ -752,6 +890,98 @@ TEST_CASE("with a 16-bit wire a checkpoint holds the fp32 master weights and res
   job.resume_path = "test_actors_resume_bf16.bin";
   job.steps = 6;
   CHECK(run_job(net, data, data, job).parameters == uninterrupted.parameters);
+}
+
+TEST_CASE("with int8, fp8 or sign on the wire a checkpoint holds the residuals, masters and replica, and resumes bit-identically" *
+          doctest::test_suite("pipeline")) {
+  // A snapshot folds each worker's residuals into their ranges' owners (docs/algorithms.md), so
+  // the run to compare with writes its checkpoints at the same steps.
+  const std::size_t width = 700;
+  quadratic net(width);
+  auto data = std::make_shared<waves>(width);
+  for (const std::string precision : {"int8", "fp8", "sign"}) {
+    CAPTURE(precision);
+    job_config job = adamw_ddp_job();
+    job.wire_precision = precision;
+    job.steps = 6;
+    job.checkpoint_interval = 3;
+    job.checkpoint_path = "test_actors_feedback_all_" + precision + ".bin";
+    const job_result uninterrupted = run_job(net, data, data, job);
+
+    const std::string path = "test_actors_feedback_" + precision + ".bin";
+    job.checkpoint_path = path;
+    job.steps = 3;
+    const job_result first = run_job(net, data, data, job);
+    const checkpoint saved = read_checkpoint(path);
+    CHECK(saved.feedback == precision);
+    CHECK(saved.replica == first.parameters);     // what the workers compute with ...
+    CHECK(saved.parameters != saved.replica);     // ... is not the masters
+    CHECK(std::any_of(saved.residuals.begin(), saved.residuals.end(), [](float e) { return e != 0.f; }));
+
+    job.checkpoint_path.clear();
+    job.resume_path = path;
+    job.steps = 6;
+    CHECK(run_job(net, data, data, job).parameters == uninterrupted.parameters);
+
+    // At another worker count each new owner takes its ranges' residuals; the job trains on.
+    job.workers = 3;
+    const job_result three = run_job(net, data, data, job);
+    CHECK(three.replicas_identical);
+    CHECK(std::isfinite(three.final_eval_loss));
+    job.workers = 2;
+
+    // Residuals written for another precision, or a checkpoint claiming another residual count.
+    job.wire_precision = precision == "sign" ? "int8" : "sign";
+    CHECK_THROWS_WITH_AS(run_job(net, data, data, job),
+                         (path + ": the checkpoint's error-feedback residuals were written for wire precision " +
+                          precision + ", this job's is " + job.wire_precision + " (resume it with --wire-precision " +
+                          precision + ")")
+                             .c_str(),
+                         std::invalid_argument);
+    job.wire_precision = "fp32";
+    CHECK_THROWS_WITH_AS(run_job(net, data, data, job),
+                         (path + ": the checkpoint's error-feedback residuals were written for wire precision " +
+                          precision + ", this job's is fp32 (resume it with --wire-precision " + precision + ")")
+                             .c_str(),
+                         std::invalid_argument);
+  }
+  // An fp32 checkpoint owes nothing: it resumes under int8 with zero residuals.
+  job_config job = adamw_ddp_job();
+  job.steps = 3;
+  job.checkpoint_path = "test_actors_feedback_from_fp32.bin";
+  run_job(net, data, data, job);
+  CHECK(read_checkpoint(job.checkpoint_path).feedback.empty());
+  job.resume_path = job.checkpoint_path;
+  job.checkpoint_path.clear();
+  job.steps = 5;
+  job.wire_precision = "int8";
+  CHECK(run_job(net, data, data, job).replicas_identical);
+}
+
+TEST_CASE("error-feedback residuals survive workers leaving, joining and crashing: deterministic, nothing lost" *
+          doctest::test_suite("pipeline")) {
+  const std::size_t width = 600;
+  quadratic net(width);
+  auto data = std::make_shared<waves>(width);
+  for (const auto& [algorithm, precision] :
+       {std::pair<std::string, std::string>{"ddp", "int8"}, {"dpu", "fp8"}, {"acco", "sign"}}) {
+    CAPTURE(algorithm);
+    job_config job;
+    job.algorithm = algorithm;
+    job.wire_precision = precision;
+    job.workers = 4;
+    job.steps = 10;
+    job.micro_batch = 2;
+    job.max_accumulation = 1;
+    job.cosine = false;
+    job.eval_examples = 3;
+    job.membership = {{2, 3, false}, {4, 5, false}, {7, 2, true}};
+    const job_result first = run_job(net, data, data, job);
+    CHECK(first.replicas_identical);
+    CHECK(run_job(net, data, data, job).parameters == first.parameters);  // replayed: bit-identical
+    job.membership = {{2, 3, false}, {4, 5, false}, {7, 2, false}};
+    CHECK(run_job(net, data, data, job).parameters == first.parameters);  // the crash lost nothing
+  }
 }
 
 TEST_CASE("a worker whose model fails mid-run fails the job with its message, without hanging" *

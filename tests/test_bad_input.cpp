@@ -133,7 +133,7 @@ TEST_CASE("accord-train refuses out-of-range numbers naming the flag") {
       {train, "--warmup -1", "--warmup"},
       {train, "--eval-interval -1", "--eval-interval"},
       {train, "--eval-examples 0", "--eval-examples"},
-      {train, "--wire-precision fp8", "--wire-precision"},
+      {train, "--wire-precision fp4", "--wire-precision"},
       {train, "--compute-precision fp16", "--compute-precision"},
       {train, "--compute-precision bf16 --device cpu", "--compute-precision bf16"},
       {train, "--compute-precision bf16 --model mlp", "--compute-precision bf16"},
@@ -211,6 +211,12 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--topology local-sgd --algo ddp --local-steps 2 --fragments 3" + tiny, "--fragments must be in 1..--local-steps"},
       {train, "--topology parameter-server" + tiny, "--topology parameter-server: servers step a sharded optimizer"},
       {train, "--topology hierarchical --group-size 2 --inter-link 3parsecs" + tiny, "3parsecs"},
+      {train, "--algo dlion-mavo --wire-precision int8" + tiny, "wire precision: 'int8' means nothing for dlion-mavo"},
+      {train, "--algo acco-dlion --wire-precision sign" + tiny, "wire precision: 'sign' means nothing for acco-dlion"},
+      {train, "--algo ddp --wire-precision sign --topology gossip" + tiny, "wire precision: 'sign' is for the ring topology"},
+      {train, "--wire-precision int4" + tiny, "--wire-precision: 'int4' (expected fp32|bf16|fp16|int8|fp8|sign)"},
+      {train, "--algo dlion-avg --wire-precision fp8" + tiny, "wire precision: 'fp8' means nothing for dlion-avg"},
+      {train, "--estimate-precision int2" + tiny, "--estimate-precision: 'int2'"},
       {train, "--beta1 1" + tiny, "beta1"},
       {train, "--warmup 10" + tiny, "warmup"},
       {train, "--speed 1,1" + tiny, "speed factors"},
@@ -222,6 +228,20 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--steps 1", "ACCORD_JOIN", 2, {"ACCORD_JOIN=nohost"}},
   };
   for (const auto& c : cases) check_refused(c);
+}
+
+TEST_CASE("a checkpoint whose error-feedback residuals were written for another wire precision is refused naming it") {
+  const std::string path = "bad_input_feedback.ck";
+  std::remove(path.c_str());
+  const program_run written =
+      run_program(train, split_words("--wire-precision int8 --checkpoint " + path + tiny), {}, std::chrono::seconds(60));
+  INFO(written.err);
+  REQUIRE(written.exit_status == 0);
+  REQUIRE(read_checkpoint(path).feedback == "int8");
+  for (const char* other : {"sign", "fp32"})
+    check_refused({train, "--steps 4 --resume " + path + " --wire-precision " + std::string(other) + tiny.substr(0, tiny.find(" --steps")),
+                   path + ": the checkpoint's error-feedback residuals were written for wire precision int8, this job's is " +
+                       other + " (resume it with --wire-precision int8)"});
 }
 
 TEST_CASE("a flag that does nothing where it is given gets one warning line, and the job runs") {

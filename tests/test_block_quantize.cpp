@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 using namespace accord;
@@ -133,4 +135,179 @@ TEST_CASE("block counts and lengths that do not fit are refused naming them") {
   base.resize(299);
   CHECK_THROWS_WITH_AS(add_dequantized(std::span<const int8_block>(blocks), base, values),
                        "add_dequantized: base holds 299 values, out 300", std::invalid_argument);
+}
+
+TEST_CASE("error feedback, fused: a record decodes to scale·x + e minus the new residual; without commit e is only read") {
+  for (std::size_t count : {1ul, 255ul, 256ul, 257ul, 1000ul}) {
+    CAPTURE(count);
+    const std::vector<float> x = sample(count);
+    std::vector<float> e0(count);
+    for (std::size_t i = 0; i < count; ++i) e0[i] = 0.01f * std::sin(static_cast<float>(i));
+    const float scale = 0.5f;
+    const auto check_code = [&](auto tag) {
+      using Block = decltype(tag);
+      std::vector<Block> blocks(quantized_blocks(count)), plain(quantized_blocks(count));
+      std::vector<float> e = e0;
+      quantize_with_feedback(x, scale, e, std::span<Block>(blocks), false);
+      CHECK(e == e0);  // read only
+      std::vector<float> v(count);
+      for (std::size_t i = 0; i < count; ++i) v[i] = scale * x[i] + e0[i];
+      quantize(v, std::span<Block>(plain));
+      CHECK(std::memcmp(blocks.data(), plain.data(), blocks.size() * sizeof(Block)) == 0);  // the same records
+      quantize_with_feedback(x, scale, e, std::span<Block>(blocks), true);
+      std::vector<float> zeros(count, 0.f), decoded(count);
+      add_dequantized(std::span<const Block>(blocks), zeros, decoded);
+      for (std::size_t i = 0; i < count; ++i) {
+        CAPTURE(i);
+        CHECK(std::fabs(decoded[i] + e[i] - v[i]) <= 1e-6f * (std::fabs(decoded[i]) + std::fabs(v[i])));
+      }
+    };
+    check_code(int8_block{});
+    check_code(fp8_block{});
+    check_code(sign_block{});
+  }
+}
+
+TEST_CASE("quantize_difference encodes values − base as quantize of the written difference does, bit for bit") {
+  for (std::size_t count : {1ul, 256ul, 1000ul}) {
+    CAPTURE(count);
+    const std::vector<float> values = sample(count);
+    std::vector<float> base(count), difference(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      base[i] = 0.3f * std::cos(static_cast<float>(i));
+      difference[i] = values[i] - base[i];
+    }
+    const auto check_code = [&](auto tag) {
+      using Block = decltype(tag);
+      std::vector<Block> fused(quantized_blocks(count)), written(quantized_blocks(count));
+      quantize_difference(values, base, std::span<Block>(fused));
+      quantize(difference, std::span<Block>(written));
+      CHECK(std::memcmp(fused.data(), written.data(), fused.size() * sizeof(Block)) == 0);
+    };
+    check_code(int8_block{});
+    check_code(fp8_block{});
+    check_code(sign_block{});
+  }
+}
+
+TEST_CASE("with error feedback the sum of decoded vectors stays within one residual of the true sum; without, it drifts") {
+  // The same vector every round (magnitudes differing within each block, as gradients' do):
+  // plain codes make the same error every round, so the gap of the sums grows with the rounds;
+  // with the residual the gap is the residual itself, whatever the number of rounds.
+  constexpr std::size_t count = 1000;
+  std::vector<float> g(count);
+  for (std::size_t i = 0; i < count; ++i) g[i] = 0.01f * static_cast<float>(1 + i % 13) * (i % 3 ? 1.f : -1.f);
+  const auto largest_gap = [&](auto tag, bool feedback, int rounds) {
+    using Block = decltype(tag);
+    std::vector<Block> blocks(quantized_blocks(count));
+    std::vector<float> e(count, 0.f), zeros(count, 0.f), decoded(count);
+    std::vector<double> decoded_sum(count, 0.0);  // in double: a float sum would add its own drift
+    for (int t = 0; t < rounds; ++t) {
+      if (!feedback) std::fill(e.begin(), e.end(), 0.f);
+      quantize_with_feedback(g, 1.f, e, std::span<Block>(blocks), true);
+      add_dequantized(std::span<const Block>(blocks), zeros, decoded);
+      for (std::size_t i = 0; i < count; ++i) decoded_sum[i] += decoded[i];
+    }
+    double worst = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      worst = std::max(worst, std::fabs(decoded_sum[i] - static_cast<double>(rounds) * g[i]));
+    return worst;
+  };
+  for (const std::string code : {"int8", "fp8", "sign"}) {
+    CAPTURE(code);
+    const bool sign = code == "sign";
+    const auto gap = [&](bool feedback, int rounds) {
+      return sign ? largest_gap(sign_block{}, feedback, rounds)
+                  : code == "fp8" ? largest_gap(fp8_block{}, feedback, rounds) : largest_gap(int8_block{}, feedback, rounds);
+    };
+    // The largest error of one record: int8 half a step, fp8 2^-4 of the value, sign up to the
+    // block's largest |x|. The residual of scaled signs settles at a few of those (it is bounded,
+    // not one record's error).
+    const double one_round = sign ? 0.13 : code == "fp8" ? 0.13 / 16 * 1.01 : 0.13 / 254 * 1.01;
+    const double with_50 = gap(true, 50), with_1000 = gap(true, 1000);
+    const double without_50 = gap(false, 50), without_1000 = gap(false, 1000);
+    MESSAGE(code << ": gap after 50 / 1000 rounds with feedback " << with_50 << " / " << with_1000
+                                     << ", without " << without_50 << " / " << without_1000);
+    CHECK(with_50 <= (sign ? 10 : 2) * one_round);
+    CHECK(with_1000 <= (sign ? 10 : 2) * one_round);
+    CHECK(with_1000 <= 1.5 * with_50 + one_round);  // not growing with the rounds
+    CHECK(without_1000 > 10 * with_1000);
+    CHECK(without_1000 > 10 * without_50);
+  }
+}
+
+TEST_CASE("fp8 blocks: every value within 2^-4 of itself, relative, down to 2^-16 of its block's largest; zero below") {
+  for (std::size_t count : {1ul, 255ul, 256ul, 1000ul}) {
+    CAPTURE(count);
+    std::vector<float> values = sample(count);
+    // Magnitudes over 24 octaves inside each block, both signs.
+    for (std::size_t i = 0; i < count; ++i) values[i] = std::ldexp(values[i] < 0 ? -1.f : 1.f, -static_cast<int>(i % 24)) * (1.f + 0.37f * static_cast<float>(i % 5) / 5);
+    const std::vector<float> decoded = round_trip<fp8_block>(values);
+    for (std::size_t first = 0; first < count; first += quantization_block) {
+      const std::span<const float> block(values.data() + first, std::min(quantization_block, count - first));
+      const float largest = largest_magnitude(block);
+      for (std::size_t i = 0; i < block.size(); ++i) {
+        CAPTURE(first + i);
+        const float x = block[i], y = decoded[first + i];
+        if (std::fabs(x) >= largest * 0x1.2p-16f) {
+          CHECK(std::fabs(y - x) <= std::fabs(x) * (1.f / 16) * (1 + 1e-5f));
+          CHECK(std::signbit(y) == std::signbit(x));
+        } else if (std::fabs(x) < largest * 0x1p-16f) {
+          CHECK(y == 0.f);
+        }
+      }
+      // The largest magnitude itself is exact up to one float rounding.
+      const auto at = std::max_element(block.begin(), block.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); });
+      CHECK(decoded[first + static_cast<std::size_t>(at - block.begin())] == doctest::Approx(*at).epsilon(1e-6));
+    }
+  }
+  // Non-finite values decode as NaN blocks; an all-zero block as zeros.
+  std::vector<float> values(300, 0.5f);
+  values[3] = std::numeric_limits<float>::infinity();
+  const std::vector<float> decoded = round_trip<fp8_block>(values);
+  CHECK(std::all_of(decoded.begin(), decoded.begin() + 256, [](float v) { return std::isnan(v); }));
+  CHECK(std::all_of(decoded.begin() + 256, decoded.end(), [](float v) { return v == 0.5f; }));
+  const std::vector<float> zeros = round_trip<fp8_block>(std::vector<float>(100, 0.f));
+  CHECK(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.f; }));
+}
+
+TEST_CASE("the AVX2 kernels and the baseline ones compute the same bits") {
+  // Replicas on machines with and without AVX2 must decode records alike, and encode alike.
+  constexpr std::size_t count = 5000;
+  std::vector<float> x = sample(count), base(count), e0(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    base[i] = 0.3f * std::cos(static_cast<float>(i));
+    e0[i] = 0.01f * std::sin(static_cast<float>(i) * 0.7f);
+  }
+  const auto run = [&](auto tag) {
+    using Block = decltype(tag);
+    std::vector<Block> fed(quantized_blocks(count)), changed(quantized_blocks(count)), plain(quantized_blocks(count));
+    std::vector<float> e = e0, sums = base, decoded(count);
+    quantize_with_feedback(x, 0.75f, e, std::span<Block>(fed));
+    quantize_difference(x, base, std::span<Block>(changed));
+    quantize(x, std::span<Block>(plain));
+    add_dequantized(std::span<const Block>(fed), sums, sums);
+    add_dequantized(std::span<const Block>(changed), base, decoded);
+    std::vector<unsigned char> bytes;
+    const auto append = [&](const void* data, std::size_t size) {
+      const std::size_t at = bytes.size();
+      bytes.resize(at + size);
+      std::memcpy(bytes.data() + at, data, size);
+    };
+    append(fed.data(), fed.size() * sizeof(Block));
+    append(changed.data(), changed.size() * sizeof(Block));
+    append(plain.data(), plain.size() * sizeof(Block));
+    for (const std::vector<float>* v : {&e, &sums, &decoded}) append(v->data(), v->size() * sizeof(float));
+    return bytes;
+  };
+  const bool avx2 = force_baseline_kernels(false);
+  const std::string where = avx2 ? "run here" : "are not available here: the comparison is trivial";
+  MESSAGE("AVX2 kernels " << where);
+  const auto fast_int8 = run(int8_block{}), fast_fp8 = run(fp8_block{}), fast_sign = run(sign_block{});
+  force_baseline_kernels(true);
+  const auto slow_int8 = run(int8_block{}), slow_fp8 = run(fp8_block{}), slow_sign = run(sign_block{});
+  force_baseline_kernels(false);
+  CHECK(fast_int8 == slow_int8);
+  CHECK(fast_fp8 == slow_fp8);
+  CHECK(fast_sign == slow_sign);
 }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "recovery/elastic_state.hpp"
@@ -90,14 +91,15 @@ std::vector<kept_state> replicated_world(const checkpoint& c, int world) {
 
 // Runs transfer_state on a fresh epoch of held.size() ranks, new rank r holding held[r].
 std::vector<restored_state> transfer(const state_source& source, const std::vector<std::optional<kept_state>>& held,
-                                     bool sharded, std::vector<transfer_stats>* traffic = nullptr) {
+                                     bool sharded, std::vector<transfer_stats>* traffic = nullptr,
+                                     const std::string& feedback = {}) {
   const int world = static_cast<int>(held.size());
   std::vector<restored_state> restored(held.size());
   if (traffic) traffic->assign(held.size(), {});
   auto endpoints = world_of(world);
   run_ranks(endpoints, [&](transport& link) {
     const auto rank = static_cast<std::size_t>(link.rank());
-    restored[rank] = transfer_state(link, source, held[rank], parameter_count, sharded);
+    restored[rank] = transfer_state(link, source, held[rank], parameter_count, sharded, feedback);
     if (traffic) (*traffic)[rank] = link.stats();
   });
   return restored;
@@ -126,7 +128,11 @@ void check_resharded(const checkpoint& c, const std::vector<restored_state>& res
     CAPTURE(rank);
     const restored_state& state = restored[static_cast<std::size_t>(rank)];
     CHECK(state.parameters == c.parameters);
-    check_same_state(state.own, slice_checkpoint(c, true, world, rank));
+    const rule_state expected = slice_checkpoint(c, true, world, rank);
+    check_same_state(state.own, expected);
+    CHECK(state.own.feedback == expected.feedback);
+    CHECK(state.own.residual == expected.residual);
+    CHECK(state.own.master == expected.master);
     new_checksum += state_checksum(state.own, parameter_count);
   }
   CHECK(new_checksum == old_checksum);
@@ -179,6 +185,43 @@ TEST_CASE("transfer_state brings a joiner the parameters and its shard when worl
   const std::size_t joiner_shard = shard_of(parameter_count, 4, 3).size();
   CHECK(traffic[3].bytes_received == sizeof(float) * (parameter_count + adamw_slots * joiner_shard));
   CHECK(traffic[3].bytes_sent == 0);
+}
+
+TEST_CASE("error feedback: residuals and masters travel with their shards to the buddy, a smaller world and a joiner") {
+  // A kept step's residuals (folded: each range's owner holds the sum over workers) and masters
+  // are two more shard-sized arrays: replicated to the buddy, re-sharded onto the new ranks, and
+  // counted by the checksum; a joiner's own range comes from its holders like the optimizer's.
+  checkpoint c = random_checkpoint(16);
+  std::mt19937 generator(17);
+  c.feedback = "sign";
+  c.residuals = random_floats(generator, parameter_count);
+  c.replica = random_floats(generator, parameter_count);
+  const std::uint64_t four = sharded_checksum(c, 4);
+  CHECK(four == sharded_checksum(c, 3));
+  checkpoint without = c;
+  without.feedback.clear();
+  CHECK(four != sharded_checksum(without, 4));
+  c.residuals[700] = std::nextafter(c.residuals[700], 2.f);
+  CHECK(sharded_checksum(c, 4) != four);
+
+  const std::vector<kept_state> old = replicated_world(c, 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    CAPTURE(rank);
+    const rule_state expected = slice_checkpoint(c, true, 4, (rank + 3) % 4);
+    CHECK(old[rank].buddy.residual == expected.residual);
+    CHECK(old[rank].buddy.master == expected.master);
+  }
+  const std::vector<std::optional<kept_state>> survivors{old[0], old[1], old[3]};
+  const state_source smaller = source_of(c, 4, {0, 1, 2, 2}, {0, 1, 2});
+  check_resharded(c, transfer(smaller, survivors, true, nullptr, "sign"), smaller.state_checksum);
+
+  const std::vector<kept_state> three = replicated_world(c, 3);
+  const std::vector<std::optional<kept_state>> held{three[0], three[1], three[2], std::nullopt};
+  const state_source larger = source_of(c, 3, {0, 1, 2}, {0, 1, 2});
+  std::vector<transfer_stats> traffic;
+  check_resharded(c, transfer(larger, held, true, &traffic, "sign"), larger.state_checksum);
+  const std::size_t joiner_shard = shard_of(parameter_count, 4, 3).size();
+  CHECK(traffic[3].bytes_received == sizeof(float) * (parameter_count + (adamw_slots + 2) * joiner_shard));
 }
 
 TEST_CASE("sign votes: transfer_state stripes the parameters to a joiner and holders keep their momentum") {

@@ -68,6 +68,38 @@ TEST_CASE("3 processes over UCX give the same parameters as 3 in-process workers
   }
 }
 
+TEST_CASE("int8 and sign real rounds with error feedback over UCX give the in-process parameters bit for bit, "
+          "also where an elastic job folds the residuals at every kept step") {
+  const std::pair<const char*, const char*> cases[] = {
+      {"ddp_int8", " --algo ddp --wire-precision int8"},
+      {"acco_sign", " --algo acco --wire-precision sign --estimate-precision sign"},
+  };
+  for (const auto& [name, flags] : cases) {
+    CAPTURE(name);
+    const std::string launched = std::string("multiprocess_ef_") + name + "_launched.f32";
+    const std::string inproc = std::string("multiprocess_ef_") + name + "_inproc.f32";
+    const run_output distributed =
+        run(launch + "-n 3 -- " + train + flags + train_flags + " --steps 4 --save-parameters " + launched);
+    INFO(distributed.text);
+    REQUIRE(distributed.status == 0);
+    CHECK(distributed.text.find("replicas identical") != std::string::npos);
+    REQUIRE(run(train + " --workers 3" + flags + train_flags + " --steps 4 --save-parameters " + inproc).status == 0);
+    const auto a = read_all(launched), b = read_all(inproc);
+    REQUIRE(a.size() > 0);
+    CHECK(a == b);
+  }
+  // An elastic job keeps every step, folding each worker's residuals into their owners' ranges
+  // first: as an in-process job that writes a checkpoint every step does.
+  const std::string flags = " --algo ddp --wire-precision int8" + train_flags + " --steps 4 --save-parameters ";
+  const run_output elastic = run(launch + "--elastic -n 3 -- " + train + flags + "multiprocess_ef_elastic.f32");
+  INFO(elastic.text);
+  REQUIRE(elastic.status == 0);
+  REQUIRE(run(train + " --workers 3 --checkpoint multiprocess_ef.ck --checkpoint-interval 1" + flags +
+              "multiprocess_ef_checkpointed.f32")
+              .status == 0);
+  CHECK(read_all("multiprocess_ef_elastic.f32") == read_all("multiprocess_ef_checkpointed.f32"));
+}
+
 TEST_CASE("topologies over UCX between 3 processes give the same parameters as in one process") {
   const std::vector<std::pair<std::string, std::string>> topologies = {
       {"local_sgd", " --algo ddp --topology local-sgd --local-steps 2 --steps 5"},

@@ -300,6 +300,7 @@ TEST_CASE("wire precision: bf16 and fp16 round to nearest even, keep NaN and ove
     if (!std::isnan(from_fp16(h))) CHECK(to_fp16(from_fp16(h)) == h);
   }
   CHECK(parse_wire_precision("bf16", "--wire-precision") == wire_precision::bf16);
-  CHECK_THROWS_WITH_AS(parse_wire_precision("fp8", "--wire-precision"),
-                       "--wire-precision: 'fp8' (expected fp32|bf16|fp16|int8|sign)", std::invalid_argument);
+  CHECK(parse_wire_precision("fp8", "--wire-precision") == wire_precision::fp8);
+  CHECK_THROWS_WITH_AS(parse_wire_precision("fp4", "--wire-precision"),
+                       "--wire-precision: 'fp4' (expected fp32|bf16|fp16|int8|fp8|sign)", std::invalid_argument);
 }

@@ -794,7 +794,7 @@ void check_block_quantized_code(const transport_factory& make, wire_precision pr
         std::string difference = first_difference(got, sums);
         CHECK_MESSAGE(difference.empty(), "reduce_scatter: " << difference);
         // Within a quantization step of each other rank's values (|x| < 1).
-        const double step_bound = precision == wire_precision::int8 ? 0.5 / 127 : 2.0;
+        const double step_bound = precision == wire_precision::int8 ? 0.5 / 127 : precision == wire_precision::fp8 ? 1.0 / 16 : 2.0;
         for (std::size_t i = own.begin; i < own.end; ++i) {
           double exact = 0;
           for (int r = 0; r < world; ++r) exact += gradient(r, i);
@@ -825,9 +825,96 @@ void check_block_quantized_code(const transport_factory& make, wire_precision pr
   CHECK(std::none_of(sums[0].begin() + 256, sums[0].begin() + 300, [](float v) { return std::isnan(v); }));
 }
 
+// Error feedback (int8, fp8 and sign real rounds): each rank encodes scale·x + e of every other
+// owner's shard with quantize_with_feedback, keeping what the records missed as its new e (only
+// with commit); the owner's shard is scale·x + e exactly, its own e paid (zeroed), plus the
+// others' decoded records in the order s-1, s-2, ... Checked bit for bit against the same
+// arithmetic here; and nothing is lost: the owner's sums plus every rank's new residuals over
+// the shard equal Σ (scale·x + e) up to float rounding.
+template <class Block>
+void check_error_feedback_code(const transport_factory& make, wire_precision precision) {
+  CAPTURE(precision_name(precision));
+  for (int world = 1; world <= 4; ++world) {
+    world_endpoints endpoints = make_world(make, world);
+    for (std::size_t n : {0ul, 7ul, 257ul, 1000ul, 100003ul})
+      for (const bool commit : {true, false}) {
+        CAPTURE(world);
+        CAPTURE(n);
+        CAPTURE(commit);
+        const float scale = 0.25f;
+        const auto gradient = [](int rank, std::size_t i) { return static_cast<float>(unit_random(rank, i)); };
+        const auto residual = [](int rank, std::size_t i) { return 0.1f * static_cast<float>(unit_random(rank + 50, i)); };
+        std::vector<std::vector<float>> data(world), residuals(world);
+        run_ranks(endpoints, [&](transport& t) {
+          const int rank = t.rank();
+          auto& x = data[rank];
+          auto& e = residuals[rank];
+          for (std::size_t i = 0; i < n; ++i) {
+            x.push_back(gradient(rank, i));
+            e.push_back(residual(rank, i));
+          }
+          t.reduce_scatter_feedback(x, scale, e, precision, commit);
+        });
+        for (int rank = 0; rank < world; ++rank) {
+          CAPTURE(rank);
+          // What rank `rank` left in its residuals, and what its records decode to, shard by shard.
+          std::vector<float> expected_residual(n);
+          for (int s = 0; s < world; ++s) {
+            const shard part = shard_of(n, world, s);
+            std::vector<float> x, e;
+            for (std::size_t i = part.begin; i < part.end; ++i) {
+              x.push_back(gradient(rank, i));
+              e.push_back(residual(rank, i));
+            }
+            if (s == rank || world == 1) {
+              for (std::size_t i = part.begin; i < part.end; ++i) expected_residual[i] = commit ? 0.f : residual(rank, i);
+              continue;
+            }
+            std::vector<Block> blocks(quantized_blocks(x.size()));
+            quantize_with_feedback(x, scale, e, std::span<Block>(blocks), commit);
+            std::copy(e.begin(), e.end(), expected_residual.begin() + part.begin);
+          }
+          std::string difference = first_difference(residuals[rank], expected_residual);
+          CHECK_MESSAGE(difference.empty(), "residuals: " << difference);
+
+          const shard own = shard_of(n, world, rank);
+          std::vector<float> sums;
+          for (std::size_t i = own.begin; i < own.end; ++i) sums.push_back(scale * gradient(rank, i) + residual(rank, i));
+          for (int step = 1; step < world; ++step) {
+            const int from = (rank - step + world) % world;
+            std::vector<float> x, e;
+            for (std::size_t i = own.begin; i < own.end; ++i) {
+              x.push_back(gradient(from, i));
+              e.push_back(residual(from, i));
+            }
+            std::vector<Block> blocks(quantized_blocks(x.size()));
+            quantize_with_feedback(x, scale, e, std::span<Block>(blocks), commit);
+            add_dequantized(std::span<const Block>(blocks), sums, sums);
+          }
+          const std::vector<float> got(data[rank].begin() + own.begin, data[rank].begin() + own.end);
+          difference = first_difference(got, sums);
+          CHECK_MESSAGE(difference.empty(), "reduce_scatter_feedback: " << difference);
+          if (!commit) continue;
+          for (std::size_t i = own.begin; i < own.end; ++i) {
+            double owed = 0, sent = data[rank][i];
+            for (int r = 0; r < world; ++r) {
+              owed += scale * static_cast<double>(gradient(r, i)) + residual(r, i);
+              sent += residuals[r][i];
+            }
+            CHECK(std::abs(sent - owed) <= 1e-5);
+          }
+        }
+      }
+  }
+}
+
 inline void check_block_quantized(const transport_factory& make) {
   check_block_quantized_code<int8_block>(make, wire_precision::int8);
+  check_block_quantized_code<fp8_block>(make, wire_precision::fp8);
   check_block_quantized_code<sign_block>(make, wire_precision::sign);
+  check_error_feedback_code<int8_block>(make, wire_precision::int8);
+  check_error_feedback_code<fp8_block>(make, wire_precision::fp8);
+  check_error_feedback_code<sign_block>(make, wire_precision::sign);
 }
 
 // The whole suite against one backend configuration.
@@ -836,7 +923,7 @@ inline void run_transport_conformance(const char* backend_name, const transport_
   SUBCASE("point to point") { check_point_to_point(make); }
   SUBCASE("reduce-scatter, all-gather, all-reduce") { check_reductions(make); }
   SUBCASE("bf16 and fp16 on the wire") { check_precision_reductions(make); }
-  SUBCASE("int8 and sign blocks (ACCO's estimate rounds)") { check_block_quantized(make); }
+  SUBCASE("int8, fp8 and sign blocks (estimate rounds; real rounds with error feedback)") { check_block_quantized(make); }
   SUBCASE("sign votes") { check_sign_votes(make); }
   SUBCASE("traffic") { check_traffic(make); }
   SUBCASE("peer failure") { check_peer_failure(make); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -12,128 +13,77 @@
 namespace accord {
 namespace {
 
-constexpr std::size_t block = quantization_block;
-using block_values = std::array<float, block>;
+// The kernels for the baseline target (SSE2 on x86-64) and for AVX2 (twice the lanes, and the
+// unsigned byte packing and 32-bit min/max SSE2 lacks), picked once per process. AVX2 without
+// FMA: no multiply-add is contracted, so both compute the same bits for the same input, and
+// replicas on machines with and without AVX2 decode alike.
+namespace baseline {
+#include "transport/block_quantize_kernels.inc"
+}  // namespace baseline
 
-// The block's values, a short last block padded with zeros (which change neither its largest
-// magnitude nor its sum of magnitudes), so that the encoders always run a fixed-length loop.
-const float* full_block(std::span<const float> values, std::size_t first, block_values& padded) {
-  const std::size_t count = std::min(block, values.size() - first);
-  if (count == block) return values.data() + first;
-  std::copy_n(values.data() + first, count, padded.begin());
-  std::fill(padded.begin() + static_cast<std::ptrdiff_t>(count), padded.end(), 0.f);
-  return padded.data();
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx2")
+namespace avx2 {
+#include "transport/block_quantize_kernels.inc"
+}  // namespace avx2
+#pragma GCC pop_options
+std::atomic<bool> baseline_forced{false};
+bool use_avx2() {
+  static const bool supported = __builtin_cpu_supports("avx2");
+  return supported && !baseline_forced.load(std::memory_order_relaxed);
 }
-
-// The largest |x| as its bit pattern: for non-negative floats integer order is float order, and
-// any infinity or NaN compares at least 0x7f800000. An integer max reduction vectorises.
-std::uint32_t largest_magnitude_bits(const float* x) {
-  std::uint32_t largest = 0;
-  for (std::size_t i = 0; i < block; ++i) largest = std::max(largest, std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu);
-  return largest;
-}
-
-bool non_finite(std::uint32_t magnitude_bits) { return magnitude_bits >= 0x7f800000u; }
-
-constexpr float nan = std::numeric_limits<float>::quiet_NaN();
-
-void encode(const float* x, std::size_t /*count: the zero padding changes nothing*/, int8_block& out) {
-  const std::uint32_t largest_bits = largest_magnitude_bits(x);
-  const float largest = std::bit_cast<float>(largest_bits);
-  // Below 2^-120 the inverse scale 127/largest would overflow: the block travels as zeros.
-  const bool zeros = non_finite(largest_bits) || largest < 0x1p-120f;
-  out.scale = non_finite(largest_bits) ? nan : zeros ? 0.f : largest / 127.f;
-  const float inverse = zeros ? 0.f : 127.f / largest;
-  // Adding and subtracting 1.5·2^23 rounds a float of magnitude below 2^22 to the nearest
-  // integer, ties to even, in plain SSE2 arithmetic.
-  // |x| * 127/largest stays below 127.5, so it rounds into [-127, 127] without a clamp. The
-  // codes go to a local array first: int8 stores into `out` might alias `x` (a char type may
-  // alias anything), which keeps the compiler from vectorising.
-  constexpr float round_magic = 0x1.8p23f;
-  std::array<std::int8_t, block> codes{};
-  if (!zeros)
-    for (std::size_t i = 0; i < block; ++i)
-      codes[i] = static_cast<std::int8_t>(static_cast<int>((x[i] * inverse + round_magic) - round_magic));
-  std::memcpy(out.codes, codes.data(), block);
-}
-
-void encode(const float* x, std::size_t count, sign_block& out) {
-  const std::uint32_t largest_bits = largest_magnitude_bits(x);
-  // Eight running sums in a fixed order: vectorised, and the same bits on every machine.
-  std::array<float, 8> partial{};
-  for (std::size_t i = 0; i < block; i += 8)
-    for (std::size_t k = 0; k < 8; ++k) partial[k] += std::fabs(x[i + k]);
-  const float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-                    ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-  out.scale = non_finite(largest_bits) ? nan : sum / static_cast<float>(count);
-  // Sign bits as one byte each (a vectorised shift), then eight bytes to eight bits with one
-  // multiply: byte j (bit 8j) times 2^(56-7j) lands on bit 56+j, and no two products overlap.
-  std::array<std::uint8_t, block> negative;
-  for (std::size_t i = 0; i < block; ++i) negative[i] = static_cast<std::uint8_t>(std::bit_cast<std::uint32_t>(x[i]) >> 31);
-  static_assert(std::endian::native == std::endian::little, "byte j of a word is bits 8j..8j+7");
-  std::array<std::uint8_t, block / 8> packed;
-  for (std::size_t g = 0; g < packed.size(); ++g) {
-    std::uint64_t bytes;
-    std::memcpy(&bytes, negative.data() + 8 * g, 8);
-    packed[g] = static_cast<std::uint8_t>((bytes * 0x0102040810204080ull) >> 56);
-  }
-  std::memcpy(out.signs, packed.data(), packed.size());  // value i is bit i%32 of word i/32
-}
-
-void decode(const int8_block& in, const float* base, float* out, std::size_t count) {
-  const float scale = in.scale;
-  for (std::size_t i = 0; i < count; ++i) out[i] = base[i] + scale * static_cast<float>(in.codes[i]);
-}
-
-void decode(const sign_block& in, const float* base, float* out, std::size_t count) {
-  const std::uint32_t scale = std::bit_cast<std::uint32_t>(in.scale);
-  for (std::size_t first = 0; first < count; first += 32) {
-    const std::uint32_t word = in.signs[first / 32];
-    const std::size_t n = std::min<std::size_t>(32, count - first);
-    for (std::size_t k = 0; k < n; ++k)
-      out[first + k] = base[first + k] + std::bit_cast<float>(scale ^ (((word >> k) & 1u) << 31));
-  }
-}
-
-void check_blocks(const char* what, std::size_t values, std::size_t blocks) {
-  if (blocks != quantized_blocks(values))
-    throw std::invalid_argument(std::string(what) + ": " + std::to_string(blocks) + " blocks for " +
-                                std::to_string(values) + " values, expected " +
-                                std::to_string(quantized_blocks(values)));
-}
-
-template <class Block>
-void quantize_blocks(std::span<const float> values, std::span<Block> blocks) {
-  check_blocks("quantize", values.size(), blocks.size());
-  block_values padded;
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    const std::size_t first = b * block;
-    encode(full_block(values, first, padded), std::min(block, values.size() - first), blocks[b]);
-  }
-}
-
-template <class Block>
-void add_dequantized_blocks(std::span<const Block> blocks, std::span<const float> base, std::span<float> out) {
-  check_blocks("add_dequantized", out.size(), blocks.size());
-  if (base.size() != out.size())
-    throw std::invalid_argument("add_dequantized: base holds " + std::to_string(base.size()) + " values, out " +
-                                std::to_string(out.size()));
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    const std::size_t first = b * block;
-    decode(blocks[b], base.data() + first, out.data() + first, std::min(block, out.size() - first));
-  }
-}
+#define ACCORD_KERNEL(call) (use_avx2() ? avx2::call : baseline::call)
+#else
+#define ACCORD_KERNEL(call) baseline::call
+#endif
 
 }  // namespace
 
-void quantize(std::span<const float> values, std::span<int8_block> blocks) { quantize_blocks(values, blocks); }
-void quantize(std::span<const float> values, std::span<sign_block> blocks) { quantize_blocks(values, blocks); }
+bool force_baseline_kernels(bool force) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  baseline_forced.store(force);
+  return __builtin_cpu_supports("avx2");
+#else
+  (void)force;
+  return false;
+#endif
+}
+
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<int8_block> blocks, bool commit) {
+  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
+}
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<fp8_block> blocks, bool commit) {
+  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
+}
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<sign_block> blocks, bool commit) {
+  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
+}
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<int8_block> blocks) {
+  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
+}
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<fp8_block> blocks) {
+  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
+}
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign_block> blocks) {
+  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
+}
+
+void quantize(std::span<const float> values, std::span<int8_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
+void quantize(std::span<const float> values, std::span<fp8_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
+void quantize(std::span<const float> values, std::span<sign_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
 
 void add_dequantized(std::span<const int8_block> blocks, std::span<const float> base, std::span<float> out) {
-  add_dequantized_blocks(blocks, base, out);
+  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
+}
+void add_dequantized(std::span<const fp8_block> blocks, std::span<const float> base, std::span<float> out) {
+  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
 }
 void add_dequantized(std::span<const sign_block> blocks, std::span<const float> base, std::span<float> out) {
-  add_dequantized_blocks(blocks, base, out);
+  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
 }
 
 }  // namespace accord

@@ -238,6 +238,16 @@ void direct_reduce_scatter(transport& t, std::span<float> data, wire_precision p
                                        });
 }
 
+// The own shard of an error-feedback reduce-scatter: data = scale·data + residual, exact; with
+// `commit` the residual is paid (zero).
+void add_own_feedback(std::span<float> data, float scale, std::span<float> residual, shard own, bool commit) {
+  float* __restrict x = data.data() + own.begin;
+  float* __restrict r = residual.data() + own.begin;
+  const std::size_t n = own.size();
+  for (std::size_t i = 0; i < n; ++i) x[i] = scale * x[i] + r[i];
+  if (commit) std::fill_n(r, n, 0.f);
+}
+
 // Where each owner's records lie when every shard of `values` is block-quantized on its own
 // (blocks start at the shard's first value, so an owner decodes its shard without the others).
 class shard_records {
@@ -260,7 +270,7 @@ private:
   std::vector<std::size_t> first_;
 };
 
-// Block-quantized reduce-scatter (int8, sign): each rank encodes every other owner's shard once
+// Block-quantized reduce-scatter (int8, fp8, sign): each rank encodes every other owner's shard once
 // and sends it straight to its owner, which adds the decoded values to its own fp32 values in
 // fp32, in the fixed order r-1, r-2, ...
 template <class Block>
@@ -273,6 +283,32 @@ void quantized_reduce_scatter(transport& t, std::span<float> data, std::uint64_t
     const shard values = shard_of(data.size(), world, s), out = records.of(s);
     quantize(std::span<const float>(data.subspan(values.begin, values.size())), wire.subspan(out.begin, out.size()));
   }
+  send_shards_to_owners<Block>(t, wire, [&](int s) { return records.of(s); }, tag,
+                               [&](std::size_t offset, std::span<const Block> piece) {
+                                 const shard values = records.values_of(rank, offset, piece.size());
+                                 const std::span<float> sums = data.subspan(values.begin, values.size());
+                                 add_dequantized(piece, sums, sums);
+                               });
+}
+
+// Block-quantized reduce-scatter with error feedback: each rank encodes scale·data + residual
+// of every other owner's shard once (quantize_with_feedback: with `commit`, the residual keeps
+// what the records missed) and sends it straight to its owner; the owner's own shard becomes
+// scale·data + residual exactly (with `commit` that residual is then paid: zero), and the
+// decoded shards of the others are added to it in fp32 in the fixed order r-1, r-2, ...
+template <class Block>
+void feedback_reduce_scatter(transport& t, std::span<float> data, float scale, std::span<float> residual, bool commit,
+                             std::uint64_t tag) {
+  const int world = t.size(), rank = t.rank();
+  const shard_records records(data.size(), world);
+  const std::span<Block> wire = kept_storage<Block, kept_use::wire>(records.total());
+  for (int s = 0; s < world; ++s) {
+    if (s == rank) continue;
+    const shard values = shard_of(data.size(), world, s), out = records.of(s);
+    quantize_with_feedback(std::span<const float>(data.subspan(values.begin, values.size())), scale,
+                           residual.subspan(values.begin, values.size()), wire.subspan(out.begin, out.size()), commit);
+  }
+  add_own_feedback(data, scale, residual, shard_of(data.size(), world, rank), commit);
   send_shards_to_owners<Block>(t, wire, [&](int s) { return records.of(s); }, tag,
                                [&](std::size_t offset, std::span<const Block> piece) {
                                  const shard values = records.values_of(rank, offset, piece.size());
@@ -296,11 +332,9 @@ void quantized_all_gather_delta(transport& t, std::span<float> data, std::span<c
     const shard values = records.values_of(owner, offset, piece.size());
     add_dequantized(piece, base.subspan(values.begin, values.size()), data.subspan(values.begin, values.size()));
   };
-  const std::span<float> difference = data.subspan(own.begin, own.size());
-  const std::span<const float> own_base = base.subspan(own.begin, own.size());
-  for (std::size_t i = 0; i < difference.size(); ++i) difference[i] -= own_base[i];
   const std::span<Block> mine = wire.subspan(own_records.begin, own_records.size());
-  quantize(std::span<const float>(difference), mine);
+  quantize_difference(std::span<const float>(data.subspan(own.begin, own.size())), base.subspan(own.begin, own.size()),
+                      mine);
   decode(rank, 0, mine);
   std::vector<exchange_step<Block>> steps;
   for (int step = 1; step < world; ++step) {
@@ -320,6 +354,8 @@ template <class Body>
 void with_block_type(wire_precision precision, Body body) {
   if (precision == wire_precision::int8)
     body.template operator()<int8_block>();
+  else if (precision == wire_precision::fp8)
+    body.template operator()<fp8_block>();
   else
     body.template operator()<sign_block>();
 }
@@ -505,6 +541,28 @@ void transport::reduce_scatter(std::span<float> data, wire_precision precision) 
     with_block_type(precision, [&]<class Block>() { quantized_reduce_scatter<Block>(*this, data, next_collective_tag()); });
   else
     direct_reduce_scatter(*this, data, precision, next_collective_tag());
+}
+
+void transport::reduce_scatter_feedback(std::span<float> data, float scale, std::span<float> residual,
+                                        wire_precision precision, bool commit) {
+  throw_if_interrupted();
+  if (residual.size() != data.size())
+    throw std::invalid_argument("reduce_scatter_feedback: residual holds " + std::to_string(residual.size()) +
+                                " values, data " + std::to_string(data.size()));
+  if (!block_quantized(precision)) {
+    // Nothing is lost on the wire that feedback could correct: the residual is added and sent
+    // (paid, with `commit`).
+    add_own_feedback(data, scale, residual, {0, data.size()}, commit);
+    reduce_scatter(data, precision);
+    return;
+  }
+  if (size() == 1) {
+    add_own_feedback(data, scale, residual, {0, data.size()}, commit);
+    return;
+  }
+  with_block_type(precision, [&]<class Block>() {
+    feedback_reduce_scatter<Block>(*this, data, scale, residual, commit, next_collective_tag());
+  });
 }
 
 void transport::all_gather_delta(std::span<float> data, std::span<const float> base, wire_precision precision) {

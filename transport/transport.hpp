@@ -127,7 +127,7 @@ public:
   // `precision`: what the floats travel as. A 16-bit reduce-scatter rounds each rank's values
   // once, sends each shard straight to its owner, and the owner sums in fp32 in a fixed order;
   // a 16-bit all-gather rounds each owner's shard once and every rank, the owner included,
-  // ends with the rounded values. int8 and sign (block-quantized, transport/block_quantize.hpp,
+  // ends with the rounded values. int8, fp8 and sign (block-quantized, transport/block_quantize.hpp,
   // for ACCO's estimate rounds) work the same way in reduce_scatter, with each shard quantized
   // on its own; all_gather and all_reduce refuse them (std::invalid_argument): parameters travel
   // quantized only as a difference, through all_gather_delta. With one rank nothing travels and
@@ -142,11 +142,20 @@ public:
   // Every rank contributes its shard_of(...) of `data`; afterwards all of `data` is filled.
   virtual void all_gather(std::span<float> data, wire_precision precision = wire_precision::fp32);
   // all_gather where `base` (as long as `data`) holds values every rank already has, the same
-  // bits everywhere: int8 and sign send each owner's quantized data - base, and every rank, the
+  // bits everywhere: int8, fp8 and sign send each owner's quantized data - base, and every rank, the
   // owner included, ends with base + the decoded difference (bit-identical replicas); the other
   // precisions ignore `base` and are all_gather. Written once over post_send/post_recv/wait, so
   // every backend runs it as it is.
   void all_gather_delta(std::span<float> data, std::span<const float> base, wire_precision precision);
+  // reduce_scatter with error feedback (`residual` as long as `data`, this rank's own): int8, fp8
+  // and sign send scale·data + residual of each other owner's shard, block-quantized once, and with
+  // `commit` the residual becomes what the records missed (classic error feedback); this rank's
+  // own shard ends as scale·data + residual plus the others' decoded shards, summed in fp32 in
+  // a fixed order (with `commit` its own residual range is then zero: paid). Without `commit`
+  // (an estimate) the residual is only read. Other precisions add the residual and reduce_scatter.
+  // Written once over post_send/post_recv/wait, so every backend runs it as it is.
+  void reduce_scatter_feedback(std::span<float> data, float scale, std::span<float> residual,
+                               wire_precision precision, bool commit);
 
   // Majority vote over ranks of `count` packed signs. Ties (even size()) and nothing else are
   // broken by the parity of (element index + round) (tie_vote in transport/sign_vote.hpp):

@@ -42,19 +42,20 @@ std::string_view precision_name(wire_precision precision) {
     case wire_precision::fp16: return "fp16";
     case wire_precision::int8: return "int8";
     case wire_precision::sign: return "sign";
+    case wire_precision::fp8: return "fp8";
   }
   return "?";
 }
 
 wire_precision parse_wire_precision(std::string_view text, std::string_view what) {
   for (wire_precision p : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16, wire_precision::int8,
-                           wire_precision::sign})
+                           wire_precision::fp8, wire_precision::sign})
     if (text == precision_name(p)) return p;
-  throw std::invalid_argument(std::string(what) + ": '" + std::string(text) + "' (expected fp32|bf16|fp16|int8|sign)");
+  throw std::invalid_argument(std::string(what) + ": '" + std::string(text) + "' (expected fp32|bf16|fp16|int8|fp8|sign)");
 }
 
 bool block_quantized(wire_precision precision) {
-  return precision == wire_precision::int8 || precision == wire_precision::sign;
+  return precision == wire_precision::int8 || precision == wire_precision::fp8 || precision == wire_precision::sign;
 }
 
 std::uint16_t to_bf16(float value) { return bf16_bits(value); }

@@ -3,9 +3,10 @@
 // even, NaN kept a quiet NaN, fp16 overflowing to ±inf). The conversions are written out in
 // integer arithmetic, so every backend and every machine rounds a value to the same bits.
 // Collectives convert once when a value goes on the wire and sum in fp32 on arrival
-// (transport/collectives.cpp). int8 and sign are block-quantized codes (transport/
-// block_quantize.hpp) for ACCO's estimate rounds only: a reduce-scatter of gradients, and
-// parameters as the difference from what every rank already holds (transport::all_gather_delta).
+// (transport/collectives.cpp). int8, fp8 and sign are block-quantized codes (transport/
+// block_quantize.hpp) for ACCO's estimate rounds and, with error feedback, real rounds: a
+// reduce-scatter of gradients, and parameters as the difference from what every rank already
+// holds (transport::all_gather_delta).
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -14,13 +15,13 @@
 
 namespace accord {
 
-enum class wire_precision { fp32, bf16, fp16, int8, sign };
+enum class wire_precision { fp32, bf16, fp16, int8, sign, fp8 };
 
-// "fp32" | "bf16" | "fp16" | "int8" | "sign".
+// "fp32" | "bf16" | "fp16" | "int8" | "fp8" | "sign".
 std::string_view precision_name(wire_precision precision);
 // Throws std::invalid_argument naming `what` (e.g. "--wire-precision") and the bad text.
 wire_precision parse_wire_precision(std::string_view text, std::string_view what);
-// int8 and sign: values travel in blocks with a scale each (transport/block_quantize.hpp).
+// int8, fp8 and sign: values travel in blocks with a scale each (transport/block_quantize.hpp).
 bool block_quantized(wire_precision precision);
 
 std::uint16_t to_bf16(float value);
