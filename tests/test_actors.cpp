@@ -565,6 +565,18 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   refused(job, "estimate accumulation must be at most 1000000");
 }
 
+
+// `bytes` written to `name` are refused by read_checkpoint with "name: expected".
+void refused_checkpoint(const std::string& name, const std::string& bytes, const std::string& expected) {
+  std::ofstream(name, std::ios::binary) << bytes;
+  try {
+    read_checkpoint(name);
+    FAIL("accepted");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == name + ": " + expected);
+  }
+}
+
 TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the problem" *
           doctest::test_suite("pipeline")) {
   checkpoint c;
@@ -589,15 +601,8 @@ TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the pro
   CHECK(back.optimizer == c.optimizer);
   CHECK(back.momenta == c.momenta);
 
-  auto refused = [](const std::string& bytes, const std::string& expected) {
-    const std::string bad = "test_actors_bad_checkpoint.bin";
-    std::ofstream(bad, std::ios::binary) << bytes;
-    try {
-      read_checkpoint(bad);
-      FAIL("accepted");
-    } catch (const std::runtime_error& e) {
-      CHECK(std::string(e.what()) == bad + ": " + expected);
-    }
+  const auto refused = [](const std::string& bytes, const std::string& expected) {
+    refused_checkpoint("test_actors_bad_checkpoint.bin", bytes, expected);
   };
   const std::string whole = file_text(path);
   refused("NOTACKPT" + whole.substr(8), "not an accord checkpoint (bad magic)");
@@ -644,15 +649,8 @@ TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint; versio
   CHECK(back.replica == c.replica);
   CHECK(back.parameters == c.parameters);
 
-  auto refused = [](const std::string& bytes, const std::string& expected) {
-    const std::string bad = "test_actors_bad_feedback_checkpoint.bin";
-    std::ofstream(bad, std::ios::binary) << bytes;
-    try {
-      read_checkpoint(bad);
-      FAIL("accepted");
-    } catch (const std::runtime_error& e) {
-      CHECK(std::string(e.what()) == bad + ": " + expected);
-    }
+  const auto refused = [](const std::string& bytes, const std::string& expected) {
+    refused_checkpoint("test_actors_bad_feedback_checkpoint.bin", bytes, expected);
   };
   const std::string whole = file_text(path);
   // The section: u32 4, "sign", u64 count, 3 residuals, 3 replica values, then the crc.

@@ -109,12 +109,12 @@ TEST_CASE("plan_job itself refuses a bad link, precision or topology setting wit
          j.topology_settings.inter_link = "1gbit,";
        },
        "link spec '1gbit,': trailing comma" + link_examples},
-      {"acco", [](job_config& j) { j.wire_precision = "fp8"; },
-       "wire precision: 'fp8' (expected fp32|bf16|fp16|int8|sign)"},
+      {"acco", [](job_config& j) { j.wire_precision = "fp4"; },
+       "wire precision: 'fp4' (expected fp32|bf16|fp16|int8|fp8|sign)"},
       {"acco", [](job_config& j) { j.estimate_precision = "fp4"; },
-       "estimate precision: 'fp4' (expected fp32|bf16|fp16|int8|sign)"},
-      {"acco", [](job_config& j) { j.wire_precision = "int8"; },
-       "wire precision: 'int8' is for ACCO's estimate rounds only (estimate precision); the wire takes fp32|bf16|fp16"},
+       "estimate precision: 'fp4' (expected fp32|bf16|fp16|int8|fp8|sign)"},
+      {"dlion-mavo", [](job_config& j) { j.wire_precision = "int8"; },
+       "wire precision: 'int8' means nothing for dlion-mavo, whose votes travel as 1 bit whatever the wire (leave it fp32)"},
       {"acco",
        [](job_config& j) {
          j.topology = "hierarchical";
