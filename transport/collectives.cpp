@@ -270,19 +270,21 @@ private:
   std::vector<std::size_t> first_;
 };
 
-// Block-quantized reduce-scatter (int8, fp8, sign): each rank encodes every other owner's shard once
-// and sends it straight to its owner, which adds the decoded values to its own fp32 values in
-// fp32, in the fixed order r-1, r-2, ...
-template <class Block>
-void quantized_reduce_scatter(transport& t, std::span<float> data, std::uint64_t tag) {
+// A block-quantized reduce-scatter: each rank encodes every other owner's shard of `data` once
+// (encode(values, records)) and sends it straight to its owner; `own` readies the rank's own
+// shard, to which the decoded shards of the others are then added in fp32 in the fixed order
+// r-1, r-2, ...
+template <class Block, class Encode, class Own>
+void reduce_scatter_records(transport& t, std::span<float> data, std::uint64_t tag, Encode encode, Own own) {
   const int world = t.size(), rank = t.rank();
   const shard_records records(data.size(), world);
   const std::span<Block> wire = kept_storage<Block, kept_use::wire>(records.total());
   for (int s = 0; s < world; ++s) {
     if (s == rank) continue;
-    const shard values = shard_of(data.size(), world, s), out = records.of(s);
-    quantize(std::span<const float>(data.subspan(values.begin, values.size())), wire.subspan(out.begin, out.size()));
+    const shard out = records.of(s);
+    encode(shard_of(data.size(), world, s), wire.subspan(out.begin, out.size()));
   }
+  own(shard_of(data.size(), world, rank));
   send_shards_to_owners<Block>(t, wire, [&](int s) { return records.of(s); }, tag,
                                [&](std::size_t offset, std::span<const Block> piece) {
                                  const shard values = records.values_of(rank, offset, piece.size());
@@ -291,30 +293,31 @@ void quantized_reduce_scatter(transport& t, std::span<float> data, std::uint64_t
                                });
 }
 
-// Block-quantized reduce-scatter with error feedback: each rank encodes scale·data + residual
-// of every other owner's shard once (quantize_with_feedback: with `commit`, the residual keeps
-// what the records missed) and sends it straight to its owner; the owner's own shard becomes
-// scale·data + residual exactly (with `commit` that residual is then paid: zero), and the
-// decoded shards of the others are added to it in fp32 in the fixed order r-1, r-2, ...
+// Block-quantized reduce-scatter (int8, fp8, sign): the shards travel as they are.
+template <class Block>
+void quantized_reduce_scatter(transport& t, std::span<float> data, std::uint64_t tag) {
+  reduce_scatter_records<Block>(
+      t, data, tag,
+      [&](const shard& values, std::span<Block> out) {
+        quantize(std::span<const float>(data.subspan(values.begin, values.size())), out);
+      },
+      [](const shard&) {});
+}
+
+// Block-quantized reduce-scatter with error feedback: each other owner's shard travels as
+// scale·data + residual (quantize_with_feedback: with `commit`, the residual keeps what the
+// records missed); the owner's own shard becomes scale·data + residual exactly (with `commit`
+// that residual is then paid: zero).
 template <class Block>
 void feedback_reduce_scatter(transport& t, std::span<float> data, float scale, std::span<float> residual, bool commit,
                              std::uint64_t tag) {
-  const int world = t.size(), rank = t.rank();
-  const shard_records records(data.size(), world);
-  const std::span<Block> wire = kept_storage<Block, kept_use::wire>(records.total());
-  for (int s = 0; s < world; ++s) {
-    if (s == rank) continue;
-    const shard values = shard_of(data.size(), world, s), out = records.of(s);
-    quantize_with_feedback(std::span<const float>(data.subspan(values.begin, values.size())), scale,
-                           residual.subspan(values.begin, values.size()), wire.subspan(out.begin, out.size()), commit);
-  }
-  add_own_feedback(data, scale, residual, shard_of(data.size(), world, rank), commit);
-  send_shards_to_owners<Block>(t, wire, [&](int s) { return records.of(s); }, tag,
-                               [&](std::size_t offset, std::span<const Block> piece) {
-                                 const shard values = records.values_of(rank, offset, piece.size());
-                                 const std::span<float> sums = data.subspan(values.begin, values.size());
-                                 add_dequantized(piece, sums, sums);
-                               });
+  reduce_scatter_records<Block>(
+      t, data, tag,
+      [&](const shard& values, std::span<Block> out) {
+        quantize_with_feedback(std::span<const float>(data.subspan(values.begin, values.size())), scale,
+                               residual.subspan(values.begin, values.size()), out, commit);
+      },
+      [&](const shard& own) { add_own_feedback(data, scale, residual, own, commit); });
 }
 
 // Block-quantized all-gather of the difference from `base`: each owner encodes its shard's
