@@ -291,29 +291,37 @@ TEST_CASE("Distributed Lion with one worker is Lion, bit for bit") {
   }
 }
 
+// 3 workers, the third 3x slower, on an emulated link with uncapped accumulation: how many
+// micro-batches each worker adds while a round is in flight depends on thread timing. The
+// replica check runs after every round; replicas are the point, so evaluations stay short (a
+// long one only slows the sanitizer run).
+job_result run_uneven(const std::string& algorithm, const std::string& precision, std::uint64_t steps,
+                      std::uint64_t eval_interval, std::size_t width) {
+  quadratic net(width);
+  auto data = std::make_shared<waves>(width);
+  job_config job;
+  job.algorithm = algorithm;
+  job.wire_precision = precision;
+  job.workers = 3;
+  job.steps = steps;
+  job.micro_batch = 2;
+  job.speed_factors = {1.0, 1.0, 3.0};
+  job.link = "1gbit,200us";
+  job.replica_check_interval = 1;
+  job.eval_interval = eval_interval;
+  job.eval_examples = 32;
+  return run_job(net, data, data, job);
+}
+
 TEST_CASE("every algorithm keeps all replicas bit-identical, also with unequal workers" *
           doctest::test_suite("pipeline")) {
   // Uncapped accumulation on an emulated link: how many micro-batches each worker adds while
   // a round is in flight depends on thread timing, and the replicas must still agree.
-  const std::size_t width = 1000;
-  quadratic net(width);
-  auto data = std::make_shared<waves>(width);
   for (const auto& name : algorithm_names())
     for (const char* precision : {"fp32", "bf16"}) {
     CAPTURE(name);
     CAPTURE(precision);
-    job_config job;
-    job.algorithm = name;
-    job.wire_precision = precision;
-    job.workers = 3;
-    job.steps = 4;
-    job.micro_batch = 2;
-    job.speed_factors = {1.0, 1.0, 3.0};
-    job.link = "1gbit,200us";
-    job.replica_check_interval = 1;
-    job.eval_interval = 2;
-    job.eval_examples = 32;  // replicas are the point here; a long evaluation only slows the sanitizer run
-    const job_result result = run_job(net, data, data, job);
+    const job_result result = run_uneven(name, precision, 4, 2, 1000);
     CHECK(result.replicas_identical);
     CHECK(result.steps.size() == 4);
     CHECK(std::isfinite(result.final_eval_loss));
@@ -417,24 +425,11 @@ TEST_CASE("int8, fp8 and sign real rounds with error feedback keep replicas bit-
   // As the fp32/bf16 test above: uncapped accumulation on an emulated link, so the micro-batch
   // counts differ between workers and rounds; the replica check runs after every round.
   const std::size_t width = 1500;
-  quadratic net(width);
-  auto data = std::make_shared<waves>(width);
   for (const std::string algorithm : {"ddp", "dpu", "acco", "lion"})
     for (const std::string precision : {"int8", "fp8", "sign"}) {
       CAPTURE(algorithm);
       CAPTURE(precision);
-      job_config job;
-      job.algorithm = algorithm;
-      job.wire_precision = precision;
-      job.workers = 3;
-      job.steps = 25;
-      job.micro_batch = 2;
-      job.speed_factors = {1.0, 1.0, 3.0};
-      job.link = "1gbit,200us";
-      job.replica_check_interval = 1;
-      job.eval_interval = 5;
-      job.eval_examples = 32;
-      const job_result result = run_job(net, data, data, job);
+      const job_result result = run_uneven(algorithm, precision, 25, 5, width);
       CHECK(result.replicas_identical);
       CHECK(result.steps.size() == 25);
       CHECK(std::isfinite(result.final_eval_loss));
@@ -619,6 +614,19 @@ TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the pro
   }
 }
 
+// A DDP checkpoint of a 3-parameter quadratic at step 4, AdamW's two slots.
+checkpoint small_ddp_checkpoint() {
+  checkpoint c;
+  c.steps = 4;
+  c.signature = "quadratic(3)";
+  c.algorithm = "ddp";
+  c.parameters = {1.f, 2.f, 3.f};
+  c.optimizer_step = 4;
+  c.slots = 2;
+  c.optimizer = {1, 2, 3, 4, 5, 6};
+  return c;
+}
+
 // A checkpoint's bytes with a valid crc over whatever they say.
 std::string with_crc(std::string bytes) {
   bytes.resize(bytes.size() - 4);
@@ -630,14 +638,7 @@ std::string with_crc(std::string bytes) {
 TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint; version 2 files still load; a wrong count "
           "or precision is refused naming the file" *
           doctest::test_suite("pipeline")) {
-  checkpoint c;
-  c.steps = 4;
-  c.signature = "quadratic(3)";
-  c.algorithm = "ddp";
-  c.parameters = {1.f, 2.f, 3.f};
-  c.optimizer_step = 4;
-  c.slots = 2;
-  c.optimizer = {1, 2, 3, 4, 5, 6};
+  checkpoint c = small_ddp_checkpoint();
   c.feedback = "sign";
   c.residuals = {0.25f, -0.5f, 0.f};
   c.replica = {1.125f, 1.875f, 3.f};
@@ -682,14 +683,7 @@ TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint; versio
 }
 
 TEST_CASE("a damaged, truncated or forged checkpoint is refused before anything big is allocated") {
-  checkpoint c;
-  c.steps = 4;
-  c.signature = "quadratic(3)";
-  c.algorithm = "ddp";
-  c.parameters = {1.f, 2.f, 3.f};
-  c.optimizer_step = 4;
-  c.slots = 2;
-  c.optimizer = {1, 2, 3, 4, 5, 6};
+  checkpoint c = small_ddp_checkpoint();
   write_checkpoint("test_actors_forged.bin", c);
   const std::string whole = file_text("test_actors_forged.bin");
   auto refusal = [](const std::string& bytes) -> std::string {
@@ -725,14 +719,7 @@ TEST_CASE("a damaged, truncated or forged checkpoint is refused before anything 
 }
 
 TEST_CASE("a checkpoint whose values cannot be trained from is refused naming the value") {
-  checkpoint c;
-  c.steps = 4;
-  c.signature = "quadratic(3)";
-  c.algorithm = "ddp";
-  c.parameters = {1.f, 2.f, 3.f};
-  c.optimizer_step = 4;
-  c.slots = 2;
-  c.optimizer = {1, 2, 3, 4, 5, 6};
+  checkpoint c = small_ddp_checkpoint();
   auto refusal = [](const checkpoint& bad) -> std::string {
     write_checkpoint("test_actors_values.bin", bad);
     try {
