@@ -1,5 +1,6 @@
 #include "actors/accumulator_actor.hpp"
 
+#include "observe/thread_cpu.hpp"
 #include "observe/trace.hpp"
 
 #include <algorithm>
@@ -33,6 +34,7 @@ struct accumulator_state {
   double communication_seconds = 0;
   double wait_seconds = 0;
   std::optional<clock_type::time_point> idle_since;  // compute idle waiting for a round
+  thread_cpu cpu_at_start;  // this process may have run other jobs' threads before
 };
 
 using self_pointer = accumulator_actor::stateful_pointer<accumulator_state>;
@@ -185,6 +187,7 @@ void finish_round(self_pointer self) {
   report.compute_seconds = s.compute_seconds;
   report.communication_seconds = s.communication_seconds;
   report.wait_seconds = s.wait_seconds;
+  report.cpu = thread_cpu_seconds(s.setup.rank, s.setup.reports_shared_threads) - s.cpu_at_start;
   report.parameter_hash = r.parameter_hash;
   report.traffic = r.traffic;
   report.consensus_distance = r.consensus_distance;
@@ -250,7 +253,10 @@ accumulator_actor::behavior_type accumulator_behavior(self_pointer self, accumul
   self->state.round = self->state.setup.first_round;
   self->state.parameters = std::move(self->state.setup.parameters);
   return {
-      [self](start_atom) { advance(self); },
+      [self](start_atom) {
+        self->state.cpu_at_start = thread_cpu_seconds(self->state.setup.rank, self->state.setup.reports_shared_threads);
+        advance(self);
+      },
   };
 }
 

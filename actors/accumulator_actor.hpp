@@ -39,6 +39,7 @@ struct accumulator_setup {
   std::function<bool(std::uint64_t)> wants_snapshot;    // round → attach the optimizer state
   std::function<bool(std::uint64_t)> wants_kept;        // round → keep the step's state (elastic)
   std::function<void(const std::vector<float>&)> on_final_parameters;  // optional
+  bool reports_shared_threads = false;  // the process's first worker: reports its shared threads' CPU
   compute_actor compute;
   communicator_actor communicator;
   coordinator_actor coordinator;

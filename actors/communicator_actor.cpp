@@ -1,5 +1,6 @@
 #include "actors/communicator_actor.hpp"
 
+#include "observe/thread_cpu.hpp"
 #include "observe/trace.hpp"
 
 #include <chrono>
@@ -31,6 +32,7 @@ void keep_step(communicator_setup& s, const std::vector<float>& parameters, std:
 communicator_actor::behavior_type communicator_behavior(
     communicator_actor::stateful_pointer<communicator_state> self,
     std::shared_ptr<communicator_setup> setup) {
+  name_thread(thread_role::communicator, setup->link->rank());  // a detached actor: its own thread
   self->state.setup = std::move(setup);
   return {
       [self](round_request& request) -> caf::result<round_result> {

@@ -1,5 +1,6 @@
 #include "actors/compute_actor.hpp"
 
+#include "observe/thread_cpu.hpp"
 #include "observe/trace.hpp"
 #include "gpu/device.hpp"
 #include "gpu/kernels.hpp"
@@ -80,6 +81,7 @@ double accumulate_resident(compute_state& state, const batch& input, const tenso
 
 compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<compute_state> self,
                                               std::shared_ptr<compute_setup> setup) {
+  name_thread(thread_role::compute, setup->stream.rank);  // a detached actor: this is its own thread
   self->state.setup = std::move(setup);
   return {
       [self](compute_atom, tensor& sum) -> caf::result<gradient_result> {
@@ -155,6 +157,7 @@ constexpr std::uint64_t evaluation_chunk = 32;
 
 evaluator_actor::behavior_type evaluator_behavior(
     evaluator_actor::stateful_pointer<evaluator_state> self, evaluator_state setup) {
+  name_thread(thread_role::evaluator, 0);
   self->state = setup;
   return {
       [self](evaluate_atom, const tensor& parameters) -> caf::result<double> {

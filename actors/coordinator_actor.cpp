@@ -2,6 +2,7 @@
 
 #include "recovery/checkpoint.hpp"
 #include "observe/metrics_file.hpp"
+#include "observe/thread_cpu.hpp"
 #include "observe/trace.hpp"
 
 #include <algorithm>
@@ -23,6 +24,7 @@ struct worker_marks {
   double communication_seconds = 0;
   double wait_seconds = 0;
   double compute_seconds = 0;
+  thread_cpu cpu;
 };
 
 struct round_progress {
@@ -52,6 +54,7 @@ struct coordinator_state {
   // Sums over workers since the last completed step (ACCO: its estimate round included).
   double step_bytes = 0, step_communication = 0, step_wait = 0;
   std::vector<worker_seconds> step_workers;  // by rank, since the last completed step
+  thread_cpu step_cpu;
   std::deque<step_metrics> pending;  // completed steps waiting for their evaluation
   std::map<std::uint64_t, double> evaluations;
   int evaluations_running = 0;
@@ -90,6 +93,7 @@ void finish_if_done(self_pointer self) {
       communication += m.communication_seconds;
       wait += m.wait_seconds;
       r.bytes_sent += m.bytes_sent;
+      r.cpu += m.cpu;
     }
     r.compute_seconds = compute / n;
     r.communication_seconds = communication / n;
@@ -249,6 +253,7 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
   m.gradient_norm = std::sqrt(progress.gradient_square_sum);
   if (progress.votes > 0) m.vote_agreement = progress.vote_agreement_sum / progress.votes;
   m.per_worker = std::exchange(s.step_workers, std::vector<worker_seconds>(s.step_workers.size()));
+  m.cpu = std::exchange(s.step_cpu, {});
   s.last_step = now;
   s.step_bytes = s.step_communication = s.step_wait = 0;
   if (progress.parameters && step_due(s.setup.pipe, round, s.setup.rounds, s.setup.eval_interval)) {
@@ -287,8 +292,9 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         spent.compute += report.compute_seconds - mark.compute_seconds;
         spent.communication += report.communication_seconds - mark.communication_seconds;
         spent.wait += report.wait_seconds - mark.wait_seconds;
+        s.step_cpu += report.cpu - mark.cpu;
         mark = {report.traffic.bytes_sent, report.communication_seconds, report.wait_seconds,
-                report.compute_seconds};
+                report.compute_seconds, report.cpu};
 
         auto& progress = s.rounds[report.round];
         progress.global = report.global;
@@ -363,6 +369,7 @@ void add_epoch_result(job_result& total, job_result&& epoch) {
   total.communication_seconds += epoch.communication_seconds;
   total.wait_seconds += epoch.wait_seconds;
   total.bytes_sent += epoch.bytes_sent;
+  total.cpu += epoch.cpu;
   total.rounds = epoch.rounds;  // counted from the job's start
   total.replicas_identical = total.replicas_identical && epoch.replicas_identical;
   total.state_bytes_per_worker = epoch.state_bytes_per_worker;

@@ -46,9 +46,14 @@ typename Inspector::result_type inspect(Inspector& f, edge_traffic& x) {
   return f(caf::meta::type_name("edge_traffic"), x.from, x.to, x.bytes);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, thread_cpu& x) {
+  return f(caf::meta::type_name("thread_cpu"), x.compute, x.communicator, x.evaluator, x.actors, x.transport,
+           x.other);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_report& x) {
   return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
-           x.compute_seconds, x.communication_seconds, x.wait_seconds, x.parameter_hash, x.traffic,
+           x.compute_seconds, x.communication_seconds, x.wait_seconds, x.cpu, x.parameter_hash, x.traffic,
            x.consumed, x.state, x.kept, x.observations, x.consensus_distance, x.staleness,
            x.worker_gradients, x.edge_bytes);
 }

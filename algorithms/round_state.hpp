@@ -96,6 +96,9 @@ struct round_report {
   double compute_seconds = 0;   // cumulative
   double communication_seconds = 0;  // cumulative
   double wait_seconds = 0;      // cumulative: compute idle while waiting for a round
+  // Cumulative CPU seconds of this worker's threads by role, and of its process's shared
+  // threads when it is the process's first worker (so that summing over reports counts each once).
+  thread_cpu cpu;
   std::uint64_t parameter_hash = 0;
   transfer_stats traffic;
   std::uint64_t consumed = 0;   // micro-batches of its stream this worker has taken

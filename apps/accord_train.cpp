@@ -305,6 +305,13 @@ int main(int argc, char** argv) {
                 result.compute_seconds, result.communication_seconds, result.wait_seconds,
                 100 * result.hidden_fraction, result.bits_per_parameter_per_step,
                 result.replicas_identical ? "identical" : "DIVERGED");
+    // What communication costs the compute it overlaps, in CPU: the threads' own clocks, by role.
+    const double steps = static_cast<double>(std::max<std::size_t>(1, result.steps.size()));
+    const thread_cpu& cpu = result.cpu;
+    std::printf("CPU per step, all processes: compute %.1f ms, communicator %.1f ms, CAF actors %.1f ms, "
+                "UCX %.1f ms, evaluator %.1f ms, other %.1f ms\n",
+                1e3 * cpu.compute / steps, 1e3 * cpu.communicator / steps, 1e3 * cpu.actors / steps,
+                1e3 * cpu.transport / steps, 1e3 * cpu.evaluator / steps, 1e3 * cpu.other / steps);
     std::printf("memory per worker: %.1f MB peak (minimum %.1f MB: parameters, two gradient buffers, its optimizer "
                 "shard)%s\n",
                 result.peak_bytes_per_worker / 1e6, result.minimum_bytes_per_worker / 1e6,

@@ -144,8 +144,10 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
                                interval = spec.keep_interval](std::uint64_t round) {
       return step_due(pipe, round, rounds, interval);
     };
-  if (local.workers++ == 0)
+  if (local.workers++ == 0) {
     accumulation.on_final_parameters = [&local](const std::vector<float>& p) { local.final_parameters = p; };
+    accumulation.reports_shared_threads = true;
+  }
   worker_handles handles;
   handles.rank = rank;
   handles.compute = accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));

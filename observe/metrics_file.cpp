@@ -16,7 +16,8 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 constexpr const char* csv_header =
     "step,train_loss,eval_loss,seconds,items,items_per_second,bits_per_parameter,hidden_fraction,micro_batches,"
     "workers,epoch,learning_rate,gradient_norm,vote_agreement,compute_seconds,communication_seconds,wait_seconds,"
-    "bytes,consensus_distance,edge_bytes_max,edge_bytes_mean";
+    "bytes,consensus_distance,edge_bytes_max,edge_bytes_mean,cpu_compute_seconds,cpu_communicator_seconds,"
+    "cpu_evaluator_seconds,cpu_actors_seconds,cpu_transport_seconds,cpu_other_seconds";
 
 worker_seconds mean_of(const std::vector<worker_seconds>& workers) {
   worker_seconds mean;
@@ -60,7 +61,9 @@ void metrics_file::write(const step_metrics& m) {
          << ',' << m.bits_per_parameter << ',' << m.hidden_fraction << ',' << m.micro_batches << ',' << m.workers
          << ',' << m.epoch << ',' << m.learning_rate << ',' << m.gradient_norm << ',' << optional(m.vote_agreement)
          << ',' << mean.compute << ',' << mean.communication << ',' << mean.wait << ',' << m.bytes_sent << ','
-         << optional(m.consensus_distance) << ',' << edge_most << ',' << edge_mean << '\n'
+         << optional(m.consensus_distance) << ',' << edge_most << ',' << edge_mean << ',' << m.cpu.compute << ','
+         << m.cpu.communicator << ',' << m.cpu.evaluator << ',' << m.cpu.actors << ',' << m.cpu.transport << ','
+         << m.cpu.other << '\n'
          << std::flush;
     return;
   }
@@ -76,7 +79,15 @@ void metrics_file::write(const step_metrics& m) {
                          {"epoch", m.epoch},
                          {"learning_rate", m.learning_rate},
                          {"gradient_norm", m.gradient_norm},
-                         {"bytes", m.bytes_sent}};
+                         {"bytes", m.bytes_sent},
+                         // CPU seconds of the step by thread role, all processes
+                         {"cpu_seconds",
+                          {{"compute", m.cpu.compute},
+                           {"communicator", m.cpu.communicator},
+                           {"evaluator", m.cpu.evaluator},
+                           {"actors", m.cpu.actors},
+                           {"transport", m.cpu.transport},
+                           {"other", m.cpu.other}}}};
   if (m.eval_loss >= 0) line["eval_loss"] = m.eval_loss;
   if (m.vote_agreement >= 0) line["vote_agreement"] = m.vote_agreement;
   if (m.consensus_distance >= 0) line["consensus_distance"] = m.consensus_distance;

@@ -14,6 +14,17 @@ struct worker_seconds {
   double wait = 0;           // compute idle, waiting for a round
 };
 
+// CPU seconds by the role of the thread that spent them (a step's, summed over the job's
+// processes), so that what communication costs the compute it overlaps shows.
+struct thread_cpu {
+  double compute = 0;       // compute threads: forward and backward (asynchronous workers too)
+  double communicator = 0;  // communicator threads: encoding, collectives, driving UCX
+  double evaluator = 0;     // the held-out evaluation
+  double actors = 0;        // CAF's scheduler and clock: accumulators, the coordinator, membership
+  double transport = 0;     // UCX's own threads (its async thread)
+  double other = 0;         // main threads, OpenBLAS's pool, the status server, the rest
+};
+
 // Bytes worker `from` sent worker `to` (ranks) during a step.
 struct edge_traffic {
   int from = 0, to = 0;
@@ -41,6 +52,7 @@ struct step_metrics {
   // Sign votes: fraction of the workers' signs that the outcome took, averaged (-1: no vote).
   double vote_agreement = -1;
   std::vector<worker_seconds> per_worker;  // by rank
+  thread_cpu cpu;                          // the step's CPU seconds by thread role, all processes
   // Topologies whose replicas differ (local-sgd between outer steps): sqrt(mean_i ‖θ_i − θ̄‖²)
   // where measured this step (before merging), else -1.
   double consensus_distance = -1;
@@ -63,6 +75,7 @@ struct job_result {
   double compute_seconds = 0;      // per worker, averaged
   double communication_seconds = 0;// per worker, averaged: time its communicator was busy
   double wait_seconds = 0;         // per worker, averaged: compute idle waiting for a round
+  thread_cpu cpu;                  // CPU seconds by thread role over the run, all processes
   double bits_per_parameter_per_step = 0;
   double hidden_fraction = 0;
   std::uint64_t bytes_sent = 0;    // all workers

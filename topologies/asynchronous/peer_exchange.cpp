@@ -1,5 +1,7 @@
 #include "topologies/asynchronous/peer_exchange.hpp"
 
+#include "observe/thread_cpu.hpp"
+
 #include <algorithm>
 #include <chrono>
 
@@ -10,7 +12,12 @@ peer_exchange::peer_exchange(std::shared_ptr<transport> link, std::vector<kind> 
     : link_(std::move(link)), kinds_(std::move(kinds)), on_failure_(std::move(on_failure)), rank_(link_->rank()),
       size_(link_->size()) {}
 
-void peer_exchange::start() { thread_ = std::thread([this] { run(); }); }
+void peer_exchange::start() {
+  thread_ = std::thread([this] {
+    name_thread(thread_role::communicator, rank_);
+    run();
+  });
+}
 
 peer_exchange::~peer_exchange() {
   stop("the exchange ended");

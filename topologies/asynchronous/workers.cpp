@@ -1,5 +1,7 @@
 #include "topologies/asynchronous/workers.hpp"
 
+#include "observe/thread_cpu.hpp"
+
 
 #include <algorithm>
 #include <chrono>
@@ -234,6 +236,7 @@ struct asynchronous_workers::impl {
   }
 
   void run_worker(int w) {
+    name_thread(thread_role::compute, w);
     caf::scoped_actor self{system};
     std::unique_ptr<model> net = setup.prototype->clone();
     const auto workers = static_cast<std::uint64_t>(setup.workers);
@@ -295,6 +298,12 @@ struct asynchronous_workers::impl {
   // consensus distance, and the model where an evaluation is due).
   void run_reporter() {
     caf::scoped_actor self{system};
+    // CPU by thread role from here on, each worker's own; the process's shared threads go with
+    // its first worker's report.
+    const int first_local = setup.peers ? setup.peers->rank() : 0;
+    const auto cpu_of = [first_local](int r) { return thread_cpu_seconds(r, r == first_local); };
+    std::vector<thread_cpu> cpu_at_start;
+    for (int r = 0; r < most_workers(); ++r) cpu_at_start.push_back(cpu_of(r));
     std::uint64_t step = setup.first_step, in_step = 0;
     round_totals totals;
     std::vector<std::uint64_t> histogram;
@@ -323,6 +332,7 @@ struct asynchronous_workers::impl {
         report.compute_seconds = f.compute.load();
         report.communication_seconds = f.communication.load();
         report.wait_seconds = f.wait.load();
+        report.cpu = cpu_of(r) - cpu_at_start[static_cast<std::size_t>(r)];
         report.traffic.bytes_sent = f.bytes.load();
         report.consumed = (step + 1 - setup.first_step) * setup.accumulation;  // every stream, up to this step
         report.kept = view.kept;
