@@ -194,7 +194,9 @@ std::vector<std::vector<sample>> run_ranks(int world, const ucx_options& options
         const std::vector<sample> samples = measure_rank(*t, p);
         status = write_all(fds[1], samples.data(), samples.size() * sizeof(sample)) ? 0 : 1;
       } catch (const std::exception& e) {
-        std::cerr << "accord-bench-collectives: rank " << r << ": " << e.what() << "\n";
+        // One write per line: the ranks fail at once, and std::cerr's pieces would interleave.
+        const std::string line = "accord-bench-collectives: rank " + std::to_string(r) + ": " + e.what() + "\n";
+        [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, line.data(), line.size());
         status = 1;
       }
       _exit(status);

@@ -23,6 +23,9 @@ constexpr std::size_t chunk_bytes = 1 << 20;
 constexpr std::uint32_t max_slots = 8;
 constexpr std::uint32_t max_text = 1u << 20;
 constexpr std::uint32_t max_momenta = 1u << 16;
+// Examples drawn since a run started: 2^62 is past any run (a million examples a second for
+// 146,000 years); beyond it the stream's positions would wrap around 2^64.
+constexpr std::uint64_t max_data_position = std::uint64_t{1} << 62;
 
 std::string system_error(const std::string& path, const std::string& what) {
   return path + ": " + what + " (" + std::strerror(errno) + ")";
@@ -207,6 +210,9 @@ checkpoint parse(std::istream& in, std::uint64_t size, const std::string& name) 
   r.scalar<std::uint32_t>("header");
   c.steps = r.scalar<std::uint64_t>("header");
   c.data_position = r.scalar<std::uint64_t>("header");
+  if (c.data_position > max_data_position)
+    r.fail("data position " + std::to_string(c.data_position) +
+           " is past any a run reaches (2^62 examples): a corrupt or forged checkpoint");
   const auto count = r.scalar<std::uint64_t>("header");
   c.seconds = r.scalar<double>("header");
   c.data_hash = r.scalar<std::uint64_t>("header");

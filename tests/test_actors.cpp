@@ -562,6 +562,14 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
 
 
 // `bytes` written to `name` are refused by read_checkpoint with "name: expected".
+// A checkpoint's bytes with a valid crc over whatever they say.
+std::string with_crc(std::string bytes) {
+  bytes.resize(bytes.size() - 4);
+  const std::uint32_t crc = static_cast<std::uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+  bytes.append(reinterpret_cast<const char*>(&crc), sizeof crc);
+  return bytes;
+}
+
 void refused_checkpoint(const std::string& name, const std::string& bytes, const std::string& expected) {
   std::ofstream(name, std::ios::binary) << bytes;
   try {
@@ -602,6 +610,10 @@ TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the pro
   const std::string whole = file_text(path);
   refused("NOTACKPT" + whole.substr(8), "not an accord checkpoint (bad magic)");
   refused(whole.substr(0, 5), "truncated checkpoint (5 bytes, shorter than a header)");
+  std::string forged = whole;  // the data position (after magic, version, flags and steps): 2^64 − 1
+  forged.replace(24, 8, std::string(8, '\xff'));
+  refused(with_crc(forged), "data position 18446744073709551615 is past any a run reaches (2^62 examples): a "
+                            "corrupt or forged checkpoint");
   std::string old_version = whole;
   old_version[8] = 1;
   refused(old_version, "checkpoint format version 1, this build reads versions 2 to 3 only (start the run afresh, "
@@ -625,14 +637,6 @@ checkpoint small_ddp_checkpoint() {
   c.slots = 2;
   c.optimizer = {1, 2, 3, 4, 5, 6};
   return c;
-}
-
-// A checkpoint's bytes with a valid crc over whatever they say.
-std::string with_crc(std::string bytes) {
-  bytes.resize(bytes.size() - 4);
-  const std::uint32_t crc = static_cast<std::uint32_t>(crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
-  bytes.append(reinterpret_cast<const char*>(&crc), sizeof crc);
-  return bytes;
 }
 
 TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint; version 2 files still load; a wrong count "

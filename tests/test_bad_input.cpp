@@ -23,6 +23,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -333,6 +334,22 @@ TEST_CASE("the benchmarks refuse bad flags naming them") {
        "--estimate-accumulation must be below --accumulation"},
   };
   for (const auto& c : cases) check_refused(c);
+}
+
+TEST_CASE("ranks that fail at once print whole lines, one each") {
+  // Both ranks of accord-bench-collectives refuse a network device that does not exist in the
+  // same instant; each line must stay whole (a garbled one read "rank accord-bench-collectives: rank 1: ...").
+  const std::regex whole_line(
+      "accord-bench-collectives: rank [01](: ucx: UCX_NET_DEVICES=bogus0: this machine has no network device "
+      "'bogus0' \\(ucx_info -d lists the devices\\)| failed)");
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const program_run run = run_program(bench_collectives, {"--net-devices", "bogus0"});
+    INFO("stderr: " << run.err);
+    CHECK(run.exit_status == 1);
+    const auto lines = lines_of(run.err);
+    CHECK(!lines.empty());
+    for (const std::string& line : lines) CHECK(std::regex_match(line, whole_line));
+  }
 }
 
 namespace {
