@@ -5,7 +5,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 
-PACKAGES=(build-essential cmake pkg-config libcaf-dev doctest-dev libucx-dev ucx-utils
+PACKAGES=(build-essential ccache cmake pkg-config libcaf-dev doctest-dev libucx-dev ucx-utils
   libboost-dev libboost-program-options-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev libxxhash-dev
   dataset-fashion-mnist fortunes clang python3-matplotlib chromium python3-dev pybind11-dev python3-torch
   python3-numpy)
@@ -19,6 +19,10 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+
+# ccache (CMakeLists.txt uses it when present): paths under the clone count as relative, so a
+# fresh clone in any folder reuses what an earlier one compiled; the working directory is not hashed.
+export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
 
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
