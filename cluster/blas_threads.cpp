@@ -24,24 +24,31 @@ int positive_value(const char* name, const char* text) {
 }  // namespace
 
 blas_threads_choice choose_blas_threads(int requested, int workers_here, int cores,
-                                        const std::function<const char*(const char*)>& environment) {
+                                        const std::function<const char*(const char*)>& environment,
+                                        int job_processes_here) {
   if (requested > 0) return {requested, "--blas-threads"};
   for (const char* name : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"})
     if (const char* value = environment(name); value && *value) return {positive_value(name, value), name};
   int processes = 1;
-  if (const char* value = environment("LOCAL_WORLD_SIZE"); value && *value)
+  std::string source = "(LOCAL_WORLD_SIZE)";
+  if (job_processes_here > 0) {
+    processes = job_processes_here;
+    source = "of the job";
+  } else if (const char* value = environment("LOCAL_WORLD_SIZE"); value && *value) {
     processes = positive_value("LOCAL_WORLD_SIZE", value);
+  }
   const int workers = std::max(1, workers_here);
   std::string reason = std::to_string(cores) + " cores / ";
-  if (processes > 1) reason += std::to_string(processes) + " processes here (LOCAL_WORLD_SIZE) / ";
+  if (processes > 1) reason += std::to_string(processes) + " processes here " + source + " / ";
   reason += std::to_string(workers) + (workers > 1 ? " workers" : " worker");
   const int sharing = workers * processes;
   return {std::max(1, cores / sharing), reason};
 }
 
-blas_threads_choice choose_blas_threads(int requested, int workers_here) {
+blas_threads_choice choose_blas_threads(int requested, int workers_here, int job_processes_here) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return choose_blas_threads(requested, workers_here, cores, [](const char* name) { return std::getenv(name); });
+  return choose_blas_threads(requested, workers_here, cores, [](const char* name) { return std::getenv(name); },
+                             job_processes_here);
 }
 
 }  // namespace accord

@@ -108,6 +108,11 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   std::shared_ptr<transport> link;
   std::vector<float> parameters;
   std::optional<rule_state> state;
+  if (const auto blas = size_blas_for_epoch(origin, plan.addresses, plan.rank)) {
+    std::printf("epoch %llu: BLAS threads %d (%s)\n", static_cast<unsigned long long>(plan.epoch), blas->threads,
+                blas->reason.c_str());
+    std::fflush(stdout);
+  }
   try {
     me.link->set(plan.epoch, [&rendezvous](const std::string& why) { rendezvous.interrupt(why); });
     link = rendezvous.connect(plan.rank, plan.addresses, plan.epoch);

@@ -20,6 +20,18 @@ void size_blas(const job_plan& plan, int local_workers) {
   openblas_set_num_threads(choose_blas_threads(plan.blas_threads, local_workers).threads);
 }
 
+std::optional<blas_threads_choice> size_blas_for_epoch(const job_plan& plan, const std::vector<std::string>& addresses,
+                                                       int rank) {
+  const auto host = [](const std::string& address) { return address.substr(0, address.rfind(':')); };
+  const std::string mine = host(addresses.at(static_cast<std::size_t>(rank)));
+  const auto here = std::count_if(addresses.begin(), addresses.end(),
+                                  [&](const std::string& a) { return host(a) == mine; });
+  const blas_threads_choice choice = choose_blas_threads(plan.blas_threads, 1, static_cast<int>(here));
+  if (choice.threads == openblas_get_num_threads()) return std::nullopt;
+  openblas_set_num_threads(choice.threads);
+  return choice;
+}
+
 void configure_system(caf::actor_system_config& system_config) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   system_config.set("scheduler.max-threads", std::max(2, cores));

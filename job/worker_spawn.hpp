@@ -7,6 +7,8 @@
 #include "recovery/elastic_state.hpp"
 #include "job/plan.hpp"
 
+#include <accord/blas_threads.hpp>
+
 #include <caf/all.hpp>
 
 #include <atomic>
@@ -21,6 +23,12 @@ namespace accord {
 // Each compute actor stands for one device: BLAS threads share the cores among them, and among
 // the other processes on this machine (include/accord/blas_threads.hpp).
 void size_blas(const job_plan& plan, int local_workers);
+
+// An epoch of a job between processes: this process's one worker shares the cores with the
+// epoch's members on its host (the host parts of their transport `addresses`), so a joiner
+// started by hand does not size itself as if alone. The choice when it changed the thread count.
+std::optional<blas_threads_choice> size_blas_for_epoch(const job_plan& plan, const std::vector<std::string>& addresses,
+                                                       int rank);
 
 // CAF settings and message types every accord actor system needs.
 void configure_system(caf::actor_system_config& system_config);

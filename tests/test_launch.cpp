@@ -667,6 +667,19 @@ TEST_CASE("BLAS threads: --blas-threads, then OPENBLAS_NUM_THREADS, then OMP_NUM
   CHECK_THROWS_WITH_AS(choice(0, 1), "LOCAL_WORLD_SIZE='two' is not a positive integer", std::invalid_argument);
   variables = {{"OMP_NUM_THREADS", "-1"}};
   CHECK_THROWS_WITH_AS(choice(0, 1), "OMP_NUM_THREADS='-1' is not a positive integer", std::invalid_argument);
+  // An epoch between processes knows its members' hosts: that count wins over LOCAL_WORLD_SIZE
+  // (a joiner started by hand has none), the variables and the flag over both.
+  variables = {{"LOCAL_WORLD_SIZE", "2"}};
+  const auto in_epoch = [&](int requested, int processes_here) {
+    const auto c = choose_blas_threads(requested, 1, 16, environment, processes_here);
+    return std::to_string(c.threads) + " (" + c.reason + ")";
+  };
+  CHECK(in_epoch(0, 4) == "4 (16 cores / 4 processes here of the job / 1 worker)");
+  CHECK(in_epoch(0, 1) == "16 (16 cores / 1 worker)");
+  CHECK(in_epoch(0, 0) == "8 (16 cores / 2 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
+  CHECK(in_epoch(3, 4) == "3 (--blas-threads)");
+  variables["OPENBLAS_NUM_THREADS"] = "2";
+  CHECK(in_epoch(0, 4) == "2 (OPENBLAS_NUM_THREADS)");
 }
 
 TEST_CASE("workers started by accord-launch -n 2 share this machine's cores for BLAS") {
