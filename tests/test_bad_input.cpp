@@ -272,8 +272,11 @@ TEST_CASE("accord-launch refuses bad flags (2) and programs it cannot run (127)"
       {launch, "-n 2 --timeout nan -- true", "--timeout"},
       {launch, "-n 2 --grace -1 -- true", "--grace"},
       {launch, "-n 2 --master-port 70000 -- true", "--master-port"},
-      {launch, "-n 2 stray -- true", "'stray'"},
-      {launch, "-n 2 true", "'true'"},
+      {launch, "-n 2 --stray -- true", "'--stray'"},
+      {launch, "-n 2 --nnodes 2 --node-rank 2 true", "--node-rank"},
+      {launch, "-n 2 --rdzv-endpoint node1: true", "--rdzv-endpoint"},
+      {launch, "-n 2 --max-restarts 1 true", "--max-restarts"},
+      {launch, "-n 2 stray -- true", "'stray'", 127},
       {launch, "-n 2 -- /nonexistent/worker", "/nonexistent/worker", 127},
       {launch, "-n 2 -- accord-no-such-program", "accord-no-such-program", 127},
   };

@@ -68,6 +68,24 @@ TEST_CASE("3 processes over UCX give the same parameters as 3 in-process workers
   }
 }
 
+TEST_CASE("two launchers with --nnodes 2 (two machines simulated on loopback) run one job of 4 ranks: the "
+          "parameters of 4 in-process workers") {
+  const std::string nodes = launch + "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:29573 ";
+  const std::string job = " " + train + " --algo ddp" + train_flags + " --steps 3";
+  const run_output distributed = run(nodes + "--node-rank 1" + job + " & second=$!; " + nodes + "--node-rank 0" + job +
+                                     " --save-parameters multiprocess_nnodes.f32; first=$?; "
+                                     "wait $second; echo \"launchers exited $first $?\"");
+  INFO(distributed.text);
+  CHECK(distributed.text.find("launchers exited 0 0") != std::string::npos);
+  CHECK(distributed.text.find("[rank 0] done: 3 steps") != std::string::npos);
+  CHECK(distributed.text.find("replicas identical") != std::string::npos);
+  REQUIRE(run(train + " --workers 4 --algo ddp" + train_flags + " --steps 3 --save-parameters multiprocess_nnodes_inproc.f32")
+              .status == 0);
+  const auto a = read_all("multiprocess_nnodes.f32"), b = read_all("multiprocess_nnodes_inproc.f32");
+  REQUIRE(a.size() > 0);
+  CHECK(a == b);
+}
+
 TEST_CASE("int8 and sign real rounds with error feedback over UCX give the in-process parameters bit for bit, "
           "also where an elastic job folds the residuals at every kept step") {
   const std::pair<const char*, const char*> cases[] = {
