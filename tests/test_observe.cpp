@@ -383,10 +383,34 @@ TEST_CASE("--status-port serves the live page, its figures and Prometheus metric
   const std::string metrics = http_get(job.port, "/metrics");
   CHECK(metrics.rfind("HTTP/1.1 200 OK", 0) == 0);
   CHECK(metrics.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
+  // Prometheus' conventions: counters end in _total, fractions in _ratio, build_info holds the version.
   CHECK(metrics.find("# TYPE accord_train_loss gauge\naccord_train_loss ") != std::string::npos);
   CHECK(metrics.find("accord_eval_loss ") != std::string::npos);
   CHECK(metrics.find("accord_workers 2\n") != std::string::npos);
-  CHECK(metrics.find("accord_worker_seconds{rank=\"1\",activity=\"wait\"} ") != std::string::npos);
+  CHECK(metrics.find("# TYPE accord_build_info gauge\naccord_build_info{version=\"") != std::string::npos);
+  CHECK(metrics.find("# TYPE accord_steps_target gauge\naccord_steps_target 1000000\n") != std::string::npos);
+  for (const char* counter : {"steps_total", "items_total", "sent_bytes_total", "elapsed_seconds_total"})
+    CHECK_MESSAGE(metrics.find("# TYPE accord_" + std::string(counter) + " counter\naccord_" + counter + " ") !=
+                      std::string::npos,
+                  counter);
+  CHECK(metrics.find("# TYPE accord_communication_hidden_ratio gauge\n") != std::string::npos);
+  CHECK(metrics.find("# TYPE accord_worker_seconds_total counter\n") != std::string::npos);
+  CHECK(metrics.find("accord_worker_seconds_total{rank=\"1\",activity=\"wait\"} ") != std::string::npos);
+  CHECK(metrics.find("hidden_fraction") == std::string::npos);
+  // The counters count what was done: steps as the job reports them, 2 workers x 2 examples x 8
+  // tokens a step, and they only grow.
+  const auto sample = [](const std::string& text, const std::string& name) {
+    const auto at = text.find("\n" + name + " ");
+    REQUIRE_MESSAGE(at != std::string::npos, name);
+    return std::stod(text.substr(at + name.size() + 2));
+  };
+  const double steps_done = sample(metrics, "accord_steps_total");
+  CHECK(steps_done >= 5);
+  CHECK(sample(metrics, "accord_items_total") >= steps_done * 32);
+  CHECK(sample(metrics, "accord_sent_bytes_total") > 0);
+  const std::string later = http_get(job.port, "/metrics");
+  for (const char* counter : {"accord_steps_total", "accord_items_total", "accord_sent_bytes_total"})
+    CHECK(sample(later, counter) >= sample(metrics, counter));
 
   const nlohmann::json status = job.status();
   CHECK(status.at("steps") == 1000000);
