@@ -561,7 +561,7 @@ TEST_CASE("in headless Chromium the status page's script draws curves, workers, 
     // The page's layout follows the window's width only (nothing is sized by its height, which
     // headless Chromium gives less of than --window-size asks, keeping some for a frame).
     CHECK(boxes.at("window")[2] == 1280);
-    for (const char* panel : {"figures", "loss-chart", "throughput-chart", "hidden-chart", "worker-bars", "events"}) {
+    for (const std::string panel : {"figures", "loss-chart", "throughput-chart", "hidden-chart", "worker-bars", "events"}) {
       CAPTURE(panel);
       REQUIRE(boxes.count(panel));
       const auto [left, top, right, bottom] = boxes.at(panel);
