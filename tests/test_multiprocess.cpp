@@ -557,6 +557,32 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
   }
 }
 
+TEST_CASE("accord-launch --elastic --max-restarts 1: a killed worker starts again as a joiner and the job takes it back") {
+  const std::string metrics = "elastic_restart.jsonl";
+  std::remove(metrics.c_str());
+  const int port = free_port();
+  // Each worker records its pid (exec keeps it) so that the test can kill rank 2.
+  const std::string pids = metrics + ".pid.";
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic --max-restarts 1 -n 3 --master-port " + std::to_string(port) +
+              " -- /bin/sh -c 'echo $$ > " + pids + "${RANK-joiner}; exec " + train + elastic_flags +
+              " --algo ddp --metrics " + metrics + "'");
+  });
+  const bool reached_crash = wait_for(metrics, 40, 1);
+  if (reached_crash) kill(read_pid(pids + "2"), SIGKILL);
+  job_thread.join();
+  INFO(job.text);
+  REQUIRE(reached_crash);
+  CHECK(job.status == 0);
+  CHECK(job.text.find("accord-launch: rank 2 was killed by signal 9 (Killed); restarting it to join the job again "
+                      "(restart 1 of 1)") != std::string::npos);
+  CHECK(job.text.find("3 -> 2 workers") != std::string::npos);
+  CHECK(job.text.find("2 -> 3 workers") != std::string::npos);  // the restarted worker, taken back as a joiner
+  CHECK(job.text.find(" joins)") != std::string::npos);
+  CHECK(job.text.find("replicas identical") != std::string::npos);
+}
+
 TEST_CASE("the asynchronous topologies between processes lose a worker, let one leave and admit a joiner, state intact") {
   for (const char* topology : {"parameter-server --max-staleness 2", "gossip --gossip-rate 1"}) {
     CAPTURE(topology);
