@@ -1,8 +1,9 @@
 // accord-launch: starts N worker processes on this machine with torchrun's rendezvous variables,
 // forwards their output line by line with a rank prefix, and fails fast: the first worker that
 // fails stops all the others, and its status becomes the launcher's. With --elastic only the RANK 0
-// worker (the coordinator) fails fast; the job goes on without any other worker that fails. With
-// --join the workers join a running elastic job instead: they get no rank, and none fails fast.
+// worker (the coordinator) fails fast; the job goes on without any other worker that fails, or
+// with --max-restarts starts it again as a joiner. With --join the workers join a running elastic
+// job instead: they get no rank, and none fails fast. Takes torchrun's flags (--nnodes...).
 #include "observe/trace_files.hpp"
 #include "apps/flags.hpp"
 #include "cluster/launch_env.hpp"
@@ -116,8 +117,8 @@ options:
 
 exit status: 0 when every worker exits 0; the first failed worker's status; 124 on timeout;
 128 + signal when the launcher was interrupted; 2 for bad flags; 127 when PROGRAM cannot be run.
-With --elastic: the RANK 0 worker's status; on a machine without RANK 0 (--rank-offset > 0, or
---join), 0 when at least one worker exited 0, else the status of the last worker that failed.
+With --elastic: the RANK 0 worker's status; on a machine without RANK 0 (--node-rank or
+--rank-offset > 0, or --join), 0 when at least one worker exited 0, else the status of the last worker that failed.
 
 multi-machine example (2 machines x 4 workers, rank 0 on host-a), as with torchrun:
   host-a$ accord-launch --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-endpoint host-a:29500 accord-train ...
@@ -197,7 +198,7 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
   launch_options options;
   bool saw_workers = false;
   std::optional<int> nodes, node_rank;
-  std::optional<std::string> max_restarts_flag;  // as given, for the error without --elastic
+  std::string max_restarts_flag;                 // as given, for the error without --elastic
   std::optional<std::string> endpoint_flag;      // --rdzv-endpoint as spelled
   std::vector<std::string> placement_flags;  // those that --join leaves to the running job
   std::vector<std::string> master_flags;     // --master-addr and --master-port, which --rdzv-endpoint sets too
@@ -307,8 +308,8 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
                         " (joiners get their rank and master from the running job)");
     options.elastic = true;  // a joiner is a worker of an elastic job
   }
-  if (max_restarts_flag && options.max_restarts > 0 && !options.elastic)
-    throw usage_error(*max_restarts_flag + " needs --elastic (or --join): without it the first worker that fails "
+  if (options.max_restarts > 0 && !options.elastic)
+    throw usage_error(max_restarts_flag + " needs --elastic (or --join): without it the first worker that fails "
                       "stops the job, and a restarted worker joins an elastic job");
   if (endpoint_flag && !master_flags.empty())
     throw usage_error(*endpoint_flag + " conflicts with " + master_flags.front() + " (it sets the master address and port)");
