@@ -1,8 +1,9 @@
 // accord-launch: starts N worker processes on this machine with torchrun's rendezvous variables,
 // forwards their output line by line with a rank prefix, and fails fast: the first worker that
 // fails stops all the others, and its status becomes the launcher's. With --elastic only the RANK 0
-// worker (the coordinator) fails fast; the job goes on without any other worker that fails. With
-// --join the workers join a running elastic job instead: they get no rank, and none fails fast.
+// worker (the coordinator) fails fast; the job goes on without any other worker that fails, or
+// with --max-restarts starts it again as a joiner. With --join the workers join a running elastic
+// job instead: they get no rank, and none fails fast. Takes torchrun's flags (--nnodes...).
 #include "observe/trace_files.hpp"
 #include "apps/flags.hpp"
 #include "cluster/launch_env.hpp"
@@ -31,6 +32,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 extern char** environ;
@@ -43,19 +46,21 @@ constexpr int usage_exit = 2;
 constexpr int cannot_run_exit = 127;
 constexpr int timeout_exit = 124;
 
-constexpr const char* help_text = R"(usage: accord-launch -n N [options] -- PROGRAM [ARGS...]
+constexpr const char* help_text = R"(usage: accord-launch -n N [options] [--] PROGRAM [ARGS...]
 
-Starts N copies of PROGRAM on this machine, one per rank, and waits for them.
+Starts N copies of PROGRAM on this machine, one per rank, and waits for them. PROGRAM is the
+first argument that is not an option or an option's value, or whatever follows '--'. Options
+take torchrun's spellings too: --nproc_per_node, --node_rank, --rdzv_endpoint, --max_restarts...
 
 Each worker gets torchrun's variables and accord's own; a worker reads its place in the job from
 them with accord::process_group_from_environment() (<accord/process_group.hpp>), as accord-train
 does, or in Python with accord.process_group():
-  RANK              rank-offset + local rank
+  RANK              rank offset + local rank (the offset: --node-rank x N, or --rank-offset)
   LOCAL_RANK        0..N-1 on this machine
-  WORLD_SIZE        --world-size, or N
+  WORLD_SIZE        --nnodes x N, or --world-size, or N
   LOCAL_WORLD_SIZE  N
-  MASTER_ADDR       --master-addr
-  MASTER_PORT       --master-port, or a port that was free here at launch
+  MASTER_ADDR       --master-addr, or --rdzv-endpoint's HOST
+  MASTER_PORT       --master-port, or --rdzv-endpoint's PORT, or a port that was free here at launch
   ACCORD_ELASTIC    1 with --elastic or --join; removed from the workers' environment without them
   ACCORD_JOIN       HOST:PORT with --join; removed from the workers' environment without it
   ACCORD_TRACE      FILE with --trace; removed from the workers' environment without it
@@ -81,10 +86,14 @@ stops the job.
 
 options:
   -n, --nproc-per-node N   workers to start here (at least 1)
+  --nnodes M               machines in the job, N workers each: WORLD_SIZE is M x N (default 1)
+  --node-rank K            this machine's place, 0..M-1: its workers are ranks K x N .. K x N + N - 1
+  --rdzv-endpoint HOST:PORT  rank 0's address and port (sets MASTER_ADDR and MASTER_PORT)
   --master-addr HOST       rendezvous address of rank 0 (default 127.0.0.1)
   --master-port PORT       rendezvous port, 1..65535 (default: a free port found by binding port 0;
-                           required when --world-size exceeds N, as every machine must agree)
-  --rank-offset R          rank of this machine's first worker (default 0), for multi-machine jobs
+                           required when the job spans machines, as every machine must agree)
+  --rank-offset R          rank of this machine's first worker (default 0), for machines with
+                           different numbers of workers (instead of --nnodes and --node-rank)
   --world-size W           workers over all machines (default N); needs W >= R + N
   --timeout SECONDS        stop the workers after this long and exit 124 (default: no limit)
   --grace SECONDS          time between SIGTERM and SIGKILL when stopping workers (default 5)
@@ -92,7 +101,10 @@ options:
                            or leave while the rest go on; sets ACCORD_ELASTIC=1 for the workers
   --join HOST:PORT         start N more workers for the running elastic job whose RANK 0 listens at
                            HOST:PORT (its MASTER_ADDR:MASTER_PORT); implies --elastic; conflicts
-                           with --master-addr, --master-port, --rank-offset and --world-size
+                           with the options that place workers (--nnodes, --master-port...)
+  --max-restarts R         with --elastic or --join: a worker other than RANK 0 that fails starts
+                           again as a joiner of the job ("[join L]"), R times at most over all of
+                           this machine's workers (default 0); its --log-dir file goes on
   --trace FILE             every worker (accord-train) records the job's timeline and writes its
                            part beside FILE (FILE.rankR.json, a joiner FILE.join<pid>.json, each
                            on RANK 0's clock); once all have exited, the launcher merges the parts
@@ -105,12 +117,12 @@ options:
 
 exit status: 0 when every worker exits 0; the first failed worker's status; 124 on timeout;
 128 + signal when the launcher was interrupted; 2 for bad flags; 127 when PROGRAM cannot be run.
-With --elastic: the RANK 0 worker's status; on a machine without RANK 0 (--rank-offset > 0, or
---join), 0 when at least one worker exited 0, else the status of the last worker that failed.
+With --elastic: the RANK 0 worker's status; on a machine without RANK 0 (--node-rank or
+--rank-offset > 0, or --join), 0 when at least one worker exited 0, else the status of the last worker that failed.
 
-multi-machine example (2 machines x 4 workers, rank 0 on host-a):
-  host-a$ accord-launch -n 4 --world-size 8 --rank-offset 0 --master-addr host-a --master-port 29500 -- accord-train ...
-  host-b$ accord-launch -n 4 --world-size 8 --rank-offset 4 --master-addr host-a --master-port 29500 -- accord-train ...
+multi-machine example (2 machines x 4 workers, rank 0 on host-a), as with torchrun:
+  host-a$ accord-launch --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-endpoint host-a:29500 accord-train ...
+  host-b$ accord-launch --nnodes 2 --node-rank 1 --nproc-per-node 4 --rdzv-endpoint host-a:29500 accord-train ...
 adding a machine to a running elastic job (started with --elastic, RANK 0 on host-a, port 29500):
   host-c$ accord-launch -n 4 --join host-a:29500 -- accord-train ...
 Under Slurm, `srun accord-train ...` needs no launcher: workers read SLURM_PROCID and friends.
@@ -138,6 +150,7 @@ struct launch_options {
   std::optional<std::string> join_address;  // HOST:PORT of a running elastic job's RANK 0
   std::optional<std::string> trace_path;    // the merged trace of the workers started here
   std::optional<std::string> log_dir;       // where each worker's output is also written
+  int max_restarts = 0;                      // --elastic: failed workers restarted as joiners, in all
   std::vector<std::string> command;
 
   // The coordinator is RANK 0; a machine whose workers join a running job has none.
@@ -166,29 +179,39 @@ double parse_seconds_flag(std::string_view flag, std::string_view text, bool all
   return value;
 }
 
-std::string parse_join_flag(std::string_view text) {
+// HOST:PORT with a port in 1..65535, as --join and --rdzv-endpoint take it; split at the last colon.
+std::pair<std::string, int> parse_endpoint_flag(std::string_view flag, std::string_view text) {
   const auto colon = text.rfind(':');
+  int port = 0;
   const bool valid = colon != std::string_view::npos && colon > 0 && [&] {
-    int port = 0;
     const std::string_view digits = text.substr(colon + 1);
     const auto [stop, error] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
     return error == std::errc{} && stop == digits.data() + digits.size() && port >= 1 && port <= 65535;
   }();
-  if (!valid) throw usage_error("--join expects HOST:PORT with a port in 1..65535, got '" + std::string(text) + "'");
-  return std::string(text);
+  if (!valid)
+    throw usage_error(std::string(flag) + " expects HOST:PORT with a port in 1..65535, got '" + std::string(text) + "'");
+  return {std::string(text.substr(0, colon)), port};
 }
 
 // Returns nullopt for --help and --version, once it has printed them.
 std::optional<launch_options> parse_command_line(int argc, char** argv) {
   launch_options options;
   bool saw_workers = false;
-  bool saw_separator = false;
+  std::optional<int> nodes, node_rank;
+  std::string max_restarts_flag;                 // as given, for the error without --elastic
+  std::optional<std::string> endpoint_flag;      // --rdzv-endpoint as spelled
   std::vector<std::string> placement_flags;  // those that --join leaves to the running job
+  std::vector<std::string> master_flags;     // --master-addr and --master-port, which --rdzv-endpoint sets too
+  std::vector<std::string> world_flags;      // --rank-offset and --world-size, which --nnodes sets too
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     if (arg == "--") {
-      saw_separator = true;
       options.command.assign(argv + i + 1, argv + argc);
+      break;
+    }
+    // torchrun's way: the program is the first argument that is not a flag or a flag's value.
+    if (!arg.starts_with("-")) {
+      options.command.assign(argv + i, argv + argc);
       break;
     }
     if (arg == "-h" || arg == "--help") {
@@ -206,41 +229,63 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
       flag = arg.substr(0, equals);
       inline_value = arg.substr(equals + 1);
     }
+    // torchrun spells its flags with '-' and with '_' (--nproc_per_node): both name one flag here.
+    std::string name(flag);
+    if (name.starts_with("--")) std::replace(name.begin(), name.end(), '_', '-');
     const auto value = [&]() -> std::string_view {
       if (inline_value) return *inline_value;
       if (i + 1 >= argc) throw usage_error(std::string(flag) + " needs a value");
       return argv[++i];
     };
-    if (flag == "-n" || flag == "--nproc-per-node") {
+    if (name == "-n" || name == "--nproc-per-node") {
       options.workers = parse_int_flag(flag, value(), 1, 1 << 16);
       saw_workers = true;
-    } else if (flag == "--master-addr") {
-      options.master_addr = value();
-      if (options.master_addr.empty()) throw usage_error("--master-addr must not be empty");
+    } else if (name == "--nnodes") {
+      nodes = parse_int_flag(flag, value(), 1, 1 << 16);
       placement_flags.emplace_back(flag);
-    } else if (flag == "--master-port") {
+    } else if (name == "--node-rank") {
+      node_rank = parse_int_flag(flag, value(), 0, (1 << 16) - 1);
+      placement_flags.emplace_back(flag);
+    } else if (name == "--master-addr") {
+      options.master_addr = value();
+      if (options.master_addr.empty()) throw usage_error(std::string(flag) + " must not be empty");
+      placement_flags.emplace_back(flag);
+      master_flags.emplace_back(flag);
+    } else if (name == "--master-port") {
       options.master_port = parse_int_flag(flag, value(), 1, 65535);
       placement_flags.emplace_back(flag);
-    } else if (flag == "--rank-offset") {
+      master_flags.emplace_back(flag);
+    } else if (name == "--rdzv-endpoint") {
+      std::tie(options.master_addr, options.master_port) = parse_endpoint_flag(flag, value());
+      placement_flags.emplace_back(flag);
+      endpoint_flag = flag;
+    } else if (name == "--rank-offset") {
       options.rank_offset = parse_int_flag(flag, value(), 0, 1 << 30);
       placement_flags.emplace_back(flag);
-    } else if (flag == "--world-size") {
+      world_flags.emplace_back(flag);
+    } else if (name == "--world-size") {
       options.world_size = parse_int_flag(flag, value(), 1, 1 << 30);
       placement_flags.emplace_back(flag);
-    } else if (flag == "--join") {
-      options.join_address = parse_join_flag(value());
-    } else if (flag == "--timeout") {
+      world_flags.emplace_back(flag);
+    } else if (name == "--join") {
+      const std::string address(value());
+      parse_endpoint_flag(flag, address);
+      options.join_address = address;
+    } else if (name == "--max-restarts") {
+      options.max_restarts = parse_int_flag(flag, value(), 0, 1 << 20);
+      max_restarts_flag = std::string(flag) + " " + std::to_string(options.max_restarts);
+    } else if (name == "--timeout") {
       options.timeout_seconds = parse_seconds_flag(flag, value(), false);
-    } else if (flag == "--grace") {
+    } else if (name == "--grace") {
       options.grace_seconds = parse_seconds_flag(flag, value(), true);
-    } else if (flag == "--trace") {
+    } else if (name == "--trace") {
       options.trace_path = value();
       const std::filesystem::path parent = std::filesystem::path(*options.trace_path).parent_path();
       const std::string directory = parent.empty() ? "." : parent.string();
       if (options.trace_path->empty() || !std::filesystem::is_directory(directory) ||
           access(directory.c_str(), W_OK) != 0)
         throw usage_error("--trace: '" + *options.trace_path + "': cannot write into " + directory);
-    } else if (flag == "--log-dir") {
+    } else if (name == "--log-dir") {
       options.log_dir = value();
       std::error_code error;
       if (!options.log_dir->empty()) std::filesystem::create_directories(*options.log_dir, error);
@@ -248,7 +293,7 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
           access(options.log_dir->c_str(), W_OK) != 0)
         throw usage_error("--log-dir: '" + *options.log_dir + "': cannot write into it" +
                           (error ? " (" + error.message() + ")" : std::string()));
-    } else if (flag == "--elastic") {
+    } else if (name == "--elastic") {
       if (inline_value) throw usage_error("--elastic takes no value, got '" + std::string(arg) + "'");
       options.elastic = true;
     } else {
@@ -256,21 +301,42 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
     }
   }
   if (!saw_workers) throw usage_error("-n N is required (see --help)");
-  if (!saw_separator) throw usage_error("missing '--' before the program to launch");
-  if (options.command.empty()) throw usage_error("no program given after '--'");
+  if (options.command.empty()) throw usage_error("no program to launch (give it after the flags, or after '--')");
   if (options.join_address) {
     if (!placement_flags.empty())
       throw usage_error("--join conflicts with " + placement_flags.front() +
                         " (joiners get their rank and master from the running job)");
     options.elastic = true;  // a joiner is a worker of an elastic job
   }
+  if (options.max_restarts > 0 && !options.elastic)
+    throw usage_error(max_restarts_flag + " needs --elastic (or --join): without it the first worker that fails "
+                      "stops the job, and a restarted worker joins an elastic job");
+  if (endpoint_flag && !master_flags.empty())
+    throw usage_error(*endpoint_flag + " conflicts with " + master_flags.front() + " (it sets the master address and port)");
+  if (node_rank && !nodes) throw usage_error("--node-rank needs --nnodes");
+  if (nodes) {
+    if (!world_flags.empty())
+      throw usage_error("--nnodes conflicts with " + world_flags.front() +
+                        " (it sets the world size to --nnodes x --nproc-per-node and the rank offset to --node-rank x "
+                        "--nproc-per-node)");
+    if (*nodes > 1 && !node_rank) throw usage_error("--nnodes " + std::to_string(*nodes) + " needs --node-rank");
+    if (node_rank.value_or(0) >= *nodes)
+      throw usage_error("--node-rank " + std::to_string(*node_rank) + " must be below --nnodes " +
+                        std::to_string(*nodes));
+    const long long world = static_cast<long long>(*nodes) * options.workers;
+    if (world > (1 << 30))
+      throw usage_error("--nnodes " + std::to_string(*nodes) + " x --nproc-per-node " + std::to_string(options.workers) +
+                        " is more than 2^30 workers");
+    options.world_size = static_cast<int>(world);
+    options.rank_offset = node_rank.value_or(0) * options.workers;
+  }
   const int world = options.world_size.value_or(options.rank_offset + options.workers);
   if (options.rank_offset + options.workers > world)
     throw usage_error("--rank-offset " + std::to_string(options.rank_offset) + " + -n " +
                       std::to_string(options.workers) + " exceeds --world-size " + std::to_string(world));
   if (world > options.workers && !options.master_port)
-    throw usage_error("--master-port is required when the job spans machines (--world-size " +
-                      std::to_string(world) + " > -n " + std::to_string(options.workers) + ")");
+    throw usage_error("--master-port or --rdzv-endpoint is required when the job spans machines (world size " +
+                      std::to_string(world) + " > " + std::to_string(options.workers) + " workers here)");
   options.world_size = world;
   return options;
 }
@@ -406,11 +472,31 @@ struct output_stream {
 };
 
 struct worker {
-  int number = 0;  // its rank; for a joiner, which has no rank until the job gives it one, its local rank
-  pid_t pid = -1;  // also its process group
+  int local_rank = 0;
+  int rank = -1;             // -1 for a joiner: it gets its rank from the job
+  std::string join_address;  // a joiner's: HOST:PORT of the elastic job's RANK 0
+  pid_t pid = -1;            // also its process group
   bool running = false;
+  int log = -1;              // --log-dir's file; a restarted worker goes on writing it
   output_stream out;
   output_stream err;
+  std::vector<std::pair<std::string, std::string>> trace_parts;  // --trace: (label, part) of each start
+
+  bool joiner() const { return rank < 0; }
+  // What names it in its output prefix and the launcher's lines: "rank R", or "join L".
+  std::string label() const {
+    return std::string(joiner() ? "join " : "rank ") + std::to_string(joiner() ? local_rank : rank);
+  }
+
+  // Forwards what its pipes still hold and closes them (its own children may hold them open).
+  void close_streams() {
+    for (output_stream* stream : {&out, &err})
+      if (stream->open()) {
+        stream->forward_lines(true);
+        close(stream->fd);
+        stream->fd = -1;
+      }
+  }
 };
 
 // Every variable the launcher sets for some mode. Inherited values of these never reach a worker:
@@ -420,20 +506,19 @@ constexpr std::string_view launcher_variables[] = {"RANK", "LOCAL_RANK", "WORLD_
                                                    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                                                    "ACCORD_ELASTIC", "ACCORD_JOIN", "ACCORD_TRACE"};
 
-// master_port is nullopt for joiners, which learn their master from the job.
-std::vector<std::string> worker_environment(const launch_options& options, int local_rank,
-                                            std::optional<int> master_port) {
+// A joiner learns its master from the job; master_port is for the ranked workers.
+std::vector<std::string> worker_environment(const launch_options& options, const worker& w, int master_port) {
   std::vector<std::pair<std::string_view, std::string>> assigned = {
-      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"LOCAL_RANK", std::to_string(w.local_rank)},
       {"LOCAL_WORLD_SIZE", std::to_string(options.workers)},
   };
-  if (options.join_address) {
-    assigned.emplace_back("ACCORD_JOIN", *options.join_address);
+  if (w.joiner()) {
+    assigned.emplace_back("ACCORD_JOIN", w.join_address);
   } else {
-    assigned.emplace_back("RANK", std::to_string(options.rank_offset + local_rank));
+    assigned.emplace_back("RANK", std::to_string(w.rank));
     assigned.emplace_back("WORLD_SIZE", std::to_string(*options.world_size));
     assigned.emplace_back("MASTER_ADDR", options.master_addr);
-    assigned.emplace_back("MASTER_PORT", std::to_string(*master_port));
+    assigned.emplace_back("MASTER_PORT", std::to_string(master_port));
   }
   if (options.elastic) assigned.emplace_back("ACCORD_ELASTIC", "1");
   if (options.trace_path) assigned.emplace_back("ACCORD_TRACE", *options.trace_path);
@@ -518,18 +603,21 @@ class supervisor {
 
   int run(const std::string& program) {
     install_signal_handlers();
-    std::optional<int> master_port;
-    if (!options_.join_address) master_port = options_.master_port ? *options_.master_port : find_free_port();
+    program_ = program;
+    if (!options_.join_address) master_port_ = options_.master_port ? *options_.master_port : find_free_port();
     const auto started = clock_type::now();
     if (options_.timeout_seconds) job_deadline_ = started + to_duration(*options_.timeout_seconds);
     workers_.resize(static_cast<std::size_t>(options_.workers));
     for (int local = 0; local < options_.workers; ++local) {
       worker& w = workers_[static_cast<std::size_t>(local)];
-      w.number = options_.join_address ? local : options_.rank_offset + local;
+      w.local_rank = local;
+      if (options_.join_address)
+        w.join_address = *options_.join_address;
+      else
+        w.rank = options_.rank_offset + local;
       try {
-        // append rather than "[" + label(w): GCC 12 gives a false -Wrestrict warning on that.
-        start_worker(w, std::string("[").append(label(w)).append("] "), program, options_.command,
-                     worker_environment(options_, local, master_port), open_log(w));
+        w.log = open_log(w);
+        start(w);
       } catch (const std::exception& error) {
         // Workers already running must not outlive a launch that failed halfway.
         say(error.what());
@@ -548,15 +636,42 @@ class supervisor {
   }
 
  private:
-  // What names a worker in its output prefix and the launcher's lines: "rank R", or "join L".
-  std::string_view kind() const { return options_.join_address ? "join" : "rank"; }
-  std::string label(const worker& w) const { return std::string(kind()) + " " + std::to_string(w.number); }
-  bool is_coordinator(const worker& w) const { return options_.hosts_coordinator() && w.number == 0; }
+  bool is_coordinator(const worker& w) const { return w.rank == 0; }
+
+  void start(worker& w) {
+    // append rather than "[" + w.label(): GCC 12 gives a false -Wrestrict warning on that.
+    start_worker(w, std::string("[").append(w.label()).append("] "), program_, options_.command,
+                 worker_environment(options_, w, master_port_), w.log);
+    if (options_.trace_path)
+      w.trace_parts.emplace_back(w.label(), accord::trace_part_path(*options_.trace_path,
+                                                                    w.joiner() ? "join" + std::to_string(w.pid)
+                                                                               : "rank" + std::to_string(w.rank)));
+  }
+
+  // --max-restarts: a failed worker other than RANK 0 starts again as a joiner of the elastic job
+  // (its rank left with it; the job gives the joiner one). False when it cannot be started.
+  bool restart_as_joiner(worker& w, const std::string& verdict) {
+    ++restarts_done_;
+    say(verdict + "; restarting it to join the job again (restart " + std::to_string(restarts_done_) + " of " +
+        std::to_string(options_.max_restarts) + ")");
+    w.close_streams();
+    w.rank = -1;
+    w.join_address = options_.join_address.value_or(options_.master_addr + ":" + std::to_string(master_port_));
+    try {
+      start(w);
+      return true;
+    } catch (const std::exception& error) {
+      say(error.what());
+      return false;
+    }
+  }
 
   // --log-dir's file for worker w ("rank-3.log", "join-0.log"), or -1 without --log-dir.
   int open_log(const worker& w) const {
     if (!options_.log_dir) return -1;
-    const std::string path = *options_.log_dir + "/" + std::string(kind()) + "-" + std::to_string(w.number) + ".log";
+    std::string name = w.label();
+    std::replace(name.begin(), name.end(), ' ', '-');
+    const std::string path = *options_.log_dir + "/" + name + ".log";
     const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) throw std::runtime_error("--log-dir: cannot write " + path + ": " + std::strerror(errno));
     return fd;
@@ -566,14 +681,13 @@ class supervisor {
   // early, or its program takes no trace). A merge that fails makes a successful launch fail.
   void merge_trace() {
     std::vector<std::string> parts;
-    for (const worker& w : workers_) {
-      const std::string part = accord::trace_part_path(
-          *options_.trace_path, options_.join_address ? "join" + std::to_string(w.pid) : "rank" + std::to_string(w.number));
-      if (std::filesystem::exists(part))
-        parts.push_back(part);
-      else if (w.pid > 0)
-        say("--trace: " + label(w) + " wrote no trace (" + part + ")");
-    }
+    for (const worker& w : workers_)
+      for (const auto& [label, part] : w.trace_parts) {
+        if (std::filesystem::exists(part))
+          parts.push_back(part);
+        else
+          say("--trace: " + label + " wrote no trace (" + part + ")");
+      }
     if (parts.empty()) return;
     try {
       accord::merge_trace_files(parts, *options_.trace_path);
@@ -622,14 +736,7 @@ class supervisor {
       wait_for_events(drain_deadline);
       check_deadlines();
     }
-    for (worker& w : workers_) {
-      for (output_stream* stream : {&w.out, &w.err})
-        if (stream->open()) {
-          stream->forward_lines(true);
-          close(stream->fd);
-          stream->fd = -1;
-        }
-    }
+    for (worker& w : workers_) w.close_streams();
   }
 
   void wait_for_events(std::optional<clock_type::time_point> drain_deadline) {
@@ -687,11 +794,11 @@ class supervisor {
     }
     if (kill_deadline_ && now >= *kill_deadline_) {
       kill_deadline_.reset();
-      std::string numbers;
+      std::string labels;
       for (const worker& w : workers_)
-        if (w.running) numbers += (numbers.empty() ? "" : ", ") + std::to_string(w.number);
-      if (!numbers.empty()) {
-        say(std::string(kind()) + "(s) " + numbers + " still running " +
+        if (w.running) labels += (labels.empty() ? "" : ", ") + w.label();
+      if (!labels.empty()) {
+        say(labels + " still running " +
             format_seconds(options_.grace_seconds) + " after being told to stop; sending SIGKILL");
         kill_running(SIGKILL);
       }
@@ -719,9 +826,10 @@ class supervisor {
       w.err.read_available();
       const int worker_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       const std::string verdict =
-          label(w) + (WIFEXITED(status) ? " exited with status " + std::to_string(WEXITSTATUS(status))
+          w.label() + (WIFEXITED(status) ? " exited with status " + std::to_string(WEXITSTATUS(status))
                                         : " was killed by " + describe_signal(WTERMSIG(status)));
       if (options_.elastic && !is_coordinator(w)) {
+        if (restarts_done_ < options_.max_restarts && restart_as_joiner(w, verdict)) continue;
         say(verdict + "; the job goes on without it (" + (options_.join_address ? "--join" : "--elastic") + ")");
         last_failure_status_ = worker_status;
         continue;
@@ -746,6 +854,9 @@ class supervisor {
   }
 
   const launch_options& options_;
+  std::string program_;
+  int master_port_ = 0;  // of the ranked workers' job (none for joiners)
+  int restarts_done_ = 0;
   std::vector<worker> workers_;
   int signal_pipe_read_end_ = -1;
   int exit_status_ = 0;

@@ -95,8 +95,9 @@ void request_stop(int signal) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  po::options_description options("accord-train options");
-  options.add_options()("help,h", "show this help")
+  flag_sections sections;
+  add_training_options(sections, default_job());
+  sections.output.add_options()
       ("log-interval", number_flag<std::uint64_t>(0, 1'000'000'000, 10), "progress line every this many steps (0: none)")
       ("show-config", po::bool_switch(),
        "print the job's settings as the flags, --config and the environment make them, one 'name = value' line "
@@ -104,8 +105,20 @@ int main(int argc, char** argv) {
       ("save-parameters", po::value<std::string>(),
        "write the final parameters (raw float32) to this file; between processes rank 0 writes it (every rank "
        "holds the same parameters)")
+      ("status-port", number_flag(0, 65535),
+       "rank 0 serves a live status page (loss curves, workers, membership) at http://HOST:PORT/ and "
+       "Prometheus metrics at /metrics (0: a free port, printed)");
+  sections.distributed.add_options()
       ("transport", po::value<std::string>()->default_value("ucx"),
        "between processes: ucx | nccl (GPU to GPU; device = LOCAL_RANK)")
+      ("heartbeat-timeout", number_flag(0.1, 86400.0, 30.0),
+       "between processes: seconds of silence after which a worker process counts as dead")
+      ("rendezvous-timeout", number_flag(0.1, 1e6, 300.0),
+       "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)")
+      ("master-bind", po::value<std::string>()->default_value(""),
+       "rank 0: the address its master port listens on (0.0.0.0: every interface; default: MASTER_ADDR's, "
+       "loopback when every rank is local)");
+  sections.elastic.add_options()
       ("elastic", po::bool_switch(),
        "between processes: go on when a worker dies or leaves (SIGTERM: leave at the next step), admit "
        "joiners (also set by ACCORD_ELASTIC=1, as accord-launch --elastic does)")
@@ -113,18 +126,10 @@ int main(int argc, char** argv) {
        "join the running elastic job whose rank 0 listens at HOST:PORT (also set by ACCORD_JOIN, as "
        "accord-launch --join does)")
       ("keep-interval", number_flag<std::uint64_t>(1, 1'000'000'000, 1),
-       "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)")
-      ("heartbeat-timeout", number_flag(0.1, 86400.0, 30.0),
-       "between processes: seconds of silence after which a worker process counts as dead")
-      ("rendezvous-timeout", number_flag(0.1, 1e6, 300.0),
-       "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)")
-      ("status-port", number_flag(0, 65535),
-       "rank 0 serves a live status page (loss curves, workers, membership) at http://HOST:PORT/ and "
-       "Prometheus metrics at /metrics (0: a free port, printed)")
-      ("master-bind", po::value<std::string>()->default_value(""),
-       "rank 0: the address its master port listens on (0.0.0.0: every interface; default: MASTER_ADDR's, "
-       "loopback when every rank is local)");
-  add_training_options(options, default_job());
+       "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)");
+  po::options_description options("accord-train options");
+  options.add_options()("help,h", "show this help");
+  sections.add_to(options);
   try {
     const auto parsed = parse_flags(argc, argv, options,
                                    "usage: accord-train [options]\n"

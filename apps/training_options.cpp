@@ -183,23 +183,41 @@ void add_topology_options(po::options_description& options, const job_config& d)
        "hierarchical, in one process: emulated link between groups (default: as --link, which is the link inside a group)");
 }
 
-void add_training_options(po::options_description& options, const job_config& d) {
+void add_training_options(flag_sections& sections, const job_config& d) {
   static const std::string data_help =
       "gpt: a text file, an llm.c .bin token shard, a glob of either ('shards/train_*.bin') or a directory of "
       "text files (default: the fortunes corpus); "
       "mlp: a Fashion-MNIST directory (default: " + std::string(default_fashion_mnist_directory) + ")";
   constexpr std::uint64_t most = most_steps;  // also the bound of intervals and warm-ups
-  options.add_options()
-      ("config", po::value<std::string>(),
-       "read options from this file: 'name = value' lines, names as the flags without '--', '#' comments "
-       "(the command line wins)")
+  sections.model.add_options()
+      ("model", po::value<std::string>()->default_value("gpt"), "gpt (byte-level transformer) | mlp (classifier)")
+      ("device", po::value<std::string>()->default_value("auto"),
+       "where compute actors run the gpt: cpu | cuda | auto (cuda when a GPU exists); the mlp runs on the cpu")
+      ("blas-threads", number_flag(0, 1024, d.blas_threads), "BLAS threads per worker (0: OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else cores / (LOCAL_WORLD_SIZE x workers))")
+      ("vocab", number_flag(1, 65536), "gpt: vocabulary size (default: from the data: 256 for text, the largest "
+       "token + 1 for token shards)")
+      ("context", number_flag(1, 1 << 20, 64), "gpt: context length")
+      ("layers", number_flag(1, 1 << 20, 2), "gpt: transformer blocks")
+      ("heads", number_flag(1, 1 << 20, 4), "gpt: attention heads")
+      ("width", number_flag(1, 1 << 30, 128), "gpt: embedding width")
+      ("untied-head", po::bool_switch(), "gpt: separate output head instead of the token embedding")
+      ("hidden", po::value<std::string>()->default_value("256,128"), "mlp: hidden layer widths");
+  sections.data.add_options()
+      ("data", po::value<std::string>(), data_help.c_str())
+      ("eval-data", po::value<std::string>(),
+       "gpt: held-out data as --data takes it (default: the last tenth of --data)")
+      ("seed", number_flag<std::uint64_t>(0, ~std::uint64_t{0}, d.seed), "initialisation and data order")
+      ("eval-interval", number_flag<std::uint64_t>(0, most, d.eval_interval),
+       "held-out loss every this many steps (0: only at the end)")
+      ("eval-examples", number_flag<std::uint64_t>(1, 1'000'000'000, d.eval_examples),
+       "held-out examples per evaluation, the same set every time (gpt: windows of --context tokens)")
+      ("defer-evaluation", po::bool_switch(),
+       "keep the parameters of every --eval-interval step and evaluate them after the last step, so "
+       "evaluations take no time from the training clock (time-to-loss comparisons)");
+  sections.algorithm.add_options()
       ("algo", po::value<std::string>()->default_value(d.algorithm),
-       "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion");
-  add_topology_options(options, d);
-  options.add_options()
+       "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion")
       ("workers", number_flag(1, most_workers, d.workers), "data-parallel workers")
-      ("speed", po::value<std::string>(),
-       "per-worker slowdown factors in [1, 1000], e.g. 1,1,1,4 (emulates heterogeneous hardware)")
       ("steps", number_flag<std::uint64_t>(1, most, d.steps), "optimizer steps")
       ("micro-batch", number_flag<std::size_t>(1, most_examples, d.micro_batch), "examples per micro-batch")
       ("accumulation", number_flag<std::size_t>(1, most_examples, d.accumulation),
@@ -210,21 +228,6 @@ void add_training_options(po::options_description& options, const job_config& d)
        "acco, acco-dlion: micro-batches at least while an estimate round is in flight (--accumulation then "
        "counts those while a real round is; a cap keeps --max-accumulation's headroom) (0: as --accumulation)")
       ("dpu-warmup", number_flag<std::uint64_t>(0, most, d.dpu_warmup), "DPU: synchronous rounds before overlapping")
-      ("seed", number_flag<std::uint64_t>(0, ~std::uint64_t{0}, d.seed), "initialisation and data order")
-      ("model", po::value<std::string>()->default_value("gpt"), "gpt (byte-level transformer) | mlp (classifier)")
-      ("device", po::value<std::string>()->default_value("auto"),
-       "where compute actors run the gpt: cpu | cuda | auto (cuda when a GPU exists); the mlp runs on the cpu")
-      ("data", po::value<std::string>(), data_help.c_str())
-      ("eval-data", po::value<std::string>(),
-       "gpt: held-out data as --data takes it (default: the last tenth of --data)")
-      ("vocab", number_flag(1, 65536), "gpt: vocabulary size (default: from the data: 256 for text, the largest "
-       "token + 1 for token shards)")
-      ("context", number_flag(1, 1 << 20, 64), "gpt: context length")
-      ("layers", number_flag(1, 1 << 20, 2), "gpt: transformer blocks")
-      ("heads", number_flag(1, 1 << 20, 4), "gpt: attention heads")
-      ("width", number_flag(1, 1 << 30, 128), "gpt: embedding width")
-      ("untied-head", po::bool_switch(), "gpt: separate output head instead of the token embedding")
-      ("hidden", po::value<std::string>()->default_value("256,128"), "mlp: hidden layer widths")
       ("optimizer", po::value<std::string>(), "adamw | lion | sgd (default: the algorithm's)")
       ("lr", number_flag(number_range<float>{0, most_learning_rate, true}), "peak learning rate (default: adamw 3e-3, lion 3e-4, sgd 0.05)")
       ("beta1", number_flag(0.0f, 1.0f), "first moment / momentum coefficient (default: the optimizer's)")
@@ -234,8 +237,15 @@ void add_training_options(po::options_description& options, const job_config& d)
       ("schedule", po::value<std::string>()->default_value(d.cosine ? "cosine" : "constant"),
        "cosine (to --min-lr-ratio x lr) | constant")
       ("min-lr-ratio", number_flag(0.0f, 1.0f, d.min_lr_ratio), "cosine floor as a fraction of lr")
+      ("replica-check", number_flag<std::uint64_t>(0, most, d.replica_check_interval),
+       "compare parameter hashes of all replicas every this many rounds (0: never)");
+  add_topology_options(sections.topology, d);
+  sections.topology.add_options()
+      ("speed", po::value<std::string>(),
+       "per-worker slowdown factors in [1, 1000], e.g. 1,1,1,4 (emulates heterogeneous hardware)")
       ("link", po::value<std::string>()->default_value(d.link),
-       "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited")
+       "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited");
+  sections.precision.add_options()
       ("wire-precision", po::value<std::string>()->default_value(d.wire_precision),
        "what gradients and parameters travel as: fp32 | bf16 | fp16 | int8 | fp8 | sign (sums in fp32, fp32 "
        "master weights and optimizer state; int8, fp8 and sign: blocks of 256 with error feedback, for ddp, "
@@ -248,29 +258,36 @@ void add_training_options(po::options_description& options, const job_config& d)
        "parameters travel as the difference from the current ones) (empty: as --wire-precision)")
       ("compute-precision", po::value<std::string>()->default_value(d.compute_precision),
        "GPU workers' matrix products: fp32 | bf16 (bf16 operands, fp32 accumulation, fp32 master weights "
-       "and gradients; --device cuda only)")
-      ("eval-interval", number_flag<std::uint64_t>(0, most, d.eval_interval),
-       "held-out loss every this many steps (0: only at the end)")
-      ("eval-examples", number_flag<std::uint64_t>(1, 1'000'000'000, d.eval_examples),
-       "held-out examples per evaluation, the same set every time (gpt: windows of --context tokens)")
-      ("defer-evaluation", po::bool_switch(),
-       "keep the parameters of every --eval-interval step and evaluate them after the last step, so "
-       "evaluations take no time from the training clock (time-to-loss comparisons)")
-      ("replica-check", number_flag<std::uint64_t>(0, most, d.replica_check_interval),
-       "compare parameter hashes of all replicas every this many rounds (0: never)")
-      ("metrics", po::value<std::string>(), "write one JSON line per step to this file (CSV when it ends in .csv)")
-      ("trace", po::value<std::string>(),
-       "write a Chrome / Perfetto timeline of every actor (ui.perfetto.dev, chrome://tracing) to this file; "
-       "between processes each rank writes FILE with .rankR before the extension")
+       "and gradients; --device cuda only)");
+  sections.elastic.add_options()
+      ("membership", po::value<std::string>(),
+       "elastic run in one process: STEP:WORKERS[:crash],... e.g. 50:3,100:5,150:2:crash "
+       "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
       ("checkpoint", po::value<std::string>(),
        "write parameters, optimizer state and data position to this file (at the end, and every --checkpoint-interval steps)")
       ("checkpoint-interval", number_flag<std::uint64_t>(0, most, d.checkpoint_interval),
        "steps between checkpoints (0: only at the end)")
-      ("resume", po::value<std::string>(), "continue from a checkpoint, with any number of workers, up to --steps")
-      ("membership", po::value<std::string>(),
-       "elastic run in one process: STEP:WORKERS[:crash],... e.g. 50:3,100:5,150:2:crash "
-       "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
-      ("blas-threads", number_flag(0, 1024, d.blas_threads), "BLAS threads per worker (0: OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else cores / (LOCAL_WORLD_SIZE x workers))");
+      ("resume", po::value<std::string>(), "continue from a checkpoint, with any number of workers, up to --steps");
+  sections.output.add_options()
+      ("metrics", po::value<std::string>(), "write one JSON line per step to this file (CSV when it ends in .csv)")
+      ("trace", po::value<std::string>(),
+       "write a Chrome / Perfetto timeline of every actor (ui.perfetto.dev, chrome://tracing) to this file; "
+       "between processes each rank writes FILE with .rankR before the extension");
+}
+
+void add_training_options(po::options_description& options, const job_config& d) {
+  flag_sections sections;
+  add_training_options(sections, d);
+  sections.add_to(options);
+}
+
+void flag_sections::add_to(po::options_description& options) const {
+  options.add_options()
+      ("config", po::value<std::string>(),
+       "read options from this file: 'name = value' lines, names as the flags without '--', '#' comments "
+       "(the command line wins)");
+  for (const po::options_description* section : {&model, &data, &algorithm, &topology, &precision, &distributed, &elastic, &output})
+    if (!section->options().empty()) options.add(*section);
 }
 
 std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const std::string& topology) {

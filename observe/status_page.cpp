@@ -2,28 +2,40 @@
 
 namespace accord {
 
+// Laid out for a first screen of 1280 x 800: the job and its figures in two short rows, then two
+// rows of three panels (loss, throughput, hidden communication; the workers' time, membership,
+// staleness), so nothing a run is watched for needs scrolling.
 const char* const status_page_html = R"page(<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>accord</title>
 <style>
-body{font-family:sans-serif;margin:2em}
-td,th{padding:2px 10px;text-align:right}
-th{background:#eee}
-svg{background:#fff;border:1px solid #ccc;display:block;margin-bottom:1em}
+body{font-family:sans-serif;margin:12px 16px;font-size:14px}
+header{display:flex;gap:16px;align-items:baseline;flex-wrap:wrap}
+h1{font-size:20px;margin:0}
+h2{font-size:14px;margin:0 0 4px 0}
+p{margin:0}
 #connection{color:#b00}
+#figures{display:flex;flex-wrap:wrap;gap:6px;margin:8px 0}
+#figures div{background:#f3f3f3;border-radius:4px;padding:3px 8px}
+#figures span{color:#555;margin-right:6px}
+.panels{display:grid;grid-template-columns:repeat(3,402px);gap:10px 14px}
+.panel{height:280px;overflow:hidden}
+svg{background:#fff;border:1px solid #ccc;display:block}
+#events{margin:0;padding-left:18px;max-height:250px;overflow-y:auto}
+#staleness{max-height:250px;overflow-y:auto}
+td,th{padding:1px 8px;text-align:right}
+th{background:#eee}
 </style></head>
 <body>
-<h1>accord</h1>
-<p id="job">waiting for the job's first answer</p>
-<p id="progress"></p>
-<p id="connection"></p>
-<table id="figures"></table>
-<h2>Loss</h2><svg id="loss-chart" width="720" height="260"></svg>
-<h2>Throughput</h2><svg id="throughput-chart" width="720" height="200"></svg>
-<h2>Hidden communication</h2><svg id="hidden-chart" width="720" height="200"></svg>
-<h2>Workers (last step)</h2>
-<table id="workers"><thead><tr><th>rank</th><th>compute s</th><th>communication s</th><th>wait s</th><th>busiest at</th></tr></thead><tbody></tbody></table>
-<h2>Staleness</h2><div id="staleness"></div>
-<h2>Membership</h2><ul id="events"></ul>
+<header><h1>accord</h1><p id="job">waiting for the job's first answer</p><p id="progress"></p><p id="connection"></p></header>
+<div id="figures"></div>
+<div class="panels">
+<div class="panel"><h2>Loss</h2><svg id="loss-chart" width="400" height="250"></svg></div>
+<div class="panel"><h2>Throughput</h2><svg id="throughput-chart" width="400" height="250"></svg></div>
+<div class="panel"><h2>Communication hidden behind compute</h2><svg id="hidden-chart" width="400" height="250"></svg></div>
+<div class="panel"><h2>Workers' time in the last step</h2><svg id="worker-bars" width="400" height="250"></svg></div>
+<div class="panel"><h2>Membership</h2><ul id="events"></ul></div>
+<div class="panel"><h2>Staleness</h2><div id="staleness"></div></div>
+</div>
 <script>
 "use strict";
 const svgNamespace = "http://www.w3.org/2000/svg";
@@ -34,10 +46,30 @@ function element(name, attributes, text, namespace) {
   if (text !== undefined) node.textContent = text;
   return node;
 }
-function fixed(value, digits) { return value === null || value === undefined ? "-" : Number(value).toFixed(digits); }
+function svgElement(name, attributes, text) { return element(name, attributes, text, svgNamespace); }
 function replaceChildren(node, children) {
   while (node.firstChild) node.removeChild(node.firstChild);
   for (const child of children) node.appendChild(child);
+}
+function missing(value) { return value === null || value === undefined; }
+function fixed(value, digits) { return missing(value) ? "-" : Number(value).toFixed(digits); }
+// Human units: 20.1k, 3.40M; 15.0 MiB; 820 µs, 12.3 ms, 1.25 s. Three significant digits, all
+// digits from 100 up (toPrecision would write 1023 as "1.02e+3").
+function significant(v) { return v >= 100 ? v.toFixed(0) : v.toPrecision(3); }
+function scaled(value, base, units) {
+  let unit = 0, v = Math.abs(value);
+  while (v >= base && unit < units.length - 1) { v /= base; ++unit; }
+  return (value < 0 ? "-" : "") + (unit === 0 && Number.isInteger(v) ? String(v) : significant(v)) + units[unit];
+}
+function count(value) { return missing(value) ? "-" : scaled(Number(value), 1000, ["", "k", "M", "G", "T"]); }
+function bytes(value) { return missing(value) ? "-" : scaled(Number(value), 1024, [" B", " KiB", " MiB", " GiB", " TiB"]); }
+function seconds(value) {
+  if (missing(value)) return "-";
+  const s = Number(value);
+  if (s === 0) return "0 s";
+  if (s < 1e-3) return significant(s * 1e6) + " µs";
+  if (s < 1) return significant(s * 1e3) + " ms";
+  return significant(s) + " s";
 }
 function duration(seconds) {
   const s = Math.max(0, Math.round(seconds));
@@ -46,13 +78,14 @@ function duration(seconds) {
   return Math.floor(s / 3600) + "h" + String(Math.floor(s / 60) % 60).padStart(2, "0") + "m";
 }
 
-// Each series: {name, colour, points: [[step, value], ...], dots}. Axes span every series.
-function chart(svg, series, digits) {
-  const width = Number(svg.getAttribute("width")), height = Number(svg.getAttribute("height")), margin = 50;
+// Each series: {name, colour, points: [[step, value], ...], dots}. The value axis spans every
+// series, or `range` ([low, high]) when given; `format` writes its values.
+function chart(svg, series, format, range) {
+  const width = Number(svg.getAttribute("width")), height = Number(svg.getAttribute("height")), margin = 52;
   const all = series.flatMap(s => s.points);
   const children = [];
   if (all.length === 0) {
-    children.push(element("text", {x: margin, y: height / 2}, "no steps yet", svgNamespace));
+    children.push(svgElement("text", {x: margin, y: height / 2}, "no steps yet"));
     replaceChildren(svg, children);
     return;
   }
@@ -62,25 +95,59 @@ function chart(svg, series, digits) {
     yLow = Math.min(yLow, value);
     yHigh = Math.max(yHigh, value);
   }
+  if (range) [yLow, yHigh] = range;
   if (yHigh <= yLow) yHigh = yLow + 1;
-  const x = step => margin + (width - 2 * margin) * step / xHigh;
-  const y = value => height - 30 - (height - 60) * (value - yLow) / (yHigh - yLow);
+  const x = step => margin + (width - margin - 10) * step / xHigh;
+  const y = value => height - 24 - (height - 44) * (value - yLow) / (yHigh - yLow);
   const bottom = y(yLow), top = y(yHigh);
-  children.push(element("line", {x1: margin, y1: bottom, x2: width - margin, y2: bottom, stroke: "#888"}, undefined, svgNamespace));
-  children.push(element("line", {x1: margin, y1: top, x2: margin, y2: bottom, stroke: "#888"}, undefined, svgNamespace));
-  children.push(element("text", {x: 4, y: top + 4, "font-size": 12}, yHigh.toFixed(digits), svgNamespace));
-  children.push(element("text", {x: 4, y: bottom, "font-size": 12}, yLow.toFixed(digits), svgNamespace));
-  children.push(element("text", {x: width - margin - 40, y: bottom + 18, "font-size": 12}, "step " + xHigh, svgNamespace));
+  children.push(svgElement("line", {x1: margin, y1: bottom, x2: width - 10, y2: bottom, stroke: "#888"}));
+  children.push(svgElement("line", {x1: margin, y1: top, x2: margin, y2: bottom, stroke: "#888"}));
+  children.push(svgElement("text", {x: 4, y: top + 4, "font-size": 11}, format(yHigh)));
+  children.push(svgElement("text", {x: 4, y: bottom, "font-size": 11}, format(yLow)));
+  children.push(svgElement("text", {x: width - 80, y: bottom + 16, "font-size": 11}, "step " + count(xHigh)));
   series.forEach((s, i) => {
     if (s.points.length === 0) return;
     const points = s.points.map(([step, value]) => x(step).toFixed(1) + "," + y(value).toFixed(1)).join(" ");
-    children.push(element("polyline", {"data-series": s.name, fill: "none", stroke: s.colour,
-                                       "stroke-width": s.dots ? 0 : 1.5, points: points}, undefined, svgNamespace));
+    children.push(svgElement("polyline", {"data-series": s.name, fill: "none", stroke: s.colour,
+                                          "stroke-width": s.dots ? 0 : 1.5, points: points}));
     if (s.dots)
       for (const [step, value] of s.points)
-        children.push(element("circle", {"data-series": s.name, cx: x(step).toFixed(1), cy: y(value).toFixed(1),
-                                         r: 3, fill: s.colour}, undefined, svgNamespace));
-    children.push(element("text", {x: width - 170, y: 16 + 16 * i, "font-size": 12, fill: s.colour}, s.name, svgNamespace));
+        children.push(svgElement("circle", {"data-series": s.name, cx: x(step).toFixed(1), cy: y(value).toFixed(1),
+                                            r: 3, fill: s.colour}));
+    children.push(svgElement("text", {x: width - 110, y: 14 + 14 * i, "font-size": 11, fill: s.colour}, s.name));
+  });
+  replaceChildren(svg, children);
+}
+
+const activities = [["compute", "#1f77b4"], ["communication", "#ff7f0e"], ["wait", "#999"]];
+
+// One bar per worker, its compute, communication and wait seconds of the last step stacked.
+function workerBars(svg, perWorker) {
+  const width = Number(svg.getAttribute("width")), height = Number(svg.getAttribute("height")), left = 56;
+  const children = [];
+  activities.forEach(([activity, colour], i) => {
+    children.push(svgElement("rect", {x: left + 100 * i, y: 4, width: 10, height: 10, fill: colour}));
+    children.push(svgElement("text", {x: left + 100 * i + 14, y: 13, "font-size": 11}, activity));
+  });
+  const total = w => w.compute + w.communication + w.wait;
+  const longest = Math.max(1e-12, ...perWorker.map(total));
+  const row = Math.min(22, (height - 24) / Math.max(1, perWorker.length));
+  perWorker.forEach((w, rank) => {
+    const group = svgElement("g", {"data-rank": rank});
+    const top = 22 + rank * row;
+    group.appendChild(svgElement("text", {x: 2, y: top + row * 0.7, "font-size": Math.min(11, row)}, "rank " + rank));
+    let at = left;
+    for (const [activity, colour] of activities) {
+      const size = (width - left - 64) * w[activity] / longest;
+      const bar = svgElement("rect", {"data-activity": activity, x: at.toFixed(1), y: top.toFixed(1),
+                                      width: size.toFixed(1), height: Math.max(1, row - 3).toFixed(1), fill: colour});
+      bar.appendChild(svgElement("title", {}, activity + " " + seconds(w[activity])));
+      group.appendChild(bar);
+      at += size;
+    }
+    group.appendChild(svgElement("text", {x: (at + 4).toFixed(1), y: top + row * 0.7, "font-size": Math.min(11, row)},
+                                 seconds(total(w))));
+    children.push(group);
   });
   replaceChildren(svg, children);
 }
@@ -96,17 +163,17 @@ function show(status) {
         "running: step " + last.step + " of " + status.steps + " after " + duration(last.seconds) + eta;
     const rows = [
       ["step", last.step], ["train loss", fixed(last.train_loss, 4)], ["held-out loss", fixed(last.eval_loss, 4)],
-      ["items/s", fixed(last.items_per_second, 0)], ["bits/param", fixed(last.bits_per_parameter, 1)],
-      ["bytes sent (step)", last.bytes], ["hidden", fixed(100 * last.hidden_fraction, 1) + "%"],
-      ["learning rate", Number(last.learning_rate).toPrecision(4)], ["gradient norm", Number(last.gradient_norm).toPrecision(4)],
-      ["workers", last.workers], ["epoch", last.epoch]];
+      ["throughput", count(last.items_per_second) + " items/s"], ["bits/param", fixed(last.bits_per_parameter, 1)],
+      ["bytes sent (step)", bytes(last.bytes)], ["hidden", fixed(100 * last.hidden_fraction, 1) + "%"],
+      ["learning rate", Number(last.learning_rate).toPrecision(3)],
+      ["gradient norm", Number(last.gradient_norm).toPrecision(3)], ["workers", last.workers], ["epoch", last.epoch]];
     if (last.vote_agreement !== undefined) rows.push(["vote agreement", fixed(last.vote_agreement, 3)]);
     if (last.consensus_distance !== undefined) rows.push(["consensus distance", fixed(last.consensus_distance, 4)]);
     for (const [name, value] of rows) {
-      const row = element("tr", {"data-figure": name});
-      row.appendChild(element("th", {}, name));
-      row.appendChild(element("td", {}, String(value)));
-      figures.push(row);
+      const tile = element("div", {"data-figure": name});
+      tile.appendChild(element("span", {}, name));
+      tile.appendChild(element("b", {}, String(value)));
+      figures.push(tile);
     }
   }
   replaceChildren(document.getElementById("figures"), figures);
@@ -114,20 +181,12 @@ function show(status) {
   const pick = column => status.points.map(p => [p[0], p[column]]);
   chart(document.getElementById("loss-chart"),
         [{name: "train loss", colour: "#1f77b4", points: pick(1)},
-         {name: "held-out loss", colour: "#ff7f0e", points: status.eval, dots: true}], 4);
-  chart(document.getElementById("throughput-chart"), [{name: "items/s", colour: "#2ca02c", points: pick(2)}], 0);
+         {name: "held-out loss", colour: "#ff7f0e", points: status.eval, dots: true}], v => v.toFixed(3));
+  chart(document.getElementById("throughput-chart"), [{name: "items/s", colour: "#2ca02c", points: pick(2)}], count);
   chart(document.getElementById("hidden-chart"),
-        [{name: "hidden %", colour: "#9467bd", points: pick(3).map(([s, v]) => [s, 100 * v])}], 1);
-
-  const workers = (last ? last.per_worker : []).map((w, rank) => {
-    const row = element("tr", {"data-rank": rank});
-    const busiest = [["compute", w.compute], ["communication", w.communication], ["wait", w.wait]]
-                        .reduce((a, b) => (b[1] > a[1] ? b : a))[0];
-    for (const value of [rank, fixed(w.compute, 4), fixed(w.communication, 4), fixed(w.wait, 4), busiest])
-      row.appendChild(element("td", {}, String(value)));
-    return row;
-  });
-  replaceChildren(document.querySelector("#workers tbody"), workers);
+        [{name: "hidden %", colour: "#9467bd", points: pick(3).map(([s, v]) => [s, 100 * v])}], v => v.toFixed(0) + "%",
+        [0, 100]);
+  workerBars(document.getElementById("worker-bars"), last ? last.per_worker : []);
 
   const staleness = document.getElementById("staleness");
   if (status.staleness.length === 0) {
@@ -138,10 +197,10 @@ function show(status) {
     head.appendChild(element("th", {}, "updates stale"));
     head.appendChild(element("th", {}, "gradients applied (whole job)"));
     table.appendChild(head);
-    status.staleness.forEach((count, k) => {
+    status.staleness.forEach((applied, k) => {
       const row = element("tr", {"data-staleness": k});
       row.appendChild(element("td", {}, String(k)));
-      row.appendChild(element("td", {}, String(count)));
+      row.appendChild(element("td", {}, String(applied)));
       table.appendChild(row);
     });
     replaceChildren(staleness, [table]);

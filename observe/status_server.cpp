@@ -9,6 +9,8 @@
 
 #include "observe/status_page.hpp"
 
+#include <accord/version.hpp>
+
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -63,6 +65,10 @@ struct status_server::state {
   std::optional<step_metrics> first, last;
   std::vector<std::uint64_t> staleness;  // gradients applied k updates stale, whole job, by k
   std::deque<std::string> events;
+  // Sums over the steps this process saw, for Prometheus' counters (rate() of them gives a pace).
+  double items = 0;
+  double bytes_sent = 0;
+  std::vector<worker_seconds> worker_totals;  // by rank
 
   asio::io_context io;
   tcp::acceptor acceptor{io};
@@ -146,34 +152,43 @@ struct status_server::state {
     return status.dump();
   }
 
+  // Names as Prometheus' conventions have them: counters end in _total, durations and sizes name
+  // their base unit (_seconds, _bytes), fractions end in _ratio.
   std::string render_prometheus() const {
     const std::lock_guard lock(mutex);
     std::ostringstream text;
-    const auto gauge = [&](const char* name, const char* help, double value) {
-      text << "# HELP accord_" << name << ' ' << help << "\n# TYPE accord_" << name << " gauge\naccord_" << name << ' '
-           << number(value, "%.10g") << '\n';
+    const auto metric = [&](const char* type, const char* name, const char* help) {
+      text << "# HELP accord_" << name << ' ' << help << "\n# TYPE accord_" << name << ' ' << type << '\n';
     };
-    gauge("steps_total", "optimizer steps the job runs", static_cast<double>(steps));
+    const auto one = [&](const char* type, const char* name, const char* help, double value) {
+      metric(type, name, help);
+      text << "accord_" << name << ' ' << number(value, "%.10g") << '\n';
+    };
+    metric("gauge", "build_info", "accord's version, as a label (the value is 1)");
+    text << "accord_build_info{version=\"" << version() << "\"} 1\n";
+    one("gauge", "steps_target", "optimizer steps the job runs", static_cast<double>(steps));
+    one("counter", "steps_total", "optimizer steps done", last ? static_cast<double>(last->step) : 0);
+    one("counter", "items_total", "tokens (language model) or examples trained on by all workers", items);
+    one("counter", "sent_bytes_total", "bytes sent by all workers", bytes_sent);
     if (!last) return text.str();
     const step_metrics& m = *last;
-    gauge("step", "last completed optimizer step", static_cast<double>(m.step));
-    gauge("train_loss", "mean training loss of the last step", m.train_loss);
-    if (!eval.empty()) gauge("eval_loss", "latest held-out loss", eval.back()[1]);
-    gauge("items_per_second", "tokens or examples per second, all workers", m.items_per_second);
-    gauge("bits_per_parameter", "bits sent per parameter and worker in the last step", m.bits_per_parameter);
-    gauge("hidden_fraction", "fraction of communication time hidden behind compute", m.hidden_fraction);
-    gauge("learning_rate", "learning rate of the last step", m.learning_rate);
-    gauge("gradient_norm", "norm of the last step's mean gradient", m.gradient_norm);
-    gauge("workers", "workers in the job", m.workers);
-    gauge("epoch", "membership epoch", static_cast<double>(m.epoch));
-    gauge("seconds", "seconds since the job started", m.seconds);
-    text << "# HELP accord_worker_seconds seconds of the last step per worker and activity\n"
-            "# TYPE accord_worker_seconds gauge\n";
-    for (std::size_t r = 0; r < m.per_worker.size(); ++r) {
-      const worker_seconds& w = m.per_worker[r];
+    one("counter", "elapsed_seconds_total", "seconds since the job started, at the last step", m.seconds);
+    one("gauge", "train_loss", "mean training loss of the last step", m.train_loss);
+    if (!eval.empty()) one("gauge", "eval_loss", "latest held-out loss", eval.back()[1]);
+    one("gauge", "bits_per_parameter", "bits sent per parameter and worker in the last step", m.bits_per_parameter);
+    one("gauge", "communication_hidden_ratio", "fraction of the last step's communication time hidden behind compute",
+        m.hidden_fraction);
+    one("gauge", "learning_rate", "learning rate of the last step", m.learning_rate);
+    one("gauge", "gradient_norm", "norm of the last step's mean gradient", m.gradient_norm);
+    one("gauge", "workers", "workers in the job", m.workers);
+    one("gauge", "membership_epoch", "membership epoch (it grows with each change of the workers)",
+        static_cast<double>(m.epoch));
+    metric("counter", "worker_seconds_total", "seconds each worker spent on each activity, summed over the steps");
+    for (std::size_t r = 0; r < worker_totals.size(); ++r) {
+      const worker_seconds& w = worker_totals[r];
       for (const auto& [activity, seconds] :
            {std::pair{"compute", w.compute}, std::pair{"communication", w.communication}, std::pair{"wait", w.wait}})
-        text << "accord_worker_seconds{rank=\"" << r << "\",activity=\"" << activity << "\"} "
+        text << "accord_worker_seconds_total{rank=\"" << r << "\",activity=\"" << activity << "\"} "
              << number(seconds, "%.10g") << '\n';
     }
     return text.str();
@@ -216,6 +231,14 @@ void status_server::on_step(const step_metrics& m) {
   if (m.eval_loss >= 0) {
     s.eval.push_back({static_cast<double>(m.step), m.eval_loss});
     thin(s.eval);
+  }
+  s.items += m.items;
+  s.bytes_sent += static_cast<double>(m.bytes_sent);
+  if (s.worker_totals.size() < m.per_worker.size()) s.worker_totals.resize(m.per_worker.size());
+  for (std::size_t r = 0; r < m.per_worker.size(); ++r) {
+    s.worker_totals[r].compute += m.per_worker[r].compute;
+    s.worker_totals[r].communication += m.per_worker[r].communication;
+    s.worker_totals[r].wait += m.per_worker[r].wait;
   }
   if (s.staleness.size() < m.staleness.size()) s.staleness.resize(m.staleness.size());
   for (std::size_t k = 0; k < m.staleness.size(); ++k) s.staleness[k] += m.staleness[k];

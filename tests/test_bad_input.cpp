@@ -265,6 +265,39 @@ TEST_CASE("--help shows defaults as written") {
   CHECK(run.out.find("0.100000001") == std::string::npos);
 }
 
+TEST_CASE("accord-train --help shows its flags by section: model, data, algorithm, topology, precision, distributed, "
+          "elastic, output") {
+  const program_run run = run_program(train, {"--help"});
+  CHECK(run.exit_status == 0);
+  // Each section's heading, in order, and flags that belong under it (before the next heading).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> sections = {
+      {"\nmodel:\n", {"--model ", "--device ", "--width ", "--hidden "}},
+      {"\ndata:\n", {"--data ", "--eval-data ", "--seed ", "--eval-interval "}},
+      {"\nalgorithm:\n", {"--algo ", "--workers ", "--steps ", "--micro-batch ", "--optimizer ", "--lr "}},
+      {"\ntopology:\n", {"--topology ", "--local-steps ", "--gossip-rate ", "--link "}},
+      {"\nprecision:\n", {"--wire-precision ", "--estimate-precision ", "--compute-precision "}},
+      {"\ndistributed (between processes):\n", {"--transport ", "--heartbeat-timeout ", "--master-bind "}},
+      {"\nelastic jobs and checkpoints:\n", {"--elastic ", "--join ", "--membership ", "--checkpoint ", "--resume "}},
+      {"\noutput:\n", {"--metrics ", "--trace ", "--status-port ", "--log-interval "}},
+  };
+  std::size_t previous = 0;
+  for (std::size_t i = 0; i < sections.size(); ++i) {
+    const auto& [heading, flags] = sections[i];
+    CAPTURE(heading);
+    const std::size_t at = run.out.find(heading);
+    REQUIRE(at != std::string::npos);
+    CHECK(at > previous);
+    const std::size_t next = i + 1 < sections.size() ? run.out.find(sections[i + 1].first) : std::string::npos;
+    for (const std::string& flag : flags) {
+      CAPTURE(flag);
+      const std::size_t where = run.out.find("  " + flag);
+      CHECK(where > at);
+      CHECK(where < next);
+    }
+    previous = at;
+  }
+}
+
 TEST_CASE("accord-launch refuses bad flags (2) and programs it cannot run (127)") {
   const std::vector<bad_case> cases = {
       {launch, "-n 0 -- true", "-n"},
@@ -272,8 +305,11 @@ TEST_CASE("accord-launch refuses bad flags (2) and programs it cannot run (127)"
       {launch, "-n 2 --timeout nan -- true", "--timeout"},
       {launch, "-n 2 --grace -1 -- true", "--grace"},
       {launch, "-n 2 --master-port 70000 -- true", "--master-port"},
-      {launch, "-n 2 stray -- true", "'stray'"},
-      {launch, "-n 2 true", "'true'"},
+      {launch, "-n 2 --stray -- true", "'--stray'"},
+      {launch, "-n 2 --nnodes 2 --node-rank 2 true", "--node-rank"},
+      {launch, "-n 2 --rdzv-endpoint node1: true", "--rdzv-endpoint"},
+      {launch, "-n 2 --max-restarts 1 true", "--max-restarts"},
+      {launch, "-n 2 stray -- true", "'stray'", 127},
       {launch, "-n 2 -- /nonexistent/worker", "/nonexistent/worker", 127},
       {launch, "-n 2 -- accord-no-such-program", "accord-no-such-program", 127},
   };

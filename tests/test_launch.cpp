@@ -341,6 +341,66 @@ TEST_CASE("accord-launch gives each worker torchrun's variables") {
   }
 }
 
+TEST_CASE("two accord-launch --nnodes 2 on one machine start ranks 0..3 of one job, as torchrun's two nodes would") {
+  // Node 1 is started first: its workers wait for nobody, so the order does not matter.
+  const std::string show = "'echo $RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $MASTER_ADDR:$MASTER_PORT'";
+  const std::string node = std::string(ACCORD_LAUNCH_BINARY) + " --nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:29561";
+  const auto both = testing::run_program(
+      "/bin/sh", {"-c", node + " --node_rank=1 sh -c " + show + " & second=$!; " + node + " --node-rank 0 sh -c " +
+                            show + "; first=$?; wait $second; echo status $first $?"});
+  std::set<std::string> lines;
+  for (const auto& line : lines_of(both.out)) lines.insert(line);
+  CHECK(lines == std::set<std::string>{"[rank 0] 0 0 4 2 127.0.0.1:29561", "[rank 1] 1 1 4 2 127.0.0.1:29561",
+                                       "[rank 2] 2 0 4 2 127.0.0.1:29561", "[rank 3] 3 1 4 2 127.0.0.1:29561",
+                                       "status 0 0"});
+  CHECK(both.err.empty());
+}
+
+TEST_CASE("the program may follow the flags without '--', as with torchrun, and its own flags stay its own") {
+  const auto result = run_launcher({"--nproc_per_node=2", "--master-port", "31235", "sh", "-c", "echo $RANK $0 $1",
+                                    "-n", "--elastic"});
+  CHECK(result.exit_status == 0);
+  std::set<std::string> lines;
+  for (const auto& line : lines_of(result.out)) lines.insert(line);
+  CHECK(lines == std::set<std::string>{"[rank 0] 0 -n --elastic", "[rank 1] 1 -n --elastic"});
+}
+
+TEST_CASE("--max-restarts R: a failed worker starts again as a joiner of the elastic job, R times over all workers") {
+  // Ranks 1 and 2 fail, and each starts again as a joiner; the joiners fail once both exist (so
+  // both restarts went to the ranks): with no restart left the job goes on without them.
+  char folder[] = "/tmp/accord-launch-test-XXXXXX";
+  REQUIRE(mkdtemp(folder) != nullptr);
+  const std::string joined = std::string(folder) + "/joined";
+  const auto result = run_launcher(
+      {"-n", "3", "--elastic", "--max-restarts", "2", "--master-port", "31236", "--timeout", "20", "--", "sh", "-c",
+       "echo rank=${RANK-none} join=${ACCORD_JOIN-none} local=$LOCAL_RANK elastic=$ACCORD_ELASTIC; "
+       "if [ -n \"$ACCORD_JOIN\" ]; then touch " + joined + "$LOCAL_RANK; "
+       "while [ ! -e " + joined + "1 ] || [ ! -e " + joined + "2 ]; do sleep 0.01; done; exit 4; fi; "
+       "if [ $RANK != 0 ]; then exit $((RANK + 2)); fi"});
+  for (const char* local : {"1", "2"}) std::remove((joined + local).c_str());
+  rmdir(folder);
+  CHECK(result.exit_status == 0);
+  std::set<std::string> lines;
+  for (const auto& line : lines_of(result.out)) lines.insert(line);
+  CHECK(lines == std::set<std::string>{"[rank 0] rank=0 join=none local=0 elastic=1",
+                                       "[rank 1] rank=1 join=none local=1 elastic=1",
+                                       "[rank 2] rank=2 join=none local=2 elastic=1",
+                                       "[join 1] rank=none join=127.0.0.1:31236 local=1 elastic=1",
+                                       "[join 2] rank=none join=127.0.0.1:31236 local=2 elastic=1"});
+  const auto own = launcher_lines(result.err);
+  const std::set<std::string> expected_first = {
+      "accord-launch: rank 1 exited with status 3; restarting it to join the job again (restart 1 of 2)",
+      "accord-launch: rank 2 exited with status 4; restarting it to join the job again (restart 2 of 2)",
+      "accord-launch: rank 2 exited with status 4; restarting it to join the job again (restart 1 of 2)",
+      "accord-launch: rank 1 exited with status 3; restarting it to join the job again (restart 2 of 2)"};
+  REQUIRE(own.size() == 4);
+  CHECK(expected_first.count(own[0]) == 1);
+  CHECK(expected_first.count(own[1]) == 1);
+  CHECK(std::set<std::string>(own.begin() + 2, own.end()) ==
+        std::set<std::string>{"accord-launch: join 1 exited with status 4; the job goes on without it (--elastic)",
+                              "accord-launch: join 2 exited with status 4; the job goes on without it (--elastic)"});
+}
+
 TEST_CASE("accord-launch forwards whole lines, stdout and stderr apart, and an unterminated last line") {
   // Four ranks race 300 lines each (with writes split mid-line) into the launcher.
   const std::string script =
@@ -422,7 +482,7 @@ TEST_CASE("a failing worker stops the others and its status becomes the launcher
     const auto own = launcher_lines(result.err);
     REQUIRE(own.size() == 3);
     CHECK(own[0] == "accord-launch: rank 0 exited with status 5");
-    CHECK(own[2] == "accord-launch: rank(s) 1 still running 0.2 s after being told to stop; sending SIGKILL");
+    CHECK(own[2] == "accord-launch: rank 1 still running 0.2 s after being told to stop; sending SIGKILL");
   }
   SUBCASE("death by signal") {
     const auto result = run_launcher({"-n", "2", "--", "sh", "-c", "if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 1000"});
@@ -562,13 +622,40 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
       {{"-n", "0", "--", "true"}, "-n must be in 1..65536, got 0"},
       {{"-n", "two", "--", "true"}, "-n expects an integer, got 'two'"},
       {{"--", "true"}, "-n N is required (see --help)"},
-      {{"-n", "2", "true"}, "unknown flag 'true' (see --help)"},
-      {{"-n", "2"}, "missing '--' before the program to launch"},
-      {{"-n", "2", "--"}, "no program given after '--'"},
+      {{"-n", "2", "--bogus", "true"}, "unknown flag '--bogus' (see --help)"},
+      {{"-n", "2"}, "no program to launch (give it after the flags, or after '--')"},
+      {{"-n", "2", "--"}, "no program to launch (give it after the flags, or after '--')"},
+      {{"--nproc_per_node", "-1", "true"}, "--nproc_per_node must be in 1..65536, got -1"},
+      {{"-n", "2", "--nnodes", "0", "true"}, "--nnodes must be in 1..65536, got 0"},
+      {{"-n", "2", "--nnodes", "-2", "true"}, "--nnodes must be in 1..65536, got -2"},
+      {{"-n", "2", "--nnodes", "2", "--node-rank", "2", "--master-port", "1234", "true"},
+       "--node-rank 2 must be below --nnodes 2"},
+      {{"-n", "2", "--nnodes", "2", "--node_rank", "-1", "true"}, "--node_rank must be in 0..65535, got -1"},
+      {{"-n", "2", "--node-rank", "1", "true"}, "--node-rank needs --nnodes"},
+      {{"-n", "2", "--nnodes", "2", "--master-port", "1234", "true"}, "--nnodes 2 needs --node-rank"},
+      {{"-n", "2", "--nnodes", "2", "--node-rank", "1", "true"},
+       "--master-port or --rdzv-endpoint is required when the job spans machines (world size 4 > 2 workers here)"},
+      {{"-n", "2", "--nnodes", "2", "--node-rank", "1", "--world-size", "4", "--master-port", "1234", "true"},
+       "--nnodes conflicts with --world-size (it sets the world size to --nnodes x --nproc-per-node and the rank "
+       "offset to --node-rank x --nproc-per-node)"},
+      {{"-n", "65536", "--nnodes", "65536", "--node-rank", "0", "true"},
+       "--nnodes 65536 x --nproc-per-node 65536 is more than 2^30 workers"},
+      {{"-n", "2", "--rdzv-endpoint", "node1", "true"},
+       "--rdzv-endpoint expects HOST:PORT with a port in 1..65535, got 'node1'"},
+      {{"-n", "2", "--rdzv_endpoint=node1:0", "true"},
+       "--rdzv_endpoint expects HOST:PORT with a port in 1..65535, got 'node1:0'"},
+      {{"-n", "2", "--rdzv-endpoint", "node1:29500", "--master-port", "29500", "true"},
+       "--rdzv-endpoint conflicts with --master-port (it sets the master address and port)"},
+      {{"-n", "2", "--join", "node1:29500", "--nnodes", "2", "true"},
+       "--join conflicts with --nnodes (joiners get their rank and master from the running job)"},
+      {{"-n", "2", "--max-restarts", "-1", "--elastic", "true"}, "--max-restarts must be in 0..1048576, got -1"},
+      {{"-n", "2", "--max_restarts", "3", "true"},
+       "--max_restarts 3 needs --elastic (or --join): without it the first worker that fails stops the job, and "
+       "a restarted worker joins an elastic job"},
       {{"-n", "2", "--master-port", "70000", "--", "true"}, "--master-port must be in 1..65535, got 70000"},
       {{"-n", "2", "--timeout", "-1", "--", "true"}, "--timeout expects a positive number of seconds, got '-1'"},
       {{"-n", "2", "--world-size", "4", "--", "true"},
-       "--master-port is required when the job spans machines (--world-size 4 > -n 2)"},
+       "--master-port or --rdzv-endpoint is required when the job spans machines (world size 4 > 2 workers here)"},
       {{"-n", "3", "--rank-offset", "2", "--world-size", "4", "--master-port", "1234", "--", "true"},
        "--rank-offset 2 + -n 3 exceeds --world-size 4"},
       {{"-n", "2", "--master-addr"}, "--master-addr needs a value"},
@@ -610,7 +697,8 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
   const auto help = run_launcher({"--help"});
   CHECK(help.exit_status == 0);
   CHECK(help.out.find("usage: accord-launch -n N") == 0);
-  for (const char* documented : {"--master-addr", "--master-port", "--rank-offset", "--world-size", "--timeout",
+  for (const char* documented : {"--nnodes M", "--node-rank K", "--rdzv-endpoint HOST:PORT", "--max-restarts R",
+                                 "--nproc_per_node", "--master-addr", "--master-port", "--rank-offset", "--world-size", "--timeout",
                                  "--grace", "--elastic", "--join HOST:PORT", "ACCORD_ELASTIC", "ACCORD_JOIN",
                                  "[join L]", "LOCAL_WORLD_SIZE", "SIGKILL", "--trace FILE", "--log-dir DIR"})
     CHECK(help.out.find(documented) != std::string::npos);

@@ -68,6 +68,24 @@ TEST_CASE("3 processes over UCX give the same parameters as 3 in-process workers
   }
 }
 
+TEST_CASE("two launchers with --nnodes 2 (two machines simulated on loopback) run one job of 4 ranks: the "
+          "parameters of 4 in-process workers") {
+  const std::string nodes = launch + "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:29573 ";
+  const std::string job = " " + train + " --algo ddp" + train_flags + " --steps 3";
+  const run_output distributed = run(nodes + "--node-rank 1" + job + " & second=$!; " + nodes + "--node-rank 0" + job +
+                                     " --save-parameters multiprocess_nnodes.f32; first=$?; "
+                                     "wait $second; echo \"launchers exited $first $?\"");
+  INFO(distributed.text);
+  CHECK(distributed.text.find("launchers exited 0 0") != std::string::npos);
+  CHECK(distributed.text.find("[rank 0] done: 3 steps") != std::string::npos);
+  CHECK(distributed.text.find("replicas identical") != std::string::npos);
+  REQUIRE(run(train + " --workers 4 --algo ddp" + train_flags + " --steps 3 --save-parameters multiprocess_nnodes_inproc.f32")
+              .status == 0);
+  const auto a = read_all("multiprocess_nnodes.f32"), b = read_all("multiprocess_nnodes_inproc.f32");
+  REQUIRE(a.size() > 0);
+  CHECK(a == b);
+}
+
 TEST_CASE("int8 and sign real rounds with error feedback over UCX give the in-process parameters bit for bit, "
           "also where an elastic job folds the residuals at every kept step") {
   const std::pair<const char*, const char*> cases[] = {
@@ -543,6 +561,32 @@ TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat tim
     }
     check_loss_as_undisturbed(flags, job, algo);
   }
+}
+
+TEST_CASE("accord-launch --elastic --max-restarts 1: a killed worker starts again as a joiner and the job takes it back") {
+  const std::string metrics = "elastic_restart.jsonl";
+  std::remove(metrics.c_str());
+  const int port = free_port();
+  // Each worker records its pid (exec keeps it) so that the test can kill rank 2.
+  const std::string pids = metrics + ".pid.";
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic --max-restarts 1 -n 3 --master-port " + std::to_string(port) +
+              " -- /bin/sh -c 'echo $$ > " + pids + "${RANK-joiner}; exec " + train + elastic_flags +
+              " --algo ddp --metrics " + metrics + "'");
+  });
+  const bool reached_crash = wait_for(metrics, 40, 1);
+  if (reached_crash) kill(read_pid(pids + "2"), SIGKILL);
+  job_thread.join();
+  INFO(job.text);
+  REQUIRE(reached_crash);
+  CHECK(job.status == 0);
+  CHECK(job.text.find("accord-launch: rank 2 was killed by signal 9 (Killed); restarting it to join the job again "
+                      "(restart 1 of 1)") != std::string::npos);
+  CHECK(job.text.find("3 -> 2 workers") != std::string::npos);
+  CHECK(job.text.find("2 -> 3 workers") != std::string::npos);  // the restarted worker, taken back as a joiner
+  CHECK(job.text.find(" joins)") != std::string::npos);
+  CHECK(job.text.find("replicas identical") != std::string::npos);
 }
 
 TEST_CASE("the asynchronous topologies between processes lose a worker, let one leave and admit a joiner, state intact") {

@@ -10,14 +10,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -383,10 +386,34 @@ TEST_CASE("--status-port serves the live page, its figures and Prometheus metric
   const std::string metrics = http_get(job.port, "/metrics");
   CHECK(metrics.rfind("HTTP/1.1 200 OK", 0) == 0);
   CHECK(metrics.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
+  // Prometheus' conventions: counters end in _total, fractions in _ratio, build_info holds the version.
   CHECK(metrics.find("# TYPE accord_train_loss gauge\naccord_train_loss ") != std::string::npos);
   CHECK(metrics.find("accord_eval_loss ") != std::string::npos);
   CHECK(metrics.find("accord_workers 2\n") != std::string::npos);
-  CHECK(metrics.find("accord_worker_seconds{rank=\"1\",activity=\"wait\"} ") != std::string::npos);
+  CHECK(metrics.find("# TYPE accord_build_info gauge\naccord_build_info{version=\"") != std::string::npos);
+  CHECK(metrics.find("# TYPE accord_steps_target gauge\naccord_steps_target 1000000\n") != std::string::npos);
+  for (const char* counter : {"steps_total", "items_total", "sent_bytes_total", "elapsed_seconds_total"})
+    CHECK_MESSAGE(metrics.find("# TYPE accord_" + std::string(counter) + " counter\naccord_" + counter + " ") !=
+                      std::string::npos,
+                  counter);
+  CHECK(metrics.find("# TYPE accord_communication_hidden_ratio gauge\n") != std::string::npos);
+  CHECK(metrics.find("# TYPE accord_worker_seconds_total counter\n") != std::string::npos);
+  CHECK(metrics.find("accord_worker_seconds_total{rank=\"1\",activity=\"wait\"} ") != std::string::npos);
+  CHECK(metrics.find("hidden_fraction") == std::string::npos);
+  // The counters count what was done: steps as the job reports them, 2 workers x 2 examples x 8
+  // tokens a step, and they only grow.
+  const auto sample = [](const std::string& text, const std::string& name) {
+    const auto at = text.find("\n" + name + " ");
+    REQUIRE_MESSAGE(at != std::string::npos, name);
+    return std::stod(text.substr(at + name.size() + 2));
+  };
+  const double steps_done = sample(metrics, "accord_steps_total");
+  CHECK(steps_done >= 5);
+  CHECK(sample(metrics, "accord_items_total") >= steps_done * 32);
+  CHECK(sample(metrics, "accord_sent_bytes_total") > 0);
+  const std::string later = http_get(job.port, "/metrics");
+  for (const char* counter : {"accord_steps_total", "accord_items_total", "accord_sent_bytes_total"})
+    CHECK(sample(later, counter) >= sample(metrics, counter));
 
   const nlohmann::json status = job.status();
   CHECK(status.at("steps") == 1000000);
@@ -409,17 +436,58 @@ TEST_CASE("--status-port serves the live page, its figures and Prometheus metric
 
 namespace {
 
-// The page at 127.0.0.1:port as headless Chromium leaves it after 5 s of virtual time (its
-// script fetches status.json at once and every 2 s): the DOM the script built, serialised.
+// The page at 127.0.0.1:port as headless Chromium leaves it in a window of 1280 x 800 (a laptop's
+// first screen) after 5 s of virtual time (its script fetches status.json at once and every 2 s):
+// the DOM the script built, serialised. A script added for the test measures where the panels
+// lie and appends "id left top right bottom" lines in <pre id="layout">, after the window's size.
+// The copy loads from a file, its base the job's server (hence --disable-web-security).
 std::string rendered_page(int port, const std::string& profile_dir) {
   fs::create_directories(profile_dir);
+  const std::string server = "http://127.0.0.1:" + std::to_string(port) + "/";
+  const std::string answer = http_get(port, "/");
+  std::string page = answer.substr(answer.find("\r\n\r\n") + 4);
+  page.insert(page.find("<head>") + 6, "<base href=\"" + server + "\">");
+  page.insert(page.rfind("</body>"), R"(<script>
+setTimeout(() => {
+  const lines = [innerWidth + "x" + innerHeight];
+  for (const id of ["figures", "loss-chart", "throughput-chart", "hidden-chart", "worker-bars", "events"]) {
+    const box = document.getElementById(id).getBoundingClientRect();
+    lines.push(id + " " + [box.left, box.top, box.right, box.bottom].map(Math.round).join(" "));
+  }
+  const layout = document.createElement("pre");
+  layout.id = "layout";
+  layout.textContent = lines.join("\n");
+  document.body.appendChild(layout);
+}, 4500);
+</script>)");
+  const std::string copy = profile_dir + "/page.html";
+  std::ofstream(copy) << page;
   // --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
   const accord::testing::run_output dump = accord::testing::run(
       "(timeout -k 5 120 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
-      "--user-data-dir=" + profile_dir + " --virtual-time-budget=5000 --dump-dom http://127.0.0.1:" +
-      std::to_string(port) + "/ 2>" + profile_dir + "/stderr.txt)");
+      "--disable-web-security --window-size=1280,800 --user-data-dir=" + profile_dir +
+      " --virtual-time-budget=5000 --dump-dom file://" + copy + " 2>" + profile_dir + "/stderr.txt)");
   REQUIRE_MESSAGE(dump.status == 0, dump.text);
   return dump.text;
+}
+
+// The boxes <pre id="layout"> holds, by element id; the window's inner size under "window".
+std::map<std::string, std::array<int, 4>> layout_of(const std::string& page) {
+  std::map<std::string, std::array<int, 4>> boxes;
+  const auto begin = page.find("<pre id=\"layout\">");
+  if (begin == std::string::npos) return boxes;
+  std::istringstream lines(page.substr(begin + 17, page.find("</pre>", begin) - begin - 17));
+  std::string line;
+  std::getline(lines, line);
+  int width = 0, height = 0;
+  if (std::sscanf(line.c_str(), "%dx%d", &width, &height) == 2) boxes["window"] = {0, 0, width, height};
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string id;
+    std::array<int, 4> box{};
+    if (fields >> id >> box[0] >> box[1] >> box[2] >> box[3]) boxes[id] = box;
+  }
+  return boxes;
 }
 
 // The texts of the cells (<td>) of the first table row that holds `marker`.
@@ -433,10 +501,12 @@ std::vector<std::string> row_cells(const std::string& page, const std::string& m
   return cells;
 }
 
-// The value of a figure of the page's table ("" when absent).
+// The value of a figure of the page's tiles ("" when absent).
 std::string figure(const std::string& page, const std::string& name) {
-  const auto cells = row_cells(page, "<tr data-figure=\"" + name + "\">");
-  return cells.empty() ? "" : cells.front();
+  const auto at = page.find("<div data-figure=\"" + name + "\">");
+  if (at == std::string::npos) return "";
+  const auto value = page.find("<b>", at) + 3;
+  return page.substr(value, page.find("</b>", value) - value);
 }
 
 // Points of the polyline drawn for `series` (0 when there is none).
@@ -469,12 +539,39 @@ TEST_CASE("in headless Chromium the status page's script draws curves, workers, 
     CHECK(std::stod(figure(page, "held-out loss")) > 0);
     CHECK(figure(page, "hidden").find('%') != std::string::npos);
     CHECK(figure(page, "workers") == "2");
+    // Human units: "147k items/s", "88.4 KiB", not 147043 or 90521.
+    CHECK_MESSAGE(std::regex_match(figure(page, "throughput"), std::regex(R"(\d{1,3}(\.\d{1,2})?[kMGT]? items/s)")),
+                  figure(page, "throughput"));
+    CHECK_MESSAGE(std::regex_match(figure(page, "bytes sent (step)"), std::regex(R"(\d{1,4}(\.\d{1,2})? (B|KiB|MiB|GiB))")),
+                  figure(page, "bytes sent (step)"));
     CHECK(polyline_points(page, "train loss") >= 4);
     CHECK(polyline_points(page, "items/s") >= 4);
     CHECK(polyline_points(page, "hidden %") >= 4);
     CHECK(page.find("<circle data-series=\"held-out loss\"") != std::string::npos);
-    CHECK(page.find("<tr data-rank=\"1\">") != std::string::npos);
-    CHECK(page.find("<tr data-rank=\"2\">") == std::string::npos);  // left
+    // A stacked bar per worker still in the job: compute, communication and wait.
+    const auto bar = page.find("<g data-rank=\"1\">");
+    REQUIRE(bar != std::string::npos);
+    for (const char* activity : {"compute", "communication", "wait"})
+      CHECK(page.find("<rect data-activity=\"" + std::string(activity) + "\"", bar) < page.find("</g>", bar));
+    CHECK(page.find("<g data-rank=\"2\">") == std::string::npos);  // left
+    // The first screen (1280 x 800) holds the figures, the loss, throughput and hidden-communication
+    // curves, the workers' bars and the membership events, each whole.
+    const auto boxes = layout_of(page);
+    REQUIRE_MESSAGE(boxes.count("window"), page);
+    // The page's layout follows the window's width only (nothing is sized by its height, which
+    // headless Chromium gives less of than --window-size asks, keeping some for a frame).
+    CHECK(boxes.at("window")[2] == 1280);
+    for (const std::string panel : {"figures", "loss-chart", "throughput-chart", "hidden-chart", "worker-bars", "events"}) {
+      CAPTURE(panel);
+      REQUIRE(boxes.count(panel));
+      const auto [left, top, right, bottom] = boxes.at(panel);
+      CHECK(left >= 0);
+      CHECK(top >= 0);
+      CHECK(right > left);
+      CHECK(bottom > top);
+      CHECK(right <= 1280);
+      CHECK(bottom <= 800);
+    }
     CHECK(page.find("<li>membership: 3 -&gt; 2 workers from step 4</li>") != std::string::npos);
     CHECK(page.find("no stale gradients") != std::string::npos);
     CHECK(page.find("<p id=\"connection\"></p>") != std::string::npos);  // every fetch answered
