@@ -1,5 +1,7 @@
 #include "observe/status_server.hpp"
 
+#include "observe/thread_cpu.hpp"
+
 #include <utility>  // before Boost 1.74's asio/awaitable.hpp, which uses std::exchange without it
 
 #include <boost/asio.hpp>
@@ -69,6 +71,7 @@ struct status_server::state {
   double items = 0;
   double bytes_sent = 0;
   std::vector<worker_seconds> worker_totals;  // by rank
+  thread_cpu cpu_totals;                      // CPU seconds by thread role, all processes
 
   asio::io_context io;
   tcp::acceptor acceptor{io};
@@ -191,6 +194,12 @@ struct status_server::state {
         text << "accord_worker_seconds_total{rank=\"" << r << "\",activity=\"" << activity << "\"} "
              << number(seconds, "%.10g") << '\n';
     }
+    metric("counter", "cpu_seconds_total", "CPU seconds of the job's threads by role, all processes");
+    for (const auto& [role, seconds] :
+         {std::pair{"compute", cpu_totals.compute}, std::pair{"communicator", cpu_totals.communicator},
+          std::pair{"evaluator", cpu_totals.evaluator}, std::pair{"actors", cpu_totals.actors},
+          std::pair{"transport", cpu_totals.transport}, std::pair{"other", cpu_totals.other}})
+      text << "accord_cpu_seconds_total{role=\"" << role << "\"} " << number(seconds, "%.10g") << '\n';
     return text.str();
   }
 };
@@ -234,6 +243,7 @@ void status_server::on_step(const step_metrics& m) {
   }
   s.items += m.items;
   s.bytes_sent += static_cast<double>(m.bytes_sent);
+  s.cpu_totals += m.cpu;
   if (s.worker_totals.size() < m.per_worker.size()) s.worker_totals.resize(m.per_worker.size());
   for (std::size_t r = 0; r < m.per_worker.size(); ++r) {
     s.worker_totals[r].compute += m.per_worker[r].compute;

@@ -400,6 +400,9 @@ TEST_CASE("--status-port serves the live page, its figures and Prometheus metric
   CHECK(metrics.find("# TYPE accord_worker_seconds_total counter\n") != std::string::npos);
   CHECK(metrics.find("accord_worker_seconds_total{rank=\"1\",activity=\"wait\"} ") != std::string::npos);
   CHECK(metrics.find("hidden_fraction") == std::string::npos);
+  // What each thread role spent in CPU: the compute threads, at least, spent some.
+  CHECK(metrics.find("# TYPE accord_cpu_seconds_total counter\n") != std::string::npos);
+  CHECK(metrics.find("accord_cpu_seconds_total{role=\"communicator\"} ") != std::string::npos);
   // The counters count what was done: steps as the job reports them, 2 workers x 2 examples x 8
   // tokens a step, and they only grow.
   const auto sample = [](const std::string& text, const std::string& name) {
@@ -411,6 +414,7 @@ TEST_CASE("--status-port serves the live page, its figures and Prometheus metric
   CHECK(steps_done >= 5);
   CHECK(sample(metrics, "accord_items_total") >= steps_done * 32);
   CHECK(sample(metrics, "accord_sent_bytes_total") > 0);
+  CHECK(sample(metrics, "accord_cpu_seconds_total{role=\"compute\"}") > 0);
   const std::string later = http_get(job.port, "/metrics");
   for (const char* counter : {"accord_steps_total", "accord_items_total", "accord_sent_bytes_total"})
     CHECK(sample(later, counter) >= sample(metrics, counter));
