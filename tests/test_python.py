@@ -384,6 +384,20 @@ def checkpoints():
             assert accord.read_checkpoint(f.read())["steps"] == done
         print(f"resumed at step 5 with 2 workers, interrupted after step {done} with its checkpoint")
 
+    # Ctrl-C in the app's own loop: step() returns False after the current step.
+    net, micro_batches = model(), 0
+    job = accord.torch.Job(net, steps=20, **settings)
+    while (request := job.request) is not None:
+        loss = mean_loss(net, x, y, request.first_position, request.examples)
+        loss.backward()
+        micro_batches += 1
+        if micro_batches == 3:  # the second step's first micro-batch
+            os.kill(os.getpid(), signal.SIGINT)
+        job.step(loss)
+    result = job.finish()
+    assert len(result.steps) == 2 and job.state_dict()["steps"] == 2, len(result.steps)
+    print("Ctrl-C in the app's loop stopped the Job after step 2, with its checkpoint")
+
 
 def pip_install():
     # pyproject.toml's build, offline, with the build directory ctest names (ACCORD_BUILD_DIR: only
