@@ -37,7 +37,7 @@ def main(argv=None):
     groups = [{"params": [p for n, p in model.named_parameters() if n.endswith("bias")], "weight_decay": 0.0},
               {"params": [p for n, p in model.named_parameters() if not n.endswith("bias")]}]
     job = accord.torch.Job(model, param_groups=groups, algorithm=args.algorithm, steps=args.steps, micro_batch=args.batch,
-                           learning_rate=args.lr, beta1=0.9, beta2=0.95, weight_decay=0.1, max_gradient_norm=0.5, cosine=False)
+                           learning_rate=args.lr, beta1=0.9, beta2=0.95, weight_decay=0.1, max_gradient_norm=0.5, cosine=False, max_accumulation=2)
     loader = DataLoader(dataset(), batch_size=args.batch, sampler=DistributedSampler(dataset(), job.workers, job.rank, False))
     for step, (x, y) in enumerate(loader):
         loss = F.cross_entropy(model(x), y)
