@@ -86,25 +86,19 @@ public:
       for (const float g : slice.subspan(run.offset, run.count)) square_sum += static_cast<double>(g) * g;
     if (config_.max_gradient_norm > 0) clip(link, slice, square_sum);
     observed_.gradient_square_sum = square_sum;
-    // The values the app keeps take the round's means instead of an optimizer step.
     std::span<float> target = master_;
     if (estimate) {
       // θ̃ comes from the committed master weights and state, which stay as they were.
       const optimizer_state committed = optimizer_->state();
       scratch_.assign(master_.begin(), master_.end());
       target = scratch_;
+      take_kept_values(slice, target);
       optimizer_->step(target, slice, learning_rate, runs_);
       optimizer_->restore(committed);
     } else {
+      take_kept_values(slice, target);
       optimizer_->step(target, slice, learning_rate, runs_);
     }
-    for (const auto* kept : {&averaged_, &broadcast_})
-      for (const parameter_group& g : *kept) {
-        const std::size_t from = std::max<std::size_t>(g.begin, own_.begin), to = std::min<std::size_t>(g.end, own_.end);
-        if (from < to) std::copy(slice.begin() + static_cast<std::ptrdiff_t>(from - own_.begin),
-                                 slice.begin() + static_cast<std::ptrdiff_t>(to - own_.begin),
-                                 target.begin() + static_cast<std::ptrdiff_t>(from - own_.begin));
-      }
     std::copy(target.begin(), target.end(), slice.begin());
     optimizer_phase.reset();
     const trace_span phase("all-gather");
@@ -213,6 +207,20 @@ private:
       for (const parameter_group& g : *kept)
         if (at >= g.begin && at < g.end) return true;
     return false;
+  }
+
+  // The values the app keeps take the round's means from the slice instead of an optimizer
+  // step: their runs step with learning rate and decay 0, and a zero gradient keeps the
+  // optimizer's state for them at zero (finite whatever the values).
+  void take_kept_values(std::span<float> slice, std::span<float> target) const {
+    for (const auto* kept : {&averaged_, &broadcast_})
+      for (const parameter_group& g : *kept) {
+        if (g.end <= own_.begin || g.begin >= own_.end) continue;  // not in the own shard
+        const auto from = static_cast<std::ptrdiff_t>(std::max<std::size_t>(g.begin, own_.begin) - own_.begin);
+        const auto to = static_cast<std::ptrdiff_t>(std::min<std::size_t>(g.end, own_.end) - own_.begin);
+        std::copy(slice.begin() + from, slice.begin() + to, target.begin() + from);
+        std::fill(slice.begin() + from, slice.begin() + to, 0.f);
+      }
   }
 
   // Scales the trained elements of the own slice so that the mean gradient's norm over every

@@ -378,6 +378,8 @@ def checkpoints():
         assert torch.equal(mine, theirs), "4 + 4 resumed steps differ from 8 straight ones"
     raises(ValueError, "checkpoint", lambda: accord.torch.Job(model(), steps=8, **settings).load_state_dict(
         {"checkpoint": b"ACCORDCK and then nothing"}))
+    raises(ValueError, "this module's parameters and buffers 6", lambda: accord.torch.Job(
+        torch.nn.Linear(2, 2), steps=8, **settings).load_state_dict(state))
 
     with tempfile.TemporaryDirectory() as scratch:
         # The same state goes on with 2 workers; then Ctrl-C stops train() after its step.

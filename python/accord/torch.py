@@ -376,7 +376,7 @@ class Job:
     def state_dict(self):
         """The job's checkpoint (accord's own format, recovery/checkpoint.hpp: parameters and
         buffers, the optimizer shards gathered, the schedule's step, the data position) once it
-        is over: {"checkpoint": bytes, "steps", "data_position", "algorithm"}."""
+        is over: {"checkpoint": bytes, "steps", "data_position", "algorithm", "parameters"}."""
         if self._result is None:
             raise RuntimeError("accord.torch.Job.state_dict: the job is still running; call finish() first "
                                "(or read checkpoint_path, written every checkpoint_interval steps)")
@@ -388,16 +388,15 @@ class Job:
         the module takes its parameters and buffers, and accord its optimizer state and step."""
         if self._start is not None:
             raise RuntimeError("accord.torch.Job.load_state_dict: call it before the first step")
-        checked = _state_of(state["checkpoint"], "state_dict")
+        values = torch.from_numpy(_state_of(state["checkpoint"], "state_dict")["parameters"])
+        ordered, kept, _ = _layout(self._module, self._options["param_groups"], self._options["buffers"])
+        if sum(t.numel() for t in ordered + kept) != len(values):
+            raise ValueError(f"accord.torch.Job.load_state_dict: the checkpoint holds {len(values)} values, "
+                             f"this module's parameters and buffers {sum(t.numel() for t in ordered + kept)}")
         self._resume = tempfile.NamedTemporaryFile(prefix="accord-resume-", delete=False)
         with self._resume:
             self._resume.write(state["checkpoint"])
         self._settings["resume_path"] = self._resume.name
-        ordered, kept, _ = _layout(self._module, self._options["param_groups"], self._options["buffers"])
-        values = torch.from_numpy(checked["parameters"])
-        if sum(t.numel() for t in ordered + kept) != len(values):
-            raise ValueError(f"accord.torch.Job.load_state_dict: the checkpoint holds {len(values)} values, "
-                             f"this module's parameters and buffers {sum(t.numel() for t in ordered + kept)}")
         offset = 0
         with torch.no_grad():
             for tensor in ordered + kept:
