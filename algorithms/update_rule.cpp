@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <stdexcept>
 #include <optional>
 #include <vector>
@@ -34,8 +35,18 @@ public:
                          int rank, round_precision precision, const rule_state* resume)
       : config_(config), precision_(precision), own_(shard_of(initial.size(), world, rank)),
         master_(initial.begin() + own_.begin, initial.begin() + own_.end),
-        optimizer_(make_optimizer(config, own_.size())) {
+        runs_(shard_runs(config.groups, initial.size(), own_.begin, own_.end)),
+        first_rank_(rank == 0), optimizer_(make_optimizer(config, own_.size())) {
     const std::string owner = "rank " + std::to_string(rank);
+    for (const parameter_group& g : config.groups) {
+      if (g.role == "trained") continue;
+      // What compressed rounds fail to deliver would carry the app's values into later rounds.
+      if (block_quantized(precision_.real) || block_quantized(precision_.estimate))
+        throw std::invalid_argument("parameter groups the app keeps (role " + g.role +
+                                    ") travel in fp32, bf16 or fp16 only, not " +
+                                    std::string(precision_name(precision_.real)));
+      (g.role == "averaged" ? averaged_ : broadcast_).push_back(g);
+    }
     if (block_quantized(precision_.real)) residual_.assign(initial.size(), 0.f);
     if (resume) {
       restore_shard_state(*optimizer_, *resume, own_.begin, owner);
@@ -43,12 +54,18 @@ public:
     }
   }
 
-  void apply(transport& link, std::span<float> buffer, const round_totals&,
+  void apply(transport& link, std::span<float> buffer, const round_totals& local,
              const round_totals& global, float learning_rate, std::uint64_t,
              bool estimate, std::span<const float> current) override {
     const wire_precision wire = precision_.of(estimate);
     const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
     const bool feedback = !residual_.empty();
+    // Rank 0's sum of a broadcast group's values, weighted so that the mean over every
+    // micro-batch is the mean over its own; the others contribute nothing.
+    const float first_rank_weight =
+        first_rank_ && local.micro_batches > 0 ? static_cast<float>(global.micro_batches) / local.micro_batches : 0.f;
+    for (const parameter_group& g : broadcast_)
+      for (float& value : buffer.subspan(g.begin, g.end - g.begin)) value *= first_rank_weight;
     {
       const trace_span phase("reduce-scatter");
       // With error feedback the residuals are in units of the mean gradient, whatever each
@@ -61,23 +78,28 @@ public:
     }
     std::optional<trace_span> optimizer_phase(std::in_place, "optimizer step");
     std::span<float> slice = buffer.subspan(own_.begin, own_.size());
+    if (!feedback)  // mean over every micro-batch of every worker
+      for (float& g : slice) g *= scale;
+    // The squared norm over the trained elements (the shards' sums add up to the whole).
     double square_sum = 0;
-    for (float& g : slice) {
-      if (!feedback) g *= scale;  // mean over every micro-batch of every worker
-      square_sum += static_cast<double>(g) * g;
-    }
-    observed_.gradient_square_sum = square_sum;  // the shards' sums add up to the squared norm
+    for (const scaled_run& run : trained_runs())
+      for (const float g : slice.subspan(run.offset, run.count)) square_sum += static_cast<double>(g) * g;
+    if (config_.max_gradient_norm > 0) clip(link, slice, square_sum);
+    observed_.gradient_square_sum = square_sum;
+    std::span<float> target = master_;
     if (estimate) {
       // θ̃ comes from the committed master weights and state, which stay as they were.
       const optimizer_state committed = optimizer_->state();
       scratch_.assign(master_.begin(), master_.end());
-      optimizer_->step(scratch_, slice, learning_rate);
-      std::copy(scratch_.begin(), scratch_.end(), slice.begin());
+      target = scratch_;
+      take_kept_values(slice, target);
+      optimizer_->step(target, slice, learning_rate, runs_);
       optimizer_->restore(committed);
     } else {
-      optimizer_->step(master_, slice, learning_rate);
-      std::copy(master_.begin(), master_.end(), slice.begin());
+      take_kept_values(slice, target);
+      optimizer_->step(target, slice, learning_rate, runs_);
     }
+    std::copy(target.begin(), target.end(), slice.begin());
     optimizer_phase.reset();
     const trace_span phase("all-gather");
     if (estimate || block_quantized(wire)) {
@@ -106,9 +128,10 @@ public:
   }
 
   // Block-quantized rounds (int8, fp8, sign) have no device collectives: such rounds stay on the host.
+  // Parameter groups and clipping have no kernels: rounds with them stay on the host.
   bool has_device_form() const override {
     return (config_.kind == "adamw" || config_.kind == "lion") && !block_quantized(precision_.estimate) &&
-           !block_quantized(precision_.real);
+           !block_quantized(precision_.real) && config_.groups.empty() && config_.max_gradient_norm == 0;
   }
 
   // apply's steps as kernels on the collectives' stream, on master weights and state kept there.
@@ -169,6 +192,50 @@ public:
   }
 
 private:
+  // The own shard's runs the optimizer trains (a group the app keeps has scales 0 and is
+  // skipped by the norm); without groups, the whole shard.
+  std::vector<scaled_run> trained_runs() const {
+    if (runs_.empty()) return {{0, own_.size(), 1.0f, 1.0f}};
+    std::vector<scaled_run> trained;
+    for (const scaled_run& run : runs_)
+      if (!kept_by_app(run)) trained.push_back(run);
+    return trained;
+  }
+  bool kept_by_app(const scaled_run& run) const {
+    const std::size_t at = own_.begin + run.offset;
+    for (const auto* kept : {&averaged_, &broadcast_})
+      for (const parameter_group& g : *kept)
+        if (at >= g.begin && at < g.end) return true;
+    return false;
+  }
+
+  // The values the app keeps take the round's means from the slice instead of an optimizer
+  // step: their runs step with learning rate and decay 0, and a zero gradient keeps the
+  // optimizer's state for them at zero (finite whatever the values).
+  void take_kept_values(std::span<float> slice, std::span<float> target) const {
+    for (const auto* kept : {&averaged_, &broadcast_})
+      for (const parameter_group& g : *kept) {
+        if (g.end <= own_.begin || g.begin >= own_.end) continue;  // not in the own shard
+        const auto from = static_cast<std::ptrdiff_t>(std::max<std::size_t>(g.begin, own_.begin) - own_.begin);
+        const auto to = static_cast<std::ptrdiff_t>(std::min<std::size_t>(g.end, own_.end) - own_.begin);
+        std::copy(slice.begin() + from, slice.begin() + to, target.begin() + from);
+        std::fill(slice.begin() + from, slice.begin() + to, 0.f);
+      }
+  }
+
+  // Scales the trained elements of the own slice so that the mean gradient's norm over every
+  // shard is at most max_gradient_norm (torch's clip_grad_norm_: factor max / (norm + 1e-6)),
+  // and leaves the clipped norm's square share in `square_sum`.
+  void clip(transport& link, std::span<float> slice, double& square_sum) {
+    double total = square_sum;
+    link.all_reduce(std::span<double>(&total, 1));
+    const double factor = config_.max_gradient_norm / (std::sqrt(total) + 1e-6);
+    if (factor >= 1) return;
+    for (const scaled_run& run : trained_runs())
+      for (float& g : slice.subspan(run.offset, run.count)) g *= static_cast<float>(factor);
+    square_sum *= factor * factor;
+  }
+
   // A restored shard's residuals (its range: the other ranges start at zero) and, where it came
   // with them, its fp32 master weights (the replica every worker computes with is their
   // decoded copy and came as the initial parameters).
@@ -212,6 +279,9 @@ private:
   // int8/sign real rounds: this worker's reduce-scatter residual over the whole buffer, in mean
   // gradient units (zero in its own range between rounds: that range never travels compressed).
   std::vector<float> residual_;
+  std::vector<scaled_run> runs_;  // the own shard under config_.groups (empty: no groups)
+  std::vector<parameter_group> averaged_, broadcast_;  // the groups the app keeps
+  bool first_rank_;
   std::unique_ptr<optimizer> optimizer_;
   mutable std::optional<device_shard> device_;
 };

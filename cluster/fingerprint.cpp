@@ -51,6 +51,16 @@ std::string used_by(const job_config& c, const char* topology, std::string value
   return c.topology == topology ? value : "(unused)";
 }
 
+// "none", or each group as "[begin,end) lr×s wd×s role".
+std::string describe_groups(const std::vector<parameter_group>& groups) {
+  if (groups.empty()) return "none";
+  std::string out;
+  for (const parameter_group& g : groups)
+    out += (out.empty() ? "[" : " [") + std::to_string(g.begin) + "," + std::to_string(g.end) + ") lr*" +
+           number(g.learning_rate_scale) + " wd*" + number(g.weight_decay_scale) + " " + g.role;
+  return out;
+}
+
 }  // namespace
 
 std::uint64_t data_hash(const dataset& data) {
@@ -98,6 +108,8 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--beta2", c.beta2 ? number(*c.beta2) : std::string("(the optimizer's)")},
       {"--epsilon", number(c.epsilon)},
       {"--weight-decay", number(c.weight_decay)},
+      {"--parameter-groups", describe_groups(c.parameter_groups)},
+      {"--max-gradient-norm", number(c.max_gradient_norm)},
       {"--warmup", std::to_string(c.warmup_steps)},
       {"--schedule", c.cosine ? "cosine" : "constant"},
       {"--min-lr-ratio", number(c.min_lr_ratio)},

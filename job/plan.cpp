@@ -85,6 +85,15 @@ optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
   require(o.kind != "adamw" || (o.beta1 < 1 && o.beta2 < 1), "beta1 and beta2 must be below 1 for adamw");
   o.epsilon = c.epsilon;
   o.weight_decay = c.weight_decay;
+  if (!c.parameter_groups.empty() || c.max_gradient_norm != 0) {
+    // Only the sharded optimizer rule of the ring sees the whole mean gradient to clip and
+    // knows the groups.
+    require(algo.aggregate == aggregation::sharded_optimizer && c.topology == "ring",
+            "parameter_groups and max_gradient_norm need a sharded-optimizer algorithm (ddp, dpu, acco) on the "
+            "ring topology, not " + algo.name + " on " + c.topology);
+    o.groups = c.parameter_groups;
+    o.max_gradient_norm = c.max_gradient_norm;
+  }
   return o;
 }
 
@@ -162,6 +171,9 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
           "estimate accumulation: algorithm " + plan.algo->name +
               " has no estimate rounds (only ACCO's pipeline: acco, acco-dlion); leave it 0");
   plan.optimizer = optimizer_for(*plan.algo, config);
+  shard_runs(plan.optimizer.groups, prototype.parameter_count(), 0, 0);  // refuses bad groups before any actor starts
+  require(std::isfinite(config.max_gradient_norm) && config.max_gradient_norm >= 0,
+          "max_gradient_norm must be finite and >= 0");
   make_optimizer(plan.optimizer, 0);  // its own checks (AdamW's betas below 1, ...) before any actor starts
   plan.schedule.kind = config.cosine ? "cosine" : "constant";
   plan.schedule.peak_learning_rate = plan.optimizer.learning_rate;

@@ -1,5 +1,6 @@
 #include "optim/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -17,14 +18,18 @@ public:
     state_.values.assign(slots * shard_size, 0.0f);
   }
 
-  void step(std::span<float> parameters, std::span<const float> gradients, float lr) override {
+  void step(std::span<float> parameters, std::span<const float> gradients, float lr,
+            std::span<const scaled_run> runs) override {
     if (parameters.size() != shard_size_ || gradients.size() != shard_size_)
       throw std::invalid_argument(config_.kind + " step: shard of " + std::to_string(shard_size_) +
                                   " elements got " + std::to_string(parameters.size()) +
                                   " parameters and " + std::to_string(gradients.size()) +
                                   " gradients");
     ++state_.step;
-    update(parameters, gradients, lr);
+    if (runs.empty()) return update(0, parameters, gradients, lr, config_.weight_decay);
+    for (const scaled_run& run : runs)
+      update(run.offset, parameters.subspan(run.offset, run.count), gradients.subspan(run.offset, run.count),
+             lr * run.learning_rate_scale, config_.weight_decay * run.weight_decay_scale);
   }
 
   const optimizer_state& state() const override { return state_; }
@@ -41,10 +46,11 @@ public:
   const optimizer_config& config() const override { return config_; }
 
 protected:
-  virtual void update(std::span<float> parameters, std::span<const float> gradients,
-                      float lr) = 0;
+  // Steps the shard's elements from `offset` on (as many as `parameters` holds).
+  virtual void update(std::size_t offset, std::span<float> parameters, std::span<const float> gradients,
+                      float lr, float weight_decay) = 0;
 
-  float* slot(std::size_t index) { return state_.values.data() + index * shard_size_; }
+  float* slot(std::size_t index, std::size_t offset) { return state_.values.data() + index * shard_size_ + offset; }
   std::uint64_t step_count() const { return state_.step; }
 
   const optimizer_config config_;
@@ -62,14 +68,15 @@ public:
       : shard_optimizer(config, shard_size, 2) {}
 
 private:
-  void update(std::span<float> parameters, std::span<const float> gradients, float lr) override {
+  void update(std::size_t offset, std::span<float> parameters, std::span<const float> gradients, float lr,
+              float weight_decay) override {
     const float b1 = config_.beta1, b2 = config_.beta2, eps = config_.epsilon;
     const double t = static_cast<double>(step_count());
     const float step_size = static_cast<float>(lr / (1.0 - std::pow(double{b1}, t)));
     const float inv_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{b2}, t)));
-    const float decay = 1.0f - lr * config_.weight_decay;
-    float* m = slot(0);
-    float* v = slot(1);
+    const float decay = 1.0f - lr * weight_decay;
+    float* m = slot(0, offset);
+    float* v = slot(1, offset);
     float* p = parameters.data();
     const float* g = gradients.data();
     for (std::size_t i = 0; i < parameters.size(); ++i) {
@@ -87,10 +94,11 @@ public:
       : shard_optimizer(config, shard_size, 1) {}
 
 private:
-  void update(std::span<float> parameters, std::span<const float> gradients, float lr) override {
+  void update(std::size_t offset, std::span<float> parameters, std::span<const float> gradients, float lr,
+              float weight_decay) override {
     const float b1 = config_.beta1, b2 = config_.beta2;
-    const float decay = sign_step_decay(lr, config_.weight_decay);
-    float* m = slot(0);
+    const float decay = sign_step_decay(lr, weight_decay);
+    float* m = slot(0, offset);
     float* p = parameters.data();
     const float* g = gradients.data();
     for (std::size_t i = 0; i < parameters.size(); ++i) {
@@ -110,9 +118,10 @@ public:
       : shard_optimizer(config, shard_size, 1) {}
 
 private:
-  void update(std::span<float> parameters, std::span<const float> gradients, float lr) override {
-    const float momentum = config_.beta1, wd = config_.weight_decay;
-    float* b = slot(0);
+  void update(std::size_t offset, std::span<float> parameters, std::span<const float> gradients, float lr,
+              float weight_decay) override {
+    const float momentum = config_.beta1, wd = weight_decay;
+    float* b = slot(0, offset);
     float* p = parameters.data();
     const float* g = gradients.data();
     for (std::size_t i = 0; i < parameters.size(); ++i) {
@@ -131,6 +140,38 @@ void check_range(const optimizer_config& config, const char* name, float value, 
 }
 
 }  // namespace
+
+std::vector<scaled_run> shard_runs(const std::vector<parameter_group>& groups, std::size_t parameter_count,
+                                   std::size_t begin, std::size_t end) {
+  std::vector<scaled_run> runs;
+  std::size_t covered = begin;  // the shard's elements before it have their runs
+  const auto add = [&](std::size_t from, std::size_t to, float learning_rate_scale, float weight_decay_scale) {
+    from = std::max(from, begin), to = std::min(to, end);
+    if (from < to) runs.push_back({from - begin, to - from, learning_rate_scale, weight_decay_scale});
+  };
+  std::uint64_t previous_end = 0;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const parameter_group& g = groups[i];
+    const std::string which = "parameter group " + std::to_string(i) + " [" + std::to_string(g.begin) + ", " +
+                              std::to_string(g.end) + ")";
+    if (!(g.begin < g.end && g.end <= parameter_count))
+      throw std::invalid_argument(which + " is empty or beyond the " + std::to_string(parameter_count) + " parameters");
+    if (g.begin < previous_end) throw std::invalid_argument(which + " overlaps or precedes the group before it");
+    if (!(std::isfinite(g.learning_rate_scale) && g.learning_rate_scale >= 0 &&
+          std::isfinite(g.weight_decay_scale) && g.weight_decay_scale >= 0))
+      throw std::invalid_argument(which + ": learning_rate_scale and weight_decay_scale must be finite and >= 0");
+    if (g.role != "trained" && g.role != "averaged" && g.role != "broadcast")
+      throw std::invalid_argument(which + ": role '" + g.role + "' is not trained, averaged or broadcast");
+    previous_end = g.end;
+    add(covered, g.begin, 1.0f, 1.0f);
+    // The rule sets the values of a group that is not trained; the optimizer leaves them be.
+    const bool trained = g.role == "trained";
+    add(g.begin, g.end, trained ? g.learning_rate_scale : 0.0f, trained ? g.weight_decay_scale : 0.0f);
+    covered = std::max<std::size_t>(covered, g.end);
+  }
+  add(covered, end, 1.0f, 1.0f);
+  return runs;
+}
 
 std::unique_ptr<optimizer> make_optimizer(const optimizer_config& config,
                                           std::size_t shard_size) {

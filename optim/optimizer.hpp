@@ -1,6 +1,8 @@
 #pragma once
 // Optimizers over one shard [begin, end) of the flat parameter buffer (ZeRO-1): the caller
 // passes the shard's parameters and gradients; the optimizer owns the state of that shard only.
+#include <accord/config.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -17,7 +19,22 @@ struct optimizer_config {
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
   float weight_decay = 0.0f;   // decoupled (AdamW, Lion) / L2 on the gradient (SGD)
+  // Applied by the sharded-optimizer rule (job_config::parameter_groups, max_gradient_norm).
+  std::vector<parameter_group> groups;
+  float max_gradient_norm = 0.0f;
 };
+
+// A run of a shard's elements stepped with scaled settings: a parameter group's part of it.
+struct scaled_run {
+  std::size_t offset = 0, count = 0;  // within the shard
+  float learning_rate_scale = 1.0f, weight_decay_scale = 1.0f;
+};
+
+// The runs covering the shard [begin, end) of the flat parameters under `groups` (elements in
+// no group: scales 1). Throws std::invalid_argument naming the problem for groups out of order,
+// overlapping, beyond `parameter_count`, with a negative or non-finite scale or an unknown role.
+std::vector<scaled_run> shard_runs(const std::vector<parameter_group>& groups, std::size_t parameter_count,
+                                   std::size_t begin, std::size_t end);
 
 // A shard's optimizer state as plain data: `slots` vectors of `shard_size` floats laid out
 // slot after slot (AdamW: m then v; Lion: m; SGD: momentum buffer), plus the step count.
@@ -31,8 +48,10 @@ struct optimizer_state {
 class optimizer {
 public:
   virtual ~optimizer() = default;
-  // One update of the shard with the given learning rate (schedules live outside).
-  virtual void step(std::span<float> parameters, std::span<const float> gradients, float lr) = 0;
+  // One update of the shard with the given learning rate (schedules live outside); `runs`, when
+  // not empty, cover the shard and scale the learning rate and weight decay run by run.
+  virtual void step(std::span<float> parameters, std::span<const float> gradients, float lr,
+                    std::span<const scaled_run> runs = {}) = 0;
   virtual const optimizer_state& state() const = 0;
   virtual void restore(optimizer_state state) = 0;
   virtual const optimizer_config& config() const = 0;

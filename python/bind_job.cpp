@@ -7,6 +7,8 @@
 
 #include <accord/worker.hpp>
 
+#include "recovery/checkpoint.hpp"
+
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -207,8 +209,32 @@ void bind_job(py::module_& m) {
              return worker_handle{job, index};
            },
            py::arg("index"))
-      .def("cancel", &job_handle::cancel, "Every worker stops after the same step.")
+      .def("cancel", &job_handle::cancel, "Every worker stops after the same step (writing the checkpoint when "
+                                          "config.checkpoint_path is set).")
       .def("wait", &job_handle::wait, "Waits for the end; the JobResult, or raises what failed the job.");
+
+  // The checkpoint a job wrote (recovery/checkpoint.hpp), for the app to place itself: accord
+  // resumes from the file itself (JobConfig.resume_path).
+  m.def(
+      "read_checkpoint",
+      [](py::bytes bytes, const std::string& name) {
+        checkpoint c;
+        try {
+          c = parse_checkpoint(std::string_view(bytes), name);
+        } catch (const std::runtime_error& malformed) {
+          throw py::value_error(malformed.what());
+        }
+        py::dict out;
+        out["steps"] = c.steps;
+        out["data_position"] = c.data_position;
+        out["signature"] = c.signature;
+        out["algorithm"] = c.algorithm;
+        out["parameters"] = py::array_t<float>(static_cast<py::ssize_t>(c.parameters.size()), c.parameters.data());
+        return out;
+      },
+      py::arg("bytes"), py::arg("name") = "checkpoint",
+      "The steps, data position, signature, algorithm and parameters of a checkpoint file's bytes; "
+      "ValueError naming what is wrong with them.");
 }
 
 }  // namespace accord::python

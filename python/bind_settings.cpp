@@ -1,5 +1,5 @@
-// accord's settings and reports as Python classes: JobConfig, TopologyOptions, MembershipChange
-// and ProcessGroup (read-write, with the C++ defaults; made from the field lists of
+// accord's settings and reports as Python classes: JobConfig, TopologyOptions, MembershipChange,
+// ParameterGroup and ProcessGroup (read-write, with the C++ defaults; made from the field lists of
 // <accord/config_fields.hpp>, so every field is there), StepMetrics and JobResult (read-only).
 #include "bindings.hpp"
 
@@ -71,6 +71,16 @@ void bind_settings(py::module_& m) {
                                     "dies mid-round (JobConfig.membership, in one process).")
       .def(py::init([](std::uint64_t step, int workers, bool crash) { return membership_change{step, workers, crash}; }),
            py::arg("step"), py::arg("workers"), py::arg("crash") = false);
+  settings_class<parameter_group>(m, "ParameterGroup",
+                                  "A range of the flat parameters with its own learning-rate and weight-decay "
+                                  "scales, or values the app keeps (role averaged | broadcast) "
+                                  "(JobConfig.parameter_groups).")
+      .def(py::init([](std::uint64_t begin, std::uint64_t end, float learning_rate_scale, float weight_decay_scale,
+                       std::string role) {
+             return parameter_group{begin, end, learning_rate_scale, weight_decay_scale, std::move(role)};
+           }),
+           py::arg("begin"), py::arg("end"), py::arg("learning_rate_scale") = 1.0f,
+           py::arg("weight_decay_scale") = 1.0f, py::arg("role") = "trained");
   settings_class<job_config>(m, "JobConfig", "The settings of a job (include/accord/config.hpp's job_config).")
       .def("__str__", [](const job_config& config) { return describe(config); });
   settings_class<process_group>(m, "ProcessGroup",

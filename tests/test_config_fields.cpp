@@ -1,5 +1,5 @@
 // The settings structs' field lists (include/accord/config_fields.hpp) against the structs
-// themselves: a field added to job_config, topology_options, membership_change or process_group
+// themselves: a field added to job_config, topology_options, membership_change, parameter_group or process_group
 // but not to its list fails here (the Python binding and describe are made from the lists), and
 // so does a list that names a field twice. Then describe and accord-train --show-config.
 #include <accord/config_fields.hpp>
@@ -57,7 +57,8 @@ void check_list_is_a_set(const char* what) {
 }  // namespace
 
 static_assert(std::is_aggregate_v<job_config> && std::is_aggregate_v<process_group> &&
-              std::is_aggregate_v<topology_options> && std::is_aggregate_v<membership_change>);
+              std::is_aggregate_v<topology_options> && std::is_aggregate_v<membership_change> &&
+              std::is_aggregate_v<parameter_group>);
 
 TEST_CASE("every field of the settings structs is in its field list, once") {
   // A failure here: a field was added to the struct but not to fields_of<...>::list in
@@ -65,10 +66,12 @@ TEST_CASE("every field of the settings structs is in its field list, once") {
   CHECK_MESSAGE(aggregate_fields<job_config>() == field_count<job_config>, "job_config");
   CHECK_MESSAGE(aggregate_fields<topology_options>() == field_count<topology_options>, "topology_options");
   CHECK_MESSAGE(aggregate_fields<membership_change>() == field_count<membership_change>, "membership_change");
+  CHECK_MESSAGE(aggregate_fields<parameter_group>() == field_count<parameter_group>, "parameter_group");
   CHECK_MESSAGE(aggregate_fields<process_group>() == field_count<process_group>, "process_group");
   check_list_is_a_set<job_config>("job_config");
   check_list_is_a_set<topology_options>("topology_options");
   check_list_is_a_set<membership_change>("membership_change");
+  check_list_is_a_set<parameter_group>("parameter_group");
   check_list_is_a_set<process_group>("process_group");
 }
 

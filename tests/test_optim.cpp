@@ -278,3 +278,45 @@ TEST_CASE("learning-rate schedules") {
                        "unknown learning-rate schedule 'linear' (expected constant or cosine)",
                        std::invalid_argument);
 }
+
+TEST_CASE("a shard stepped in runs equals each run stepped alone with its scaled settings") {
+  // Flat parameters [0, 10): group [2, 5) without decay at half the learning rate; the shard
+  // [3, 9) sees the tail of that group, then scales 1 (an averaged group's runs have scales 0).
+  const std::vector<parameter_group> groups = {{2, 5, 0.5f, 0.0f, "trained"}, {7, 8, 1.0f, 1.0f, "averaged"}};
+  const std::vector<scaled_run> runs = shard_runs(groups, 10, 3, 9);
+  REQUIRE(runs.size() == 4);
+  CHECK((runs[0].offset == 0 && runs[0].count == 2 && runs[0].learning_rate_scale == 0.5f &&
+         runs[0].weight_decay_scale == 0.0f));
+  CHECK((runs[1].offset == 2 && runs[1].count == 2 && runs[1].learning_rate_scale == 1.0f));
+  CHECK((runs[2].offset == 4 && runs[2].count == 1 && runs[2].learning_rate_scale == 0.0f &&
+         runs[2].weight_decay_scale == 0.0f));
+  CHECK((runs[3].offset == 5 && runs[3].count == 1 && runs[3].weight_decay_scale == 1.0f));
+
+  for (const char* kind : {"adamw", "lion", "sgd"}) {
+    CAPTURE(kind);
+    const optimizer_config config = make_config(kind, 0.9f, 0.99f, 0.1f);
+    optimizer_config undecayed = config;
+    undecayed.weight_decay = 0;
+    const auto whole = make_optimizer(config, 6);
+    const auto head = make_optimizer(undecayed, 2);  // the first run: half the learning rate, no decay
+    const auto tail = make_optimizer(config, 1);     // the last run: the job's settings
+    std::vector<float> p = random_values(6, 1);
+    std::vector<float> head_values(p.begin(), p.begin() + 2), tail_values = {p[5]};
+    const float averaged = p[4];
+    for (std::uint32_t step = 0; step < 3; ++step) {
+      const std::vector<float> g = random_values(6, 10 + step);
+      whole->step(p, g, 0.01f, runs);
+      head->step(head_values, std::vector<float>(g.begin(), g.begin() + 2), 0.005f);
+      tail->step(tail_values, std::vector<float>{g[5]}, 0.01f);
+    }
+    CHECK(bitwise_equal(std::vector<float>(p.begin(), p.begin() + 2), head_values));
+    CHECK(p[5] == tail_values[0]);
+    CHECK(p[4] == averaged);  // the averaged group's element: the optimizer leaves it be
+  }
+
+  CHECK_THROWS_WITH(shard_runs({{4, 2}}, 10, 0, 10), doctest::Contains("parameter group 0 [4, 2) is empty"));
+  CHECK_THROWS_WITH(shard_runs({{0, 11}}, 10, 0, 10), doctest::Contains("beyond the 10 parameters"));
+  CHECK_THROWS_WITH(shard_runs({{0, 5}, {4, 6}}, 10, 0, 10), doctest::Contains("overlaps"));
+  CHECK_THROWS_WITH(shard_runs({{0, 5, -1.0f}}, 10, 0, 10), doctest::Contains("must be finite and >= 0"));
+  CHECK_THROWS_WITH(shard_runs({{0, 5, 1.0f, 1.0f, "frozen"}}, 10, 0, 10), doctest::Contains("role 'frozen'"));
+}

@@ -11,16 +11,14 @@ import gzip
 import os
 import sys
 
-try:
-    import numpy
-    import torch
-    import torch.nn.functional as F
-except ImportError as missing:  # Debian: apt-get install python3-torch python3-numpy
-    print(f"ACCORD_SKIPPED: {missing}")
-    sys.exit(0)
-
 import accord
-import accord.torch
+
+accord.require("numpy", "torch")  # Debian: apt-get install python3-torch python3-numpy
+import numpy  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import accord.torch  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 

@@ -57,6 +57,19 @@ struct membership_change {
   bool crash = false;      // a worker dies mid-round instead of leaving (workers must shrink)
 };
 
+// A range of the flat parameters the optimizer treats apart (job_config::parameter_groups), as
+// torch's param groups: no weight decay on norms and biases, a smaller learning rate for some.
+struct parameter_group {
+  std::uint64_t begin = 0, end = 0;  // the flat parameters [begin, end)
+  float learning_rate_scale = 1.0f;  // the schedule's learning rate times this
+  float weight_decay_scale = 1.0f;   // job_config::weight_decay times this (0: no decay)
+  // "trained" by the optimizer, or values the app keeps itself (a module's buffers, e.g.
+  // BatchNorm's running statistics), submitted in place of gradients and not trained: every
+  // round sets them to their mean over the round's micro-batches of all workers ("averaged")
+  // or of rank 0 only ("broadcast").
+  std::string role = "trained";
+};
+
 struct job_config {
   // ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion, or a registered one
   // (include/accord/update_rule.hpp; algorithm_names() lists them).
@@ -99,6 +112,12 @@ struct job_config {
   std::uint64_t warmup_steps = 0;    // linear warm-up, then cosine to min_lr_ratio * lr
   float min_lr_ratio = 0.1f;         // in [0, 1]
   bool cosine = true;
+  // Sharded-optimizer algorithms (ddp, dpu, acco) on the ring only: ranges treated apart, in
+  // order and disjoint (the rest: scales 1, trained); and gradient clipping: the round's mean
+  // gradient (over the trained parameters, all workers) is scaled to at most this L2 norm
+  // first, as torch's clip_grad_norm_ (0: no clipping).
+  std::vector<parameter_group> parameter_groups;
+  float max_gradient_norm = 0.0f;
 
   std::string link = "unlimited";    // in-process link model, e.g. "1gbit,50us"
   // What gradients and parameters travel as in every collective: fp32 | bf16 | fp16. Sums are

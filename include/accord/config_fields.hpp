@@ -1,6 +1,6 @@
 #pragma once
 // Public embedder API: the settings structs as data. fields_of<S>::list holds, in declaration
-// order, every field of job_config, topology_options, membership_change and process_group as a
+// order, every field of job_config, topology_options, membership_change, parameter_group and process_group as a
 // field<S, T>: its name and its pointer to member. What must cover every setting walks these
 // lists instead of naming fields by hand: describe() below, accord-train --show-config (which
 // prints it), and the Python binding, whose JobConfig, TopologyOptions, MembershipChange and
@@ -63,6 +63,17 @@ struct fields_of<membership_change> {
 };
 
 template <>
+struct fields_of<parameter_group> {
+  static constexpr auto list = std::tuple{
+      ACCORD_FIELD(parameter_group, begin),
+      ACCORD_FIELD(parameter_group, end),
+      ACCORD_FIELD(parameter_group, learning_rate_scale),
+      ACCORD_FIELD(parameter_group, weight_decay_scale),
+      ACCORD_FIELD(parameter_group, role),
+  };
+};
+
+template <>
 struct fields_of<job_config> {
   static constexpr auto list = std::tuple{
       ACCORD_FIELD(job_config, algorithm),
@@ -88,6 +99,8 @@ struct fields_of<job_config> {
       ACCORD_FIELD(job_config, warmup_steps),
       ACCORD_FIELD(job_config, min_lr_ratio),
       ACCORD_FIELD(job_config, cosine),
+      ACCORD_FIELD(job_config, parameter_groups),
+      ACCORD_FIELD(job_config, max_gradient_norm),
       ACCORD_FIELD(job_config, link),
       ACCORD_FIELD(job_config, wire_precision),
       ACCORD_FIELD(job_config, estimate_precision),

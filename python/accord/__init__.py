@@ -10,19 +10,37 @@ driven by the app's own training loop.
 
 accord.torch trains a torch.nn.Module this way in a few lines.
 """
-from ._accord import (Job, JobConfig, JobResult, MembershipChange, ProcessGroup, Request, StepMetrics,
-                      TopologyOptions, Worker, WorkerSeconds, algorithm_names, topology_names)
+from ._accord import (Job, JobConfig, JobResult, MembershipChange, ParameterGroup, ProcessGroup, Request,
+                      StepMetrics, TopologyOptions, Worker, WorkerSeconds, algorithm_names, read_checkpoint,
+                      topology_names)
 
-__all__ = ["Job", "JobConfig", "JobResult", "MembershipChange", "ProcessGroup", "Request", "StepMetrics",
-           "TopologyOptions", "Worker", "WorkerSeconds", "algorithm_names", "topology_names", "config",
-           "process_group"]
+__all__ = ["Job", "JobConfig", "JobResult", "MembershipChange", "ParameterGroup", "ProcessGroup", "Request",
+           "StepMetrics", "TopologyOptions", "Worker", "WorkerSeconds", "algorithm_names", "read_checkpoint",
+           "topology_names", "config", "process_group", "require"]
+
+
+def require(*modules):
+    """Imports `modules` (e.g. "torch", "numpy") for a script, or ends it saying which this
+    interpreter lacks: exit status 1, or $ACCORD_MISSING_EXIT where a test runner sets it to
+    its skip code (ctest's SKIP_RETURN_CODE: a skip, not a failure, on a machine without torch)."""
+    import importlib
+    import os
+    import sys
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as missing:
+            print(f"{sys.argv[0]}: this Python ({sys.executable}) cannot import {name}: {missing}. Run it with the "
+                  "interpreter that has it (Debian: apt-get install python3-torch python3-numpy, then "
+                  "/usr/bin/python3)", file=sys.stderr)
+            sys.exit(int(os.environ.get("ACCORD_MISSING_EXIT", "1")))
 
 
 def config(**settings):
     """A JobConfig with the given fields set (JobConfig._fields: the fields of C++'s job_config;
     the rest keep accord's defaults). topology_settings may be a dict of TopologyOptions fields,
-    membership a list of MembershipChange or (step, workers[, crash]) tuples. An unknown name
-    raises TypeError naming it."""
+    membership a list of MembershipChange or (step, workers[, crash]) tuples, parameter_groups a
+    list of ParameterGroup or dicts of its fields. An unknown name raises TypeError naming it."""
     result = JobConfig()
     for name, value in settings.items():
         if name == "topology_settings" and isinstance(value, dict):
@@ -33,6 +51,8 @@ def config(**settings):
         elif name == "membership" and isinstance(value, (list, tuple)):
             value = [change if isinstance(change, MembershipChange) else MembershipChange(*change)
                      for change in value]
+        elif name == "parameter_groups" and isinstance(value, (list, tuple)):
+            value = [group if isinstance(group, ParameterGroup) else ParameterGroup(**group) for group in value]
         _set(result, name, name, value)
     return result
 

@@ -1,0 +1,50 @@
+"""A plain single-process PyTorch training script: the "before" of examples/torch_loop/train.py,
+which trains the same model with accord in the app's own loop (docs/python.md shows the diff).
+
+    python3 examples/torch_loop/train_torch.py --steps 6
+"""
+import argparse
+import sys
+
+import accord
+
+accord.require("torch")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+
+def dataset(examples=4096, inputs=8, classes=4):
+    """A fixed classification task: labels from a random linear map of the inputs."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(examples, inputs, generator=g)
+    return TensorDataset(x, (x @ torch.randn(inputs, classes, generator=g)).argmax(dim=1))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=0.01)
+    args = parser.parse_args(argv)
+
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    model[0].weight.requires_grad_(False)  # a frozen layer
+    groups = [{"params": [p for n, p in model.named_parameters() if n.endswith("bias")], "weight_decay": 0.0},
+              {"params": [p for n, p in model.named_parameters() if not n.endswith("bias")]}]
+    optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    loader = DataLoader(dataset(), batch_size=args.batch)
+    for step, (x, y) in zip(range(args.steps), loader):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        optimizer.step()
+        optimizer.zero_grad()
+        print(f"step {step + 1} loss {loss.item():.4f}")
+    return model
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
