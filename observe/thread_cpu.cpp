@@ -129,10 +129,13 @@ void name_thread(thread_role role, int rank) {
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());  // Linux allows 15 characters
   registry& r = threads_by_role();
   const pid_t tid = gettid();
-  const std::uint64_t now = cpu_ns(tid);
+  std::uint64_t now = cpu_ns(tid);
   std::lock_guard lock(r.mutex);
   auto known = r.threads.find(tid);
   if (known != r.threads.end()) {  // what it spent before counts where it was counted
+    // A thread's own schedstat can read below what a scan from another thread saw a moment
+    // earlier (seen with a freshly started thread): never count back.
+    now = std::max(now, known->second.last_ns);
     known->second.last_ns = now;
     retire(r, known->second);
   }

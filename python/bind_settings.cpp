@@ -99,6 +99,14 @@ void bind_settings(py::module_& m) {
       .def_readonly("communication", &worker_seconds::communication)
       .def_readonly("wait", &worker_seconds::wait);
 
+  py::class_<thread_cpu>(m, "ThreadCpu", "CPU seconds by the role of the thread that spent them, all processes.")
+      .def_readonly("compute", &thread_cpu::compute)
+      .def_readonly("communicator", &thread_cpu::communicator)
+      .def_readonly("evaluator", &thread_cpu::evaluator)
+      .def_readonly("actors", &thread_cpu::actors)
+      .def_readonly("transport", &thread_cpu::transport)
+      .def_readonly("other", &thread_cpu::other);
+
   py::class_<step_metrics>(m, "StepMetrics", "One optimizer step as the coordinator saw it.")
       .def_readonly("step", &step_metrics::step)
       .def_readonly("train_loss", &step_metrics::train_loss)
@@ -115,6 +123,7 @@ void bind_settings(py::module_& m) {
       .def_readonly("gradient_norm", &step_metrics::gradient_norm)
       .def_readonly("vote_agreement", &step_metrics::vote_agreement)
       .def_readonly("per_worker", &step_metrics::per_worker)
+      .def_readonly("cpu", &step_metrics::cpu)
       .def("__repr__", [](const step_metrics& s) {
         return "<StepMetrics step " + std::to_string(s.step) + ", train loss " + std::to_string(s.train_loss) + ">";
       });
@@ -131,6 +140,7 @@ void bind_settings(py::module_& m) {
       .def_readonly("compute_seconds", &job_result::compute_seconds)
       .def_readonly("communication_seconds", &job_result::communication_seconds)
       .def_readonly("wait_seconds", &job_result::wait_seconds)
+      .def_readonly("cpu", &job_result::cpu)
       .def_readonly("bits_per_parameter_per_step", &job_result::bits_per_parameter_per_step)
       .def_readonly("hidden_fraction", &job_result::hidden_fraction)
       .def_readonly("bytes_sent", &job_result::bytes_sent)

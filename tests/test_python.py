@@ -88,6 +88,10 @@ def ddp_equals_adamw():
         eval_interval=0)
     reports_steps = accord.process_group() is None or accord.process_group().rank == 0  # rank 0 reports
     assert result.replicas_identical and len(result.steps) == (steps if reports_steps else 0)
+    if reports_steps:  # CPU by thread role reaches Python (this loop's model runs on Python's threads: "other")
+        roles = ("compute", "communicator", "evaluator", "actors", "transport", "other")
+        assert sum(getattr(result.cpu, role) for role in roles) > 0
+        assert all(getattr(step.cpu, role) >= 0 for step in result.steps for role in roles)
     largest = 0.0
     for mine, theirs in zip(trained.parameters(), reference.parameters()):
         largest = max(largest, (mine - theirs).abs().max().item())

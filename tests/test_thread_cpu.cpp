@@ -107,3 +107,17 @@ TEST_CASE("a job reports its threads' CPU by role, per step and in all") {
   CHECK(summed.compute == doctest::Approx(result.cpu.compute));
   CHECK(summed.communicator == doctest::Approx(result.cpu.communicator));
 }
+
+TEST_CASE("the sums only grow while threads come and go") {
+  thread_cpu previous = sample(-1, true);
+  for (int round = 0; round < 30; ++round) {
+    std::thread short_lived([] { spin(0.002); });
+    if (round % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(6));
+    const thread_cpu now = thread_cpu_seconds(-1, true);
+    short_lived.join();
+    CHECK(now.other >= previous.other);
+    CHECK(now.actors >= previous.actors);
+    CHECK(total(now) >= total(previous));
+    previous = now;
+  }
+}
