@@ -4,6 +4,7 @@
 
 #include "observe/thread_cpu.hpp"
 #include "quadratic_model.hpp"
+#include "test_job.hpp"
 
 #include <unistd.h>
 
@@ -83,14 +84,7 @@ TEST_CASE("a thread that takes a role keeps what it spent before where it was co
 }
 
 TEST_CASE("a job reports its threads' CPU by role, per step and in all") {
-  job_config job;
-  job.algorithm = "acco";
-  job.workers = 2;
-  job.steps = 6;
-  job.micro_batch = 64;
-  job.eval_interval = 3;
-  job.eval_examples = 64;
-  const job_result result = testing::run_quadratic(job, {}, 4096);
+  const job_result result = testing::run_quadratic(testing::test_job("acco", 2, 6).evaluate(3, 64), {}, 4096);
   REQUIRE(result.steps.size() == 6);
   CHECK(result.cpu.compute > 0);
   CHECK(result.cpu.communicator > 0);
