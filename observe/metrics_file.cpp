@@ -1,5 +1,7 @@
 #include "observe/metrics_file.hpp"
 
+#include "observe/thread_cpu.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -61,10 +63,9 @@ void metrics_file::write(const step_metrics& m) {
          << ',' << m.bits_per_parameter << ',' << m.hidden_fraction << ',' << m.micro_batches << ',' << m.workers
          << ',' << m.epoch << ',' << m.learning_rate << ',' << m.gradient_norm << ',' << optional(m.vote_agreement)
          << ',' << mean.compute << ',' << mean.communication << ',' << mean.wait << ',' << m.bytes_sent << ','
-         << optional(m.consensus_distance) << ',' << edge_most << ',' << edge_mean << ',' << m.cpu.compute << ','
-         << m.cpu.communicator << ',' << m.cpu.evaluator << ',' << m.cpu.actors << ',' << m.cpu.transport << ','
-         << m.cpu.other << '\n'
-         << std::flush;
+         << optional(m.consensus_distance) << ',' << edge_most << ',' << edge_mean;
+    for (const auto& [role, seconds] : by_role(m.cpu)) out_ << ',' << seconds;
+    out_ << '\n' << std::flush;
     return;
   }
   nlohmann::json line = {{"step", m.step},
@@ -79,15 +80,9 @@ void metrics_file::write(const step_metrics& m) {
                          {"epoch", m.epoch},
                          {"learning_rate", m.learning_rate},
                          {"gradient_norm", m.gradient_norm},
-                         {"bytes", m.bytes_sent},
-                         // CPU seconds of the step by thread role, all processes
-                         {"cpu_seconds",
-                          {{"compute", m.cpu.compute},
-                           {"communicator", m.cpu.communicator},
-                           {"evaluator", m.cpu.evaluator},
-                           {"actors", m.cpu.actors},
-                           {"transport", m.cpu.transport},
-                           {"other", m.cpu.other}}}};
+                         {"bytes", m.bytes_sent}};
+  nlohmann::json& cpu = line["cpu_seconds"];  // the step's CPU seconds by thread role, all processes
+  for (const auto& [role, seconds] : by_role(m.cpu)) cpu[role] = seconds;
   if (m.eval_loss >= 0) line["eval_loss"] = m.eval_loss;
   if (m.vote_agreement >= 0) line["vote_agreement"] = m.vote_agreement;
   if (m.consensus_distance >= 0) line["consensus_distance"] = m.consensus_distance;

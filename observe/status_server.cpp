@@ -195,10 +195,7 @@ struct status_server::state {
              << number(seconds, "%.10g") << '\n';
     }
     metric("counter", "cpu_seconds_total", "CPU seconds of the job's threads by role, all processes");
-    for (const auto& [role, seconds] :
-         {std::pair{"compute", cpu_totals.compute}, std::pair{"communicator", cpu_totals.communicator},
-          std::pair{"evaluator", cpu_totals.evaluator}, std::pair{"actors", cpu_totals.actors},
-          std::pair{"transport", cpu_totals.transport}, std::pair{"other", cpu_totals.other}})
+    for (const auto& [role, seconds] : by_role(cpu_totals))
       text << "accord_cpu_seconds_total{role=\"" << role << "\"} " << number(seconds, "%.10g") << '\n';
     return text.str();
   }

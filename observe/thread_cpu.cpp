@@ -159,6 +159,15 @@ thread_cpu thread_cpu_seconds(int rank, bool shared) {
   return cpu;
 }
 
+std::array<std::pair<const char*, double>, 6> by_role(const thread_cpu& cpu) {
+  return {{{"compute", cpu.compute},
+           {"communicator", cpu.communicator},
+           {"evaluator", cpu.evaluator},
+           {"actors", cpu.actors},
+           {"transport", cpu.transport},
+           {"other", cpu.other}}};
+}
+
 thread_cpu operator-(const thread_cpu& a, const thread_cpu& b) {
   return {a.compute - b.compute, a.communicator - b.communicator, a.evaluator - b.evaluator,
           a.actors - b.actors, a.transport - b.transport, a.other - b.other};
