@@ -112,6 +112,7 @@ void fail_job(self_pointer self, const std::string& why) {
 void finish_job(self_pointer self) {
   auto& s = self->state;
   s.now = phase::finished;
+  if (s.setup.on_finished) s.setup.on_finished();
   for (auto& [id, m] : s.members) answer(m, job_over());
   check_released(self);
 }

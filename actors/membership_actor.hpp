@@ -166,6 +166,9 @@ struct membership_setup {
                                   std::function<void(std::uint64_t steps, std::uint64_t data_position)> on_kept)>
       spawn_coordinator;
   std::function<void(const std::string&)> on_event;  // one line per membership event
+  // Called once the job is over, before any member hears it: the master port stops taking
+  // connections, so a member that starts the next job on it waits for that job's rank 0.
+  std::function<void()> on_finished;
   std::shared_ptr<job_result> result;  // the whole job's, merged over epochs
   // Time a failed epoch waits for the death that may explain it before the job fails.
   std::chrono::milliseconds loss_grace{3000};

@@ -191,7 +191,8 @@ struct master_port_guard::state {
   master_port_limits limits;
   std::function<void(const std::string&)> on_drop;
   std::vector<int> listeners;
-  int wake = -1;  // eventfd: the destructor's signal to drain and stop
+  int wake = -1;  // eventfd: stop accepting (stop_accepting), and with `stopping` drain and stop
+  std::atomic<bool> stopping{false};  // set by the destructor before it wakes the thread
   static constexpr std::chrono::seconds drain_time{2};  // eventfd: the destructor stops the thread
   int backend_port = 0;
   int port = 0;
@@ -266,6 +267,7 @@ struct master_port_guard::state {
     for (;;) {
       fds.clear();
       fds.push_back({drain_until ? -1 : wake, POLLIN, 0});  // a negative fd is ignored
+      const std::size_t listening = listeners.size();
       for (int listener : listeners) fds.push_back({drain_until ? -1 : listener, POLLIN, 0});
       for (const relay& r : relays) {
         const short client = static_cast<short>((r.to_backend.empty() && !r.client_done ? POLLIN : 0) |
@@ -277,8 +279,17 @@ struct master_port_guard::state {
       }
       // Wakes at least every 100 ms to enforce the timeouts.
       if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) return;
-      if (fds[0].revents) drain_until = clock::now() + drain_time;
-      std::size_t at = 1 + listeners.size();
+      if (fds[0].revents) {
+        std::uint64_t signals = 0;
+        if (read(wake, &signals, sizeof signals) < 0) {
+          // Nothing was pending after all; the listeners close either way.
+        }
+        // Closed, not just unpolled: the kernel would still complete new connections' handshakes.
+        for (int fd : listeners) close(fd);
+        listeners.clear();
+        if (stopping) drain_until = clock::now() + drain_time;
+      }
+      std::size_t at = 1 + listening;
       for (auto r = relays.begin(); r != relays.end(); at += 2) {
         const auto verdict = pump(*r, fds[at].revents, fds[at + 1].revents);
         if (!verdict) {
@@ -323,7 +334,15 @@ master_port_guard::master_port_guard(const std::vector<std::string>& bind_addres
   state_->thread = std::thread([s = state_.get()] { s->run(); });
 }
 
+void master_port_guard::stop_accepting() {
+  const std::uint64_t one = 1;
+  if (write(state_->wake, &one, sizeof one) < 0) {
+    // The thread has ended: it accepts nothing anyway.
+  }
+}
+
 master_port_guard::~master_port_guard() {
+  state_->stopping = true;
   const std::uint64_t one = 1;
   if (write(state_->wake, &one, sizeof one) < 0) {
     // The thread then ends with the process; nothing else can be done here.

@@ -59,6 +59,11 @@ public:
   master_port_guard(const master_port_guard&) = delete;
   master_port_guard& operator=(const master_port_guard&) = delete;
 
+  // Closes the listening sockets and relays on: a job that is over stops taking connections
+  // before it tells its workers, so that a worker starting the next job on this port waits for
+  // that job's rank 0 instead of reaching this one.
+  void stop_accepting();
+
   int port() const;  // the port it listens on
   int open_connections() const;
 

@@ -306,6 +306,9 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       setup.origin_steps = origin.resume ? origin.resume->steps : 0;
       setup.origin_data_position = origin.data_position;
       setup.on_event = group.on_event;
+      setup.on_finished = [&guard] {
+        if (guard) guard->stop_accepting();
+      };
       setup.result = merged;
       setup.spawn_coordinator = [&, evaluator](const epoch_spec& spec, std::shared_ptr<job_result> result,
                                               std::function<void(std::uint64_t, std::uint64_t)> on_kept) {
