@@ -47,6 +47,7 @@ public:
                                     std::string(precision_name(precision_.real)));
       (g.role == "averaged" ? averaged_ : broadcast_).push_back(g);
     }
+    trained_ = trained_runs();
     if (block_quantized(precision_.real)) residual_.assign(initial.size(), 0.f);
     if (resume) {
       restore_shard_state(*optimizer_, *resume, own_.begin, owner);
@@ -82,7 +83,7 @@ public:
       for (float& g : slice) g *= scale;
     // The squared norm over the trained elements (the shards' sums add up to the whole).
     double square_sum = 0;
-    for (const scaled_run& run : trained_runs())
+    for (const scaled_run& run : trained_)
       for (const float g : slice.subspan(run.offset, run.count)) square_sum += static_cast<double>(g) * g;
     if (config_.max_gradient_norm > 0) clip(link, slice, square_sum);
     observed_.gradient_square_sum = square_sum;
@@ -193,7 +194,7 @@ public:
 
 private:
   // The own shard's runs the optimizer trains (a group the app keeps has scales 0 and is
-  // skipped by the norm); without groups, the whole shard.
+  // skipped by the norm); without groups, the whole shard. Fixed for the rule's life.
   std::vector<scaled_run> trained_runs() const {
     if (runs_.empty()) return {{0, own_.size(), 1.0f, 1.0f}};
     std::vector<scaled_run> trained;
@@ -231,7 +232,7 @@ private:
     link.all_reduce(std::span<double>(&total, 1));
     const double factor = config_.max_gradient_norm / (std::sqrt(total) + 1e-6);
     if (factor >= 1) return;
-    for (const scaled_run& run : trained_runs())
+    for (const scaled_run& run : trained_)
       for (float& g : slice.subspan(run.offset, run.count)) g *= static_cast<float>(factor);
     square_sum *= factor * factor;
   }
@@ -281,6 +282,7 @@ private:
   std::vector<float> residual_;
   std::vector<scaled_run> runs_;  // the own shard under config_.groups (empty: no groups)
   std::vector<parameter_group> averaged_, broadcast_;  // the groups the app keeps
+  std::vector<scaled_run> trained_;  // trained_runs(), made once instead of every round
   bool first_rank_;
   std::unique_ptr<optimizer> optimizer_;
   mutable std::optional<device_shard> device_;
