@@ -17,8 +17,8 @@
                      with a loss scale) at a learning rate their dtype would lose, the module
                      holds them rounded, a checkpoint resumes exactly, bfloat16 buffers are
                      synchronised, ACCO trains; float16 overflow stops the job naming the parameter
-  cuda_module        CUDA modules (float32, bfloat16, float16) train as their CPU twins; skipped
-                     without a GPU (scripts/gpu-check.sh runs it)
+  cuda_module        CUDA modules (float32, bfloat16, float16) equal the same recipe on the GPU,
+                     ACCO trains one; skipped without a GPU (scripts/gpu-check.sh runs it)
   bad_input          wrong dtype, device, length, memory layout, settings: one clear Python
                      exception, and the job goes on
   app_error          an exception in the app's loss, evaluate or on_step ends the job and is
@@ -475,20 +475,21 @@ def split(flat, like):
 TINY = dict(lr=1e-5, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
 
-def mixed_precision_reference(dtype, steps, micro_batch, loss_scale, x, y):
-    """The recipe by hand: float32 master weights and AdamW state; each step computes in `dtype`
-    at the masters rounded to it, and its gradient, widened and unscaled, steps the masters."""
-    net = HalfHidden(dtype)
-    masters = [p.detach().float().clone().requires_grad_() for p in in_layout(net)]
+def mixed_precision_reference(dtype, device, steps, loss_scale, x, y):
+    """The recipe by hand: float32 master weights and torch's AdamW state on the CPU; each step
+    computes in `dtype` on `device` at the masters rounded to it (x, y there too), and its
+    gradient, widened and unscaled, steps the masters."""
+    net = HalfHidden(dtype).to(device)
+    masters = [p.detach().float().cpu().requires_grad_() for p in in_layout(net)]
     optimizer = torch.optim.AdamW(masters, **TINY)
     for step in range(steps):
         with torch.no_grad():
             for p, master in zip(in_layout(net), masters):
                 p.copy_(master)
         net.zero_grad()
-        (loss_scale * mean_loss(net, x, y, step * micro_batch, micro_batch)).backward()
+        (loss_scale * mean_loss(net, x, y, step * MICRO_BATCH, MICRO_BATCH)).backward()
         for p, master in zip(in_layout(net), masters):
-            master.grad = p.grad.float() / loss_scale
+            master.grad = p.grad.float().cpu() / loss_scale
         optimizer.step()
     return masters, optimizer
 
@@ -502,50 +503,60 @@ def run_scaled_job(job, net, x, y):
     return job.finish()
 
 
+MICRO_BATCH = 8
+# A job of one worker and one micro-batch per step with TINY's AdamW, for the recipe above.
+RECIPE_JOB = dict(group=None, algorithm="ddp", micro_batch=MICRO_BATCH, accumulation=1, max_accumulation=1,
+                  optimizer="adamw", learning_rate=TINY["lr"], beta1=TINY["betas"][0], beta2=TINY["betas"][1],
+                  epsilon=TINY["eps"], weight_decay=TINY["weight_decay"], cosine=False, eval_interval=0)
+
+
+def matches_mixed_precision_recipe(dtype, loss_scale, device, x, y):
+    """accord's float32 masters and AdamW state after 8 steps of HalfHidden(dtype) on `device`
+    equal mixed_precision_reference's, and the module holds the masters rounded."""
+    steps = 8
+    net = HalfHidden(dtype).to(device)
+    initial = [p.detach().float().cpu() for p in in_layout(net)]
+    job = accord.torch.Job(net, steps=steps, loss_scale=loss_scale, **RECIPE_JOB)
+    run_scaled_job(job, net, x, y)
+    state = job.state_dict()
+    masters = split(state["parameters"], in_layout(net))
+    reference, optimizer = mixed_precision_reference(dtype, device, steps, loss_scale, x, y)
+    moved = max((r - i).abs().max().item() for r, i in zip(reference, initial))
+    largest = max((m - r).abs().max().item() for m, r in zip(masters, reference))
+    # Masters kept in `dtype` would differ from the reference by about as much as it moved.
+    assert largest < moved / 100, f"{dtype}: masters differ from the float32 reference by {largest} ({moved} moved)"
+    for p, master in zip(in_layout(net), masters):
+        assert p.device.type == device and p.dtype in (dtype, torch.float32), (p.device, p.dtype)
+        assert torch.equal(p.cpu(), master.to(p.dtype)), f"{dtype}: the module's parameters are not the masters rounded"
+    # accord's AdamW state is float32 and torch's: a bfloat16 or float16 one would be off by its
+    # rounding (up to 0.4%).
+    moments = state["optimizer"]
+    assert moments.dtype == numpy.float32 and moments.shape == (2, len(state["parameters"])), moments.shape
+    for slot, key in enumerate(("exp_avg", "exp_avg_sq")):
+        theirs = torch.cat([optimizer.state[r][key].flatten() for r in reference])
+        mine = torch.from_numpy(moments[slot])
+        assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-12), \
+            f"{dtype}: AdamW {key} differs by up to {(mine - theirs).abs().max().item()}"
+    print(f"{dtype} on {device}, loss_scale {loss_scale:g}: float32 masters and AdamW state == the mixed-precision "
+          f"recipe after {steps} steps (largest difference {largest:.1e}, moved {moved:.1e})")
+
+
 def precisions():
     x, y = data()
-    steps, micro_batch = 8, 8
-    settings = dict(group=None, algorithm="ddp", micro_batch=micro_batch, accumulation=1, max_accumulation=1,
-                    optimizer="adamw", learning_rate=TINY["lr"], beta1=TINY["betas"][0], beta2=TINY["betas"][1],
-                    epsilon=TINY["eps"], weight_decay=TINY["weight_decay"], cosine=False, eval_interval=0)
     # float16 with a loss scale, as torch AMP does: its smallest gradients would be subnormal.
     for dtype, loss_scale in ((torch.bfloat16, 1.0), (torch.float16, 1024.0)):
-        net = HalfHidden(dtype)
-        initial = [p.detach().float().clone() for p in in_layout(net)]
-        job = accord.torch.Job(net, steps=steps, loss_scale=loss_scale, **settings)
-        run_scaled_job(job, net, x, y)
-        state = job.state_dict()
-        masters = split(state["parameters"], in_layout(net))
-        reference, optimizer = mixed_precision_reference(dtype, steps, micro_batch, loss_scale, x, y)
-        moved = max((r - i).abs().max().item() for r, i in zip(reference, initial))
-        largest = max((m - r).abs().max().item() for m, r in zip(masters, reference))
-        # Masters kept in `dtype` would differ from the reference by about as much as it moved.
-        assert largest < moved / 100, f"{dtype}: masters differ from the float32 reference by {largest} ({moved} moved)"
-        for p, master in zip(in_layout(net), masters):
-            assert p.dtype in (dtype, torch.float32) and torch.equal(p, master.to(p.dtype)), \
-                f"{dtype}: the module's parameters are not the masters rounded to their dtype"
-        # accord's AdamW state is float32 and torch's: a bfloat16 or float16 one would be off by
-        # its rounding (up to 0.4%).
-        moments = state["optimizer"]
-        assert moments.dtype == numpy.float32 and moments.shape == (2, len(state["parameters"])), moments.shape
-        for slot, key in enumerate(("exp_avg", "exp_avg_sq")):
-            theirs = torch.cat([optimizer.state[r][key].flatten() for r in reference])
-            mine = torch.from_numpy(moments[slot])
-            assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-12), \
-                f"{dtype}: AdamW {key} differs by up to {(mine - theirs).abs().max().item()}"
-        print(f"{dtype}, loss_scale {loss_scale:g}: float32 masters and AdamW state == the mixed-precision recipe "
-              f"after {steps} steps (largest difference {largest:.1e}, moved {moved:.1e})")
+        matches_mixed_precision_recipe(dtype, loss_scale, "cpu", x, y)
 
     # A checkpoint of a bfloat16 module continues exactly: accord resumes from its float32
     # masters, not from the module's rounded parameters.
     straight = HalfHidden(torch.bfloat16)
-    straight_job = accord.torch.Job(straight, steps=8, **settings)
+    straight_job = accord.torch.Job(straight, steps=8, **RECIPE_JOB)
     run_scaled_job(straight_job, straight, x, y)
     first = HalfHidden(torch.bfloat16)
-    half = accord.torch.Job(first, steps=4, **settings)
+    half = accord.torch.Job(first, steps=4, **RECIPE_JOB)
     run_scaled_job(half, first, x, y)
     resumed = HalfHidden(torch.bfloat16)
-    job = accord.torch.Job(resumed, steps=8, **settings)
+    job = accord.torch.Job(resumed, steps=8, **RECIPE_JOB)
     job.load_state_dict(half.state_dict())
     assert resumed.hidden.weight.dtype == torch.bfloat16
     run_scaled_job(job, resumed, x, y)
@@ -577,7 +588,7 @@ def precisions():
     # float16 gradients that overflow stop the job with the parameter named; none is trained on.
     for loss_scale, remedy in ((1e6, "lower loss_scale (1e+06)"), (1.0, "float16 overflows above 65504")):
         net = HalfHidden(torch.float16)
-        job = accord.torch.Job(net, steps=4, loss_scale=loss_scale, **settings)
+        job = accord.torch.Job(net, steps=4, loss_scale=loss_scale, **RECIPE_JOB)
         request = job.request
         loss = mean_loss(net, x, y, request.first_position, request.examples)
         (loss * (loss_scale if loss_scale != 1 else 1e6)).backward()
@@ -590,33 +601,14 @@ def cuda_module():
     if not torch.cuda.is_available():
         print(f"test_python.py cuda_module: torch {torch.__version__} sees no CUDA device; skipped", file=sys.stderr)
         sys.exit(int(os.environ.get("ACCORD_MISSING_EXIT", "1")))
-    x, y = data()
-    steps, micro_batch = 8, 8
-    settings = dict(group=None, algorithm="ddp", micro_batch=micro_batch, accumulation=1, max_accumulation=1,
-                    optimizer="adamw", learning_rate=TINY["lr"], beta1=TINY["betas"][0], beta2=TINY["betas"][1],
-                    epsilon=TINY["eps"], weight_decay=TINY["weight_decay"], cosine=False, eval_interval=0)
-    on_gpu = (x.cuda(), y.cuda())
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        runs = {}
-        for device, (xs, ys) in (("cpu", (x, y)), ("cuda", on_gpu)):
-            net = HalfHidden(dtype).to(device)
-            job = accord.torch.Job(net, steps=steps, **settings)
-            run_scaled_job(job, net, xs, ys)
-            runs[device] = (net, job.state_dict()["parameters"])
-        net, masters = runs["cuda"]
-        assert all(p.device.type == "cuda" for p in net.parameters()) and net.hidden.weight.dtype == dtype
-        for p, master in zip(in_layout(net), split(masters, in_layout(net))):
-            assert torch.equal(p.cpu(), master.to(p.dtype)), f"{dtype}: the GPU module is not the masters rounded"
-        # The GPU's reductions round differently from the CPU's; masters kept in `dtype` would be
-        # off by about lr x steps (8e-5).
-        largest = numpy.abs(masters - runs["cpu"][1]).max()
-        assert largest < 1e-5, f"{dtype}: the GPU module's masters differ from the CPU's by {largest}"
-        print(f"{dtype} on the GPU: masters == the CPU module's within {largest:.1e}")
+    x, y = (t.cuda() for t in data())
+    for dtype, loss_scale in ((torch.float32, 1.0), (torch.bfloat16, 1.0), (torch.float16, 1024.0)):
+        matches_mixed_precision_recipe(dtype, loss_scale, "cuda", x, y)
     # train(): 2 replicas on the GPU, with ACCO; the flat buffers the copies go through are pinned.
-    net = HalfHidden(torch.bfloat16).cuda()
     assert accord.torch.FlatModule(HalfHidden(torch.bfloat16).cuda()).parameters.is_pinned()
-    result = accord.torch.train(net, position_loss(*on_gpu), group=None, algorithm="acco", workers=2, steps=40,
-                                micro_batch=16, max_accumulation=2, learning_rate=0.03, eval_interval=0)
+    result = accord.torch.train(HalfHidden(torch.bfloat16).cuda(), position_loss(x, y), group=None, algorithm="acco",
+                                workers=2, steps=40, micro_batch=16, max_accumulation=2, learning_rate=0.03,
+                                eval_interval=0)
     first, last = (sum(s.train_loss for s in part) / 3 for part in (result.steps[:3], result.steps[-3:]))
     assert last < 0.8 * first and result.replicas_identical, f"bfloat16 on the GPU with ACCO: {first} -> {last}"
     print(f"ACCO trains a bfloat16 module on the GPU: {first:.4f} -> {last:.4f}")
