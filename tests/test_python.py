@@ -579,11 +579,18 @@ def precisions():
         assert net[0].running_mean.dtype == torch.bfloat16
         assert torch.equal(net[0].running_mean, torch.full((INPUTS,), expected, dtype=torch.bfloat16)), mode
     net = HalfHidden(torch.bfloat16)
+    untrained = mean_loss(HalfHidden(torch.bfloat16), x, y, 0, EXAMPLES).item()
     result = accord.torch.train(net, position_loss(x, y), group=None, algorithm="acco", workers=2, steps=40,
-                                micro_batch=16, max_accumulation=2, learning_rate=0.03, eval_interval=0)
+                                micro_batch=16, max_accumulation=2, learning_rate=0.03, eval_interval=20,
+                                evaluate=lambda m: mean_loss(m, x, y, 0, EXAMPLES).item())
     first, last = (sum(s.train_loss for s in part) / 3 for part in (result.steps[:3], result.steps[-3:]))
     assert last < 0.8 * first and result.replicas_identical, f"bfloat16 with ACCO: {first} -> {last}"
-    print(f"bfloat16 buffers broadcast and averaged; ACCO trains a bfloat16 module: {first:.4f} -> {last:.4f}")
+    # The evaluator's bfloat16 copy computes at the round's masters; the module ends at the final ones.
+    assert result.final_eval_loss < 0.8 * untrained, (untrained, result.final_eval_loss)
+    for p, master in zip(in_layout(net), split(result.parameters, in_layout(net))):
+        assert torch.equal(p, master.to(p.dtype)), "train() left the module off its final masters"
+    print(f"bfloat16 buffers broadcast and averaged; ACCO trains a bfloat16 module: {first:.4f} -> {last:.4f}, "
+          f"held-out {untrained:.4f} -> {result.final_eval_loss:.4f}")
 
     # float16 gradients that overflow stop the job with the parameter named; none is trained on.
     for loss_scale, remedy in ((1e6, "lower loss_scale (1e+06)"), (1.0, "float16 overflows above 65504")):
