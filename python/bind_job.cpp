@@ -230,11 +230,17 @@ void bind_job(py::module_& m) {
         out["signature"] = c.signature;
         out["algorithm"] = c.algorithm;
         out["parameters"] = py::array_t<float>(static_cast<py::ssize_t>(c.parameters.size()), c.parameters.data());
+        // The sharded optimizer's state gathered, one row per slot (AdamW m then v; Lion m; SGD momentum).
+        out["optimizer_step"] = c.optimizer_step;
+        out["optimizer"] = py::array_t<float>({static_cast<py::ssize_t>(c.slots),
+                                               static_cast<py::ssize_t>(c.parameters.size())},
+                                              c.optimizer.data());
         return out;
       },
       py::arg("bytes"), py::arg("name") = "checkpoint",
-      "The steps, data position, signature, algorithm and parameters of a checkpoint file's bytes; "
-      "ValueError naming what is wrong with them.");
+      "The steps, data position, signature, algorithm, parameters (float32 master weights) and optimizer "
+      "state (float32, slots × parameters: AdamW m then v) of a checkpoint file's bytes; ValueError naming "
+      "what is wrong with them.");
 }
 
 }  // namespace accord::python

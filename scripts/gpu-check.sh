@@ -6,12 +6,14 @@
 # bandwidth, GPT tokens/s host-staged, resident, and resident with an NCCL all-reduce of the
 # gradients' size running alongside (the overlap slowdown), and with two GPUs or more ACCO's
 # against DDP's time per step (rounds on the device: update_rule::apply_on_device), bf16
-# compute's tokens/s against fp32 and a short bf16-compute training run. Budget: under 5
-# minutes (the build dominates; one architecture).
+# compute's tokens/s against fp32 and a short bf16-compute training run, and accord.torch with
+# CUDA modules (when the Python's torch has CUDA). Budget: under 5 minutes (the build
+# dominates; one architecture).
 # Needs the Debian packages of scripts/setup.sh and CUDA 13 + NCCL under /usr/local/cuda.
 #   BUILD_DIR   build directory          (default: build-gpu-check)
 #   CUDA_ARCH   CMAKE_CUDA_ARCHITECTURES (default: 90)
 #   ELEMENTS    floats per kernel call   (default: 2^26, 256 MiB per buffer)
+#   PYTHON      a Python whose torch has CUDA, for accord.torch's CUDA test (default: /usr/bin/python3)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu-check}"
@@ -19,7 +21,7 @@ start=$SECONDS
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 configure_log=$(cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DACCORD_WITH_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}")
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" ${PYTHON:+-DPython3_EXECUTABLE="$PYTHON"})
 grep -q "CUDA/NCCL parts ON" <<<"$configure_log" \
   || { echo "gpu-check: CMake found no nvcc; nothing to check" >&2; exit 1; }
 cmake --build "$BUILD_DIR" --target test_gpu test_cuda_gpt test_device_rounds accord-bench-gpu accord-train accord-launch \
@@ -70,6 +72,20 @@ if LD_DEBUG=files timeout 120 "$BUILD_DIR/apps/accord-train" --device cpu --step
     | grep -E "file=.*(libcudart|libcublas|libnccl|libaccord_cuda)"; then
   echo "gpu-check: a --device cpu run loaded a CUDA library" >&2
   exit 1
+fi
+# accord.torch with CUDA modules (fp32, bf16, fp16; staged through pinned host buffers):
+# tests/test_python.py cuda_module, with a Python whose torch has CUDA (PYTHON; Debian's
+# python3-torch has none, so without one the check says so and goes on).
+if grep -q "accord Python module: for" <<<"$configure_log"; then
+  cmake --build "$BUILD_DIR" --target accord_python --parallel "$(nproc)"
+  python="$(grep -o 'accord Python module: for [^ ]*' <<<"$configure_log" | cut -d' ' -f5)"
+  if PYTHONPATH="$BUILD_DIR/python" "$python" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+    PYTHONPATH="$BUILD_DIR/python" timeout 300 "$python" "$ROOT/tests/test_python.py" cuda_module
+  else
+    echo "gpu-check: accord.torch's CUDA test not run: $python's torch has no CUDA (PYTHON=/path/to/python with a CUDA torch)"
+  fi
+else
+  echo "gpu-check: accord.torch's CUDA test not run: CMake built no Python module (python3-dev, pybind11-dev)"
 fi
 missing=$(ACCORD_CUDA_PLUGIN=/nonexistent/libaccord_cuda.so "$BUILD_DIR/apps/accord-train" --device cuda \
   --steps 1 2>&1 || true)

@@ -12,8 +12,15 @@
                      or 2 processes under accord-launch -n 2)
   checkpoints        Job.state_dict() / load_state_dict() continue a job exactly, also with another
                      worker count; Ctrl-C stops train() after the step, with its checkpoint
-  bad_input          wrong dtype, length, memory layout, settings: one clear Python exception,
-                     and the job goes on
+  precisions         bfloat16 and float16 modules (mixed with float32): accord's float32 master
+                     weights and AdamW state equal the mixed-precision recipe by hand (float16
+                     with a loss scale) at a learning rate their dtype would lose, the module
+                     holds them rounded, a checkpoint resumes exactly, bfloat16 buffers are
+                     synchronised, ACCO trains; float16 overflow stops the job naming the parameter
+  cuda_module        CUDA modules (float32, bfloat16, float16) equal the same recipe on the GPU,
+                     ACCO trains one; skipped without a GPU (scripts/gpu-check.sh runs it)
+  bad_input          wrong dtype, device, length, memory layout, settings: one clear Python
+                     exception, and the job goes on
   app_error          an exception in the app's loss, evaluate or on_step ends the job and is
                      raised from train(), no hang
   pip_install        pyproject.toml: pip install --no-build-isolation --target DIR installs a
@@ -162,7 +169,20 @@ def bad_input():
     assert len(result.steps) == 2 and (result.parameters < 0).all()
     raises(RuntimeError, "wait", job.wait)
     net = torch.nn.Linear(2, 2).double()
-    raises(TypeError, "accord trains float32", lambda: accord.torch.train(net, None, group=None))
+    raises(TypeError, "parameter 'weight' is torch.float64; accord trains float32, bfloat16 and float16",
+           lambda: accord.torch.train(net, None, group=None))
+    net = torch.nn.Linear(2, 2)
+    net.bias = torch.nn.Parameter(torch.zeros(2, dtype=torch.complex64))
+    raises(TypeError, "parameter 'bias' is torch.complex64", lambda: accord.torch.Job(net, group=None).step(0.0))
+    net = model()
+    net.register_buffer("scale", torch.ones(3, dtype=torch.float64))
+    raises(TypeError, "buffer 'scale' is torch.float64", lambda: accord.torch.train(net, None, group=None))
+    spread = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Tanh(), torch.nn.Linear(2, 2, device="meta"))
+    raises(ValueError, "parameter '2.weight' is on meta but parameter '0.weight' on cpu; accord trains a module on "
+           "one device", lambda: accord.torch.train(spread, None, group=None))
+    raises(ValueError, "parameter 'weight' is on meta; accord trains modules on the CPU or a CUDA device",
+           lambda: accord.torch.train(torch.nn.Linear(2, 2, device="meta"), None, group=None))
+    raises(ValueError, "loss_scale=0", lambda: accord.torch.train(model(), None, group=None, loss_scale=0))
     raises(ValueError, "WORLD_SIZE 2", lambda: accord.torch.train(model(), None, group=group_of(2), workers=3))
     net = model()
     raises(ValueError, "param group 0 sets betas", lambda: accord.torch.train(
@@ -420,6 +440,189 @@ def checkpoints():
     print("Ctrl-C in the app's loop stopped the Job after step 2, with its checkpoint")
 
 
+class HalfHidden(torch.nn.Module):
+    """A hidden layer in `dtype` (elementwise products: torch's CPU float16 has no matmul) before a
+    float32 output layer: a module of mixed precisions."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        torch.manual_seed(3)
+        self.hidden = torch.nn.Linear(INPUTS, 16).to(dtype)
+        self.out = torch.nn.Linear(16, CLASSES)
+
+    def forward(self, x):
+        h = (x.to(self.hidden.weight.dtype)[:, None, :] * self.hidden.weight).sum(-1) + self.hidden.bias
+        return self.out(h.float().tanh())
+
+
+def in_layout(net):
+    """The trained parameters in accord's flat order (docs/python.md): float32, bfloat16, float16."""
+    order = (torch.float32, torch.bfloat16, torch.float16)
+    return sorted((p for p in net.parameters() if p.requires_grad), key=lambda p: order.index(p.dtype))
+
+
+def split(flat, like):
+    """A flat float32 array as tensors shaped as `like`'s."""
+    values, offset, out = torch.from_numpy(numpy.asarray(flat)), 0, []
+    for tensor in like:
+        out.append(values[offset:offset + tensor.numel()].view_as(tensor))
+        offset += tensor.numel()
+    return out
+
+
+# A learning rate whose AdamW updates (about lr per step) bfloat16 or float16 weights of this
+# model (|w| up to 0.35) mostly lose: master weights kept in the module's dtype would not move.
+TINY = dict(lr=1e-5, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+
+def mixed_precision_reference(dtype, device, steps, loss_scale, x, y):
+    """The recipe by hand: float32 master weights and torch's AdamW state on the CPU; each step
+    computes in `dtype` on `device` at the masters rounded to it (x, y there too), and its
+    gradient, widened and unscaled, steps the masters."""
+    net = HalfHidden(dtype).to(device)
+    masters = [p.detach().float().cpu().requires_grad_() for p in in_layout(net)]
+    optimizer = torch.optim.AdamW(masters, **TINY)
+    for step in range(steps):
+        with torch.no_grad():
+            for p, master in zip(in_layout(net), masters):
+                p.copy_(master)
+        net.zero_grad()
+        (loss_scale * mean_loss(net, x, y, step * MICRO_BATCH, MICRO_BATCH)).backward()
+        for p, master in zip(in_layout(net), masters):
+            master.grad = p.grad.float().cpu() / loss_scale
+        optimizer.step()
+    return masters, optimizer
+
+
+def run_scaled_job(job, net, x, y):
+    """run_job, backward through the loss times the job's loss_scale."""
+    while (request := job.request) is not None:
+        loss = mean_loss(net, x, y, request.first_position, request.examples)
+        (loss * job.loss_scale).backward()
+        job.step(loss)
+    return job.finish()
+
+
+MICRO_BATCH = 8
+# A job of one worker and one micro-batch per step with TINY's AdamW, for the recipe above.
+RECIPE_JOB = dict(group=None, algorithm="ddp", micro_batch=MICRO_BATCH, accumulation=1, max_accumulation=1,
+                  optimizer="adamw", learning_rate=TINY["lr"], beta1=TINY["betas"][0], beta2=TINY["betas"][1],
+                  epsilon=TINY["eps"], weight_decay=TINY["weight_decay"], cosine=False, eval_interval=0)
+
+
+def matches_mixed_precision_recipe(dtype, loss_scale, device, x, y):
+    """accord's float32 masters and AdamW state after 8 steps of HalfHidden(dtype) on `device`
+    equal mixed_precision_reference's, and the module holds the masters rounded."""
+    steps = 8
+    net = HalfHidden(dtype).to(device)
+    initial = [p.detach().float().cpu() for p in in_layout(net)]
+    job = accord.torch.Job(net, steps=steps, loss_scale=loss_scale, **RECIPE_JOB)
+    run_scaled_job(job, net, x, y)
+    state = job.state_dict()
+    masters = split(state["parameters"], in_layout(net))
+    reference, optimizer = mixed_precision_reference(dtype, device, steps, loss_scale, x, y)
+    moved = max((r - i).abs().max().item() for r, i in zip(reference, initial))
+    largest = max((m - r).abs().max().item() for m, r in zip(masters, reference))
+    # Masters kept in `dtype` would differ from the reference by about as much as it moved.
+    assert largest < moved / 100, f"{dtype}: masters differ from the float32 reference by {largest} ({moved} moved)"
+    for p, master in zip(in_layout(net), masters):
+        assert p.device.type == device and p.dtype in (dtype, torch.float32), (p.device, p.dtype)
+        assert torch.equal(p.cpu(), master.to(p.dtype)), f"{dtype}: the module's parameters are not the masters rounded"
+    # accord's AdamW state is float32 and torch's: a bfloat16 or float16 one would be off by its
+    # rounding (up to 0.4%).
+    moments = state["optimizer"]
+    assert moments.dtype == numpy.float32 and moments.shape == (2, len(state["parameters"])), moments.shape
+    for slot, key in enumerate(("exp_avg", "exp_avg_sq")):
+        theirs = torch.cat([optimizer.state[r][key].flatten() for r in reference])
+        mine = torch.from_numpy(moments[slot])
+        assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-12), \
+            f"{dtype}: AdamW {key} differs by up to {(mine - theirs).abs().max().item()}"
+    print(f"{dtype} on {device}, loss_scale {loss_scale:g}: float32 masters and AdamW state == the mixed-precision "
+          f"recipe after {steps} steps (largest difference {largest:.1e}, moved {moved:.1e})")
+
+
+def precisions():
+    x, y = data()
+    # float16 with a loss scale, as torch AMP does: its smallest gradients would be subnormal.
+    for dtype, loss_scale in ((torch.bfloat16, 1.0), (torch.float16, 1024.0)):
+        matches_mixed_precision_recipe(dtype, loss_scale, "cpu", x, y)
+
+    # A checkpoint of a bfloat16 module continues exactly: accord resumes from its float32
+    # masters, not from the module's rounded parameters.
+    straight = HalfHidden(torch.bfloat16)
+    straight_job = accord.torch.Job(straight, steps=8, **RECIPE_JOB)
+    run_scaled_job(straight_job, straight, x, y)
+    first = HalfHidden(torch.bfloat16)
+    half = accord.torch.Job(first, steps=4, **RECIPE_JOB)
+    run_scaled_job(half, first, x, y)
+    resumed = HalfHidden(torch.bfloat16)
+    job = accord.torch.Job(resumed, steps=8, **RECIPE_JOB)
+    job.load_state_dict(half.state_dict())
+    assert resumed.hidden.weight.dtype == torch.bfloat16
+    run_scaled_job(job, resumed, x, y)
+    assert numpy.array_equal(job.state_dict()["parameters"], straight_job.state_dict()["parameters"])
+    for mine, theirs in zip(resumed.parameters(), straight.parameters()):
+        assert torch.equal(mine, theirs), "a bfloat16 module's 4 + 4 resumed steps differ from 8 straight ones"
+    print("a bfloat16 module's checkpoint resumed: 4 + 4 steps == 8 straight")
+
+    # bfloat16 BatchNorm statistics are synchronised as float32 ones (2 threads; worker r's
+    # inputs are all 10 (r + 1), exact in bfloat16), and the module trains with a usual rate.
+    def loss(net, request):
+        rank = (request.first_position // 4) % 2
+        xb, yb = examples(x, y, request.first_position, request.examples)
+        return torch.nn.functional.cross_entropy(net(torch.full_like(xb, 10.0 * (rank + 1)).bfloat16()).float(), yb)
+
+    for mode, expected in (("broadcast", 10.0), ("average", 15.0)):
+        net = normed_model().to(torch.bfloat16)
+        accord.torch.train(net, loss, group=None, buffers=mode, algorithm="ddp", workers=2, steps=3, micro_batch=4,
+                           eval_interval=0)
+        assert net[0].running_mean.dtype == torch.bfloat16
+        assert torch.equal(net[0].running_mean, torch.full((INPUTS,), expected, dtype=torch.bfloat16)), mode
+    net = HalfHidden(torch.bfloat16)
+    untrained = mean_loss(HalfHidden(torch.bfloat16), x, y, 0, EXAMPLES).item()
+    result = accord.torch.train(net, position_loss(x, y), group=None, algorithm="acco", workers=2, steps=40,
+                                micro_batch=16, max_accumulation=2, learning_rate=0.03, eval_interval=20,
+                                evaluate=lambda m: mean_loss(m, x, y, 0, EXAMPLES).item())
+    first, last = (sum(s.train_loss for s in part) / 3 for part in (result.steps[:3], result.steps[-3:]))
+    assert last < 0.8 * first and result.replicas_identical, f"bfloat16 with ACCO: {first} -> {last}"
+    # The evaluator's bfloat16 copy computes at the round's masters; the module ends at the final ones.
+    assert result.final_eval_loss < 0.8 * untrained, (untrained, result.final_eval_loss)
+    for p, master in zip(in_layout(net), split(result.parameters, in_layout(net))):
+        assert torch.equal(p, master.to(p.dtype)), "train() left the module off its final masters"
+    print(f"bfloat16 buffers broadcast and averaged; ACCO trains a bfloat16 module: {first:.4f} -> {last:.4f}, "
+          f"held-out {untrained:.4f} -> {result.final_eval_loss:.4f}")
+
+    # float16 gradients that overflow stop the job with the parameter named; none is trained on.
+    for loss_scale, remedy in ((1e6, "lower loss_scale (1e+06)"), (1.0, "float16 overflows above 65504")):
+        net = HalfHidden(torch.float16)
+        job = accord.torch.Job(net, steps=4, loss_scale=loss_scale, **RECIPE_JOB)
+        request = job.request
+        loss = mean_loss(net, x, y, request.first_position, request.examples)
+        (loss * (loss_scale if loss_scale != 1 else 1e6)).backward()
+        raises(FloatingPointError, "parameter 'hidden.weight' (torch.float16) has an inf or NaN gradient; accord does "
+               f"not train on it: {remedy}", lambda: job.step(loss))
+
+
+def cuda_module():
+    """Needs a GPU and a torch built with CUDA: scripts/gpu-check.sh runs it there."""
+    if not torch.cuda.is_available():
+        print(f"test_python.py cuda_module: torch {torch.__version__} sees no CUDA device; skipped", file=sys.stderr)
+        sys.exit(int(os.environ.get("ACCORD_MISSING_EXIT", "1")))
+    x, y = (t.cuda() for t in data())
+    for dtype, loss_scale in ((torch.float32, 1.0), (torch.bfloat16, 1.0), (torch.float16, 1024.0)):
+        matches_mixed_precision_recipe(dtype, loss_scale, "cuda", x, y)
+    # train(): 2 replicas on the GPU, with ACCO; the flat buffers the copies go through are pinned.
+    assert accord.torch.FlatModule(HalfHidden(torch.bfloat16).cuda()).parameters.is_pinned()
+    result = accord.torch.train(HalfHidden(torch.bfloat16).cuda(), position_loss(x, y), group=None, algorithm="acco",
+                                workers=2, steps=40, micro_batch=16, max_accumulation=2, learning_rate=0.03,
+                                eval_interval=0)
+    first, last = (sum(s.train_loss for s in part) / 3 for part in (result.steps[:3], result.steps[-3:]))
+    assert last < 0.8 * first and result.replicas_identical, f"bfloat16 on the GPU with ACCO: {first} -> {last}"
+    print(f"ACCO trains a bfloat16 module on the GPU: {first:.4f} -> {last:.4f}")
+    raises(ValueError, "accord trains a module on one device", lambda: accord.torch.train(
+        torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).cuda()), None, group=None))
+
+
 def pip_install():
     # pyproject.toml's build, offline, with the build directory ctest names (ACCORD_BUILD_DIR: only
     # the module's target is built there), into a fresh directory that then holds the package.
@@ -441,7 +644,7 @@ def pip_install():
 
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (ddp_equals_adamw, loop_equals_torch, acco_and_dlion, buffers, checkpoints,
-                                     bad_input, app_error, settings, pip_install)}
+                                     precisions, cuda_module, bad_input, app_error, settings, pip_install)}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:
         sys.exit(f"usage: test_python.py {'|'.join(cases)}")
     cases[sys.argv[1]]()

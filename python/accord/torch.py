@@ -21,12 +21,17 @@ or the app keeps its own loop and DataLoader, as with DistributedDataParallel:
 
 In one process train() runs `workers` replicas of the model on threads (a Job is one worker);
 under accord-launch or torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) each process is one
-worker, over UCX. The model's trainable parameters, their gradients and its floating-point
+worker, over UCX. The model's float32 CPU parameters, their gradients and its floating-point
 buffers are views of flat float32 buffers, which accord writes and reads in place: the model
-sees every new parameter without a copy.
+sees every new parameter without a copy. bfloat16 and float16 modules (also mixed with float32)
+and CUDA modules compute with their own dtype and device: accord keeps float32 master weights
+and optimizer state, widens their gradients and rounds its parameters back into them each step
+(docs/python.md, "Precisions and devices").
 """
 import copy
 import hashlib
+import itertools
+import math
 import os
 import signal
 import tempfile
@@ -35,6 +40,7 @@ import threading
 import torch
 
 import accord
+from accord._flat_range import PRECISIONS, FlatRange
 
 __all__ = ["FlatModule", "Job", "signature", "train"]
 
@@ -46,17 +52,23 @@ BUFFER_MODES = tuple(BUFFER_ROLES)
 def _layout(module, param_groups, buffers):
     """The tensors accord's flat buffer holds, in order: the trainable parameters of each param
     group (torch's form: dicts with "params"), the other trainable ones, then the floating-point
-    buffers unless buffers="local"; and each param group's other settings with its range."""
+    buffers unless buffers="local"; and each param group's other settings with its range. Within
+    each of these, float32 tensors come first, then bfloat16, then float16 (fewer runs to
+    convert). One clear error for a tensor accord cannot hold, before anything trains."""
     if buffers not in BUFFER_MODES:
         raise ValueError(f"accord.torch: buffers={buffers!r} is not one of {', '.join(BUFFER_MODES)}")
     names = {id(p): name for name, p in module.named_parameters()}
     trainable = [p for p in module.parameters() if p.requires_grad]
     if not trainable:
         raise ValueError("accord.torch: the module has no trainable parameters")
-    for p in trainable:
-        if p.dtype != torch.float32 or p.device.type != "cpu":
-            raise TypeError(f"accord.torch: parameter '{names[id(p)]}' is {p.dtype} on {p.device}; "
-                            "accord trains float32 parameters on the CPU")
+    kept = [] if buffers == "local" else [(name, b) for name, b in module.named_buffers() if b.is_floating_point()]
+    named = [(f"parameter '{names[id(p)]}'", p) for p in trainable] + [(f"buffer '{name}'", b) for name, b in kept]
+    for what, tensor in named:
+        if tensor.device != named[0][1].device:
+            raise ValueError(f"accord.torch: {what} is on {tensor.device} but {named[0][0]} on {named[0][1].device}; "
+                             "accord trains a module on one device (move it with .to())")
+    for what, tensor in named:
+        _check_tensor(what, tensor)
     ordered, placed, group_settings = [], set(), []
     for index, group in enumerate(param_groups or []):
         members = [p for p in group["params"] if p.requires_grad]
@@ -67,51 +79,82 @@ def _layout(module, param_groups, buffers):
                 raise ValueError(f"accord.torch: parameter '{names[id(p)]}' is in two param groups")
             placed.add(id(p))
         begin = sum(p.numel() for p in ordered)
-        ordered += members
+        ordered += _by_precision(members)
         settings = {key: value for key, value in group.items() if key != "params"}
         group_settings.append((settings, begin, begin + sum(p.numel() for p in members)))
-    ordered += [p for p in trainable if id(p) not in placed]
-    kept = [] if buffers == "local" else [b for b in module.buffers() if b.is_floating_point()]
-    for b in kept:
-        if b.dtype != torch.float32 or b.device.type != "cpu":
-            raise TypeError(f"accord.torch: a buffer is {b.dtype} on {b.device}; accord keeps float32 CPU "
-                            "buffers (or buffers='local')")
+    ordered += _by_precision([p for p in trainable if id(p) not in placed])
+    kept = _by_precision([b for _, b in kept])
     return ordered, kept, group_settings
+
+
+def _check_tensor(what, tensor):
+    """TypeError or ValueError naming a parameter or buffer accord cannot hold."""
+    if tensor.dtype not in PRECISIONS:
+        remedy = "or buffers='local'" if what.startswith("buffer") else "or freeze it"
+        raise TypeError(f"accord.torch: {what} is {tensor.dtype}; accord trains float32, bfloat16 and float16 "
+                        f"(with float32 master weights): convert it (.float()) {remedy}")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"accord.torch: {what} is on {tensor.device}; accord trains modules on the CPU or a "
+                         "CUDA device")
+
+
+def _by_precision(tensors):
+    return sorted(tensors, key=lambda t: PRECISIONS.index(t.dtype))  # stable: a float32 module keeps its order
 
 
 class FlatModule:
     """A module whose trainable parameters (requires_grad: frozen ones stay as they are, neither
     trained nor decayed) and floating-point buffers (BatchNorm's running statistics; none with
-    buffers="local") are views of `parameters`, one flat contiguous float32 CPU tensor, in
-    _layout's order; the parameters' gradients are views of `gradients`."""
+    buffers="local") accord holds in `parameters`, one flat contiguous float32 CPU tensor (pinned
+    for a CUDA module), in _layout's order, their gradients in `gradients`. float32 CPU tensors
+    are views of them; bfloat16, float16 and GPU ones views of a compute copy in their dtype on
+    their device, which to_module() refreshes (accord's FlatRange). `loss_scale`: the loss the
+    gradients come from was multiplied by it; collect_gradients divides it out in float32."""
 
-    def __init__(self, module, param_groups=None, buffers="broadcast"):
+    def __init__(self, module, param_groups=None, buffers="broadcast", loss_scale=1.0):
         ordered, self.buffers, self.group_settings = _layout(module, param_groups, buffers)
-        self.module = module
+        if not (0 < loss_scale < float("inf")):
+            raise ValueError(f"accord.torch: loss_scale={loss_scale!r} must be a positive number")
+        self.module, self.loss_scale = module, loss_scale
         self.trained = sum(p.numel() for p in ordered)
         total = self.trained + sum(b.numel() for b in self.buffers)
-        self.parameters = torch.empty(total, dtype=torch.float32)
-        self.gradients = torch.zeros(total, dtype=torch.float32)
-        self._views = []
-        offset = 0
-        with torch.no_grad():
-            for tensor in ordered + self.buffers:
-                n = tensor.numel()
-                values = self.parameters[offset:offset + n].view_as(tensor)
-                values.copy_(tensor)
-                tensor.data = values
-                if offset < self.trained:
-                    gradient = self.gradients[offset:offset + n].view_as(tensor)
-                    if tensor.grad is not None:  # a backward pass before the job started (Job's first step)
-                        gradient.copy_(tensor.grad)
-                    tensor.grad = gradient
-                    self._views.append((tensor, tensor.grad))
-                offset += n
+        pinned = ordered[0].device.type == "cuda"  # one copy each way per step, without staging
+        self.parameters = torch.empty(total, dtype=torch.float32, pin_memory=pinned)
+        self.gradients = torch.zeros(total, dtype=torch.float32, pin_memory=pinned)
+        self.ranges, offset = [], 0
+        runs = [(p, True) for p in ordered] + [(b, False) for b in self.buffers]
+        for (_, trained), run in itertools.groupby(runs, key=lambda pair: (pair[0].dtype, pair[1])):
+            flat_range = FlatRange(self.parameters, self.gradients, offset, [t for t, _ in run], trained)
+            self.ranges.append(flat_range)
+            offset = flat_range.end
+        self._views = [view for r in self.ranges for view in r.views]
+        names = {id(p): name for name, p in module.named_parameters()}
+        self._names = [names[id(p)] for p, _ in self._views]
+        # Gradients that went through a narrower dtype (or a scale) may have overflowed.
+        self._checks_finite = loss_scale != 1 or any(r.dtype != torch.float32 for r in self.ranges)
+        self._version = None
+
+    def next_request(self, worker):
+        """worker.next() into `parameters` (copied when they changed), and into the module's
+        compute copies then."""
+        request = worker.next(into=self.parameters)
+        if request is not None and request.parameters_version != self._version:
+            self._version = request.parameters_version
+            self.to_module()
+        return request
+
+    def to_module(self):
+        """`parameters` into the tensors the module computes with that are not views of it."""
+        for flat_range in self.ranges:
+            flat_range.to_module()
 
     def collect_gradients(self):
         """Autograd accumulates into the gradient views in place; a gradient it replaced (or one
-        the user set to None) is copied back into the flat buffer. The buffers' current values
-        go where their gradients would be: accord averages or broadcasts them."""
+        the user set to None) is copied back into its view. Then the gradients go into the flat
+        buffer, in float32 and unscaled, and the buffers' current values where their gradients
+        would be: accord averages or broadcasts them. FloatingPointError naming the first
+        parameter whose gradient is inf or NaN, where a narrower dtype or a loss scale may have
+        overflowed: accord never trains on one."""
         for p, view in self._views:
             if p.grad is None:
                 view.zero_()
@@ -120,10 +163,34 @@ class FlatModule:
             else:
                 continue
             p.grad = view
-        self.gradients[self.trained:] = self.parameters[self.trained:]
+        for flat_range in self.ranges:
+            flat_range.to_accord()
+        trained = self.gradients[:self.trained]
+        if self.loss_scale != 1:
+            trained.mul_(1 / self.loss_scale)
+        # The sum is inf or NaN when an element is (one pass without a temporary; torch.isfinite
+        # costs 30 times more), or when finite ones overflow it: only then look closer.
+        if self._checks_finite and not math.isfinite(trained.sum()) and not torch.isfinite(trained).all():
+            raise self._overflow(trained)
 
     def zero_gradients(self):
-        self.gradients[:self.trained].zero_()
+        for flat_range in self.ranges:
+            flat_range.zero_gradients()
+
+    def _overflow(self, gradients):
+        first, end = int((~torch.isfinite(gradients)).nonzero()[0]), 0
+        for (parameter, _), name in zip(self._views, self._names):
+            end += parameter.numel()
+            if first < end:
+                break
+        if self.loss_scale != 1:
+            remedy = f"lower loss_scale ({self.loss_scale:g})"
+        elif parameter.dtype == torch.float16:
+            remedy = "float16 overflows above 65504: scale the loss down (loss_scale below 1) or compute in bfloat16"
+        else:
+            remedy = "the model diverged (a lower learning rate?)"
+        return FloatingPointError(f"accord.torch: parameter '{name}' ({parameter.dtype}) has an inf or NaN gradient; "
+                                  f"accord does not train on it: {remedy}")
 
     def parameter_groups(self, buffers, learning_rate, weight_decay):
         """accord's ParameterGroups for this layout: each param group's "lr" and "weight_decay"
@@ -163,7 +230,8 @@ class _Start:
     """What train() and Job share: the process group, the settings, the flat layout of the
     model (and of its replicas and the evaluator's copy) and the accord job over it."""
 
-    def __init__(self, module, settings, *, param_groups, buffers, evaluate, on_step, group, replicas, who):
+    def __init__(self, module, settings, *, param_groups, buffers, loss_scale, evaluate, on_step, group, replicas,
+                 who):
         if isinstance(group, str) and group == "environment":
             group = accord.process_group()
         if group is not None and not group.join:  # a joiner gets its place from the running job
@@ -179,7 +247,7 @@ class _Start:
         local_workers = 1 if group is not None else max(self.config.workers, 1)
         models = [module] + [copy.deepcopy(module) for _ in range(local_workers - 1)]
         evaluated = copy.deepcopy(module) if evaluate is not None else None
-        self.flats = [FlatModule(m, _same_groups(param_groups, module, m), buffers) for m in models]
+        self.flats = [FlatModule(m, _same_groups(param_groups, module, m), buffers, loss_scale) for m in models]
         if param_groups or self.flats[0].buffers:
             self.config.parameter_groups = self.flats[0].parameter_groups(
                 buffers, self.config.learning_rate, self.config.weight_decay)
@@ -189,6 +257,7 @@ class _Start:
 
             def evaluate_at(parameters):
                 evaluation.parameters.copy_(torch.from_numpy(parameters))
+                evaluation.to_module()
                 with torch.no_grad():
                     return float(evaluate(evaluation.module))
         self.job = accord.Job(self.flats[0].parameters, self.config, signature(module), group=group,
@@ -205,6 +274,7 @@ class _Start:
             raise
         if result.parameters.size:
             self.flats[0].parameters.copy_(torch.from_numpy(result.parameters))
+            self.flats[0].to_module()
         return result
 
     def stop_on_interrupt(self):
@@ -234,7 +304,7 @@ def _same_groups(param_groups, module, copied):
 
 
 def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", param_groups=None,
-          buffers="broadcast", **settings):
+          buffers="broadcast", loss_scale=1.0, **settings):
     """Trains `module` in place and returns accord's JobResult.
 
     loss_fn(model, request) returns the mean loss over the micro-batch of examples
@@ -246,21 +316,24 @@ def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", 
     "lr" and/or "weight_decay"). `buffers`: broadcast (rank 0's each round), average or local.
     `settings` are JobConfig fields (algorithm, workers, steps, micro_batch, accumulation,
     optimizer, learning_rate, weight_decay, max_gradient_norm, checkpoint_path, resume_path, ...).
+    `loss_scale`: backward runs through the loss times it (float16's small gradients would
+    underflow), and accord divides the gradients by it in float32; a bfloat16 or float16
+    gradient (or a scaled one) that is inf or NaN raises FloatingPointError naming the parameter.
     `group`: a ProcessGroup, None for a job in this process, or read from the environment
     (accord-launch, torchrun, srun; also ACCORD_ELASTIC and ACCORD_JOIN) by default.
     Ctrl-C stops every worker after the current step and returns the result so far.
     """
-    start = _Start(module, settings, param_groups=param_groups, buffers=buffers, evaluate=evaluate,
-                   on_step=on_step, group=group, replicas=True, who="accord.torch.train")
+    start = _Start(module, settings, param_groups=param_groups, buffers=buffers, loss_scale=loss_scale,
+                   evaluate=evaluate, on_step=on_step, group=group, replicas=True, who="accord.torch.train")
     job, flats, errors = start.job, start.flats, []
 
     def drive(worker, flat):
         try:
-            while (request := worker.next(into=flat.parameters)) is not None:
+            while (request := flat.next_request(worker)) is not None:
                 flat.zero_gradients()
                 out = loss_fn(flat.module, request)
                 loss, items = out if isinstance(out, tuple) else (out, request.examples)
-                loss.backward()
+                (loss * loss_scale if loss_scale != 1 else loss).backward()
                 flat.collect_gradients()
                 worker.submit(flat.gradients, float(items), float(loss))
         except BaseException as error:  # the job fails with it; finish() below re-raises it
@@ -287,17 +360,19 @@ class Job:
     hands the gradient to accord and returns once the parameters for the next micro-batch are
     in the module. ACCO's overlap and delay correction happen inside accord.
 
-    Settings as train()'s (JobConfig fields, evaluate, on_step, group, param_groups, buffers).
+    Settings as train()'s (JobConfig fields, evaluate, on_step, group, param_groups, buffers,
+    loss_scale: the app runs backward through `loss * job.loss_scale`).
     In one process the job has one worker; under accord-launch or torchrun, one per process.
     """
 
     def __init__(self, module, *, evaluate=None, on_step=None, group="environment", param_groups=None,
-                 buffers="broadcast", **settings):
+                 buffers="broadcast", loss_scale=1.0, **settings):
         if isinstance(group, str) and group == "environment":
             group = accord.process_group()
         self._module, self._settings, self._group = module, settings, group
         self._options = dict(evaluate=evaluate, on_step=on_step, group=group, param_groups=param_groups,
-                             buffers=buffers)
+                             buffers=buffers, loss_scale=loss_scale)
+        self.loss_scale = loss_scale
         if settings.get("checkpoint_path") is None:  # state_dict() reads the checkpoint of the end
             self._scratch = tempfile.TemporaryDirectory(prefix="accord-job-")
             settings["checkpoint_path"] = os.path.join(self._scratch.name, "checkpoint")
@@ -309,7 +384,7 @@ class Job:
         self._restore = self._start.stop_on_interrupt()
         self._flat = self._start.flats[0]
         self._worker = self._start.job.worker(0)
-        self._request = self._worker.next(into=self._flat.parameters)
+        self._request = self._flat.next_request(self._worker)
 
     @property
     def request(self):
@@ -333,22 +408,23 @@ class Job:
         """Hands this micro-batch's gradient (autograd's, from loss.backward()) and its mean
         `loss` over `items` examples (default: the job's micro_batch) to accord, zeroes the
         gradients, and waits for the parameters of the next micro-batch. False once the job is
-        over (its steps done, or Ctrl-C): call finish()."""
+        over (its steps done, or Ctrl-C): call finish(). FloatingPointError (the job fails)
+        naming a bfloat16 or float16 parameter whose gradient is inf or NaN."""
         if self._result is not None:
             raise RuntimeError("accord.torch.Job.step: the job is over; call finish()")
         if self._start is None:
             self._begin()
         if self._request is None:
             return False
-        self._flat.collect_gradients()
         try:
+            self._flat.collect_gradients()
             self._worker.submit(self._flat.gradients, float(items if items is not None else self._request.examples),
                                 float(loss))
         except BaseException as error:
             self._worker.fail(f"{type(error).__name__}: {error}")
             raise
         self._flat.zero_gradients()
-        self._request = self._worker.next(into=self._flat.parameters)
+        self._request = self._flat.next_request(self._worker)
         return self._request is not None
 
     def finish(self):
@@ -366,7 +442,7 @@ class Job:
             self._flat.gradients.zero_()
             while self._request is not None:
                 self._worker.submit(self._flat.gradients, 0.0, 0.0)
-                self._request = self._worker.next(into=self._flat.parameters)
+                self._request = self._flat.next_request(self._worker)
         try:
             self._result = self._start.finish()
         finally:
@@ -376,7 +452,9 @@ class Job:
     def state_dict(self):
         """The job's checkpoint (accord's own format, recovery/checkpoint.hpp: parameters and
         buffers, the optimizer shards gathered, the schedule's step, the data position) once it
-        is over: {"checkpoint": bytes, "steps", "data_position", "algorithm", "parameters"}."""
+        is over: {"checkpoint": bytes, "steps", "data_position", "algorithm", "parameters",
+        "optimizer"}; parameters (the float32 master weights, in the flat layout) and optimizer
+        (float32, a row per slot: AdamW m then v) are numpy arrays."""
         if self._result is None:
             raise RuntimeError("accord.torch.Job.state_dict: the job is still running; call finish() first "
                                "(or read checkpoint_path, written every checkpoint_interval steps)")
@@ -385,7 +463,8 @@ class Job:
 
     def load_state_dict(self, state):
         """Continues from a state_dict() (of a job with any worker count), before the first step:
-        the module takes its parameters and buffers, and accord its optimizer state and step."""
+        the module takes its parameters and buffers (rounded to its dtype), and accord the float32
+        master weights, its optimizer state and step."""
         if self._start is not None:
             raise RuntimeError("accord.torch.Job.load_state_dict: call it before the first step")
         values = torch.from_numpy(_state_of(state["checkpoint"], "state_dict")["parameters"])
@@ -412,4 +491,4 @@ class Job:
 def _state_of(data, name):
     state = accord.read_checkpoint(data, name)
     return {"checkpoint": bytes(data), "steps": state["steps"], "data_position": state["data_position"],
-            "algorithm": state["algorithm"], "parameters": state["parameters"]}
+            "algorithm": state["algorithm"], "parameters": state["parameters"], "optimizer": state["optimizer"]}
