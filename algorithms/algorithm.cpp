@@ -84,8 +84,8 @@ std::vector<std::string> algorithm_names() {
 }
 
 void require_wire_precision(const algorithm& algo, const round_precision& precision, const std::string& topology) {
-  if (!block_quantized(precision.real)) return;
-  const std::string flag = "wire precision: '" + std::string(precision_name(precision.real)) + "' ";
+  if (!block_quantized(precision.real.gradients)) return;
+  const std::string flag = "wire precision: '" + round_wires_name(precision.real) + "' ";
   if (algo.aggregate == aggregation::sign_majority || algo.aggregate == aggregation::sign_average)
     throw std::invalid_argument(flag + "means nothing for " + algo.name +
                                 ", whose votes travel as 1 bit whatever the wire (leave it fp32)");
@@ -98,7 +98,7 @@ void require_wire_precision(const algorithm& algo, const round_precision& precis
 }
 
 std::string feedback_precision(const round_precision& precision) {
-  return block_quantized(precision.real) ? std::string(precision_name(precision.real)) : std::string();
+  return block_quantized(precision.real.gradients) ? std::string(precision_name(precision.real.gradients)) : std::string();
 }
 
 std::uint64_t rounds_for_steps(pipeline pipe, std::uint64_t steps) {

@@ -41,14 +41,13 @@ public:
     for (const parameter_group& g : config.groups) {
       if (g.role == "trained") continue;
       // What compressed rounds fail to deliver would carry the app's values into later rounds.
-      if (block_quantized(precision_.real) || block_quantized(precision_.estimate))
+      if (block_quantized(precision_.real.gradients) || block_quantized(precision_.estimate.gradients))
         throw std::invalid_argument("parameter groups the app keeps (role " + g.role +
-                                    ") travel in fp32, bf16 or fp16 only, not " +
-                                    std::string(precision_name(precision_.real)));
+                                    ") travel in fp32, bf16 or fp16 only, not " + round_wires_name(precision_.real));
       (g.role == "averaged" ? averaged_ : broadcast_).push_back(g);
     }
     trained_ = trained_runs();
-    if (block_quantized(precision_.real)) residual_.assign(initial.size(), 0.f);
+    if (block_quantized(precision_.real.gradients)) residual_.assign(initial.size(), 0.f);
     if (resume) {
       restore_shard_state(*optimizer_, *resume, own_.begin, owner);
       restore_feedback(*resume, owner);
@@ -58,7 +57,7 @@ public:
   void apply(transport& link, std::span<float> buffer, const round_totals& local,
              const round_totals& global, float learning_rate, std::uint64_t,
              bool estimate, std::span<const float> current) override {
-    const wire_precision wire = precision_.of(estimate);
+    const round_wires wire = precision_.of(estimate);
     const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
     const bool feedback = !residual_.empty();
     // Rank 0's sum of a broadcast group's values, weighted so that the mean over every
@@ -73,9 +72,9 @@ public:
       // round's micro-batch count: the buffer is scaled before it is encoded. An estimate
       // reads them (θ̃ anticipates what the real round will pay) and commits nothing.
       if (feedback)
-        link.reduce_scatter_feedback(buffer, scale, residual_, wire, !estimate);
+        link.reduce_scatter_feedback(buffer, scale, residual_, wire.gradients, !estimate);
       else
-        link.reduce_scatter(buffer, wire);
+        link.reduce_scatter(buffer, wire.gradients);
     }
     std::optional<trace_span> optimizer_phase(std::in_place, "optimizer step");
     std::span<float> slice = buffer.subspan(own_.begin, own_.size());
@@ -103,15 +102,15 @@ public:
     std::copy(target.begin(), target.end(), slice.begin());
     optimizer_phase.reset();
     const trace_span phase("all-gather");
-    if (estimate || block_quantized(wire)) {
-      // int8, fp8 and sign: the change from the parameters every worker computes with travels (θ̃ − θ_t
+    if (estimate || block_quantized(wire.parameters)) {
+      // Block codes: the change from the parameters every worker computes with travels (θ̃ − θ_t
       // for an estimate; master − replica for a real round, which is the gather side's error
       // feedback: what a round's records missed stays in master − replica and travels again).
-      if (block_quantized(wire) && current.size() != buffer.size())
+      if (block_quantized(wire.parameters) && current.size() != buffer.size())
         throw std::logic_error("a block-quantized round needs the parameters every worker holds");
-      link.all_gather_delta(buffer, current, wire);
+      link.all_gather_delta(buffer, current, wire.parameters);
     } else {
-      link.all_gather(buffer, wire);
+      link.all_gather(buffer, wire.parameters);
     }
   }
 
@@ -131,8 +130,8 @@ public:
   // Block-quantized rounds (int8, fp8, sign) have no device collectives: such rounds stay on the host.
   // Parameter groups and clipping have no kernels: rounds with them stay on the host.
   bool has_device_form() const override {
-    return (config_.kind == "adamw" || config_.kind == "lion") && !block_quantized(precision_.estimate) &&
-           !block_quantized(precision_.real) && config_.groups.empty() && config_.max_gradient_norm == 0;
+    return (config_.kind == "adamw" || config_.kind == "lion") && !block_quantized(precision_.estimate.gradients) &&
+           !block_quantized(precision_.real.gradients) && config_.groups.empty() && config_.max_gradient_norm == 0;
   }
 
   // apply's steps as kernels on the collectives' stream, on master weights and state kept there.
@@ -140,7 +139,8 @@ public:
                        const round_totals& global, float learning_rate, std::uint64_t, bool estimate) override {
     if (!device_) device_.emplace(collectives, master_, optimizer_->state());
     kernels& k = collectives.stream();
-    const wire_precision wire = precision_.of(estimate);
+    // Device rounds are never block-quantized, so both collectives travel alike.
+    const wire_precision wire = precision_.of(estimate).gradients;
     collectives.reduce_scatter(buffer, wire);
     const std::span<float> slice = buffer.subspan(own_.begin, own_.size());
     k.scale(slice, global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f);
@@ -183,9 +183,9 @@ public:
       optimizer_->restore(std::move(state));
     }
     rule_state snapshot = shard_state(*optimizer_, own_.begin);
-    if (precision_.real != wire_precision::fp32) snapshot.master = master_;
+    if (precision_.real.parameters != wire_precision::fp32) snapshot.master = master_;
     if (!residual_.empty()) {  // the own range (after settle: the sum over workers of what is owed)
-      snapshot.feedback = precision_name(precision_.real);
+      snapshot.feedback = precision_name(precision_.real.gradients);
       snapshot.residual.assign(residual_.begin() + static_cast<std::ptrdiff_t>(own_.begin),
                                residual_.begin() + static_cast<std::ptrdiff_t>(own_.end));
     }
@@ -242,17 +242,17 @@ private:
   // decoded copy and came as the initial parameters).
   void restore_feedback(const rule_state& resume, const std::string& owner) {
     if (!resume.residual.empty()) {
-      if (residual_.empty() || resume.feedback != precision_name(precision_.real))
+      if (residual_.empty() || resume.feedback != precision_name(precision_.real.gradients))
         throw std::invalid_argument("restored error-feedback residuals were written for wire precision " +
                                     resume.feedback + ", " + owner + " runs " +
-                                    std::string(precision_name(precision_.real)));
+                                    std::string(precision_name(precision_.real.gradients)));
       if (resume.residual.size() != own_.size())
         throw std::invalid_argument("restored error-feedback residuals hold " + std::to_string(resume.residual.size()) +
                                     " values, " + owner + "'s shard " + std::to_string(own_.size()));
       std::copy(resume.residual.begin(), resume.residual.end(),
                 residual_.begin() + static_cast<std::ptrdiff_t>(own_.begin));
     }
-    if (block_quantized(precision_.real) && !resume.master.empty()) {
+    if (block_quantized(precision_.real.parameters) && !resume.master.empty()) {
       if (resume.master.size() != own_.size())
         throw std::invalid_argument("restored master weights hold " + std::to_string(resume.master.size()) +
                                     " values, " + owner + "'s shard " + std::to_string(own_.size()));

@@ -17,9 +17,9 @@ namespace accord {
 // What a round's gradients and parameters travel as (transport/wire_precision.hpp). ACCO's
 // estimate rounds commit nothing and may travel with fewer bits than the real ones.
 struct round_precision {
-  wire_precision real = wire_precision::fp32;
-  wire_precision estimate = wire_precision::fp32;
-  wire_precision of(bool estimate_round) const { return estimate_round ? estimate : real; }
+  round_wires real;
+  round_wires estimate;
+  const round_wires& of(bool estimate_round) const { return estimate_round ? estimate : real; }
 };
 
 class update_rule {

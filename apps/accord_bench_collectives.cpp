@@ -30,7 +30,7 @@
 // seconds (user + system of every rank's process, medians) per byte of the buffer do not depend
 // on how busy the machine is, unlike bandwidths.
 //
-// --feedback-kernels instead times, on one core of this process, the CPU side of int8, fp8 and sign
+// --feedback-kernels instead times, on one core of this process, the CPU side of int8, fp8, fp4 and sign
 // real rounds with error feedback (transport/block_quantize.hpp) in ns per parameter: encoding
 // fused with the residual update (quantize_with_feedback), the all-gather's encoding of a change
 // (quantize_difference) and decoding fused with the accumulate (add_dequantized), at 1M and 16M
@@ -336,6 +336,7 @@ int run_feedback_kernels(int repetitions) {
     for (const std::size_t parameters : {std::size_t{1} << 20, std::size_t{16} << 20}) {
       time_feedback_kernels<int8_block>("int8", target, parameters, repetitions);
       time_feedback_kernels<fp8_block>("fp8", target, parameters, repetitions);
+      time_feedback_kernels<fp4_block>("fp4", target, parameters, repetitions);
       time_feedback_kernels<sign_block>("sign", target, parameters, repetitions);
     }
   }

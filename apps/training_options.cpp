@@ -247,15 +247,16 @@ void add_training_options(flag_sections& sections, const job_config& d) {
        "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited");
   sections.precision.add_options()
       ("wire-precision", po::value<std::string>()->default_value(d.wire_precision),
-       "what gradients and parameters travel as: fp32 | bf16 | fp16 | int8 | fp8 | sign (sums in fp32, fp32 "
-       "master weights and optimizer state; int8, fp8 and sign: blocks of 256 with error feedback, for ddp, "
-       "dpu, acco and lion on the ring; fp8 keeps small values' relative precision, which AdamW needs; "
-       "Distributed Lion's votes are 1 bit regardless)")
+       "what gradients and parameters travel as: fp32 | bf16 | fp16 | int8 | fp8 | fp4 | sign, or P,Q for "
+       "gradients P and parameters Q among the block codes (e.g. fp4,sign); sums in fp32, fp32 master weights "
+       "and optimizer state; int8, fp8, fp4 and sign: blocks of 256 with error feedback, for ddp, dpu, acco "
+       "and lion on the ring; fp8 and fp4 keep small values' relative precision, which AdamW needs; "
+       "Distributed Lion's votes are 1 bit regardless")
       ("estimate-precision", po::value<std::string>()->default_value(d.estimate_precision),
-       "ACCO's estimate rounds (they commit no state): fp32 | bf16 | fp16 | int8 | fp8 | sign (blocks of 256 "
-       "values with an fp32 scale each: int8 codes, 8-bit logarithmic codes, or 1-bit signs scaled by the "
-       "block's mean |x|; "
-       "parameters travel as the difference from the current ones) (empty: as --wire-precision)")
+       "ACCO's estimate rounds (they commit no state), as --wire-precision: fp32 | bf16 | fp16 | int8 | fp8 | "
+       "fp4 | sign or P,Q (blocks of 256 values with an fp32 scale each: int8 codes, 8- or 4-bit logarithmic "
+       "codes, or 1-bit signs scaled by the block's mean |x|; parameters travel as the difference from the "
+       "current ones) (empty: as --wire-precision)")
       ("compute-precision", po::value<std::string>()->default_value(d.compute_precision),
        "GPU workers' matrix products: fp32 | bf16 (bf16 operands, fp32 accumulation, fp32 master weights "
        "and gradients; --device cuda only)");
@@ -362,9 +363,9 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   job.min_lr_ratio = flags["min-lr-ratio"].as<float>();
   job.link = flags["link"].as<std::string>();
   job.wire_precision = flags["wire-precision"].as<std::string>();
-  parse_wire_precision(job.wire_precision, "--wire-precision");
+  parse_round_wires(job.wire_precision, "--wire-precision");
   job.estimate_precision = flags["estimate-precision"].as<std::string>();
-  if (!job.estimate_precision.empty()) parse_wire_precision(job.estimate_precision, "--estimate-precision");
+  if (!job.estimate_precision.empty()) parse_round_wires(job.estimate_precision, "--estimate-precision");
   job.compute_precision = flags["compute-precision"].as<std::string>();
   const compute_precision precision = parse_compute_precision(job.compute_precision, "--compute-precision");
   job.eval_interval = flags["eval-interval"].as<std::uint64_t>();

@@ -126,8 +126,8 @@ void make_topology_of(job_settings& s) {
   s.topo = make_topology(s.topology_name, s.topology_request);
   // Only ACCO's estimate rounds of a sharded optimizer send in the estimate precision.
   const bool sends_estimates = s.algo->pipe == pipeline::acco && s.algo->aggregate == aggregation::sharded_optimizer;
-  require(s.topo->group_size() == 1 || !sends_estimates || !block_quantized(s.precision.estimate),
-          "estimate precision: '" + std::string(precision_name(s.precision.estimate)) +
+  require(s.topo->group_size() == 1 || !sends_estimates || !block_quantized(s.precision.estimate.gradients),
+          "estimate precision: '" + round_wires_name(s.precision.estimate) +
               "' is not supported by the hierarchical topology, whose collectives take fp32|bf16|fp16");
 }
 
@@ -156,7 +156,7 @@ void start_from(job_plan& plan, const model& prototype, checkpoint c, const std:
   }
   plan.first_round = rounds_for_steps(plan.algo->pipe, r.steps);
   plan.data_position = r.data_position;
-  require_feedback_precision(r, precision_name(plan.precision.real), from);
+  require_feedback_precision(r, precision_name(plan.precision.real.gradients), from);
   plan.initial = r.feedback.empty() ? r.parameters : r.replica;  // error feedback: masters come with the shards
 }
 
@@ -184,10 +184,10 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.link = link_model::parse(config.link);
   const std::string& inter_link = config.topology_settings.inter_link;
   plan.inter_link = inter_link.empty() ? plan.link : link_model::parse(inter_link);
-  plan.precision.real = parse_wire_precision(config.wire_precision, "wire precision");
+  plan.precision.real = parse_round_wires(config.wire_precision, "wire precision");
   plan.precision.estimate = config.estimate_precision.empty()
                                 ? plan.precision.real
-                                : parse_wire_precision(config.estimate_precision, "estimate precision");
+                                : parse_round_wires(config.estimate_precision, "estimate precision");
   require_wire_precision(*plan.algo, plan.precision, config.topology);
   plan.compute = parse_compute_precision(config.compute_precision, "compute precision");
   require(plan.compute == compute_precision::fp32 || !prototype.memory().on_host(),

@@ -87,8 +87,9 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   compute->parameters = make_tensor(plan.initial, local.meter);
   // A resumed 16-bit job computes with the rounded copy of its masters, as it did before.
   // (With int8, fp8 or sign the replica itself was resumed: its masters are not a rounding of it.)
-  if (plan.resume && plan.algo->aggregate == aggregation::sharded_optimizer && !block_quantized(plan.precision.real))
-    round_to_wire(plan.precision.real, *compute->parameters);
+  if (plan.resume && plan.algo->aggregate == aggregation::sharded_optimizer &&
+      !block_quantized(plan.precision.real.parameters))
+    round_to_wire(plan.precision.real.parameters, *compute->parameters);
   compute->speed_factor = plan.speed_factor(rank);
   compute->app = spec.app;
   compute->resident = !spec.app && (plan.resident_on_host || !compute->net->memory().on_host());

@@ -420,13 +420,13 @@ TEST_CASE("ACCO with int8 and sign estimates trains on the quadratic, replicas a
   }
 }
 
-TEST_CASE("int8, fp8 and sign real rounds with error feedback keep replicas bit-identical over many rounds, also with unequal workers" *
+TEST_CASE("int8, fp8, fp4 and sign real rounds with error feedback keep replicas bit-identical over many rounds, also with unequal workers" *
           doctest::test_suite("pipeline")) {
   // As the fp32/bf16 test above: uncapped accumulation on an emulated link, so the micro-batch
   // counts differ between workers and rounds; the replica check runs after every round.
   const std::size_t width = 1500;
   for (const std::string algorithm : {"ddp", "dpu", "acco", "lion"})
-    for (const std::string precision : {"int8", "fp8", "sign"}) {
+    for (const std::string precision : {"int8", "fp8", "fp4", "sign", "fp4,sign"}) {
       CAPTURE(algorithm);
       CAPTURE(precision);
       const job_result result = run_uneven(algorithm, precision, 25, 5, width);
@@ -437,8 +437,13 @@ TEST_CASE("int8, fp8 and sign real rounds with error feedback keep replicas bit-
       // Per round each worker sends the records of the 2 other shards up and of its own to the 2
       // others (shards of 500: 2 records each, the second short); ACCO's estimate rounds travel
       // as the wire does (no --estimate-precision). Plus the totals' all-reduce (4 doubles).
-      const double record_bits = 8.0 * (precision == "sign" ? sizeof(sign_block) : sizeof(int8_block));
-      const double per_round = 2 * 2 * 2 * record_bits / width;
+      // "P,Q": gradients' records P, parameters' records Q.
+      const std::string gradients = precision.substr(0, precision.find(','));
+      const std::string parameters = precision.substr(precision.find(',') + 1);
+      const auto record_bits = [](const std::string& code) {
+        return 8.0 * (code == "sign" ? sizeof(sign_block) : code == "fp4" ? sizeof(fp4_block) : sizeof(int8_block));
+      };
+      const double per_round = 2 * 2 * (record_bits(gradients) + record_bits(parameters)) / width;
       const double rounds = algorithm == "acco" ? 2 : 1;
       CHECK(result.bits_per_parameter_per_step >= rounds * per_round);
       CHECK(result.bits_per_parameter_per_step <= rounds * (per_round + 0.3));
@@ -456,7 +461,7 @@ TEST_CASE("compressed rounds with error feedback train a short GPT run to within
   job.algorithm = "ddp";
   const job_result exact = run_small_gpt(job);
   for (const std::string algorithm : {"ddp", "acco"})
-    for (const std::string precision : {"int8", "fp8", "sign"}) {
+    for (const std::string precision : {"int8", "fp8", "fp4", "sign", "fp4,sign"}) {
       CAPTURE(algorithm);
       CAPTURE(precision);
       job.algorithm = algorithm;
@@ -524,11 +529,11 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   job.optimizer = "adamw";
   refused(job, "votes on Lion directions");
   job = sgd_job("acco", 2, 2);
-  job.wire_precision = "fp4";
-  refused(job, "wire precision: 'fp4' (expected fp32|bf16|fp16|int8|fp8|sign)");
+  job.wire_precision = "fp2";
+  refused(job, "wire precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign)");
   job = sgd_job("acco", 2, 2);
   job.estimate_precision = "int4";
-  refused(job, "estimate precision: 'int4' (expected fp32|bf16|fp16|int8|fp8|sign)");
+  refused(job, "estimate precision: 'int4' (expected fp32|bf16|fp16|int8|fp8|fp4|sign)");
   for (const char* algorithm : {"dlion-mavo", "dlion-avg", "acco-dlion"}) {
     job = sgd_job(algorithm, 2, 2);
     job.optimizer.clear();
@@ -665,7 +670,7 @@ TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint; versio
   refused(with_crc(forged), "the error-feedback residuals (sign) hold 4 values for 3 parameters");
   forged = whole;
   forged.replace(section + 4, 4, "int4");
-  refused(with_crc(forged), "unknown error-feedback precision 'int4' (expected int8|fp8|sign)");
+  refused(with_crc(forged), "unknown error-feedback precision 'int4' (expected int8|fp8|fp4|sign)");
 
   // Version 2: the same file without the section (and version 2 in its header).
   c.feedback.clear();
@@ -881,14 +886,14 @@ TEST_CASE("with a 16-bit wire a checkpoint holds the fp32 master weights and res
   CHECK(run_job(net, data, data, job).parameters == uninterrupted.parameters);
 }
 
-TEST_CASE("with int8, fp8 or sign on the wire a checkpoint holds the residuals, masters and replica, and resumes bit-identically" *
+TEST_CASE("with int8, fp8, fp4 or sign on the wire a checkpoint holds the residuals, masters and replica, and resumes bit-identically" *
           doctest::test_suite("pipeline")) {
   // A snapshot folds each worker's residuals into their ranges' owners (docs/algorithms.md), so
   // the run to compare with writes its checkpoints at the same steps.
   const std::size_t width = 700;
   quadratic net(width);
   auto data = std::make_shared<waves>(width);
-  for (const std::string precision : {"int8", "fp8", "sign"}) {
+  for (const std::string precision : {"int8", "fp8", "fp4", "sign"}) {
     CAPTURE(precision);
     job_config job = adamw_ddp_job();
     job.wire_precision = precision;

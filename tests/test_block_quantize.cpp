@@ -164,6 +164,7 @@ TEST_CASE("error feedback, fused: a record decodes to scale·x + e minus the new
     };
     check_code(int8_block{});
     check_code(fp8_block{});
+    check_code(fp4_block{});
     check_code(sign_block{});
   }
 }
@@ -186,6 +187,7 @@ TEST_CASE("quantize_difference encodes values − base as quantize of the writte
     };
     check_code(int8_block{});
     check_code(fp8_block{});
+    check_code(fp4_block{});
     check_code(sign_block{});
   }
 }
@@ -213,17 +215,19 @@ TEST_CASE("with error feedback the sum of decoded vectors stays within one resid
       worst = std::max(worst, std::fabs(decoded_sum[i] - static_cast<double>(rounds) * g[i]));
     return worst;
   };
-  for (const std::string code : {"int8", "fp8", "sign"}) {
+  for (const std::string code : {"int8", "fp8", "fp4", "sign"}) {
     CAPTURE(code);
     const bool sign = code == "sign";
     const auto gap = [&](bool feedback, int rounds) {
-      return sign ? largest_gap(sign_block{}, feedback, rounds)
-                  : code == "fp8" ? largest_gap(fp8_block{}, feedback, rounds) : largest_gap(int8_block{}, feedback, rounds);
+      return sign             ? largest_gap(sign_block{}, feedback, rounds)
+             : code == "fp8" ? largest_gap(fp8_block{}, feedback, rounds)
+             : code == "fp4" ? largest_gap(fp4_block{}, feedback, rounds)
+                             : largest_gap(int8_block{}, feedback, rounds);
     };
-    // The largest error of one record: int8 half a step, fp8 2^-4 of the value, sign up to the
-    // block's largest |x|. The residual of scaled signs settles at a few of those (it is bounded,
-    // not one record's error).
-    const double one_round = sign ? 0.13 : code == "fp8" ? 0.13 / 16 * 1.01 : 0.13 / 254 * 1.01;
+    // The largest error of one record: int8 half a step, fp8 2^-4 of the value, fp4 a third of
+    // it, sign up to the block's largest |x|. The residual of scaled signs settles at a few of
+    // those (it is bounded, not one record's error).
+    const double one_round = sign ? 0.13 : code == "fp8" ? 0.13 / 16 * 1.01 : code == "fp4" ? 0.13 / 3 * 1.01 : 0.13 / 254 * 1.01;
     const double with_50 = gap(true, 50), with_1000 = gap(true, 1000);
     const double without_50 = gap(false, 50), without_1000 = gap(false, 1000);
     MESSAGE(code << ": gap after 50 / 1000 rounds with feedback " << with_50 << " / " << with_1000
@@ -271,6 +275,51 @@ TEST_CASE("fp8 blocks: every value within 2^-4 of itself, relative, down to 2^-1
   CHECK(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.f; }));
 }
 
+TEST_CASE("fp4 blocks: every value the nearest power of two times the block's largest, from 2^-6 up; zero below") {
+  for (std::size_t count : {1ul, 255ul, 256ul, 257ul, 1000ul}) {
+    CAPTURE(count);
+    std::vector<float> values = sample(count);
+    // Magnitudes over 10 octaves inside each block, both signs, mantissas on either side of 1.5.
+    for (std::size_t i = 0; i < count; ++i)
+      values[i] = std::ldexp(values[i] < 0 ? -1.f : 1.f, -static_cast<int>(i % 10)) * (1.f + static_cast<float>(i % 7) / 7);
+    const std::vector<float> decoded = round_trip<fp4_block>(values);
+    for (std::size_t first = 0; first < count; first += quantization_block) {
+      const std::span<const float> block(values.data() + first, std::min(quantization_block, count - first));
+      const float largest = largest_magnitude(block);
+      for (std::size_t i = 0; i < block.size(); ++i) {
+        CAPTURE(first + i);
+        const float x = block[i], y = decoded[first + i];
+        const float ratio = std::fabs(x) / largest;  // exact enough: the codes round at 1.5·2^k
+        if (ratio < 0x1.8p-7f) {
+          CHECK(y == 0.f);
+          continue;
+        }
+        // The power of two nearest to the ratio (up from 1.5·2^k), at most 1.
+        int exponent;
+        const float mantissa = std::frexp(ratio, &exponent);  // ratio = mantissa·2^exponent, mantissa in [0.5, 1)
+        const float power = std::ldexp(1.f, std::min(mantissa >= 0.75f ? exponent : exponent - 1, 0));
+        CHECK(y == doctest::Approx(std::copysign(power * largest, x)).epsilon(1e-6));
+      }
+    }
+  }
+  // Two codes a byte: the high half of each byte carries the odd value.
+  std::vector<float> values(256, 0.f);
+  values[0] = 1.f, values[1] = -0.5f, values[255] = 0.25f;
+  std::vector<fp4_block> record(1);
+  quantize(values, std::span<fp4_block>(record));
+  CHECK(record[0].scale == 1.f);
+  CHECK(record[0].codes[0] == (7 | (6 | 8) << 4));
+  CHECK(record[0].codes[127] == (5 << 4));
+  // Non-finite values decode as a NaN block; an all-zero block as zeros.
+  values.assign(300, 0.5f);
+  values[3] = -std::numeric_limits<float>::infinity();
+  const std::vector<float> decoded = round_trip<fp4_block>(values);
+  CHECK(std::all_of(decoded.begin(), decoded.begin() + 256, [](float v) { return std::isnan(v); }));
+  CHECK(std::all_of(decoded.begin() + 256, decoded.end(), [](float v) { return v == 0.5f; }));
+  const std::vector<float> zeros = round_trip<fp4_block>(std::vector<float>(100, 0.f));
+  CHECK(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.f; }));
+}
+
 TEST_CASE("the AVX2 kernels and the baseline ones compute the same bits") {
   // Replicas on machines with and without AVX2 must decode records alike, and encode alike.
   constexpr std::size_t count = 5000;
@@ -303,11 +352,14 @@ TEST_CASE("the AVX2 kernels and the baseline ones compute the same bits") {
   const bool avx2 = force_baseline_kernels(false);
   const std::string where = avx2 ? "run here" : "are not available here: the comparison is trivial";
   MESSAGE("AVX2 kernels " << where);
-  const auto fast_int8 = run(int8_block{}), fast_fp8 = run(fp8_block{}), fast_sign = run(sign_block{});
+  const auto fast_int8 = run(int8_block{}), fast_fp8 = run(fp8_block{}), fast_fp4 = run(fp4_block{}),
+             fast_sign = run(sign_block{});
   force_baseline_kernels(true);
-  const auto slow_int8 = run(int8_block{}), slow_fp8 = run(fp8_block{}), slow_sign = run(sign_block{});
+  const auto slow_int8 = run(int8_block{}), slow_fp8 = run(fp8_block{}), slow_fp4 = run(fp4_block{}),
+             slow_sign = run(sign_block{});
   force_baseline_kernels(false);
   CHECK(fast_int8 == slow_int8);
   CHECK(fast_fp8 == slow_fp8);
+  CHECK(fast_fp4 == slow_fp4);
   CHECK(fast_sign == slow_sign);
 }

@@ -911,9 +911,11 @@ void check_error_feedback_code(const transport_factory& make, wire_precision pre
 inline void check_block_quantized(const transport_factory& make) {
   check_block_quantized_code<int8_block>(make, wire_precision::int8);
   check_block_quantized_code<fp8_block>(make, wire_precision::fp8);
+  check_block_quantized_code<fp4_block>(make, wire_precision::fp4);
   check_block_quantized_code<sign_block>(make, wire_precision::sign);
   check_error_feedback_code<int8_block>(make, wire_precision::int8);
   check_error_feedback_code<fp8_block>(make, wire_precision::fp8);
+  check_error_feedback_code<fp4_block>(make, wire_precision::fp4);
   check_error_feedback_code<sign_block>(make, wire_precision::sign);
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// Block quantization (`--estimate-precision int8|fp8|sign` for ACCO's estimate rounds,
-// `--wire-precision int8|fp8|sign` for real rounds with error feedback): values in blocks of 256,
+// Block quantization (`--estimate-precision int8|fp8|fp4|sign` for ACCO's estimate rounds,
+// `--wire-precision int8|fp8|fp4|sign` for real rounds with error feedback): values in blocks of 256,
 // each block one fp32 scale plus a code per value.
 // - int8: scale = max|x| / 127, code = x / scale rounded to nearest (ties to even), in [-127, 127].
 //   A block whose largest magnitude is below the smallest normal float is sent as zeros.
@@ -9,6 +9,10 @@
 //   every value within 2^-4 of itself (relative) down to 2^-16 of the block's largest; smaller
 //   ones travel as zero. Same 8.125 bits per value as int8, but small values keep their relative
 //   precision, which Adam's per-value normalisation needs (docs/algorithms.md).
+// - fp4: scale = max|x|, each code a sign bit and 3 bits: |x| / scale rounded to the nearest
+//   power of two from 2^-6 to 1, smaller ones zero; two codes a byte, 4.125 bits per value. Every
+//   value from 2^-6.4 of the block's largest up arrives within a factor 1.5 of itself (error
+//   feedback carries the rest), so Adam's second moment still sees every coordinate each round.
 // - sign: scale = mean |x| of the block, one bit per value (set: negative); decodes to ±scale.
 // A block holding any non-finite value gets a NaN scale and decodes as all-NaN: quantization
 // never hides a NaN or an infinity. The last block of a span may be short; its record still
@@ -33,6 +37,11 @@ struct fp8_block {
   std::uint8_t codes[quantization_block];  // bit 7: negative; bits 0-6: 0 (zero) or the magnitude's code
 };
 
+struct fp4_block {
+  float scale;
+  std::uint8_t codes[quantization_block / 2];  // value 2j: low 4 bits of byte j, 2j + 1: high 4 bits
+};
+
 struct sign_block {
   float scale;
   std::uint32_t signs[quantization_block / 32];  // value i is bit i%32 of word i/32, LSB first
@@ -40,6 +49,7 @@ struct sign_block {
 
 static_assert(sizeof(int8_block) == 4 + quantization_block, "int8 records travel unpadded");
 static_assert(sizeof(fp8_block) == 4 + quantization_block, "fp8 records travel unpadded");
+static_assert(sizeof(fp4_block) == 4 + quantization_block / 2, "fp4 records travel unpadded");
 static_assert(sizeof(sign_block) == 4 + quantization_block / 8, "sign records travel unpadded");
 
 // Records needed for `count` values.
@@ -50,12 +60,14 @@ inline std::size_t quantized_blocks(std::size_t count) {
 // `blocks` must hold quantized_blocks(values.size()) records (std::invalid_argument otherwise).
 void quantize(std::span<const float> values, std::span<int8_block> blocks);
 void quantize(std::span<const float> values, std::span<fp8_block> blocks);
+void quantize(std::span<const float> values, std::span<fp4_block> blocks);
 void quantize(std::span<const float> values, std::span<sign_block> blocks);
 
 // out[i] = base[i] + the decoded value i. `base` and `out` may be the same span (sums +=
 // decoded); both hold as many values as were quantized.
 void add_dequantized(std::span<const int8_block> blocks, std::span<const float> base, std::span<float> out);
 void add_dequantized(std::span<const fp8_block> blocks, std::span<const float> base, std::span<float> out);
+void add_dequantized(std::span<const fp4_block> blocks, std::span<const float> base, std::span<float> out);
 void add_dequantized(std::span<const sign_block> blocks, std::span<const float> base, std::span<float> out);
 
 // Error feedback, fused (one pass over the fp32 data; each block is built in a 256-float local
@@ -68,12 +80,15 @@ void quantize_with_feedback(std::span<const float> values, float scale, std::spa
 void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
                             std::span<fp8_block> blocks, bool commit = true);
 void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<fp4_block> blocks, bool commit = true);
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
                             std::span<sign_block> blocks, bool commit = true);
 
 // Encodes values − base (a parameter change from what every rank holds), fused: no difference
 // is written anywhere.
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<int8_block> blocks);
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<fp8_block> blocks);
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<fp4_block> blocks);
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign_block> blocks);
 
 // The kernels come compiled twice, for the baseline target and (x86-64) for AVX2, picked at run
