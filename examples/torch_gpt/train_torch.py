@@ -68,6 +68,18 @@ def join_group():
     return dist.get_rank(), dist.get_world_size()
 
 
+def bucketing(model, args):
+    """DDP's bucket settings: torch's defaults, but one bucket for PowerSGD. torch 1.13's PowerSGD
+    hook launches its P and Q all-reduces from gloo's threads, where with several buckets they
+    interleave with the next bucket's in an order that differs between ranks (4 ranks: gloo
+    fails "op.preamble.length <= op.nbytes"); DDP's first bucket (1 MiB) is sized apart."""
+    if args.hook != "powersgd":
+        return {}
+    megabytes = 2 * sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20 + 1
+    dist._DEFAULT_FIRST_BUCKET_BYTES = int(megabytes * 2**20)
+    return {"bucket_cap_mb": megabytes}
+
+
 def register_hook(model, args):
     if args.hook == "fp16":
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -83,7 +95,7 @@ def main():
     rank, workers = join_group()
     corpus = gpt.Corpus(args.data, args.context, args.seed)
     model = gpt.model_of(args)
-    replicated = DistributedDataParallel(model)  # broadcasts rank 0's parameters (the same already)
+    replicated = DistributedDataParallel(model, **bucketing(model, args))  # broadcasts rank 0's parameters
     register_hook(replicated, args)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.95), eps=1e-8,
                                   weight_decay=args.weight_decay)
