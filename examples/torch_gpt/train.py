@@ -70,9 +70,10 @@ def main():
         if step.eval_loss >= 0:
             print(f"step {step.step:4d}/{args.steps} | loss {step.train_loss:.4f} | eval {step.eval_loss:.4f} | "
                   f"{step.seconds:.1f} s", flush=True)
-    print(f"{args.algo}: final held-out loss {result.final_eval_loss:.4f} after {len(result.steps)} steps, "
-          f"{result.seconds:.1f} s, {result.bits_per_parameter_per_step:.1f} bits/param/step, "
-          f"replicas identical: {result.replicas_identical}")
+    if result.steps:
+        print(f"{args.algo}: final held-out loss {result.final_eval_loss:.4f} after {len(result.steps)} steps, "
+              f"{result.seconds:.1f} s, {result.bits_per_parameter_per_step:.1f} bits/param/step, "
+              f"replicas identical: {result.replicas_identical}")
     return 0
 
 

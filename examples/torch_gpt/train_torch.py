@@ -1,8 +1,9 @@
 """examples/torch_gpt's GPT trained with torch's DistributedDataParallel over gloo: the baseline
 that train.py (the same model and data with accord.torch) is compared with. One process per rank
-under torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or alone as a group of one:
+under accord-launch or torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or alone as a group
+of one:
 
-    torchrun --nproc_per_node 2 examples/torch_gpt/train_torch.py --hook fp16
+    build/apps/accord-launch -n 2 -- /usr/bin/python3 examples/torch_gpt/train_torch.py --hook fp16
 
 The gradients all-reduce plain (fp32), through torch's fp16_compress_hook, or through its
 PowerSGD hook (low-rank, with error feedback, after a warm-up of plain rounds). AdamW, warm-up
