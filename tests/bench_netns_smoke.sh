@@ -6,13 +6,7 @@
 set -eu
 source_dir=$1 build_dir=$2
 probe=accbp$$
-ip netns add "$probe" 2>/dev/null || { echo "skipped: cannot create network namespaces here"; exit 77; }
-ip netns del "$probe"
-ip link add "$probe" type veth peer name "${probe}p" 2>/dev/null || { echo "skipped: cannot create veth pairs here"; exit 77; }
-shaped=0
-tc qdisc add dev "$probe" root tbf rate 100mbit burst 64kb latency 200ms 2>/dev/null && shaped=1
-ip link del "$probe"
-[ "$shaped" = 1 ] || { echo "skipped: tc's token bucket (tbf) is not available here"; exit 77; }
+. "$source_dir/tests/netns_probe.sh"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$source_dir/scripts/bench-netns" --workers 2 --rate 200mbit --steps 2 --eval-interval 1 --repetitions 1 \

@@ -1,0 +1,81 @@
+"""examples/torch_gpt's GPT trained with accord.torch (ACCO by default): the same model, data,
+optimizer settings and seeds as train_torch.py, its torch DistributedDataParallel twin. One
+worker per process under accord-launch or torchrun, over UCX:
+
+    PYTHONPATH=build/python build/apps/accord-launch -n 2 -- /usr/bin/python3 examples/torch_gpt/train.py
+
+Alone (no RANK in the environment) it trains --workers replicas on threads of this process.
+Evaluations are deferred to after the last round (accord's defer_evaluation), so the clock (the
+metrics' "seconds") holds training only.
+"""
+import argparse
+import os
+import sys
+
+import accord
+
+accord.require("torch")
+import accord.torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt  # noqa: E402
+
+
+def parse_arguments():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    gpt.add_arguments(parser)
+    parser.add_argument("--algo", default="acco", help="accord's algorithm (ddp, acco, ...; accord-train's --algo)")
+    parser.add_argument("--max-accumulation", type=int, default=0,
+                        help="overlapped algorithms: at most this many micro-batches per stage (0: no cap)")
+    parser.add_argument("--estimate-accumulation", type=int, default=0,
+                        help="ACCO: micro-batches while an estimate round flies (0: as --accumulation)")
+    parser.add_argument("--wire-precision", default="fp32", help="fp32 | bf16 | fp16 | int8 | fp8 | sign")
+    parser.add_argument("--estimate-precision", default="", help="ACCO's estimate rounds (empty: as --wire-precision)")
+    parser.add_argument("--workers", type=int, default=2, help="replicas on threads when alone (no RANK)")
+    args = parser.parse_args()
+    gpt.check_arguments(parser, args)
+    if args.max_accumulation < 0 or args.estimate_accumulation < 0:
+        parser.error("--max-accumulation and --estimate-accumulation must be at least 0")
+    if args.warmup_steps >= args.steps:
+        parser.error(f"--warmup-steps {args.warmup_steps}: accord's cosine schedule needs it below --steps {args.steps}")
+    return args
+
+
+def main():
+    args = parse_arguments()
+    gpt.use_share_of_cores()
+    corpus = gpt.Corpus(args.data, args.context, args.seed)
+    tokens, targets = corpus.evaluation_set(args.eval_windows)
+    model = gpt.model_of(args)
+    sent = gpt.SentCounter(args.count_sent)
+
+    def loss_fn(net, request):
+        sent.start()
+        return gpt.loss_of(net, *corpus.micro_batch(request.first_position, request.examples))
+
+    def evaluate(net):
+        return gpt.loss_of(net, tokens, targets).item()
+
+    launched = accord.process_group() is not None
+    result = accord.torch.train(
+        model, loss_fn, evaluate=evaluate, algorithm=args.algo, steps=args.steps, micro_batch=args.micro_batch,
+        accumulation=args.accumulation, max_accumulation=args.max_accumulation,
+        estimate_accumulation=args.estimate_accumulation, wire_precision=args.wire_precision,
+        estimate_precision=args.estimate_precision, learning_rate=args.learning_rate, beta1=0.9, beta2=0.95,
+        epsilon=1e-8, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, min_lr_ratio=0.1,
+        max_gradient_norm=args.max_gradient_norm, eval_interval=args.eval_interval, defer_evaluation=True,
+        metrics_path=args.metrics, seed=args.seed, **({} if launched else {"workers": args.workers}))
+    sent.write(args.steps)  # result.steps: rank 0 has them, the other ranks none
+    for step in result.steps:
+        if step.eval_loss >= 0:
+            print(f"step {step.step:4d}/{args.steps} | loss {step.train_loss:.4f} | eval {step.eval_loss:.4f} | "
+                  f"{step.seconds:.1f} s", flush=True)
+    if result.steps:
+        print(f"{args.algo}: final held-out loss {result.final_eval_loss:.4f} after {len(result.steps)} steps, "
+              f"{result.seconds:.1f} s, {result.bits_per_parameter_per_step:.1f} bits/param/step, "
+              f"replicas identical: {result.replicas_identical}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
