@@ -43,6 +43,21 @@ float largest_magnitude(std::span<const float> block) {
   return largest;
 }
 
+// A block holding an infinity (either sign) decodes as all-NaN, the next block is untouched, and
+// an all-zero block decodes as zeros: the logarithmic codes' scale is the block's largest |x|.
+template <class Block>
+void check_non_finite_and_zero_blocks() {
+  for (const float infinity : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> values(300, 0.5f);
+    values[3] = infinity;
+    const std::vector<float> decoded = round_trip<Block>(values);
+    CHECK(std::all_of(decoded.begin(), decoded.begin() + 256, [](float v) { return std::isnan(v); }));
+    CHECK(std::all_of(decoded.begin() + 256, decoded.end(), [](float v) { return v == 0.5f; }));
+  }
+  const std::vector<float> zeros = round_trip<Block>(std::vector<float>(100, 0.f));
+  CHECK(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.f; }));
+}
+
 }  // namespace
 
 TEST_CASE("int8 blocks: every value within half a step (max|x|/127 / 2) of its block") {
@@ -265,14 +280,7 @@ TEST_CASE("fp8 blocks: every value within 2^-4 of itself, relative, down to 2^-1
       CHECK(decoded[first + static_cast<std::size_t>(at - block.begin())] == doctest::Approx(*at).epsilon(1e-6));
     }
   }
-  // Non-finite values decode as NaN blocks; an all-zero block as zeros.
-  std::vector<float> values(300, 0.5f);
-  values[3] = std::numeric_limits<float>::infinity();
-  const std::vector<float> decoded = round_trip<fp8_block>(values);
-  CHECK(std::all_of(decoded.begin(), decoded.begin() + 256, [](float v) { return std::isnan(v); }));
-  CHECK(std::all_of(decoded.begin() + 256, decoded.end(), [](float v) { return v == 0.5f; }));
-  const std::vector<float> zeros = round_trip<fp8_block>(std::vector<float>(100, 0.f));
-  CHECK(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.f; }));
+  check_non_finite_and_zero_blocks<fp8_block>();
 }
 
 TEST_CASE("fp4 blocks: every value the nearest power of two times the block's largest, from 2^-6 up; zero below") {
@@ -310,14 +318,7 @@ TEST_CASE("fp4 blocks: every value the nearest power of two times the block's la
   CHECK(record[0].scale == 1.f);
   CHECK(record[0].codes[0] == (7 | (6 | 8) << 4));
   CHECK(record[0].codes[127] == (5 << 4));
-  // Non-finite values decode as a NaN block; an all-zero block as zeros.
-  values.assign(300, 0.5f);
-  values[3] = -std::numeric_limits<float>::infinity();
-  const std::vector<float> decoded = round_trip<fp4_block>(values);
-  CHECK(std::all_of(decoded.begin(), decoded.begin() + 256, [](float v) { return std::isnan(v); }));
-  CHECK(std::all_of(decoded.begin() + 256, decoded.end(), [](float v) { return v == 0.5f; }));
-  const std::vector<float> zeros = round_trip<fp4_block>(std::vector<float>(100, 0.f));
-  CHECK(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.f; }));
+  check_non_finite_and_zero_blocks<fp4_block>();
 }
 
 TEST_CASE("the AVX2 kernels and the baseline ones compute the same bits") {
