@@ -124,7 +124,7 @@ membership_replay replay_of(const std::vector<membership_record>& records, const
   if (replay.workers != workers)
     fail(0, "the log is of a job of " + std::to_string(replay.workers) + " workers, this one has " +
                 std::to_string(workers));
-  std::uint64_t last_epoch = 1;
+  std::uint64_t last_epoch = 0;
   for (std::size_t i = 1; i < records.size(); ++i) {
     const membership_record& r = records[i];
     if (r.event == "job") fail(i, "a second \"job\" line");
@@ -138,7 +138,8 @@ membership_replay replay_of(const std::vector<membership_record>& records, const
     // An epoch restarting from an earlier step undoes the changes after it.
     while (!replay.changes.empty() && replay.changes.back().step >= r.step) replay.changes.pop_back();
     const int current = replay.changes.empty() ? replay.workers : replay.changes.back().workers;
-    if (r.step == 0) {  // re-formed before any step was kept: the job starts with this set
+    // The first epoch, or one re-formed before any step was kept: the job starts with this set.
+    if (r.epoch == 1 || r.step == 0) {
       replay.workers = r.workers;
       continue;
     }
