@@ -2,7 +2,9 @@
 #include <doctest/doctest.h>
 
 #include "cluster/membership_log.hpp"
+#include "quadratic_model.hpp"
 
+#include <cstdio>
 #include <stdexcept>
 
 using namespace accord;
@@ -98,4 +100,30 @@ TEST_CASE("a log that does not fit the job, or is not a log, is one line naming 
                  "{\"event\":\"epoch\",\"epoch\":2,\"step\":9,\"workers\":2}\n") ==
         "churn.log:3: epoch 2 comes after epoch 3");
   CHECK(error_of("[1,2]\n") == "churn.log:1: not a membership event (not a JSON object)");
+}
+
+TEST_CASE("a job in one process records its scripted changes; their replay is the same job, bit for bit") {
+  const std::string path = "membership_log_in_process.log";
+  std::remove(path.c_str());
+  job_config job;
+  job.algorithm = "acco";
+  job.workers = 4;
+  job.steps = 10;
+  job.micro_batch = 2;
+  job.max_accumulation = 1;
+  job.eval_examples = 3;
+  job.membership = {{2, 3, false}, {4, 5, false}, {7, 2, true}};
+  job.membership_log = path;
+  const job_result recorded = testing::run_quadratic(job);
+  const membership_replay replay = replay_of(read_membership_log(path), path, job.workers, job.steps);
+  CHECK(replay.workers == 4);
+  REQUIRE(replay.changes.size() == job.membership.size());
+  for (std::size_t i = 0; i < replay.changes.size(); ++i) {
+    CHECK(replay.changes[i].step == job.membership[i].step);
+    CHECK(replay.changes[i].workers == job.membership[i].workers);
+    CHECK(replay.changes[i].crash == job.membership[i].crash);
+  }
+  job.membership = replay.changes;
+  job.membership_log.clear();
+  CHECK(testing::run_quadratic(job).parameters == recorded.parameters);
 }
