@@ -8,6 +8,7 @@
 #include "actors/membership_actor.hpp"
 #include "job/asynchronous_setup.hpp"
 #include "cluster/fingerprint.hpp"
+#include "cluster/membership_log.hpp"
 #include "job/scope_exit.hpp"
 #include "observe/trace.hpp"
 #include "cluster/rendezvous.hpp"
@@ -310,11 +311,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       if (!origin.membership_log_path.empty()) {
         // Shared with the membership actor, which an abandoned system never stops.
         auto log = std::make_shared<membership_log_writer>(origin.membership_log_path);
-        membership_record job;
-        job.event = "job";
-        job.workers = group.world_size;
-        job.step = origin.steps;
-        log->write(job);
+        log->write({.event = "job", .step = origin.steps, .workers = group.world_size});
         setup.on_record = [log](const membership_record& r) { log->write(r); };
       }
       auto steps_done = std::make_shared<std::atomic<std::uint64_t>>(setup.origin_steps);
