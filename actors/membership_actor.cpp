@@ -87,14 +87,7 @@ std::uint64_t steps_done(const membership_state& s) {
 // record for the membership log and the metrics file.
 void report_member(self_pointer self, const member& m, const std::string& what, const std::string& cause) {
   auto& s = self->state;
-  membership_record r;
-  r.event = what;
-  r.epoch = s.epoch;
-  r.step = steps_done(s);
-  r.rank = m.initial_rank;
-  r.host = m.host;
-  r.role = m.role();
-  r.cause = cause;
+  const membership_record r = member_record(what, s.epoch, steps_done(s), m.initial_rank, m.host, m.role(), cause);
   record(self, r);
   s.metrics_events.push_back(to_json_line(r));
   const std::string line = "membership: " + m.name() + ", " + r.role + ", " + what + " at step " +
@@ -312,13 +305,7 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
   spec.metrics_events = std::move(s.metrics_events);
   s.metrics_events.clear();
   s.epoch_start = spec.start_steps;
-  membership_record formed;
-  formed.event = "epoch";
-  formed.epoch = s.epoch;
-  formed.step = spec.start_steps;
-  formed.workers = s.epoch_workers;
-  formed.after_loss = s.lost_since_epoch;
-  record(self, formed);
+  record(self, epoch_record(s.epoch, spec.start_steps, s.epoch_workers, s.lost_since_epoch));
   s.lost_since_epoch = false;
   // Steps after the restart point are redone: drop them from the merged metrics.
   auto& steps = s.setup.result->steps;
@@ -599,13 +586,8 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         self->monitor(agent);
         if (s.detector && m.remote) s.detector->heard(m.id, std::chrono::steady_clock::now());
         if (hello.rank < 0) {
-          membership_record joined;
-          joined.event = "joined";
-          joined.epoch = s.epoch;
-          joined.step = steps_done(s);
-          joined.host = m.host;
-          joined.role = m.role();
-          joined.cause = "said hello as a joiner";
+          const membership_record joined =
+              member_record("joined", s.epoch, steps_done(s), -1, m.host, m.role(), "said hello as a joiner");
           record(self, joined);
           s.metrics_events.push_back(to_json_line(joined));
         }

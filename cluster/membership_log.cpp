@@ -67,6 +67,37 @@ membership_record record_of(const nlohmann::json& object) {
 
 }  // namespace
 
+membership_record job_record(int workers, std::uint64_t steps) {
+  membership_record r;
+  r.event = "job";
+  r.workers = workers;
+  r.step = steps;
+  return r;
+}
+
+membership_record epoch_record(std::uint64_t epoch, std::uint64_t start_step, int workers, bool after_loss) {
+  membership_record r;
+  r.event = "epoch";
+  r.epoch = epoch;
+  r.step = start_step;
+  r.workers = workers;
+  r.after_loss = after_loss;
+  return r;
+}
+
+membership_record member_record(std::string event, std::uint64_t epoch, std::uint64_t step, int rank, std::string host,
+                                std::string role, std::string cause) {
+  membership_record r;
+  r.event = std::move(event);
+  r.epoch = epoch;
+  r.step = step;
+  r.rank = rank;
+  r.host = std::move(host);
+  r.role = std::move(role);
+  r.cause = std::move(cause);
+  return r;
+}
+
 std::string to_json_line(const membership_record& r) {
   nlohmann::ordered_json line;
   line["event"] = r.event;

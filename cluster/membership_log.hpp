@@ -35,6 +35,12 @@ struct membership_record {
   int line = 0;  // the log's line it was read from (0: not read from a log)
 };
 
+membership_record job_record(int workers, std::uint64_t steps);
+membership_record epoch_record(std::uint64_t epoch, std::uint64_t start_step, int workers, bool after_loss);
+// lost, left or joined
+membership_record member_record(std::string event, std::uint64_t epoch, std::uint64_t step, int rank, std::string host,
+                                std::string role, std::string cause);
+
 std::string to_json_line(const membership_record& record);
 
 // The records of `text` (a log's content); a line that is not one throws std::invalid_argument

@@ -311,7 +311,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       if (!origin.membership_log_path.empty()) {
         // Shared with the membership actor, which an abandoned system never stops.
         auto log = std::make_shared<membership_log_writer>(origin.membership_log_path);
-        log->write({.event = "job", .step = origin.steps, .workers = group.world_size});
+        log->write(job_record(group.world_size, origin.steps));
         setup.on_record = [log](const membership_record& r) { log->write(r); };
       }
       auto steps_done = std::make_shared<std::atomic<std::uint64_t>>(setup.origin_steps);

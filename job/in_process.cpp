@@ -23,17 +23,15 @@ namespace {
 // them: an epoch per worker set, a crash as the loss of the last rank.
 void record_membership(const job_plan& plan) {
   membership_log_writer log(plan.membership_log_path);
-  log.write({.event = "job", .step = plan.steps, .workers = plan.workers});
+  log.write(job_record(plan.workers, plan.steps));
   const std::uint64_t start = plan.resume ? plan.resume->steps : 0;
-  log.write({.event = "epoch", .epoch = 1, .step = start, .workers = plan.workers});
+  log.write(epoch_record(1, start, plan.workers, false));
   int workers = plan.workers;
   std::uint64_t epoch = 1;
   for (const membership_change& change : plan.membership) {
     if (change.crash)
-      log.write({.event = "lost", .epoch = epoch, .step = change.step, .rank = workers - 1, .host = "this process",
-                 .role = "worker", .cause = "crashed (scripted)"});
-    log.write({.event = "epoch", .epoch = ++epoch, .step = change.step, .workers = change.workers,
-               .after_loss = change.crash});
+      log.write(member_record("lost", epoch, change.step, workers - 1, "this process", "worker", "crashed (scripted)"));
+    log.write(epoch_record(++epoch, change.step, change.workers, change.crash));
     workers = change.workers;
   }
 }
