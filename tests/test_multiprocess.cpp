@@ -525,6 +525,7 @@ void check_churned(const churned_job& churned) {
 // `flags` (workers were fewer for a while, fewer tokens per step, so it may lag a little).
 void check_loss_as_undisturbed(const std::string& flags, const run_output& churned, const std::string& what) {
   const run_output undisturbed = run(elastic_launch + "-n 4 -- " + train + flags);
+  INFO(undisturbed.text);
   REQUIRE(undisturbed.status == 0);
   MESSAGE(what << ": final eval loss " << final_eval_loss(churned.text) << " with churn, "
                << final_eval_loss(undisturbed.text) << " undisturbed");
