@@ -33,11 +33,13 @@ duration heartbeat_detector::threshold_of(const std::deque<duration>& gaps) cons
 void heartbeat_detector::heard(std::uint64_t member, clock::time_point at) {
   auto [entry, first] = members_.try_emplace(member);
   watched& w = entry->second;
-  if (!first && at > w.last) {
+  if (!first && at <= w.last) return;
+  if (!first) {
     w.gaps.push_back(at - w.last);
     if (w.gaps.size() > settings_.window) w.gaps.pop_front();
   }
-  if (first || at > w.last) w.last = at;
+  w.last = at;
+  w.stalled = {};
   w.threshold = threshold_of(w.gaps);
 }
 
@@ -47,12 +49,12 @@ std::vector<heartbeat_detector::suspicion> heartbeat_detector::check(clock::time
   if (last_check_ && now - *last_check_ > 2 * settings_.check_interval) {
     // This process did not check for a while: the time beyond the usual spacing is its own stall.
     const duration stall = now - *last_check_ - settings_.check_interval;
-    for (auto& [member, w] : members_) w.last += stall;
+    for (auto& [member, w] : members_) w.stalled += stall;
   }
   last_check_ = now;
   std::vector<suspicion> silent;
   for (auto it = members_.begin(); it != members_.end();) {
-    const duration silence = now - it->second.last;
+    const duration silence = now - it->second.last - it->second.stalled;
     if (silence > it->second.threshold) {
       silent.push_back({it->first, silence, it->second.threshold});
       it = members_.erase(it);

@@ -56,7 +56,8 @@ public:
 
 private:
   struct watched {
-    clock::time_point last;       // its last heartbeat, shifted forward by this process's stalls
+    clock::time_point last;       // its last heartbeat
+    clock::duration stalled{};    // this process's stalls since then, not counted as its silence
     std::deque<clock::duration> gaps;
     clock::duration threshold{};
   };

@@ -113,3 +113,14 @@ TEST_CASE("forgotten members are not suspected; each member is judged by its own
   CHECK(fed.suspicions == 0);  // 1 fell silent at 60 s, but it is no longer watched
   CHECK(*detector.threshold(2) > 3000ms);
 }
+
+TEST_CASE("late checks (this process loaded) do not keep the detector from learning the gaps") {
+  heartbeat_detector detector;
+  // Heartbeats every 100 ms, checks every 300 ms: each check is a stall of 200 ms.
+  time_point now{};
+  for (int i = 0; i < 600; ++i, now += 100ms) {
+    detector.heard(6, now);
+    if (i % 3 == 0) CHECK(detector.check(now).empty());
+  }
+  CHECK(*detector.threshold(6) == 1500ms);  // learned: the floor, not the 3 s of the first gaps
+}
