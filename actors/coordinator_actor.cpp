@@ -276,6 +276,7 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
   if (!s.setup.metrics_path.empty()) {
     try {
       s.metrics.emplace(s.setup.metrics_path, s.setup.append_metrics);
+      for (const std::string& line : s.setup.metrics_events) s.metrics->write_event(line);
     } catch (const std::exception& e) {
       s.failure = e.what();
     }

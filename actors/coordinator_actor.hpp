@@ -51,6 +51,7 @@ struct coordinator_setup {
   // with the data position to restart from there.
   std::uint64_t epoch = 0;
   bool append_metrics = false;
+  std::vector<std::string> metrics_events;  // membership events since the last epoch, written first
   // Of the job (earlier for a resumed one: its clock goes on from the checkpoint's).
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::function<void(std::uint64_t steps, std::uint64_t data_position)> on_kept;

@@ -20,6 +20,7 @@ struct member {
   std::string host;
   bool alive = true;
   bool leaving = false;
+  bool remote = false;  // in another process than the membership actor (its heartbeats are judged)
   int rank = -1;  // in the running epoch; -1 when not in it
   std::optional<epoch_request> request;
   std::optional<caf::typed_response_promise<epoch_plan>> promise;
@@ -29,6 +30,7 @@ struct member {
     return (initial_rank >= 0 ? "rank " + std::to_string(initial_rank) : "member " + std::to_string(id)) +
            (host.empty() ? "" : " (" + host + ")");
   }
+  std::string role() const { return initial_rank == 0 ? "coordinator" : "worker"; }
 };
 
 enum class phase { starting, running, forming, finished, failed };
@@ -62,12 +64,37 @@ struct membership_state {
   std::chrono::steady_clock::time_point epoch_ended_at;    // when the last epoch ended
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   std::map<std::uint64_t, std::string> dropped;  // member → why the job went on without it
+  std::optional<heartbeat_detector> detector;
+  bool lost_since_epoch = false;              // a member was lost since the running epoch formed
+  std::vector<std::string> metrics_events;    // for the next epoch's metrics file
 };
 
 using self_pointer = membership_actor::stateful_pointer<membership_state>;
 
 void event(self_pointer self, const std::string& line) {
   if (self->state.setup.on_event) self->state.setup.on_event(line);
+}
+
+void record(self_pointer self, const membership_record& r) {
+  if (self->state.setup.on_record) self->state.setup.on_record(r);
+}
+
+std::uint64_t steps_done(const membership_state& s) {
+  return s.setup.steps_done ? std::max(s.setup.steps_done->load(), s.epoch_start) : s.epoch_start;
+}
+
+// A member was lost or left (`what`): one line here and in every other member's process, a
+// record for the membership log and the metrics file.
+void report_member(self_pointer self, const member& m, const std::string& what, const std::string& cause) {
+  auto& s = self->state;
+  const membership_record r = member_record(what, s.epoch, steps_done(s), m.initial_rank, m.host, m.role(), cause);
+  record(self, r);
+  s.metrics_events.push_back(to_json_line(r));
+  const std::string line = "membership: " + m.name() + ", " + r.role + ", " + what + " at step " +
+                           std::to_string(r.step) + ": " + cause;
+  event(self, line);
+  for (const auto& [id, other] : s.members)
+    if (other.alive && other.remote && other.id != m.id) self->send(other.agent, lost_atom::value, line);
 }
 
 // Answers the waiters once the job is over and every member alive has heard so.
@@ -275,7 +302,11 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
   spec.workers = s.epoch_workers;
   spec.start_steps = source ? source->steps : s.setup.origin_steps;
   spec.data_position = source ? s.kept_positions.at({source->layout, source->steps}) : s.setup.origin_data_position;
+  spec.metrics_events = std::move(s.metrics_events);
+  s.metrics_events.clear();
   s.epoch_start = spec.start_steps;
+  record(self, epoch_record(s.epoch, spec.start_steps, s.epoch_workers, s.lost_since_epoch));
+  s.lost_since_epoch = false;
   // Steps after the restart point are redone: drop them from the merged metrics.
   auto& steps = s.setup.result->steps;
   while (!steps.empty() && steps.back().step > spec.start_steps) steps.pop_back();
@@ -387,36 +418,61 @@ void try_form(self_pointer self) {
   for (member* m : leaving) {
     answer(*m, job_over());
     m->alive = false;  // gone from the job; its down message changes nothing
+    if (s.detector) s.detector->forget(m->id);
   }
   start_epoch(self, std::move(staying), source);
 }
 
-void member_lost(self_pointer self, member& m, const std::string& why) {
+// `cause`: "connection closed (...)" or "hung (silent for 1.62 s)".
+void member_lost(self_pointer self, member& m, const std::string& cause) {
   auto& s = self->state;
   if (!m.alive) return;
   m.alive = false;
   m.promise.reset();
   m.request.reset();
+  if (s.detector) s.detector->forget(m.id);
   if (s.now == phase::finished || s.now == phase::failed) {
     check_released(self);
     return;
   }
   const bool in_epoch = s.now == phase::running && m.rank >= 0;
+  report_member(self, m, "lost", cause);
   if (!s.setup.elastic) {
-    fail_job(self, "the process of " + m.name() + " " + why + " before the job ended");
+    fail_job(self, "the process of " + m.name() + " was lost before the job ended: " + cause);
     return;
   }
   if (in_epoch || (s.now == phase::forming && s.epoch_failure)) s.lost_in_epoch = true;
-  s.dropped[m.id] = "this worker (" + m.name() + ") was dropped from the job in epoch " + std::to_string(s.epoch) +
-                    ": rank 0 lost its connection to this process (silent for longer than the heartbeat timeout, "
-                    "or the network failed); the job goes on without it";
+  s.lost_since_epoch = true;
+  const std::string dropped = "this worker (" + m.name() + ") was dropped from the job in epoch " +
+                              std::to_string(s.epoch) + ": rank 0 counted it as lost (" + cause +
+                              "); the job goes on without it";
+  s.dropped[m.id] = dropped;
   s.pending_reason += (s.pending_reason.empty() ? "" : "; ") + m.name() + " lost";
+  const std::string lost = "its process was lost: " + cause;
   if (in_epoch) {
-    const std::string lost = "its process " + why + " (member lost)";
     abort_epoch(self, m.name() + ": " + lost);
+    self->send(m.agent, abort_atom::value, s.epoch, "rank 0 dropped this member: " + cause);
     self->send(s.coordinator, worker_failure{m.rank, lost});
   }
+  // A hung process that wakes hears why instead of waiting on peers that went on without it.
+  self->send(m.agent, dropped_atom::value, dropped);
   try_form(self);
+}
+
+// The adaptive detector's verdicts, every check interval while the job runs.
+void check_silence(self_pointer self) {
+  auto& s = self->state;
+  if (s.now == phase::finished || s.now == phase::failed) return;
+  for (const heartbeat_detector::suspicion& silent : s.detector->check(std::chrono::steady_clock::now())) {
+    const auto found = s.members.find(silent.member);
+    if (found == s.members.end()) continue;
+    char cause[96];
+    std::snprintf(cause, sizeof cause, "hung (silent for %.2f s; its heartbeats allowed %.2f s)",
+                  std::chrono::duration<double>(silent.silent).count(),
+                  std::chrono::duration<double>(silent.threshold).count());
+    member_lost(self, found->second, cause);
+  }
+  self->delayed_send(self, s.setup.detector->check_interval, silence_atom::value);
 }
 
 void check_restored(self_pointer self, const restored_report& r) {
@@ -481,9 +537,17 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
   self->state.setup = std::move(setup);
   self->state.epoch_ended_at = std::chrono::steady_clock::now();  // the first epoch forms from here
   self->send(self, rendezvous_atom::value);
+  if (self->state.setup.detector) {
+    self->state.detector.emplace(*self->state.setup.detector);
+    self->send(self, silence_atom::value);
+  }
   self->set_down_handler([self](const caf::down_msg& down) {
+    // Without the detector, a hung member's connection closes after the heartbeat timeout too.
+    const std::string cause = self->state.detector
+                                  ? "connection closed (killed, or its host went away)"
+                                  : "connection closed (killed, its host went away, or silent past the heartbeat timeout)";
     for (auto& [id, m] : self->state.members)
-      if (m.agent && m.agent.address() == down.source) member_lost(self, m, "went away");
+      if (m.agent && m.agent.address() == down.source) member_lost(self, m, cause);
   });
   return {
       [self](hello_atom, const member_hello& hello, member_agent agent) -> caf::result<std::uint64_t> {
@@ -518,7 +582,15 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         m.initial_rank = hello.rank;
         m.agent = agent;
         m.host = hello.host;
+        m.remote = agent.node() != self->node();
         self->monitor(agent);
+        if (s.detector && m.remote) s.detector->heard(m.id, std::chrono::steady_clock::now());
+        if (hello.rank < 0) {
+          const membership_record joined =
+              member_record("joined", s.epoch, steps_done(s), -1, m.host, m.role(), "said hello as a joiner");
+          record(self, joined);
+          s.metrics_events.push_back(to_json_line(joined));
+        }
         const std::string name = m.name();
         s.members.emplace(m.id, std::move(m));
         if (hello.rank < 0) announce_change(self, name + " joins");
@@ -533,6 +605,8 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
           m.released = true;
           check_released(self);
           if (s.failure) return caf::make_error(caf::sec::runtime_error, *s.failure);
+          if (const auto dropped = s.dropped.find(m.id); dropped != s.dropped.end())
+            return caf::make_error(caf::sec::runtime_error, dropped->second);
           return job_over();
         }
         m.promise = self->make_response_promise<epoch_plan>();
@@ -550,6 +624,7 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
           return;
         }
         found->second.leaving = true;
+        report_member(self, found->second, "left", "asked to leave");
         announce_change(self, found->second.name() + " leaves");
         try_form(self);
       },
@@ -564,6 +639,13 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
           fail_job(self, *s.epoch_failure);
       },
       [self](rendezvous_atom) { check_rendezvous(self); },
+      [self](heartbeat_atom, std::uint64_t id) {
+        auto& s = self->state;
+        const auto found = s.members.find(id);
+        if (s.detector && found != s.members.end() && found->second.alive && found->second.remote)
+          s.detector->heard(id, std::chrono::steady_clock::now());
+      },
+      [self](silence_atom) { check_silence(self); },
       [self](dropped_atom, std::uint64_t id) -> std::string {
         const auto found = self->state.dropped.find(id);
         return found == self->state.dropped.end() ? std::string() : found->second;
@@ -593,6 +675,7 @@ struct agent_state {
   std::shared_ptr<epoch_link> link;
   const std::atomic<bool>* leave_requested = nullptr;
   membership_actor membership;
+  std::function<void(const std::string&)> on_event;
   std::optional<std::uint64_t> member;
   bool asked_to_leave = false;
   std::optional<std::string> master_lost;
@@ -604,6 +687,8 @@ struct agent_state {
 using agent_pointer = member_agent::stateful_pointer<agent_state>;
 
 constexpr auto leave_poll = std::chrono::milliseconds(100);
+// Well under the adaptive detector's floor (1.5 s): it learns the gaps from many heartbeats.
+constexpr auto heartbeat_interval = std::chrono::milliseconds(100);
 
 // Relays `request` (already sent) and answers `promise` with its outcome, once.
 template <class T, class Request, class OnValue>
@@ -638,21 +723,27 @@ void fail_all(relayed<T>& table, const std::string& why) {
   table.open.clear();
 }
 
+// From now on every request relayed to rank 0's process fails with `why`.
+void stop_relaying(agent_pointer self, const std::string& why) {
+  auto& s = self->state;
+  if (s.master_lost) return;
+  s.master_lost = why;
+  fail_all(s.hellos, why);
+  fail_all(s.plans, why);
+  fail_all(s.waits, why);
+}
+
 member_agent::behavior_type agent_behavior(agent_pointer self, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
                                            std::shared_ptr<epoch_link> link, const std::atomic<bool>* leave_requested,
-                                           membership_actor membership) {
+                                           membership_actor membership,
+                                           std::function<void(const std::string&)> on_event) {
   self->state.change_epoch = std::move(change_epoch);
   self->state.link = std::move(link);
   self->state.leave_requested = leave_requested;
   self->state.membership = std::move(membership);
+  self->state.on_event = std::move(on_event);
   self->monitor(self->state.membership);
-  self->set_down_handler([self](const caf::down_msg&) {
-    auto& s = self->state;
-    s.master_lost = coordinator_lost;
-    fail_all(s.hellos, *s.master_lost);
-    fail_all(s.plans, *s.master_lost);
-    fail_all(s.waits, *s.master_lost);
-  });
+  self->set_down_handler([self](const caf::down_msg&) { stop_relaying(self, coordinator_lost); });
   return {
       [self](change_atom, std::uint64_t epoch) {
         auto& current = *self->state.change_epoch;
@@ -669,6 +760,16 @@ member_agent::behavior_type agent_behavior(agent_pointer self, std::shared_ptr<s
         }
         self->delayed_send(self, leave_poll, leave_atom::value);
       },
+      [self](heartbeat_atom) {
+        auto& s = self->state;
+        if (s.master_lost) return;
+        self->send(s.membership, heartbeat_atom::value, *s.member);
+        self->delayed_send(self, heartbeat_interval, heartbeat_atom::value);
+      },
+      [self](lost_atom, const std::string& line) {
+        if (self->state.on_event) self->state.on_event(line);
+      },
+      [self](dropped_atom, const std::string& why) { stop_relaying(self, why); },
       [self](hello_atom, member_hello& hello) {
         auto& s = self->state;
         return relay(self, s.hellos,
@@ -676,6 +777,7 @@ member_agent::behavior_type agent_behavior(agent_pointer self, std::shared_ptr<s
                                    caf::actor_cast<member_agent>(self)),
                      [self](std::uint64_t id) {
                        self->state.member = id;
+                       self->send(self, heartbeat_atom::value);
                        if (self->state.leave_requested) self->send(self, leave_atom::value);
                      });
       },
@@ -699,9 +801,9 @@ membership_actor spawn_membership_actor(caf::actor_system& system, membership_se
 
 member_agent spawn_member_agent(caf::actor_system& system, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
                                 std::shared_ptr<epoch_link> link, const std::atomic<bool>* leave_requested,
-                                membership_actor membership) {
+                                membership_actor membership, std::function<void(const std::string&)> on_event) {
   return system.spawn(agent_behavior, std::move(change_epoch), std::move(link), leave_requested,
-                      std::move(membership));
+                      std::move(membership), std::move(on_event));
 }
 
 void epoch_link::set(std::uint64_t epoch, interrupter interrupt) {

@@ -7,14 +7,18 @@
 // It ends when the job is done, when a membership change is waiting (a joiner said hello or a
 // member asked to leave: every member's agent hears of it, the workers vote for it in the next
 // round's all-reduce and all stop after the same step, keeping that step's state), or when it
-// fails (a member's process went away: CAF's down message, with the middleman's heartbeat
-// timeout for a hung one). The next epoch then forms from the members alive and staying: it
+// fails (a member's process went away: CAF's down message; or it hung: its agent's heartbeats
+// stopped, judged by the adaptive detector of cluster/heartbeat_detector.hpp, or by the
+// middleman's heartbeat timeout when that is off). Every surviving member prints one line naming
+// the lost one, and the membership log and the metrics file record it. The next epoch then forms from the members alive and staying: it
 // starts from the newest kept step whose every optimizer shard a member holds (its own or its
 // buddy's copy) — after a failure the steps after that one are redone, never half-applied —
 // and each new rank collects its state from the holders (recovery/elastic_state.hpp). A failure
 // without a lost member (a model error, say) ends the job; so does any failure when the job
 // is not elastic. Rank 0's process must stay: it hosts this actor and the coordinators.
 #include "actors/coordinator_actor.hpp"
+#include "cluster/heartbeat_detector.hpp"
+#include "cluster/membership_log.hpp"
 #include "recovery/elastic_state.hpp"
 
 #include <accord/job.hpp>
@@ -36,6 +40,9 @@ using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using rendezvous_atom = caf::atom_constant<caf::atom("rendezvous")>;
 using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
+using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;
+using silence_atom = caf::atom_constant<caf::atom("silence")>;
+using lost_atom = caf::atom_constant<caf::atom("lost")>;
 
 // How to interrupt the transport of a worker process's current epoch (its connection setup,
 // then the transport itself). The agent does so when the epoch fails, wherever the process is
@@ -116,6 +123,9 @@ using member_agent = caf::typed_actor<
     caf::reacts_to<change_atom, std::uint64_t>,
     caf::reacts_to<abort_atom, std::uint64_t, std::string>,  // that epoch failed
     caf::reacts_to<leave_atom>,  // polls the leave request
+    caf::reacts_to<heartbeat_atom>,  // sends the next heartbeat
+    caf::reacts_to<lost_atom, std::string>,  // a member was lost or left: the line to show here
+    caf::reacts_to<dropped_atom, std::string>,  // rank 0 went on without this member: why
     caf::replies_to<hello_atom, member_hello>::with<std::uint64_t>,
     caf::replies_to<epoch_atom, epoch_request>::with<epoch_plan>,
     caf::replies_to<wait_atom, coordinator_actor>::with<bool>>;
@@ -132,6 +142,8 @@ using membership_actor = caf::typed_actor<
     caf::reacts_to<kept_atom, std::uint64_t, std::uint64_t, std::uint64_t>,
     caf::reacts_to<grace_atom, std::uint64_t>,
     caf::reacts_to<rendezvous_atom>,  // checks on the starting ranks' hellos
+    caf::reacts_to<heartbeat_atom, std::uint64_t>,  // a member's agent is alive
+    caf::reacts_to<silence_atom>,  // checks the heartbeats
     // Why a member was dropped from the job (asked by one that lost its connection to rank 0
     // and reconnected); empty when it was not.
     caf::replies_to<dropped_atom, std::uint64_t>::with<std::string>,
@@ -146,6 +158,7 @@ struct epoch_spec {
   int workers = 0;
   std::uint64_t start_steps = 0;
   std::uint64_t data_position = 0;
+  std::vector<std::string> metrics_events;  // JSON lines for the metrics file, before the epoch's steps
 };
 
 struct membership_setup {
@@ -166,6 +179,12 @@ struct membership_setup {
                                   std::function<void(std::uint64_t steps, std::uint64_t data_position)> on_kept)>
       spawn_coordinator;
   std::function<void(const std::string&)> on_event;  // one line per membership event
+  std::function<void(const membership_record&)> on_record;  // every event, for the membership log
+  // The steps the job has done (the running coordinator's), for the events' lines.
+  std::shared_ptr<const std::atomic<std::uint64_t>> steps_done;
+  // Judges the members' heartbeats; nullopt: a hung member is found by the middleman's
+  // heartbeat timeout only.
+  std::optional<heartbeat_detector_settings> detector;
   // Called once the job is over, before any member hears it: the master port stops taking
   // connections, so a member that starts the next job on it waits for that job's rank 0.
   std::function<void()> on_finished;
@@ -177,11 +196,12 @@ struct membership_setup {
 membership_actor spawn_membership_actor(caf::actor_system& system, membership_setup setup);
 
 // The agent of a worker process: raises `change_epoch` to the epoch a change was announced to,
-// interrupts `link` when its epoch fails, and once admitted, polls `leave_requested` (may be
-// null) and asks `membership` to let it leave.
+// interrupts `link` when its epoch fails, and once admitted, sends `membership` a heartbeat every
+// 100 ms, polls `leave_requested` (may be null) and asks `membership` to let it leave. The lines
+// naming lost members go to `on_event` (may be empty).
 member_agent spawn_member_agent(caf::actor_system& system, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
                                 std::shared_ptr<epoch_link> link, const std::atomic<bool>* leave_requested,
-                                membership_actor membership);
+                                membership_actor membership, std::function<void(const std::string&)> on_event);
 
 void add_membership_message_types(caf::actor_system_config& config);
 

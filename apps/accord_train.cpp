@@ -112,7 +112,10 @@ int main(int argc, char** argv) {
       ("transport", po::value<std::string>()->default_value("ucx"),
        "between processes: ucx | nccl (GPU to GPU; device = LOCAL_RANK)")
       ("heartbeat-timeout", number_flag(0.1, 86400.0, 30.0),
-       "between processes: seconds of silence after which a worker process counts as dead")
+       "between processes: seconds of silence after which a worker process counts as dead, at the latest")
+      ("failure-detector", po::value<std::string>()->default_value("adaptive"),
+       "between processes: adaptive (a worker silent well past what its own heartbeats allowed, and at least "
+       "1.5 s, counts as hung) | timeout (only --heartbeat-timeout)")
       ("rendezvous-timeout", number_flag(0.1, 1e6, 300.0),
        "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)")
       ("master-bind", po::value<std::string>()->default_value(""),
@@ -148,6 +151,9 @@ int main(int argc, char** argv) {
     if (transport != "ucx" && transport != "nccl")
       throw std::invalid_argument("--transport: '" + transport + "' (expected ucx|nccl)");
     const double heartbeat = flags["heartbeat-timeout"].as<double>();
+    const std::string detector = flags["failure-detector"].as<std::string>();
+    if (detector != "adaptive" && detector != "timeout")
+      throw std::invalid_argument("--failure-detector: '" + detector + "' (expected adaptive|timeout)");
     const double rendezvous_timeout = flags["rendezvous-timeout"].as<double>();
     // RANK, WORLD_SIZE, ... (or Slurm's), ACCORD_ELASTIC, and --join or ACCORD_JOIN as
     // accord-launch --join sets it; nullopt: a job in this process.
@@ -155,6 +161,9 @@ int main(int argc, char** argv) {
         process_group_from_environment(flags.count("join") ? flags["join"].as<std::string>() : std::string());
     const bool joining = place && place->join;
     const bool elastic = flags["elastic"].as<bool>() || (place && place->elastic);
+    if (place && flags.count("replay-membership"))
+      throw std::invalid_argument("--replay-membership replays a job's membership changes in one process; run it "
+                                  "without RANK and WORLD_SIZE (between processes workers really come and go)");
     // One process per GPU: its model (and so its resident tensors) on GPU LOCAL_RANK, where
     // its NCCL rank is too; the CUDA device current now is the one the model is made on.
     if (place && flags["device"].as<std::string>() != "cpu" && place->local_rank < cuda_device_count())
@@ -170,7 +179,8 @@ int main(int argc, char** argv) {
       warn_ignored(flags, "accord-train", {{"link", "between processes (the network is real)"}});
       if (!elastic && !joining) warn_ignored(flags, "accord-train", {{"keep-interval", "without --elastic"}});
     } else {
-      for (const char* flag : {"transport", "elastic", "keep-interval", "heartbeat-timeout", "rendezvous-timeout"})
+      for (const char* flag :
+           {"transport", "elastic", "keep-interval", "heartbeat-timeout", "failure-detector", "rendezvous-timeout"})
         warn_ignored(flags, "accord-train", {{flag, "in one process (it applies between processes)"}});
     }
     if (!joining && place) {
@@ -197,6 +207,8 @@ int main(int argc, char** argv) {
       place->elastic = elastic || joining;
       place->leave_requested = &leave_requested;
       place->heartbeat_timeout = std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
+      place->adaptive_failure_detection = detector == "adaptive";
+      if (joining || place->rank != 0) setup.job.membership_log.clear();  // rank 0 records the job's
       place->rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
     }
     if (flags["show-config"].as<bool>()) {

@@ -1,5 +1,6 @@
 #include "apps/training_options.hpp"
 
+#include "cluster/membership_log.hpp"
 #include "data/fashion_mnist.hpp"
 #include "data/text.hpp"
 #include "gpu/model_factory.hpp"
@@ -264,6 +265,12 @@ void add_training_options(flag_sections& sections, const job_config& d) {
       ("membership", po::value<std::string>(),
        "elastic run in one process: STEP:WORKERS[:crash],... e.g. 50:3,100:5,150:2:crash "
        "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
+      ("record-membership", po::value<std::string>(),
+       "write every membership event (epochs, members lost, leaving, joining, each with its step) to this "
+       "file as JSON lines; between processes rank 0 writes it")
+      ("replay-membership", po::value<std::string>(),
+       "in one process: the membership changes a --record-membership file tells, at the same steps (a "
+       "churned run between processes, replayed bit for bit)")
       ("checkpoint", po::value<std::string>(),
        "write parameters, optimizer state and data position to this file (at the end, and every --checkpoint-interval steps)")
       ("checkpoint-interval", number_flag<std::uint64_t>(0, most, d.checkpoint_interval),
@@ -386,6 +393,17 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   job.checkpoint_interval = flags["checkpoint-interval"].as<std::uint64_t>();
   if (flags.count("resume")) job.resume_path = flags["resume"].as<std::string>();
   if (flags.count("membership")) job.membership = parse_membership(flags["membership"].as<std::string>());
+  if (flags.count("record-membership")) job.membership_log = flags["record-membership"].as<std::string>();
+  if (flags.count("replay-membership")) {
+    if (flags.count("membership"))
+      throw std::invalid_argument("--replay-membership and --membership both give the membership changes: give one");
+    const std::string log = flags["replay-membership"].as<std::string>();
+    if (log == job.membership_log)
+      throw std::invalid_argument("--record-membership " + log + " would overwrite the log --replay-membership reads");
+    const membership_replay replay = replay_of(read_membership_log(log), log, job.workers, job.steps);
+    job.workers = replay.workers;
+    job.membership = replay.changes;
+  }
   job.blas_threads = flags["blas-threads"].as<int>();
 
   const std::string kind = flags["model"].as<std::string>();
@@ -408,8 +426,12 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   int most_at_once = job.workers;
   for (const auto& change : job.membership) most_at_once = std::max(most_at_once, change.workers);
   shape.workers = local_workers > 0 ? local_workers : most_at_once;
-  const std::string workers_flag = shape.workers == 1              ? ""
-                                   : most_at_once > job.workers ? "--membership " + flags["membership"].as<std::string>()
+  const auto membership_flag = [&flags] {
+    return flags.count("membership") ? "--membership " + flags["membership"].as<std::string>()
+                                     : "--replay-membership " + flags["replay-membership"].as<std::string>();
+  };
+  const std::string workers_flag = shape.workers == 1           ? ""
+                                   : most_at_once > job.workers ? membership_flag()
                                                                 : "--workers " + std::to_string(job.workers);
   const std::string data = flags.count("data") ? flags["data"].as<std::string>() : "";
   if (kind == "gpt") {

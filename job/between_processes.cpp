@@ -8,6 +8,7 @@
 #include "actors/membership_actor.hpp"
 #include "job/asynchronous_setup.hpp"
 #include "cluster/fingerprint.hpp"
+#include "cluster/membership_log.hpp"
 #include "job/scope_exit.hpp"
 #include "observe/trace.hpp"
 #include "cluster/rendezvous.hpp"
@@ -260,7 +261,8 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
   configure_system(*system_config);
   system_config->load<caf::io::middleman>();
   // Every process sends heartbeats; a peer silent for the timeout (hung, or its machine gone)
-  // loses its connection, and the membership actor hears of it as of a death.
+  // loses its connection, and the membership actor hears of it as of a death. The membership
+  // actor's adaptive detector, on the members' own heartbeats, usually hears first.
   const auto heartbeat = std::max(group.heartbeat_timeout, std::chrono::milliseconds(100));
   system_config->set("middleman.heartbeat-interval", caf::timespan{heartbeat / 4});
   system_config->set("middleman.connection-timeout", caf::timespan{heartbeat});
@@ -306,20 +308,37 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       setup.origin_steps = origin.resume ? origin.resume->steps : 0;
       setup.origin_data_position = origin.data_position;
       setup.on_event = group.on_event;
+      if (!origin.membership_log_path.empty()) {
+        // Shared with the membership actor, which an abandoned system never stops.
+        auto log = std::make_shared<membership_log_writer>(origin.membership_log_path);
+        log->write(job_record(group.world_size, origin.steps));
+        setup.on_record = [log](const membership_record& r) { log->write(r); };
+      }
+      auto steps_done = std::make_shared<std::atomic<std::uint64_t>>(setup.origin_steps);
+      setup.steps_done = steps_done;
+      if (group.adaptive_failure_detection) {
+        heartbeat_detector_settings detector;
+        detector.upper_bound = group.heartbeat_timeout;
+        setup.detector = detector;
+      }
       setup.on_finished = [&guard] {
         if (guard) guard->stop_accepting();
       };
       setup.result = merged;
-      setup.spawn_coordinator = [&, evaluator](const epoch_spec& spec, std::shared_ptr<job_result> result,
-                                              std::function<void(std::uint64_t, std::uint64_t)> on_kept) {
+      setup.spawn_coordinator = [&, evaluator, steps_done](const epoch_spec& spec, std::shared_ptr<job_result> result,
+                                                          std::function<void(std::uint64_t, std::uint64_t)> on_kept) {
         coordinator_setup c = coordination_for(origin, prototype, hooks, evaluator);
         c.workers = spec.workers;
         c.first_round = rounds_for_steps(origin.algo->pipe, spec.start_steps);
         c.data_offset = spec.data_position;
-        c.on_step = hooks.on_step;
+        c.on_step = [steps_done, on_step = hooks.on_step](const step_metrics& m) {
+          steps_done->store(m.step);
+          if (on_step) on_step(m);
+        };
         c.result = std::move(result);
         c.epoch = spec.epoch;
         c.append_metrics = c.append_metrics || spec.epoch > 1;
+        c.metrics_events = spec.metrics_events;
         c.started = started - origin.clock_before();
         c.on_kept = std::move(on_kept);
         return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
@@ -374,7 +393,8 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
       }
     }
-    me.agent = spawn_member_agent(*system, me.change_epoch, me.link, group.leave_requested, me.membership);
+    me.agent =
+        spawn_member_agent(*system, me.change_epoch, me.link, group.leave_requested, me.membership, group.on_event);
     self->request(me.agent, caf::infinite, hello_atom::value,
                   member_hello{group.join ? -1 : group.rank, group.world_size, origin.fingerprint, host, job_id})
         .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });

@@ -2,6 +2,7 @@
 // in-process emulation of membership changes (one epoch per worker set).
 #include <accord/job.hpp>
 
+#include "cluster/membership_log.hpp"
 #include "job/plan.hpp"
 #include "job/runners.hpp"
 #include "job/asynchronous_setup.hpp"
@@ -17,6 +18,23 @@
 
 namespace accord {
 namespace {
+
+// The scripted membership changes, as the membership log of a job between processes would tell
+// them: an epoch per worker set, a crash as the loss of the last rank.
+void record_membership(const job_plan& plan) {
+  membership_log_writer log(plan.membership_log_path);
+  log.write(job_record(plan.workers, plan.steps));
+  const std::uint64_t start = plan.resume ? plan.resume->steps : 0;
+  log.write(epoch_record(1, start, plan.workers, false));
+  int workers = plan.workers;
+  std::uint64_t epoch = 1;
+  for (const membership_change& change : plan.membership) {
+    if (change.crash)
+      log.write(member_record("lost", epoch, change.step, workers - 1, "this process", "worker", "crashed (scripted)"));
+    log.write(epoch_record(++epoch, change.step, change.workers, change.crash));
+    workers = change.workers;
+  }
+}
 
 // One epoch of an in-process job: `plan`'s fixed worker set from where it starts to its last
 // step. With `keep_state`, every step's state is handed to it; with `crash_after_step`, the last
@@ -167,6 +185,7 @@ job_plan plan_in_process(const model& prototype, const std::shared_ptr<const dat
 job_result run_in_process(const model& prototype, std::shared_ptr<const dataset> train,
                           std::shared_ptr<const dataset> eval, const job_plan& plan, const job_hooks& hooks) {
   const trace_session trace(plan.trace_path);
+  if (!plan.membership_log_path.empty()) record_membership(plan);
   // Asynchronous topologies follow membership changes themselves: their workers come and go.
   if (plan.membership.empty() || as_asynchronous(*plan.topo)) return run_epoch(prototype, train, eval, plan, hooks);
 

@@ -221,6 +221,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.replica_check_interval = config.replica_check_interval;
   plan.metrics_path = config.metrics_path;
   plan.trace_path = config.trace_path;
+  plan.membership_log_path = config.membership_log;
   plan.checkpoint_path = config.checkpoint_path;
   plan.checkpoint_interval = config.checkpoint_interval;
   plan.resume_path = config.resume_path;

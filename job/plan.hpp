@@ -91,6 +91,7 @@ struct job_settings {
   std::uint64_t replica_check_interval = 1;
   std::string metrics_path;
   std::string trace_path;
+  std::string membership_log_path;
   std::string checkpoint_path;
   std::uint64_t checkpoint_interval = 0;
   std::string resume_path;

@@ -53,6 +53,10 @@ metrics_file::metrics_file(const std::string& path, bool append) : csv_(ends_wit
   if (csv_ && !continues) out_ << csv_header << '\n';
 }
 
+void metrics_file::write_event(const std::string& json_object) {
+  if (!csv_) out_ << json_object << '\n';
+}
+
 void metrics_file::write(const step_metrics& m) {
   if (csv_) {
     const worker_seconds mean = mean_of(m.per_worker);

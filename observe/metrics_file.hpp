@@ -14,6 +14,9 @@ public:
   // std::runtime_error naming the file when it cannot be written.
   metrics_file(const std::string& path, bool append);
   void write(const step_metrics& m);
+  // An event of the job (a membership change: a JSON object with an "event" field) between the
+  // steps; JSON lines only (a CSV row has no place for it).
+  void write_event(const std::string& json_object);
 
 private:
   bool csv_;

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -229,6 +230,31 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--steps 1", "MASTER_PORT", 2, {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=99999"}},
       {train, "--steps 1", "LOCAL_RANK", 2, {"ACCORD_JOIN=127.0.0.1:29500", "LOCAL_RANK=x"}},
       {train, "--steps 1", "ACCORD_JOIN", 2, {"ACCORD_JOIN=nohost"}},
+  };
+  for (const auto& c : cases) check_refused(c);
+}
+
+TEST_CASE("a membership log that does not fit the job is refused with one line naming the file and line, before training") {
+  const auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string job_line = "{\"event\":\"job\",\"workers\":4,\"steps\":100}\n";
+  const std::string other_world = write("bad_input_world.log", "{\"event\":\"job\",\"workers\":3,\"steps\":100}\n");
+  const std::string too_late =
+      write("bad_input_late.log", job_line + "{\"event\":\"epoch\",\"epoch\":1,\"step\":0,\"workers\":4}\n" +
+                                      "{\"event\":\"epoch\",\"epoch\":2,\"step\":50,\"workers\":3}\n");
+  const std::string malformed = write("bad_input_malformed.log", job_line + "{\"event\":\"epoch\",\"epoch\":2,\n");
+  const std::vector<bad_case> cases = {
+      {train, "--replay-membership " + other_world + tiny, other_world + ":1: the log is of a job of 3 workers, this one has 4"},
+      {train, "--replay-membership " + too_late + tiny, too_late + ":3: epoch 2 starts after step 50, at or beyond --steps 2"},
+      {train, "--replay-membership " + malformed + tiny, malformed + ":2: not a membership event ("},
+      {train, "--replay-membership /nonexistent/churn.log" + tiny, "/nonexistent/churn.log: cannot read the membership log"},
+      {train, "--replay-membership " + other_world + " --membership 1:2" + tiny, "give one"},
+      {train, "--replay-membership " + other_world + " --record-membership " + other_world + tiny, "would overwrite"},
+      {train, "--replay-membership " + other_world + tiny, "--replay-membership replays a job's membership changes in one process", 2,
+       {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1"}},
+      {train, "--failure-detector sometimes" + tiny, "--failure-detector: 'sometimes' (expected adaptive|timeout)"},
   };
   for (const auto& c : cases) check_refused(c);
 }

@@ -525,6 +525,7 @@ void check_churned(const churned_job& churned) {
 // `flags` (workers were fewer for a while, fewer tokens per step, so it may lag a little).
 void check_loss_as_undisturbed(const std::string& flags, const run_output& churned, const std::string& what) {
   const run_output undisturbed = run(elastic_launch + "-n 4 -- " + train + flags);
+  INFO(undisturbed.text);
   REQUIRE(undisturbed.status == 0);
   MESSAGE(what << ": final eval loss " << final_eval_loss(churned.text) << " with churn, "
                << final_eval_loss(undisturbed.text) << " undisturbed");
@@ -534,22 +535,37 @@ void check_loss_as_undisturbed(const std::string& flags, const run_output& churn
 
 }  // namespace
 
-TEST_CASE("an elastic job loses a worker (killed, or hung past the heartbeat timeout), lets one leave, admits a joiner "
+TEST_CASE("an elastic job loses a worker (killed, or hung: its heartbeats stop), lets one leave, admits a joiner "
           "and refuses a mismatched one") {
   // ACCO's rank 2 is killed (its connections close), also with fp8 error-feedback rounds (the
-  // residuals travel with the shards); D-Lion's is stopped (it goes silent).
+  // residuals travel with the shards); D-Lion's is stopped (it goes silent), and the adaptive
+  // detector finds it without a --heartbeat-timeout (30 s by default).
   for (const std::string algo : {"acco", "acco --wire-precision fp8", "dlion-mavo"}) {
     CAPTURE(algo);
     const bool hangs = algo == "dlion-mavo";
-    // A stopped process is detected by the heartbeat timeout: short enough for a test, long
-    // enough that a loaded machine's slow heartbeats are not taken for deaths.
-    const std::string flags = elastic_flags + " --algo " + algo + (hangs ? " --heartbeat-timeout 8" : "");
+    const std::string flags = elastic_flags + " --algo " + algo;
     const std::string name = algo.substr(0, algo.find(' ')) + (algo.find("fp8") != std::string::npos ? "_fp8" : "");
-    const churned_job churned = run_with_churn(flags, "elastic_" + name + ".jsonl", hangs);
+    const std::string metrics = "elastic_" + name + ".jsonl";
+    const churned_job churned = run_with_churn(flags, metrics, hangs);
     check_churned(churned);
     const run_output& job = churned.job;
     INFO(job.text);
     CHECK(job.text.find("replicas identical") != std::string::npos);
+    // Every surviving rank names the lost member and the leaver, with role, step and cause; the
+    // metrics file records them.
+    const std::string cause = hangs ? ": hung (silent for " : ": connection closed (killed";
+    for (const char* rank : {"[rank 0] ", "[rank 1] "}) {
+      CHECK(job.text.find(rank + std::string("membership: rank 2 (127.0.0.1), worker, lost at step ")) !=
+            std::string::npos);
+      CHECK(job.text.find(cause) != std::string::npos);
+      CHECK(job.text.find(rank + std::string("membership: rank 3 (127.0.0.1), worker, left at step ")) !=
+            std::string::npos);
+    }
+    const std::vector<char> recorded = read_all(metrics);
+    const std::string metrics_text(recorded.begin(), recorded.end());
+    CHECK(metrics_text.find(R"({"event":"lost","epoch":1,"step":)") != std::string::npos);
+    CHECK(metrics_text.find(R"("rank":2,"host":"127.0.0.1","role":"worker","cause":)") != std::string::npos);
+    CHECK(metrics_text.find(R"({"event":"left",)") != std::string::npos);
     // Every epoch restored the kept state: the same parameters everywhere, and (ZeRO-1) the
     // optimizer state's checksum unchanged by the re-sharding.
     if (!hangs) {
@@ -788,7 +804,7 @@ TEST_CASE("a worker dropped from an elastic job for silence is told so when it w
   run_output job;
   std::thread job_thread([&] {
     job = run(elastic_launch + "--elastic -n 3 -- /bin/sh -c 'echo $$ > dropped_pid.$RANK; exec " + train +
-              elastic_flags + " --algo ddp --heartbeat-timeout 8 --metrics " + metrics + "'");
+              elastic_flags + " --algo ddp --metrics " + metrics + "'");
   });
   const bool started = wait_for(metrics, 20, 1);
   if (started) kill(read_pid("dropped_pid.2"), SIGSTOP);
@@ -800,4 +816,27 @@ TEST_CASE("a worker dropped from an elastic job for silence is told so when it w
   CHECK(job.status == 0);
   CHECK(job.text.find("[rank 2] accord-train: this worker (rank 2 (127.0.0.1)) was dropped from the job") !=
         std::string::npos);
+  // Found by the adaptive detector, not by the heartbeat timeout (30 s, not given).
+  CHECK(job.text.find("[rank 1] membership: rank 2 (127.0.0.1), worker, lost at step ") != std::string::npos);
+  CHECK(job.text.find("rank 0 counted it as lost (hung (silent for ") != std::string::npos);
+}
+
+TEST_CASE("a churned elastic job recorded with --record-membership replays in one process, bit for bit") {
+  const std::string log = "elastic_record.log", saved = "elastic_record.parameters",
+                    replayed = "elastic_replayed.parameters";
+  for (const std::string& path : {log, saved, replayed}) std::remove(path.c_str());
+  // Deterministic rounds, as in one process: one micro-batch a round, one BLAS thread.
+  const std::string flags = elastic_flags + " --algo acco --max-accumulation 1 --blas-threads 1";
+  const churned_job churned =
+      run_with_churn(flags + " --record-membership " + log + " --save-parameters " + saved, "elastic_record.jsonl", false);
+  INFO(churned.job.text);
+  REQUIRE(churned.reached_join);
+  REQUIRE(churned.job.status == 0);
+  const run_output replay = run(train + flags + " --workers 4 --replay-membership " + log + " --save-parameters " + replayed);
+  INFO(replay.text);
+  REQUIRE(replay.status == 0);
+  CHECK(replay.text.find("membership: 4 -> 3 workers") != std::string::npos);
+  const std::vector<char> churned_parameters = read_all(saved);
+  CHECK(!churned_parameters.empty());
+  CHECK(churned_parameters == read_all(replayed));
 }

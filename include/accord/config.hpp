@@ -153,6 +153,9 @@ struct job_config {
   std::uint64_t checkpoint_interval = 0;  // 0: only at the end
   std::string resume_path;
   std::vector<membership_change> membership;  // in step order; empty: a fixed worker set
+  // Writes every membership event (JSON lines with their steps: cluster/membership_log.hpp) to
+  // this file, in one process or in rank 0's; replayed in one process as `membership`.
+  std::string membership_log;
   // Elastic jobs between processes: every this many steps each worker keeps the step's state
   // in memory and sends its optimizer shard to its buddy, so a crash loses at most the steps
   // since (redone by the survivors). Each keep costs one more optimizer shard on the wire.

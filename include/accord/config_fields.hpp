@@ -115,6 +115,7 @@ struct fields_of<job_config> {
       ACCORD_FIELD(job_config, checkpoint_interval),
       ACCORD_FIELD(job_config, resume_path),
       ACCORD_FIELD(job_config, membership),
+      ACCORD_FIELD(job_config, membership_log),
       ACCORD_FIELD(job_config, keep_interval),
       ACCORD_FIELD(job_config, blas_threads),
       ACCORD_FIELD(job_config, stop_requested),
@@ -140,6 +141,7 @@ struct fields_of<process_group> {
       ACCORD_FIELD(process_group, join),
       ACCORD_FIELD(process_group, leave_requested),
       ACCORD_FIELD(process_group, heartbeat_timeout),
+      ACCORD_FIELD(process_group, adaptive_failure_detection),
       ACCORD_FIELD(process_group, on_event),
   };
 };

@@ -49,9 +49,14 @@ struct process_group {
   // Set it (from a signal handler, say) and this worker leaves at the next step boundary,
   // handing its optimizer shard to the others; run_job_process then returns. May be null.
   const std::atomic<bool>* leave_requested = nullptr;
-  // A process silent this long (hung, or its machine gone) counts as dead.
+  // A process silent this long (hung, or its machine gone) counts as dead: the upper bound.
   std::chrono::milliseconds heartbeat_timeout{30'000};
-  // Rank 0: one line per membership event (epochs formed, state restored and verified).
+  // Rank 0 also judges each member by its own heartbeats (every 100 ms): one silent well past
+  // what its arrivals so far allowed, and at least 1.5 s, counts as hung, long before the
+  // timeout (cluster/heartbeat_detector.hpp). false: the timeout alone.
+  bool adaptive_failure_detection = true;
+  // Rank 0: one line per membership event (epochs formed, state restored and verified); every
+  // rank: one line per member lost or leaving (who, its role, the step, the cause).
   std::function<void(const std::string&)> on_event;
 };
 

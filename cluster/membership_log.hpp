@@ -1,0 +1,71 @@
+#pragma once
+// The membership log (--record-membership FILE, --replay-membership FILE): every membership
+// event of a job, one JSON object a line, with the step it happened at:
+//
+//   {"event":"job","workers":4,"steps":800}                    the job as it started
+//   {"event":"lost","epoch":1,"step":61,"rank":2,"host":"127.0.0.1","role":"worker","cause":"hung (silent for 1.62 s)"}
+//   {"event":"left","epoch":2,"step":124,"rank":3,...}         asked to leave (SIGTERM)
+//   {"event":"joined","epoch":3,"step":140,"rank":-1,...}      a joiner said hello (rank: -1)
+//   {"event":"epoch","epoch":2,"step":54,"workers":3,"after_loss":true}
+//                                                               the worker set from the state of `step`
+//
+// A replay needs the "job" and "epoch" lines: each epoch after the first is a change of the
+// worker set at the step it started from, which the emulation in one process reproduces
+// (job_config::membership). The member lines say who and why; the metrics file gets them too.
+// No CAF.
+#include <accord/config.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace accord {
+
+struct membership_record {
+  std::string event;        // job | epoch | lost | left | joined
+  std::uint64_t epoch = 0;  // the epoch it happened in (epoch: the one that starts)
+  std::uint64_t step = 0;   // job: its steps; epoch: the step it starts from; else the steps done
+  int workers = 0;          // job: the starting workers; epoch: its workers
+  bool after_loss = false;  // epoch: a member was lost since the last one
+  int rank = -1;            // the member's starting rank (-1: a joiner)
+  std::string host;
+  std::string role;         // coordinator | worker
+  std::string cause;
+  int line = 0;  // the log's line it was read from (0: not read from a log)
+};
+
+membership_record job_record(int workers, std::uint64_t steps);
+membership_record epoch_record(std::uint64_t epoch, std::uint64_t start_step, int workers, bool after_loss);
+// lost, left or joined
+membership_record member_record(std::string event, std::uint64_t epoch, std::uint64_t step, int rank, std::string host,
+                                std::string role, std::string cause);
+
+std::string to_json_line(const membership_record& record);
+
+// The records of `text` (a log's content); a line that is not one throws std::invalid_argument
+// "NAME:LINE: why", NAME being the log's name.
+std::vector<membership_record> parse_membership_log(const std::string& text, const std::string& name);
+std::vector<membership_record> read_membership_log(const std::string& path);  // also: cannot read
+
+// What a replay of `records` in one process runs: the starting workers and the changes. Throws
+// std::invalid_argument naming `name` and the line when the log does not fit a job of `workers`
+// and `steps` (another world size, an epoch at or beyond the last step, no "job" line).
+struct membership_replay {
+  int workers = 0;
+  std::vector<membership_change> changes;
+};
+membership_replay replay_of(const std::vector<membership_record>& records, const std::string& name, int workers,
+                            std::uint64_t steps);
+
+// Appends records to a log, each flushed as it comes (a crash loses none written).
+class membership_log_writer {
+public:
+  explicit membership_log_writer(const std::string& path);  // throws std::runtime_error naming it
+  void write(const membership_record& record);
+
+private:
+  std::ofstream out_;
+};
+
+}  // namespace accord
