@@ -39,28 +39,28 @@ void heartbeat_detector::heard(std::uint64_t member, clock::time_point at) {
     if (w.gaps.size() > settings_.window) w.gaps.pop_front();
   }
   w.last = at;
-  w.stalled = {};
+  w.marked = false;
   w.threshold = threshold_of(w.gaps);
 }
 
 void heartbeat_detector::forget(std::uint64_t member) { members_.erase(member); }
 
 std::vector<heartbeat_detector::suspicion> heartbeat_detector::check(clock::time_point now) {
-  if (last_check_ && now - *last_check_ > 2 * settings_.check_interval) {
-    // This process did not check for a while: the time beyond the usual spacing is its own stall.
-    const duration stall = now - *last_check_ - settings_.check_interval;
-    for (auto& [member, w] : members_) w.stalled += stall;
-  }
+  // After a pause of this process, heartbeats may still be unread: mark, judge at the next check.
+  const bool late = last_check_ && now - *last_check_ > 2 * settings_.check_interval;
   last_check_ = now;
   std::vector<suspicion> silent;
   for (auto it = members_.begin(); it != members_.end();) {
-    const duration silence = now - it->second.last - it->second.stalled;
-    if (silence > it->second.threshold) {
-      silent.push_back({it->first, silence, it->second.threshold});
+    watched& w = it->second;
+    const duration silence = now - w.last;
+    const bool past = silence > w.threshold;
+    if (past && (w.marked || !late)) {
+      silent.push_back({it->first, silence, w.threshold});
       it = members_.erase(it);
-    } else {
-      ++it;
+      continue;
     }
+    w.marked = past;
+    ++it;
   }
   return silent;
 }

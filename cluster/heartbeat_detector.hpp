@@ -8,9 +8,12 @@
 // statistics alone would suspect a member of a quiet machine after a few hundred milliseconds.
 // `upper_bound` caps the wait however irregular the arrivals (the heartbeat timeout).
 //
-// The detector's own process may stall too (descheduled, swapping): silence that passes while
-// nobody checks is not counted against the members, since their heartbeats may be waiting,
-// unread, in this process's sockets. No CAF: the membership actor feeds it.
+// The detector's own process may stall too (descheduled, swapping), and then the members'
+// heartbeats may be waiting, unread, in its sockets: a check that comes late (over twice the
+// check interval after the one before) only marks the silent members, and a member is suspected
+// when it is still silent at the next check, once what arrived during the stall has been read.
+// Nothing is subtracted from the silence, so a loaded detector that checks late all the time is
+// late by one check spacing, not by its stalls added up. No CAF: the membership actor feeds it.
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -27,8 +30,8 @@ struct heartbeat_detector_settings {
   std::size_t window = 100;
   // Until a member's first `learned_after` gaps, its threshold is twice the floor.
   std::size_t learned_after = 10;
-  // How often check() is meant to run; a longer pause between two checks is this process's own
-  // stall, and the silence beyond this spacing is not counted.
+  // How often check() is meant to run; a pause of over twice this between two checks is this
+  // process's own stall, after which verdicts wait for one more check.
   std::chrono::milliseconds check_interval{100};
 };
 
@@ -45,7 +48,7 @@ public:
 
   struct suspicion {
     std::uint64_t member = 0;
-    clock::duration silent{};     // since its last heartbeat, not counting this process's stalls
+    clock::duration silent{};     // since its last heartbeat
     clock::duration threshold{};  // what its arrivals allowed
   };
   // The members silent past their threshold at `now`, each reported once (and then forgotten).
@@ -57,7 +60,7 @@ public:
 private:
   struct watched {
     clock::time_point last;       // its last heartbeat
-    clock::duration stalled{};    // this process's stalls since then, not counted as its silence
+    bool marked = false;          // silent past its threshold at a late check: judged at the next
     std::deque<clock::duration> gaps;
     clock::duration threshold{};
   };

@@ -91,16 +91,24 @@ TEST_CASE("a member silent from the start is suspected after twice the floor; th
   CHECK(fed.suspicions > 0);  // gaps of up to 5 s exceed the bound: it wins over the statistics
 }
 
-TEST_CASE("the detector's own stall is not counted as the members' silence") {
+TEST_CASE("after the detector's own stall, heartbeats read late clear a member; silence does not") {
   heartbeat_detector detector;
   std::mt19937 random(4);
   const feed_result fed = feed(detector, 5, time_point{}, 60s, 100ms, 10ms, random);
-  // This process stalls 10 s: no check, no heartbeat read. At the next check nobody is suspected.
-  CHECK(detector.check(fed.last_heartbeat + 10s).empty());
-  // Silence that goes on while checks run again does count.
-  const auto after = silence_until_suspected(detector, 5, fed.last_heartbeat + 10s + 100ms);
+  feed(detector, 7, time_point{}, 60s, 100ms, 10ms, random);
+  // This process stalls 10 s: no check, no heartbeat read. The first check after it judges nobody.
+  const time_point resumed = fed.last_heartbeat + 10s;
+  CHECK(detector.check(resumed).empty());
+  // Then 5's heartbeats that waited in the socket are read; 7 sent none (it hung meanwhile).
+  detector.heard(5, resumed + 10ms);
+  const auto next = detector.check(resumed + 100ms);
+  REQUIRE(next.size() == 1);
+  CHECK(next[0].member == 7);
+  // 5's silence counts from its last heartbeat again: suspected one threshold later.
+  const auto after = silence_until_suspected(detector, 5, resumed + 200ms);
   REQUIRE(after);
-  CHECK(*after <= 1600ms);
+  CHECK(*after <= 1500ms);
+  CHECK(*after >= 1300ms);
 }
 
 TEST_CASE("forgotten members are not suspected; each member is judged by its own arrivals") {
@@ -114,13 +122,21 @@ TEST_CASE("forgotten members are not suspected; each member is judged by its own
   CHECK(*detector.threshold(2) > 3000ms);
 }
 
-TEST_CASE("late checks (this process loaded) do not keep the detector from learning the gaps") {
+TEST_CASE("late checks (this process loaded) neither keep the detector from learning nor delay it by their lateness") {
   heartbeat_detector detector;
-  // Heartbeats every 100 ms, checks every 300 ms: each check is a stall of 200 ms.
+  // Heartbeats every 100 ms, checks every 300 ms: every check is late.
   time_point now{};
   for (int i = 0; i < 600; ++i, now += 100ms) {
     detector.heard(6, now);
     if (i % 3 == 0) CHECK(detector.check(now).empty());
   }
   CHECK(*detector.threshold(6) == 1500ms);  // learned: the floor, not the 3 s of the first gaps
+  // 6 hangs: still found within its threshold plus two check spacings, late checks or not.
+  const time_point hung = now - 100ms;
+  std::optional<std::chrono::milliseconds> found;
+  for (time_point check = now; !found && check < hung + 10s; check += 300ms)
+    if (!detector.check(check).empty()) found = std::chrono::duration_cast<std::chrono::milliseconds>(check - hung);
+  REQUIRE(found);
+  CHECK(*found > 1500ms);
+  CHECK(*found <= 2100ms);
 }
