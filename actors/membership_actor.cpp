@@ -501,7 +501,7 @@ void check_restored(self_pointer self, const restored_report& r) {
   else
     std::snprintf(line, sizeof line,
                   "membership: epoch %llu restored the parameters of step %llu on %d workers from %zu holders "
-                  "(hash %016llx everywhere); Lion momenta stay with their workers, joiners start from zero",
+                  "(hash %016llx everywhere); Lion momenta stay with their workers, joiners start from their mean",
                   static_cast<unsigned long long>(s.epoch), static_cast<unsigned long long>(source.steps),
                   s.epoch_workers, source.parameter_holders.size(),
                   static_cast<unsigned long long>(source.parameter_hash));

@@ -150,7 +150,25 @@ restored_state transfer_state(transport& link, const state_source& source, const
     }
   }
   if (!sharded) {
-    if (held) out.own = held->own;  // a joiner's Lion momentum starts from zero
+    if (holding) out.own = held->own;
+    // Distributed Lion: a rank without a momentum of its own (a joiner) starts from the mean of
+    // the holders' — in expectation what its own would be, with less noise — summed in holder
+    // order, as slice_checkpoint does. The cost: every holder's whole momentum to each of them.
+    if (source.slots > 0) {
+      std::vector<float> theirs(holding ? 0 : n);
+      if (!holding) out.own = {true, true, 0, 1, 0, std::vector<float>(n, 0.f), {}, {}, {}};
+      for (int to = 0; to < world; ++to) {
+        if (std::find(holders.begin(), holders.end(), to) != holders.end()) continue;
+        for (const int from : holders) {
+          if (from == me) link.send(to, transfer_tag, std::as_bytes(std::span<const float>(held->own.values)));
+          if (to != me) continue;
+          link.recv(from, transfer_tag, std::as_writable_bytes(std::span<float>(theirs)));
+          for (std::size_t i = 0; i < n; ++i) out.own.values[i] += theirs[i];
+        }
+      }
+      if (!holding)
+        for (float& v : out.own.values) v /= static_cast<float>(holders.size());
+    }
     return out;
   }
 
@@ -219,8 +237,15 @@ restored_state transfer_state(transport& link, const state_source& source, const
 
 rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank) {
   if (!sharded) {
-    if (static_cast<std::size_t>(rank) >= c.momenta.size()) return {};
-    return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)], {}, {}, {}};
+    if (c.momenta.empty()) return {};
+    if (static_cast<std::size_t>(rank) < c.momenta.size())
+      return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)], {}, {}, {}};
+    // A rank beyond the checkpoint's workers starts from the mean of their momenta (transfer_state).
+    std::vector<float> mean(c.momenta.front().size(), 0.f);
+    for (const auto& momentum : c.momenta)
+      for (std::size_t i = 0; i < mean.size(); ++i) mean[i] += momentum[i];
+    for (float& v : mean) v /= static_cast<float>(c.momenta.size());
+    return {true, true, 0, 1, 0, std::move(mean), {}, {}, {}};
   }
   rule_state state = slice_optimizer_state(c.optimizer, c.slots, c.optimizer_step, c.parameters.size(), world, rank);
   if (!c.feedback.empty()) {

@@ -97,7 +97,7 @@ struct state_source {
 
 struct restored_state {
   std::vector<float> parameters;
-  rule_state own;  // this rank's new shard; for sign votes its kept momentum, or none
+  rule_state own;  // this rank's new shard; for sign votes its kept momentum, or the holders' mean
 };
 
 // Every rank of the new epoch calls this with the generation `source` names (empty when it
@@ -109,7 +109,7 @@ restored_state transfer_state(transport& link, const state_source& source, const
                               std::size_t parameter_count, bool sharded, const std::string& feedback = {});
 
 // Rank `rank` of `world`'s share of a checkpoint's optimizer state: its ZeRO-1 shard of every
-// slot, or its Distributed Lion momentum (none when the checkpoint has fewer momenta).
+// slot, or its Distributed Lion momentum (the mean of the checkpoint's when it has fewer momenta).
 // With error feedback also the rank's range of the residuals (other ranges start at zero) and of
 // the master weights.
 rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank);

@@ -224,7 +224,7 @@ TEST_CASE("error feedback: residuals and masters travel with their shards to the
   CHECK(traffic[3].bytes_received == sizeof(float) * (parameter_count + (adamw_slots + 2) * joiner_shard));
 }
 
-TEST_CASE("sign votes: transfer_state stripes the parameters to a joiner and holders keep their momentum") {
+TEST_CASE("sign votes: transfer_state stripes the parameters to a joiner, which starts from the mean momentum; holders keep theirs") {
   const int old_world = 3;
   const checkpoint c = random_checkpoint(15, old_world);
   // Old ranks 0, 1, 2 are new ranks 1, 2, 3; the joiner is new rank 0.
@@ -249,18 +249,27 @@ TEST_CASE("sign votes: transfer_state stripes the parameters to a joiner and hol
     CAPTURE(rank);
     CHECK(restored[static_cast<std::size_t>(rank)].parameters == c.parameters);
   }
-  CHECK_FALSE(restored[0].own.present);
+  // The joiner starts from the mean of the holders' momenta, as a rank beyond a checkpoint's does.
+  const rule_state mean = slice_checkpoint(c, false, old_world + 1, old_world);
+  CHECK(restored[0].own.present);
+  CHECK(restored[0].own.momentum);
+  CHECK(restored[0].own.values == mean.values);
+  for (std::size_t i = 0; i < parameter_count; ++i) {
+    float sum = 0;
+    for (const auto& momentum : c.momenta) sum += momentum[i];
+    REQUIRE(mean.values[i] == doctest::Approx(sum / old_world).epsilon(1e-6));
+  }
   for (int holder = 1; holder <= old_world; ++holder) {
     CAPTURE(holder);
     const rule_state& own = restored[static_cast<std::size_t>(holder)].own;
     CHECK(own.present);
     CHECK(own.momentum);
     CHECK(own.values == c.momenta[static_cast<std::size_t>(holder - 1)]);
-    // Striped: holder p of the three sent piece p of the parameters, and nothing else.
+    // Striped: holder p of the three sent piece p of the parameters, then its whole momentum.
     CHECK(traffic[static_cast<std::size_t>(holder)].bytes_sent ==
-          sizeof(float) * shard_of(parameter_count, old_world, holder - 1).size());
+          sizeof(float) * (shard_of(parameter_count, old_world, holder - 1).size() + parameter_count));
   }
-  CHECK(traffic[0].bytes_received == sizeof(float) * parameter_count);
+  CHECK(traffic[0].bytes_received == sizeof(float) * (1 + old_world) * parameter_count);
 }
 
 TEST_CASE("state_keeper keeps the two newest generations and describes them") {
