@@ -1,5 +1,6 @@
 #include "algorithms/update_rule.hpp"
 
+#include "algorithms/kept_values.hpp"
 #include "recovery/elastic_state.hpp"
 #include "observe/trace.hpp"
 
@@ -21,6 +22,12 @@ void update_rule::apply_on_device(device_collectives&, std::span<float>, const r
 
 namespace {
 
+// torch's clip_grad_norm_: the factor max / (norm + 1e-6) that scales a gradient of this squared
+// norm to at most `max_norm`, or 1 where it is within already.
+double clip_factor(float max_norm, double square_sum) {
+  return std::min(1.0, max_norm / (std::sqrt(square_sum) + 1e-6));
+}
+
 // A rule's state in the device memory of its collectives, uploaded from the host state once.
 device_array<float> upload(const device_collectives& collectives, std::span<const float> host) {
   const memory_location where = collectives.memory();
@@ -35,17 +42,13 @@ public:
                          int rank, round_precision precision, const rule_state* resume)
       : config_(config), precision_(precision), own_(shard_of(initial.size(), world, rank)),
         master_(initial.begin() + own_.begin, initial.begin() + own_.end),
-        runs_(shard_runs(config.groups, initial.size(), own_.begin, own_.end)),
-        first_rank_(rank == 0), optimizer_(make_optimizer(config, own_.size())) {
+        runs_(shard_runs(config.groups, initial.size(), own_.begin, own_.end)), kept_(config.groups),
+        first_rank_(rank == 0), optimizer_(make_optimizer(config, own_.size(), own_.begin)) {
     const std::string owner = "rank " + std::to_string(rank);
-    for (const parameter_group& g : config.groups) {
-      if (g.role == "trained") continue;
-      // What compressed rounds fail to deliver would carry the app's values into later rounds.
-      if (block_quantized(precision_.real.gradients) || block_quantized(precision_.estimate.gradients))
-        throw std::invalid_argument("parameter groups the app keeps (role " + g.role +
-                                    ") travel in fp32, bf16 or fp16 only, not " + round_wires_name(precision_.real));
-      (g.role == "averaged" ? averaged_ : broadcast_).push_back(g);
-    }
+    // What compressed rounds fail to deliver would carry the app's values into later rounds.
+    if (!kept_.empty() && (block_quantized(precision_.real.gradients) || block_quantized(precision_.estimate.gradients)))
+      throw std::invalid_argument("parameter groups the app keeps (roles averaged, broadcast) travel in fp32, bf16 "
+                                  "or fp16 only, not " + round_wires_name(precision_.real));
     trained_ = trained_runs();
     if (block_quantized(precision_.real.gradients)) residual_.assign(initial.size(), 0.f);
     if (resume) {
@@ -60,12 +63,7 @@ public:
     const round_wires wire = precision_.of(estimate);
     const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
     const bool feedback = !residual_.empty();
-    // Rank 0's sum of a broadcast group's values, weighted so that the mean over every
-    // micro-batch is the mean over its own; the others contribute nothing.
-    const float first_rank_weight =
-        first_rank_ && local.micro_batches > 0 ? static_cast<float>(global.micro_batches) / local.micro_batches : 0.f;
-    for (const parameter_group& g : broadcast_)
-      for (float& value : buffer.subspan(g.begin, g.end - g.begin)) value *= first_rank_weight;
+    kept_.weigh_broadcast(buffer, first_rank_, local, global);
     {
       const trace_span phase("reduce-scatter");
       // With error feedback the residuals are in units of the mean gradient, whatever each
@@ -202,36 +200,27 @@ private:
       if (!kept_by_app(run)) trained.push_back(run);
     return trained;
   }
-  bool kept_by_app(const scaled_run& run) const {
-    const std::size_t at = own_.begin + run.offset;
-    for (const auto* kept : {&averaged_, &broadcast_})
-      for (const parameter_group& g : *kept)
-        if (at >= g.begin && at < g.end) return true;
-    return false;
-  }
+  bool kept_by_app(const scaled_run& run) const { return kept_.holds(own_.begin + run.offset); }
 
   // The values the app keeps take the round's means from the slice instead of an optimizer
   // step: their runs step with learning rate and decay 0, and a zero gradient keeps the
   // optimizer's state for them at zero (finite whatever the values).
   void take_kept_values(std::span<float> slice, std::span<float> target) const {
-    for (const auto* kept : {&averaged_, &broadcast_})
-      for (const parameter_group& g : *kept) {
-        if (g.end <= own_.begin || g.begin >= own_.end) continue;  // not in the own shard
-        const auto from = static_cast<std::ptrdiff_t>(std::max<std::size_t>(g.begin, own_.begin) - own_.begin);
-        const auto to = static_cast<std::ptrdiff_t>(std::min<std::size_t>(g.end, own_.end) - own_.begin);
-        std::copy(slice.begin() + from, slice.begin() + to, target.begin() + from);
-        std::fill(slice.begin() + from, slice.begin() + to, 0.f);
-      }
+    kept_.for_each_within(own_.begin, own_.end, [&](std::size_t begin, std::size_t end) {
+      const auto from = static_cast<std::ptrdiff_t>(begin - own_.begin), to = static_cast<std::ptrdiff_t>(end - own_.begin);
+      std::copy(slice.begin() + from, slice.begin() + to, target.begin() + from);
+      std::fill(slice.begin() + from, slice.begin() + to, 0.f);
+    });
   }
 
   // Scales the trained elements of the own slice so that the mean gradient's norm over every
-  // shard is at most max_gradient_norm (torch's clip_grad_norm_: factor max / (norm + 1e-6)),
-  // and leaves the clipped norm's square share in `square_sum`.
+  // shard is at most max_gradient_norm (clip_factor), and leaves the clipped norm's square share
+  // in `square_sum`.
   void clip(transport& link, std::span<float> slice, double& square_sum) {
     double total = square_sum;
     link.all_reduce(std::span<double>(&total, 1));
-    const double factor = config_.max_gradient_norm / (std::sqrt(total) + 1e-6);
-    if (factor >= 1) return;
+    const double factor = clip_factor(config_.max_gradient_norm, total);
+    if (factor == 1) return;
     for (const scaled_run& run : trained_)
       for (float& g : slice.subspan(run.offset, run.count)) g *= static_cast<float>(factor);
     square_sum *= factor * factor;
@@ -281,7 +270,7 @@ private:
   // gradient units (zero in its own range between rounds: that range never travels compressed).
   std::vector<float> residual_;
   std::vector<scaled_run> runs_;  // the own shard under config_.groups (empty: no groups)
-  std::vector<parameter_group> averaged_, broadcast_;  // the groups the app keeps
+  kept_values kept_;
   std::vector<scaled_run> trained_;  // trained_runs(), made once instead of every round
   bool first_rank_;
   std::unique_ptr<optimizer> optimizer_;
@@ -292,9 +281,9 @@ class sign_vote_rule final : public update_rule {
 public:
   sign_vote_rule(bool average, const optimizer_config& lion, std::span<const float> initial,
                  const rule_state* resume)
-      : average_(average), config_(lion), parameters_(initial.begin(), initial.end()),
-        momentum_(initial.size(), 0.f), signs_(packed_words(initial.size())),
-        voted_(packed_words(initial.size())) {
+      : average_(average), config_(lion), runs_(shard_runs(lion.groups, initial.size(), 0, initial.size())),
+        kept_(lion.groups), parameters_(initial.begin(), initial.end()), momentum_(initial.size(), 0.f),
+        signs_(packed_words(initial.size())), voted_(packed_words(initial.size())) {
     if (average_) plus_votes_.resize(initial.size());
     if (resume && resume->present) {
       if (!resume->momentum || resume->values.size() != momentum_.size())
@@ -305,15 +294,18 @@ public:
   }
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local,
-             const round_totals&, float learning_rate, std::uint64_t step,
+             const round_totals& global, float learning_rate, std::uint64_t step,
              bool estimate, std::span<const float>) override {
-    // The vote is over each worker's own Lion direction from its own mean gradient.
+    take_kept_means(link, buffer, local, global);
+    // The vote is over each worker's own Lion direction from its own mean gradient (the kept
+    // values' gradients are zero now: their momentum stays zero and the norm leaves them out).
     const float scale = local.micro_batches > 0 ? static_cast<float>(1.0 / local.micro_batches) : 0.f;
     double square_sum = 0;
     for (float& g : buffer) {
       g *= scale;
       square_sum += static_cast<double>(g) * g;
     }
+    if (config_.max_gradient_norm > 0) clip_own(buffer, square_sum);
     // No worker sees the summed gradient: the workers' shares add up to their mean squared norm.
     observed_.gradient_square_sum = square_sum / link.size();
     std::span<float> momentum = momentum_;
@@ -331,17 +323,19 @@ public:
     const trace_span phase("vote");
     if (!average_) {
       link.sign_majority(signs_, buffer.size(), step, voted_);
-      apply_sign_update(target, voted_, learning_rate, config_.weight_decay);
+      apply_sign_update(target, voted_, learning_rate, config_.weight_decay, runs_);
       observed_.vote_agreement = majority_agreement(buffer.size());
     } else {
       link.sign_counts(signs_, buffer.size(), plus_votes_);
-      apply_sign_update(target, plus_votes_, link.size(), learning_rate, config_.weight_decay);
+      apply_sign_update(target, plus_votes_, link.size(), learning_rate, config_.weight_decay, runs_);
       observed_.vote_agreement = average_agreement(link.size());
     }
+    put_kept_means(target);
     if (!estimate) std::copy(parameters_.begin(), parameters_.end(), buffer.begin());
   }
 
-  bool has_device_form() const override { return true; }
+  // Parameter groups, kept values and clipping have no kernels: rounds with them stay on the host.
+  bool has_device_form() const override { return config_.groups.empty() && config_.max_gradient_norm == 0; }
 
   // apply's steps as kernels on the collectives' stream; θ and the momentum are kept there.
   void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals& local,
@@ -385,6 +379,38 @@ public:
   }
 
 private:
+  // The kept values' means over the round (their sums, all-reduced in fp32, over the global
+  // micro-batch count) into kept_means_, and zeros where their gradients would be.
+  void take_kept_means(transport& link, std::span<float> buffer, const round_totals& local,
+                       const round_totals& global) {
+    if (kept_.empty()) return;
+    kept_.weigh_broadcast(buffer, link.rank() == 0, local, global);
+    const float scale = global.micro_batches > 0 ? static_cast<float>(1.0 / global.micro_batches) : 0.f;
+    kept_means_.clear();
+    kept_.for_each_within(0, buffer.size(), [&](std::size_t begin, std::size_t end) {
+      const std::span<float> values = buffer.subspan(begin, end - begin);
+      link.all_reduce(values, wire_precision::fp32);
+      for (float& value : values) kept_means_.push_back(value * scale);
+      std::fill(values.begin(), values.end(), 0.f);
+    });
+  }
+  void put_kept_means(std::span<float> target) const {
+    auto mean = kept_means_.begin();
+    kept_.for_each_within(0, target.size(), [&](std::size_t begin, std::size_t end) {
+      std::copy(mean, mean + static_cast<std::ptrdiff_t>(end - begin), target.begin() + static_cast<std::ptrdiff_t>(begin));
+      mean += static_cast<std::ptrdiff_t>(end - begin);
+    });
+  }
+
+  // Scales this worker's mean gradient to at most max_gradient_norm (clip_factor): the gradient
+  // its own Lion momentum and direction see.
+  void clip_own(std::span<float> gradient, double& square_sum) const {
+    const double factor = clip_factor(config_.max_gradient_norm, square_sum);
+    if (factor == 1) return;
+    for (float& g : gradient) g *= static_cast<float>(factor);
+    square_sum *= factor * factor;
+  }
+
   // Fraction of the own signs equal to the majority's (packed words, padding bits excluded).
   double majority_agreement(std::size_t count) const {
     std::size_t agreeing = 0;
@@ -421,6 +447,9 @@ private:
 
   bool average_;  // else the majority
   optimizer_config config_;
+  std::vector<scaled_run> runs_;  // the parameters under config_.groups (empty: no groups)
+  kept_values kept_;
+  std::vector<float> kept_means_;  // this round's means of the kept values, in their order
   std::vector<float> parameters_;  // committed replica θ (identical on every worker; stale while device_ holds it)
   mutable std::vector<float> momentum_;  // this worker's own Lion momentum, never communicated
   mutable std::optional<device_replica> device_;

@@ -62,10 +62,30 @@ void require_worker_memory(const model& prototype, int workers) {
                      std::to_string(prototype.parameter_count()) + " parameters");
 }
 
+namespace {
+
+// job_config::app_optimizer steps the shards of `o` with its own settings.
+void use_app_optimizer(optimizer_config& o, const algorithm& algo, const job_config& c) {
+  const elementwise_optimizer& app = *c.app_optimizer;
+  require(algo.aggregate == aggregation::sharded_optimizer && c.topology == "ring",
+          "app optimizer " + app.name + ": it steps the shards of a sharded-optimizer algorithm (ddp, dpu, acco) on "
+          "the ring topology, not " + algo.name + " on " + c.topology);
+  require(!app.name.empty() && c.optimizer == app.name,
+          "app optimizer '" + app.name + "': job_config::optimizer must be its name (not '" + c.optimizer + "')");
+  for (const parameter_group& g : c.parameter_groups)
+    require(g.role != "trained", "app optimizer " + app.name + " sets its own rates and decays: parameter_groups "
+                                 "may only name values the app keeps (roles averaged, broadcast)");
+  o.kind = app.name;
+  o.app = &app;
+  o.learning_rate = c.learning_rate > 0 ? c.learning_rate : 1.0f;
+}
+
+}  // namespace
+
 optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
   optimizer_config o;
   const bool votes = algo.aggregate == aggregation::sign_majority || algo.aggregate == aggregation::sign_average;
-  o.kind = !votes && !c.optimizer.empty() ? c.optimizer : algo.default_optimizer;
+  o.kind = c.app_optimizer || votes || c.optimizer.empty() ? algo.default_optimizer : c.optimizer;
   if (votes && !c.optimizer.empty() && c.optimizer != "lion")
     throw std::invalid_argument("algorithm " + algo.name + " votes on Lion directions; optimizer '" +
                                 c.optimizer + "' does not apply");
@@ -86,14 +106,14 @@ optimizer_config optimizer_for(const algorithm& algo, const job_config& c) {
   o.epsilon = c.epsilon;
   o.weight_decay = c.weight_decay;
   if (!c.parameter_groups.empty() || c.max_gradient_norm != 0) {
-    // Only the sharded optimizer rule of the ring sees the whole mean gradient to clip and
-    // knows the groups.
-    require(algo.aggregate == aggregation::sharded_optimizer && c.topology == "ring",
-            "parameter_groups and max_gradient_norm need a sharded-optimizer algorithm (ddp, dpu, acco) on the "
-            "ring topology, not " + algo.name + " on " + c.topology);
+    // Only the ring's sharded-optimizer and sign-vote rules know the groups and clip.
+    require((algo.aggregate == aggregation::sharded_optimizer || votes) && c.topology == "ring",
+            "parameter_groups and max_gradient_norm need a sharded-optimizer or sign-vote algorithm (ddp, dpu, "
+            "acco, dlion-mavo, dlion-avg, acco-dlion) on the ring topology, not " + algo.name + " on " + c.topology);
     o.groups = c.parameter_groups;
     o.max_gradient_norm = c.max_gradient_norm;
   }
+  if (c.app_optimizer) use_app_optimizer(o, algo, c);
   return o;
 }
 

@@ -15,6 +15,15 @@ void check_packed(const char* function, std::size_t count, std::size_t words) {
                                 " packed words, got " + std::to_string(words));
 }
 
+// Calls step(begin, end, lr, weight_decay) for each run of `count` elements (one run of the
+// job's settings when `runs` is empty).
+template <class Step>
+void for_each_run(std::size_t count, float lr, float weight_decay, std::span<const scaled_run> runs, Step step) {
+  if (runs.empty()) return step(std::size_t{0}, count, lr, weight_decay);
+  for (const scaled_run& run : runs)
+    step(run.offset, run.offset + run.count, lr * run.learning_rate_scale, weight_decay * run.weight_decay_scale);
+}
+
 }  // namespace
 
 void lion_local_direction(std::span<const float> gradients, std::span<float> momentum,
@@ -43,16 +52,18 @@ void lion_local_direction(std::span<const float> gradients, std::span<float> mom
 }
 
 void apply_sign_update(std::span<float> parameters, std::span<const std::uint64_t> majority,
-                       float lr, float weight_decay) {
-  const std::size_t count = parameters.size();
-  check_packed("apply_sign_update", count, majority.size());
-  const float decay = sign_step_decay(lr, weight_decay);
-  for (std::size_t i = 0; i < count; ++i)
-    parameters[i] = sign_step(parameters[i], packed_bit(majority, i) ? 1.0f : -1.0f, decay, lr);
+                       float lr, float weight_decay, std::span<const scaled_run> runs) {
+  check_packed("apply_sign_update", parameters.size(), majority.size());
+  for_each_run(parameters.size(), lr, weight_decay, runs, [&](std::size_t begin, std::size_t end, float run_lr,
+                                                              float run_weight_decay) {
+    const float decay = sign_step_decay(run_lr, run_weight_decay);
+    for (std::size_t i = begin; i < end; ++i)
+      parameters[i] = sign_step(parameters[i], packed_bit(majority, i) ? 1.0f : -1.0f, decay, run_lr);
+  });
 }
 
 void apply_sign_update(std::span<float> parameters, std::span<const std::uint16_t> plus_votes,
-                       int voters, float lr, float weight_decay) {
+                       int voters, float lr, float weight_decay, std::span<const scaled_run> runs) {
   if (voters < 1)
     throw std::invalid_argument("apply_sign_update: " + std::to_string(voters) + " voters");
   if (plus_votes.size() != parameters.size())
@@ -64,14 +75,16 @@ void apply_sign_update(std::span<float> parameters, std::span<const std::uint16_
   for (int c = 0; c <= voters; ++c)
     delta[static_cast<std::size_t>(c)] =
         static_cast<float>(2 * c - voters) / static_cast<float>(voters);
-  const float decay = sign_step_decay(lr, weight_decay);
-  for (std::size_t i = 0; i < parameters.size(); ++i) {
+  for (std::size_t i = 0; i < parameters.size(); ++i)
     if (plus_votes[i] > voters)
       throw std::invalid_argument("apply_sign_update: element " + std::to_string(i) + " has " +
                                   std::to_string(plus_votes[i]) + " plus votes of " +
                                   std::to_string(voters) + " voters");
-    parameters[i] = sign_step(parameters[i], delta[plus_votes[i]], decay, lr);
-  }
+  for_each_run(parameters.size(), lr, weight_decay, runs, [&](std::size_t begin, std::size_t end, float run_lr,
+                                                              float run_weight_decay) {
+    const float decay = sign_step_decay(run_lr, run_weight_decay);
+    for (std::size_t i = begin; i < end; ++i) parameters[i] = sign_step(parameters[i], delta[plus_votes[i]], decay, run_lr);
+  });
 }
 
 void pack_signs(std::span<const float> values, std::uint64_t round,

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <span>
 
+#include "optim/optimizer.hpp"  // scaled_run
 #include "transport/sign_vote.hpp"  // tie_vote: the one tie rule, shared with the vote
 
 namespace accord {
@@ -46,13 +47,14 @@ void lion_local_direction(std::span<const float> gradients, std::span<float> mom
                           float beta1, float beta2, std::span<std::uint64_t> packed_signs,
                           std::uint64_t round);
 
-// Majority vote: delta_i = +1 where bit i is set, -1 where clear.
+// Majority vote: delta_i = +1 where bit i is set, -1 where clear. `runs`, when not empty, cover
+// the parameters and scale the learning rate and weight decay run by run (parameter groups).
 void apply_sign_update(std::span<float> parameters, std::span<const std::uint64_t> majority,
-                       float lr, float weight_decay);
+                       float lr, float weight_decay, std::span<const scaled_run> runs = {});
 
-// Averaging: delta_i = (2*plus_votes_i - voters) / voters, in [-1, 1].
+// Averaging: delta_i = (2*plus_votes_i - voters) / voters, in [-1, 1]; `runs` as above.
 void apply_sign_update(std::span<float> parameters, std::span<const std::uint16_t> plus_votes,
-                       int voters, float lr, float weight_decay);
+                       int voters, float lr, float weight_decay, std::span<const scaled_run> runs = {});
 
 // Packs the signs of `values` (ties by tie_vote(i, round)); `packed` holds packed_words(n) words.
 void pack_signs(std::span<const float> values, std::uint64_t round,

@@ -26,10 +26,7 @@ public:
                                   " parameters and " + std::to_string(gradients.size()) +
                                   " gradients");
     ++state_.step;
-    if (runs.empty()) return update(0, parameters, gradients, lr, config_.weight_decay);
-    for (const scaled_run& run : runs)
-      update(run.offset, parameters.subspan(run.offset, run.count), gradients.subspan(run.offset, run.count),
-             lr * run.learning_rate_scale, config_.weight_decay * run.weight_decay_scale);
+    advance(parameters, gradients, lr, runs);
   }
 
   const optimizer_state& state() const override { return state_; }
@@ -46,11 +43,12 @@ public:
   const optimizer_config& config() const override { return config_; }
 
 protected:
-  // Steps the shard's elements from `offset` on (as many as `parameters` holds).
-  virtual void update(std::size_t offset, std::span<float> parameters, std::span<const float> gradients,
-                      float lr, float weight_decay) = 0;
+  // The step's update of the whole shard, after the step count grew.
+  virtual void advance(std::span<float> parameters, std::span<const float> gradients, float lr,
+                       std::span<const scaled_run> runs) = 0;
 
   float* slot(std::size_t index, std::size_t offset) { return state_.values.data() + index * shard_size_ + offset; }
+  std::span<float> slots() { return state_.values; }
   std::uint64_t step_count() const { return state_.step; }
 
   const optimizer_config config_;
@@ -60,12 +58,49 @@ private:
   optimizer_state state_;
 };
 
+// accord's own optimizers: each run of the shard stepped with its scaled rate and decay.
+class run_optimizer : public shard_optimizer {
+public:
+  using shard_optimizer::shard_optimizer;
+
+protected:
+  // Steps the shard's elements from `offset` on (as many as `parameters` holds).
+  virtual void update(std::size_t offset, std::span<float> parameters, std::span<const float> gradients,
+                      float lr, float weight_decay) = 0;
+
+private:
+  void advance(std::span<float> parameters, std::span<const float> gradients, float lr,
+               std::span<const scaled_run> runs) override {
+    if (runs.empty()) return update(0, parameters, gradients, lr, config_.weight_decay);
+    for (const scaled_run& run : runs)
+      update(run.offset, parameters.subspan(run.offset, run.count), gradients.subspan(run.offset, run.count),
+             lr * run.learning_rate_scale, config_.weight_decay * run.weight_decay_scale);
+  }
+};
+
+// The app's elementwise optimizer (job_config::app_optimizer): one call per shard and step, its
+// own settings per range; the groups' scales are not its (optimizer_for refuses trained ones).
+class app_shard_optimizer final : public shard_optimizer {
+public:
+  app_shard_optimizer(const optimizer_config& config, std::size_t shard_size, std::size_t shard_begin)
+      : shard_optimizer(config, shard_size, config.app->slots), shard_begin_(shard_begin) {}
+
+private:
+  void advance(std::span<float> parameters, std::span<const float> gradients, float lr,
+               std::span<const scaled_run>) override {
+    const float factor = config_.learning_rate > 0 ? lr / config_.learning_rate : 0.0f;
+    config_.app->step(shard_begin_, parameters, gradients, slots(), step_count(), factor);
+  }
+
+  const std::size_t shard_begin_;
+};
+
 // AdamW (Loshchilov & Hutter) with PyTorch's arrangement: decoupled decay p *= 1 - lr*wd,
 // then p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
-class adamw final : public shard_optimizer {
+class adamw final : public run_optimizer {
 public:
   adamw(const optimizer_config& config, std::size_t shard_size)
-      : shard_optimizer(config, shard_size, 2) {}
+      : run_optimizer(config, shard_size, 2) {}
 
 private:
   void update(std::size_t offset, std::span<float> parameters, std::span<const float> gradients, float lr,
@@ -88,10 +123,10 @@ private:
 };
 
 // Lion exactly as the reference (lion-notes.md §1): decay first, sign(0) = 0, momentum after.
-class lion final : public shard_optimizer {
+class lion final : public run_optimizer {
 public:
   lion(const optimizer_config& config, std::size_t shard_size)
-      : shard_optimizer(config, shard_size, 1) {}
+      : run_optimizer(config, shard_size, 1) {}
 
 private:
   void update(std::size_t offset, std::span<float> parameters, std::span<const float> gradients, float lr,
@@ -112,10 +147,10 @@ private:
 
 // SGD with heavy-ball momentum (PyTorch form, no dampening): g += wd*p (L2), b = beta1*b + g,
 // p -= lr*b. beta1 = 0 is plain SGD.
-class sgd final : public shard_optimizer {
+class sgd final : public run_optimizer {
 public:
   sgd(const optimizer_config& config, std::size_t shard_size)
-      : shard_optimizer(config, shard_size, 1) {}
+      : run_optimizer(config, shard_size, 1) {}
 
 private:
   void update(std::size_t offset, std::span<float> parameters, std::span<const float> gradients, float lr,
@@ -173,8 +208,12 @@ std::vector<scaled_run> shard_runs(const std::vector<parameter_group>& groups, s
   return runs;
 }
 
-std::unique_ptr<optimizer> make_optimizer(const optimizer_config& config,
-                                          std::size_t shard_size) {
+std::unique_ptr<optimizer> make_optimizer(const optimizer_config& config, std::size_t shard_size,
+                                          std::size_t shard_begin) {
+  if (config.app) {
+    if (!config.app->step) throw std::invalid_argument("app optimizer " + config.app->name + ": no step function");
+    return std::make_unique<app_shard_optimizer>(config, shard_size, shard_begin);
+  }
   if (config.kind != "adamw" && config.kind != "lion" && config.kind != "sgd")
     throw std::invalid_argument("unknown optimizer kind '" + config.kind +
                                 "' (expected adamw, lion or sgd)");

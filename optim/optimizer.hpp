@@ -13,7 +13,7 @@
 namespace accord {
 
 struct optimizer_config {
-  std::string kind = "adamw";  // adamw | lion | sgd
+  std::string kind = "adamw";  // adamw | lion | sgd, or the app optimizer's name
   float learning_rate = 1e-3f;
   float beta1 = 0.9f;          // AdamW/Lion beta1; SGD momentum
   float beta2 = 0.999f;
@@ -22,6 +22,9 @@ struct optimizer_config {
   // Applied by the sharded-optimizer rule (job_config::parameter_groups, max_gradient_norm).
   std::vector<parameter_group> groups;
   float max_gradient_norm = 0.0f;
+  // job_config::app_optimizer: steps the shards instead of kind's (its settings replace the
+  // betas, epsilon, weight decay and the groups' scales; learning_rate is the schedule's peak).
+  const elementwise_optimizer* app = nullptr;
 };
 
 // A run of a shard's elements stepped with scaled settings: a parameter group's part of it.
@@ -57,6 +60,8 @@ public:
   virtual const optimizer_config& config() const = 0;
 };
 
-std::unique_ptr<optimizer> make_optimizer(const optimizer_config& config, std::size_t shard_size);
+// `shard_begin`: where the shard starts in the flat parameters (for an app optimizer's step).
+std::unique_ptr<optimizer> make_optimizer(const optimizer_config& config, std::size_t shard_size,
+                                          std::size_t shard_begin = 0);
 
 }  // namespace accord

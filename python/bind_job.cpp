@@ -1,7 +1,7 @@
 // accord.Job and accord.Worker: <accord/worker.hpp>'s app_job and worker for Python apps.
 // Every call that may block (next, submit, wait, the job's end) releases the GIL, so a job's
 // workers can be driven from Python threads; accord's threads take the GIL only to call the
-// app's on_step and evaluate.
+// app's on_step, evaluate and optimizer (its step, on each worker's communicator thread).
 #include "bindings.hpp"
 #include "float_buffer.hpp"
 
@@ -39,8 +39,9 @@ std::string first_line(const std::string& message) { return message.substr(0, me
 class job_handle {
 public:
   job_handle(py::handle initial_parameters, job_config config, std::string signature,
-             std::optional<process_group> group, py::object on_step, py::object evaluate, std::string data)
-      : on_step_(std::move(on_step)), evaluate_(std::move(evaluate)) {
+             std::optional<process_group> group, py::object on_step, py::object evaluate, std::string data,
+             py::object optimizer)
+      : on_step_(std::move(on_step)), evaluate_(std::move(evaluate)), optimizer_(std::move(optimizer)) {
     const float_buffer initial(initial_parameters, "parameters", false);
     app_model model;
     model.signature = std::move(signature);
@@ -51,6 +52,15 @@ public:
     std::function<void(const step_metrics&)> step_callback;
     if (!on_step_.is_none()) step_callback = [this](const step_metrics& step) { call_on_step(step); };
     parameter_count_ = model.initial_parameters.size();
+    if (!optimizer_.is_none()) {
+      app_optimizer_.name = optimizer_.attr("name").cast<std::string>();
+      app_optimizer_.slots = optimizer_.attr("slots").cast<std::size_t>();
+      app_optimizer_.step = [this](std::uint64_t begin, std::span<float> parameters, std::span<const float> gradients,
+                                   std::span<float> state, std::uint64_t step, float learning_rate_factor) {
+        call_optimizer(begin, parameters, gradients, state, step, learning_rate_factor);
+      };
+      config.app_optimizer = &app_optimizer_;
+    }
 
     py::gil_scoped_release unlocked;
     auto job = group ? app_job::start_process(std::move(model), config, *group, std::move(step_callback))
@@ -119,7 +129,29 @@ private:
     }
   }
 
-  py::object on_step_, evaluate_;
+  // optimizer.step(begin, parameters, gradients, state, step, learning_rate_factor) with numpy
+  // arrays that borrow accord's memory for the call (parameters and state written in place).
+  void call_optimizer(std::uint64_t begin, std::span<float> parameters, std::span<const float> gradients,
+                      std::span<float> state, std::uint64_t step, float learning_rate_factor) {
+    if (interpreter_finalizing()) throw std::runtime_error(app_optimizer_.name + ": Python is shutting down");
+    py::gil_scoped_acquire locked;
+    try {
+      const py::capsule borrowed(parameters.data(), [](void*) {});
+      const auto count = static_cast<py::ssize_t>(parameters.size());
+      const auto width = static_cast<py::ssize_t>(sizeof(float));
+      const py::array_t<float> parameter_array({count}, {width}, parameters.data(), borrowed);
+      // Writable for torch.from_numpy's sake: nothing writes it.
+      const py::array_t<float> gradient_array({count}, {width}, const_cast<float*>(gradients.data()), borrowed);
+      const py::array_t<float> state_array({static_cast<py::ssize_t>(app_optimizer_.slots), count},
+                                           {count * width, width}, state.data(), borrowed);
+      optimizer_.attr("step")(begin, parameter_array, gradient_array, state_array, step, learning_rate_factor);
+    } catch (py::error_already_set& error) {
+      throw std::runtime_error(app_optimizer_.name + " raised " + first_line(error.what()));
+    }
+  }
+
+  py::object on_step_, evaluate_, optimizer_;
+  elementwise_optimizer app_optimizer_;  // job_config::app_optimizer, calling optimizer_
   std::mutex mutex_;
   std::unique_ptr<app_job> job_;
   std::size_t parameter_count_ = 0;
@@ -193,14 +225,18 @@ void bind_job(py::module_& m) {
   py::class_<job_handle, std::shared_ptr<job_handle>>(m, "Job",
                                                       "A running job whose micro-batches the app computes.")
       .def(py::init<py::handle, job_config, std::string, std::optional<process_group>, py::object, py::object,
-                    std::string>(),
+                    std::string, py::object>(),
            py::arg("parameters"), py::arg("config"), py::arg("signature"), py::arg("group") = py::none(),
            py::arg("on_step") = py::none(), py::arg("evaluate") = py::none(),
-           py::arg("data") = "the app's own data",
+           py::arg("data") = "the app's own data", py::arg("optimizer") = py::none(),
            "Starts a job over the flat float32 initial `parameters` (copied). Without `group`, all "
            "config.workers workers run in this process; with one, this process's worker of a job "
            "between processes. `signature` names the architecture (workers of one job must agree). "
-           "on_step(StepMetrics) and evaluate(parameters) -> float are called from accord's threads.")
+           "on_step(StepMetrics) and evaluate(parameters) -> float are called from accord's threads. "
+           "`optimizer` (JobConfig.app_optimizer, <accord/app_optimizer.hpp>): an object with `name`, "
+           "`slots` and step(begin, parameters, gradients, state, step, learning_rate_factor), called "
+           "from each worker's communicator thread with numpy arrays valid during the call "
+           "(accord.torch's ShardOptimizer); config.optimizer must be its name.")
       .def_property_readonly("parameter_count", &job_handle::parameter_count)
       .def_property_readonly("local_workers", &job_handle::local_workers)
       .def("worker",

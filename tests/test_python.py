@@ -8,8 +8,8 @@
                      and with ACCO the loss falls
   acco_and_dlion     ACCO and Distributed Lion train: the loss falls
   buffers            BatchNorm's running statistics broadcast from rank 0, averaged or local, seen
-                     by the evaluator; frozen parameters neither trained nor decayed (2 threads,
-                     or 2 processes under accord-launch -n 2)
+                     by the evaluator; frozen parameters neither trained nor decayed; with DDP and
+                     Distributed Lion (2 threads, or 2 processes under accord-launch -n 2)
   checkpoints        Job.state_dict() / load_state_dict() continue a job exactly, also with another
                      worker count; Ctrl-C stops train() after the step, with its checkpoint
   precisions         bfloat16 and float16 modules (mixed with float32): accord's float32 master
@@ -32,6 +32,7 @@
 Run: PYTHONPATH=build/python /usr/bin/python3 tests/test_python.py CASE
 Without torch or numpy it exits 1 saying so ($ACCORD_MISSING_EXIT under ctest: skipped)."""
 import importlib.util
+import itertools
 import os
 import signal
 import sys
@@ -191,8 +192,8 @@ def bad_input():
         net, None, group=None, param_groups=[{"params": [net[0].bias]}, {"params": [net[0].bias]}]))
     raises(ValueError, "buffers='shared'", lambda: accord.torch.train(net, None, group=None, buffers="shared"))
     raises(ValueError, "a Job is one worker", lambda: accord.torch.Job(net, group=None, workers=2).step(0.0))
-    raises(ValueError, "need a sharded-optimizer algorithm", lambda: accord.torch.train(
-        net, None, group=None, algorithm="dlion-mavo", max_gradient_norm=1.0))
+    raises(ValueError, "need a sharded-optimizer or sign-vote algorithm", lambda: accord.torch.train(
+        net, None, group=None, algorithm="ddp", topology="local-sgd", max_gradient_norm=1.0))
     raises(ValueError, "overlaps", lambda: accord.Job(numpy.zeros(4, numpy.float32), accord.config(
         algorithm="ddp", workers=1, parameter_groups=[dict(begin=0, end=3), dict(begin=2, end=4)]), "x"))
     raises(RuntimeError, "still running", accord.torch.Job(model(), group=None, steps=2).state_dict)
@@ -239,7 +240,7 @@ def properties(cls):
 def settings():
     # Each class's properties are exactly its field list's (the C++ test checks the lists against
     # the structs); pointers and callbacks have no Python form and are named apart.
-    for cls, cpp_only in ((accord.JobConfig, {"stop_requested", "on_checkpoint_written"}),
+    for cls, cpp_only in ((accord.JobConfig, {"app_optimizer", "stop_requested", "on_checkpoint_written"}),
                           (accord.TopologyOptions, set()), (accord.MembershipChange, set()), (accord.ParameterGroup, set()),
                           (accord.ProcessGroup, {"leave_requested", "on_event"})):
         assert properties(cls) == set(cls._fields), f"{cls.__name__}: {properties(cls) ^ set(cls._fields)}"
@@ -348,13 +349,14 @@ def buffers():
         xb, yb = examples(x, y, request.first_position, request.examples)
         return torch.nn.functional.cross_entropy(net(torch.full_like(xb, 10.0 * (rank + 1))), yb)
 
-    for mode, expected in (("broadcast", 10.0), ("average", 5.0 * (workers + 1)), ("local", 10.0 * (rank + 1))):
+    for algorithm, (mode, expected) in itertools.product(
+            ("ddp", "dlion-mavo"), (("broadcast", 10.0), ("average", 5.0 * (workers + 1)), ("local", 10.0 * (rank + 1)))):
         net, seen = normed_model(), []
         frozen = net[1].bias
         frozen.requires_grad_(False)
         before = frozen.clone()
         result = accord.torch.train(net, loss, group=group, buffers=mode, evaluate=lambda m: seen.append(
-            m[0].running_mean.clone()) or 0.0, algorithm="ddp", workers=workers, steps=4, micro_batch=micro_batch,
+            m[0].running_mean.clone()) or 0.0, algorithm=algorithm, workers=workers, steps=4, micro_batch=micro_batch,
             weight_decay=0.5, learning_rate=0.01, eval_interval=2)
         kept = mode != "local"
         assert result.parameters.size == INPUTS * (2 + 2 * kept) + CLASSES * INPUTS, result.parameters.size
@@ -363,7 +365,7 @@ def buffers():
         assert all(torch.allclose(m, torch.full((INPUTS,), expected if kept else 0.0)) for m in seen), (mode, seen)
         assert torch.equal(frozen, before), "a frozen parameter changed under weight decay"
         assert result.replicas_identical
-        print(f"buffers={mode}: running mean {net[0].running_mean[0].item():g}, frozen bias unchanged")
+        print(f"{algorithm}, buffers={mode}: running mean {net[0].running_mean[0].item():g}, frozen bias unchanged")
 
 
 def position_loss(x, y):

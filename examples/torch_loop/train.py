@@ -1,5 +1,6 @@
-"""examples/torch_loop/train_torch.py trained with accord: the same loop and DataLoader, whose
-sampler gives each worker its share, and accord.torch.Job in place of the optimizer (ACCO by
+"""examples/torch_loop/train_torch.py trained with accord: the same loop, DataLoader and torch
+AdamW (with its param groups), a sampler that gives each worker its share, and accord.torch.Job,
+which steps each worker's shard with that optimizer, in place of optimizer.step() (ACCO by
 default; docs/python.md shows the diff). One worker per process:
 
     PYTHONPATH=build/python build/apps/accord-launch -n 2 -- python3 examples/torch_loop/train.py
@@ -36,8 +37,9 @@ def main(argv=None):
     model[0].weight.requires_grad_(False)  # a frozen layer
     groups = [{"params": [p for n, p in model.named_parameters() if n.endswith("bias")], "weight_decay": 0.0},
               {"params": [p for n, p in model.named_parameters() if not n.endswith("bias")]}]
-    job = accord.torch.Job(model, param_groups=groups, algorithm=args.algorithm, steps=args.steps, micro_batch=args.batch,
-                           learning_rate=args.lr, beta1=0.9, beta2=0.95, weight_decay=0.1, max_gradient_norm=0.5, cosine=False, max_accumulation=2)
+    optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    job = accord.torch.Job(model, optimizer=optimizer, algorithm=args.algorithm, steps=args.steps, micro_batch=args.batch,
+                           max_gradient_norm=0.5, max_accumulation=2)
     loader = DataLoader(dataset(), batch_size=args.batch, sampler=DistributedSampler(dataset(), job.workers, job.rank, False))
     for step, (x, y) in enumerate(loader):
         loss = F.cross_entropy(model(x), y)

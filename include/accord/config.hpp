@@ -2,6 +2,8 @@
 // Public embedder API: the settings of a job (run_job, run_job_process, app_job). Plain data,
 // no CAF: every field has a default, an app sets the ones it cares about.
 // <accord/config_fields.hpp> lists the fields by name (the Python binding is made from it).
+#include <accord/app_optimizer.hpp>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -112,12 +114,20 @@ struct job_config {
   std::uint64_t warmup_steps = 0;    // linear warm-up, then cosine to min_lr_ratio * lr
   float min_lr_ratio = 0.1f;         // in [0, 1]
   bool cosine = true;
-  // Sharded-optimizer algorithms (ddp, dpu, acco) on the ring only: ranges treated apart, in
-  // order and disjoint (the rest: scales 1, trained); and gradient clipping: the round's mean
-  // gradient (over the trained parameters, all workers) is scaled to at most this L2 norm
-  // first, as torch's clip_grad_norm_ (0: no clipping).
+  // Sharded-optimizer and sign-vote algorithms (ddp, dpu, acco, dlion-*, acco-dlion) on the ring
+  // only: ranges treated apart, in order and disjoint (the rest: scales 1, trained); and gradient
+  // clipping: the round's mean gradient (over the trained parameters, all workers) is scaled to
+  // at most this L2 norm first, as torch's clip_grad_norm_ (0: no clipping). Sign votes clip
+  // each worker's own mean gradient, the one its Lion momentum sees (the mean over workers is
+  // never formed).
   std::vector<parameter_group> parameter_groups;
   float max_gradient_norm = 0.0f;
+  // The app's own optimizer instead of `optimizer` (<accord/app_optimizer.hpp>; sharded-optimizer
+  // algorithms on the ring): its own settings replace beta1, beta2, epsilon, weight_decay and the
+  // groups' scales (parameter_groups may only name values the app keeps), and learning_rate is
+  // the peak its rates are scaled from by the schedule (0: 1). May be null; it must outlive the
+  // job. `optimizer` must be its name (processes check that they agree on it).
+  const elementwise_optimizer* app_optimizer = nullptr;
 
   std::string link = "unlimited";    // in-process link model, e.g. "1gbit,50us"
   // What gradients and parameters travel as in every collective: fp32 | bf16 | fp16. Sums are

@@ -101,6 +101,7 @@ struct fields_of<job_config> {
       ACCORD_FIELD(job_config, cosine),
       ACCORD_FIELD(job_config, parameter_groups),
       ACCORD_FIELD(job_config, max_gradient_norm),
+      ACCORD_FIELD(job_config, app_optimizer),
       ACCORD_FIELD(job_config, link),
       ACCORD_FIELD(job_config, wire_precision),
       ACCORD_FIELD(job_config, estimate_precision),

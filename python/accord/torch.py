@@ -41,6 +41,7 @@ import torch
 
 import accord
 from accord._flat_range import PRECISIONS, FlatRange
+from accord._shard_optimizer import ShardOptimizer
 
 __all__ = ["FlatModule", "Job", "signature", "train"]
 
@@ -226,12 +227,36 @@ def signature(module):
             f"shapes {hashlib.sha1(shapes.encode()).hexdigest()[:12]}")
 
 
+def _torch_optimizer(module, settings, param_groups, who):
+    """A torch.optim optimizer in settings["optimizer"] (taken out of them) and the param groups
+    it implies (torch's form, its groups' parameters), or None and `param_groups`. One error for
+    settings that are the optimizer's, and for trainable parameters it does not hold."""
+    optimizer = settings.get("optimizer")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        return None, param_groups
+    del settings["optimizer"]
+    name = type(optimizer).__name__
+    if param_groups is not None:
+        raise ValueError(f"{who}: param_groups and a torch optimizer ({name}): its param groups are the groups")
+    theirs = [key for key in ("learning_rate", "beta1", "beta2", "epsilon", "weight_decay") if key in settings]
+    if theirs:
+        raise ValueError(f"{who}: {', '.join(theirs)} belong to the torch optimizer ({name}): set them on it")
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    for parameter_name, p in module.named_parameters():
+        if p.requires_grad and id(p) not in held:
+            raise ValueError(f"{who}: parameter '{parameter_name}' is trainable but in none of the {name}'s param "
+                             "groups: add it, or freeze it (requires_grad_(False))")
+    settings.setdefault("cosine", False)  # the groups' own rates, as torch steps them, unless asked for a schedule
+    return optimizer, [{"params": group["params"]} for group in optimizer.param_groups]
+
+
 class _Start:
     """What train() and Job share: the process group, the settings, the flat layout of the
-    model (and of its replicas and the evaluator's copy) and the accord job over it."""
+    model (and of its replicas and the evaluator's copy) and the accord job over it; with a torch
+    optimizer, the ShardOptimizer that steps the shards."""
 
-    def __init__(self, module, settings, *, param_groups, buffers, loss_scale, evaluate, on_step, group, replicas,
-                 who):
+    def __init__(self, module, settings, *, optimizer, param_groups, buffers, loss_scale, evaluate, on_step, group,
+                 replicas, who):
         if isinstance(group, str) and group == "environment":
             group = accord.process_group()
         if group is not None and not group.join:  # a joiner gets its place from the running job
@@ -248,9 +273,15 @@ class _Start:
         models = [module] + [copy.deepcopy(module) for _ in range(local_workers - 1)]
         evaluated = copy.deepcopy(module) if evaluate is not None else None
         self.flats = [FlatModule(m, _same_groups(param_groups, module, m), buffers, loss_scale) for m in models]
+        shard_optimizer = None
+        if optimizer is not None:
+            shard_optimizer = ShardOptimizer(optimizer, [(begin, end) for _, begin, end in self.flats[0].group_settings])
+            self.config.optimizer = shard_optimizer.name
+            self.config.learning_rate = float(optimizer.defaults["lr"])  # the schedule's peak: factor 1 there
         if param_groups or self.flats[0].buffers:
-            self.config.parameter_groups = self.flats[0].parameter_groups(
-                buffers, self.config.learning_rate, self.config.weight_decay)
+            groups = self.flats[0].parameter_groups(buffers, self.config.learning_rate, self.config.weight_decay)
+            # A torch optimizer's groups are its own: accord's groups only carry the buffers.
+            self.config.parameter_groups = [g for g in groups if shard_optimizer is None or g.role != "trained"]
         if evaluated is not None:
             # The evaluator's copy has the models' layout: accord's parameters hold the buffers too.
             evaluation = FlatModule(evaluated, _same_groups(param_groups, module, evaluated), buffers)
@@ -261,7 +292,8 @@ class _Start:
                 with torch.no_grad():
                     return float(evaluate(evaluation.module))
         self.job = accord.Job(self.flats[0].parameters, self.config, signature(module), group=group,
-                              on_step=on_step, evaluate=evaluate_at if evaluated is not None else None)
+                              on_step=on_step, evaluate=evaluate_at if evaluated is not None else None,
+                              optimizer=shard_optimizer)
         self.interrupted = False
 
     def finish(self, errors=()):
@@ -321,10 +353,15 @@ def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", 
     gradient (or a scaled one) that is inf or NaN raises FloatingPointError naming the parameter.
     `group`: a ProcessGroup, None for a job in this process, or read from the environment
     (accord-launch, torchrun, srun; also ACCORD_ELASTIC and ACCORD_JOIN) by default.
+    `optimizer`: accord's by name (adamw, lion, sgd), or a torch.optim optimizer over the
+    module's parameters, whose class and param groups' settings step each worker's shard
+    (docs/python.md, "A torch.optim optimizer").
     Ctrl-C stops every worker after the current step and returns the result so far.
     """
-    start = _Start(module, settings, param_groups=param_groups, buffers=buffers, loss_scale=loss_scale,
-                   evaluate=evaluate, on_step=on_step, group=group, replicas=True, who="accord.torch.train")
+    optimizer, param_groups = _torch_optimizer(module, settings, param_groups, "accord.torch.train")
+    start = _Start(module, settings, optimizer=optimizer, param_groups=param_groups, buffers=buffers,
+                   loss_scale=loss_scale, evaluate=evaluate, on_step=on_step, group=group, replicas=True,
+                   who="accord.torch.train")
     job, flats, errors = start.job, start.flats, []
 
     def drive(worker, flat):
@@ -361,7 +398,8 @@ class Job:
     in the module. ACCO's overlap and delay correction happen inside accord.
 
     Settings as train()'s (JobConfig fields, evaluate, on_step, group, param_groups, buffers,
-    loss_scale: the app runs backward through `loss * job.loss_scale`).
+    loss_scale: the app runs backward through `loss * job.loss_scale`; optimizer: accord's by
+    name or the app's torch.optim optimizer, which accord then steps in place of the app).
     In one process the job has one worker; under accord-launch or torchrun, one per process.
     """
 
@@ -369,9 +407,10 @@ class Job:
                  buffers="broadcast", loss_scale=1.0, **settings):
         if isinstance(group, str) and group == "environment":
             group = accord.process_group()
+        optimizer, param_groups = _torch_optimizer(module, settings, param_groups, "accord.torch.Job")
         self._module, self._settings, self._group = module, settings, group
-        self._options = dict(evaluate=evaluate, on_step=on_step, group=group, param_groups=param_groups,
-                             buffers=buffers, loss_scale=loss_scale)
+        self._options = dict(evaluate=evaluate, on_step=on_step, group=group, optimizer=optimizer,
+                             param_groups=param_groups, buffers=buffers, loss_scale=loss_scale)
         self.loss_scale = loss_scale
         if settings.get("checkpoint_path") is None:  # state_dict() reads the checkpoint of the end
             self._scratch = tempfile.TemporaryDirectory(prefix="accord-job-")
