@@ -1,5 +1,7 @@
 #include "actors/membership_actor.hpp"
 
+#include "actors/standby_actor.hpp"
+
 #include "cluster/fingerprint.hpp"
 #include "observe/trace.hpp"
 
@@ -22,15 +24,14 @@ struct member {
   bool leaving = false;
   bool remote = false;  // in another process than the membership actor (its heartbeats are judged)
   int rank = -1;  // in the running epoch; -1 when not in it
+  int last_rank = -1;  // in the last epoch formed (the succession order); -1 when not in it
+  std::string control;  // HOST:PORT of its standby
+  bool reconnecting = false;  // after a takeover: known from the replica, not yet reconnected
   std::optional<epoch_request> request;
   std::optional<caf::typed_response_promise<epoch_plan>> promise;
   bool released = false;  // told that the job is over (or failed)
 
-  std::string name() const {
-    return (initial_rank >= 0 ? "rank " + std::to_string(initial_rank) : "member " + std::to_string(id)) +
-           (host.empty() ? "" : " (" + host + ")");
-  }
-  std::string role() const { return initial_rank == 0 ? "coordinator" : "worker"; }
+  std::string name() const { return member_name(initial_rank, id, host); }
 };
 
 enum class phase { starting, running, forming, finished, failed };
@@ -67,9 +68,19 @@ struct membership_state {
   std::optional<heartbeat_detector> detector;
   bool lost_since_epoch = false;              // a member was lost since the running epoch formed
   std::vector<std::string> metrics_events;    // for the next epoch's metrics file
+  std::uint64_t replica_sequence = 0;
 };
 
 using self_pointer = membership_actor::stateful_pointer<membership_state>;
+
+// "hung (silent for 1.62 s; its heartbeats allowed 1.50 s)"
+std::string hung_cause(const heartbeat_detector::suspicion& silent) {
+  char cause[96];
+  std::snprintf(cause, sizeof cause, "hung (silent for %.2f s; its heartbeats allowed %.2f s)",
+                std::chrono::duration<double>(silent.silent).count(),
+                std::chrono::duration<double>(silent.threshold).count());
+  return cause;
+}
 
 void event(self_pointer self, const std::string& line) {
   if (self->state.setup.on_event) self->state.setup.on_event(line);
@@ -85,16 +96,52 @@ std::uint64_t steps_done(const membership_state& s) {
 
 // A member was lost or left (`what`): one line here and in every other member's process, a
 // record for the membership log and the metrics file.
+// The coordinator's process hosts this actor (its agent is local); the standby is next in
+// line: the lowest rank of the last epoch besides it.
+std::string role_of(const membership_state& s, const member& m) {
+  if (!m.remote) return "coordinator";
+  const member* next = nullptr;
+  for (const auto& [id, other] : s.members)
+    if (other.remote && other.last_rank >= 0 && (!next || other.last_rank < next->last_rank)) next = &other;
+  return next == &m ? "standby" : "worker";
+}
+
 void report_member(self_pointer self, const member& m, const std::string& what, const std::string& cause) {
   auto& s = self->state;
-  const membership_record r = member_record(what, s.epoch, steps_done(s), m.initial_rank, m.host, m.role(), cause);
+  const membership_record r =
+      member_record(what, s.epoch, steps_done(s), m.initial_rank, m.host, role_of(s, m), cause);
   record(self, r);
   s.metrics_events.push_back(to_json_line(r));
-  const std::string line = "membership: " + m.name() + ", " + r.role + ", " + what + " at step " +
-                           std::to_string(r.step) + ": " + cause;
+  const std::string line = member_event_line(m.name(), r);
   event(self, line);
   for (const auto& [id, other] : s.members)
-    if (other.alive && other.remote && other.id != m.id) self->send(other.agent, lost_atom::value, line);
+    if (other.alive && other.remote && other.agent && other.id != m.id) self->send(other.agent, lost_atom::value, line);
+}
+
+// Copies what forming the next epoch needs to every other member's standby.
+void replicate(self_pointer self) {
+  auto& s = self->state;
+  if (!s.setup.elastic) return;
+  coordination_replica r;
+  r.epoch = s.epoch;
+  r.sequence = ++s.replica_sequence;
+  r.coordinator_control = s.setup.control;
+  r.epoch_workers = s.epoch_workers;
+  r.epoch_start = s.epoch_start;
+  r.steps_done = steps_done(s);
+  r.next_id = s.next_id;
+  for (const auto& [id, m] : s.members) {
+    if (!m.alive) continue;
+    if (!m.remote) r.coordinator = id;
+    r.members.push_back({id, m.initial_rank, m.host, m.control, m.last_rank, m.leaving});
+  }
+  // Two generations are kept by the workers; a few more positions cover a kept step that a
+  // member still holds from before a change.
+  constexpr std::size_t positions = 8;
+  for (auto it = s.kept_positions.rbegin(); it != s.kept_positions.rend() && r.kept.size() < positions; ++it)
+    r.kept.push_back({it->first.first, it->first.second, it->second});
+  for (const auto& [id, m] : s.members)
+    if (m.alive && m.remote && m.agent) self->send(m.agent, replica_atom::value, r);
 }
 
 // Answers the waiters once the job is over and every member alive has heard so.
@@ -150,14 +197,14 @@ void announce_change(self_pointer self, const std::string& reason) {
   s.pending_reason += (s.pending_reason.empty() ? "" : "; ") + reason;
   if (s.now != phase::running) return;
   for (auto& [id, m] : s.members)
-    if (m.alive && m.rank >= 0) self->send(m.agent, change_atom::value, s.epoch);
+    if (m.alive && m.rank >= 0 && m.agent) self->send(m.agent, change_atom::value, s.epoch);
 }
 
 // Interrupts the transports of the running epoch's members: they may be blocked on a dead one.
 void abort_epoch(self_pointer self, const std::string& why) {
   auto& s = self->state;
   for (auto& [id, m] : s.members)
-    if (m.alive && m.rank >= 0) self->send(m.agent, abort_atom::value, s.epoch, why);
+    if (m.alive && m.rank >= 0 && m.agent) self->send(m.agent, abort_atom::value, s.epoch, why);
 }
 
 void merge_epoch_result(membership_state& s, job_result&& part) {
@@ -324,10 +371,13 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
 
   std::vector<std::string> addresses;
   for (member* m : order) addresses.push_back(m->request->address);
+  for (auto& [id, m] : s.members) m.last_rank = -1;
+  for (std::size_t rank = 0; rank < order.size(); ++rank) order[rank]->rank = order[rank]->last_rank = static_cast<int>(rank);
+  // Every standby holds the epoch before any member starts it (one sender: the order holds).
+  replicate(self);
   bool leavers_stay = false;
   for (std::size_t rank = 0; rank < order.size(); ++rank) {
     member& m = *order[rank];
-    m.rank = static_cast<int>(rank);
     leavers_stay = leavers_stay || m.leaving;
     epoch_plan plan;
     plan.epoch = s.epoch;
@@ -379,19 +429,35 @@ void try_form(self_pointer self) {
     if (m.alive && !m.request) return;  // everyone alive takes part in forming
   if (s.epoch_failure && !s.lost_in_epoch) return;  // wait for the death that explains it
 
-  // The members the job started with in their RANK order (rank 0's process, which hosts the
-  // coordinator, first), then joiners by arrival.
+  // No split brain: after a loss, only a strict majority of the last epoch's members goes on
+  // (a partition's other side cannot have one too).
+  if (s.epoch > 0 && s.lost_since_epoch) {
+    int last = 0, reachable = 0;
+    for (const auto& [id, m] : s.members) {
+      if (m.last_rank < 0) continue;
+      ++last;
+      if (m.alive) ++reachable;
+    }
+    if (2 * reachable <= last) {
+      fail_job(self, "no majority: " + std::to_string(reachable) + " of the last epoch's " + std::to_string(last) +
+                         " members are reachable (" + s.pending_reason +
+                         "); this side stops so that a majority elsewhere can go on");
+      return;
+    }
+  }
+  // The coordinator's own process first (it hosts this actor), then the members the job started
+  // with in their RANK order, then joiners by arrival.
   std::vector<member*> staying, leaving;
   for (auto& [id, m] : s.members) {
     if (!m.alive) continue;
     (m.leaving ? leaving : staying).push_back(&m);
   }
   auto order_key = [](const member* m) {
-    return std::make_pair(m->initial_rank >= 0 ? m->initial_rank : INT_MAX, m->id);
+    return std::make_tuple(m->remote, m->initial_rank >= 0 ? m->initial_rank : INT_MAX, m->id);
   };
   std::sort(staying.begin(), staying.end(), [&](member* a, member* b) { return order_key(a) < order_key(b); });
-  if (staying.empty() || staying.front()->initial_rank != 0) {
-    fail_job(self, "rank 0's process is not a member any more");
+  if (staying.empty() || staying.front()->remote) {
+    fail_job(self, "the coordinator's process is not a member any more");
     return;
   }
   std::optional<state_source> source;
@@ -444,18 +510,18 @@ void member_lost(self_pointer self, member& m, const std::string& cause) {
   if (in_epoch || (s.now == phase::forming && s.epoch_failure)) s.lost_in_epoch = true;
   s.lost_since_epoch = true;
   const std::string dropped = "this worker (" + m.name() + ") was dropped from the job in epoch " +
-                              std::to_string(s.epoch) + ": rank 0 counted it as lost (" + cause +
+                              std::to_string(s.epoch) + ": the coordinator counted it as lost (" + cause +
                               "); the job goes on without it";
   s.dropped[m.id] = dropped;
   s.pending_reason += (s.pending_reason.empty() ? "" : "; ") + m.name() + " lost";
   const std::string lost = "its process was lost: " + cause;
   if (in_epoch) {
     abort_epoch(self, m.name() + ": " + lost);
-    self->send(m.agent, abort_atom::value, s.epoch, "rank 0 dropped this member: " + cause);
+    if (m.agent) self->send(m.agent, abort_atom::value, s.epoch, "the coordinator dropped this member: " + cause);
     self->send(s.coordinator, worker_failure{m.rank, lost});
   }
   // A hung process that wakes hears why instead of waiting on peers that went on without it.
-  self->send(m.agent, dropped_atom::value, dropped);
+  if (m.agent) self->send(m.agent, dropped_atom::value, dropped);
   try_form(self);
 }
 
@@ -463,14 +529,14 @@ void member_lost(self_pointer self, member& m, const std::string& cause) {
 void check_silence(self_pointer self) {
   auto& s = self->state;
   if (s.now == phase::finished || s.now == phase::failed) return;
+  // The members judge the coordinator by its own heartbeats.
+  if (s.setup.elastic)
+    for (const auto& [id, m] : s.members)
+      if (m.alive && m.remote && m.agent) self->send(m.agent, alive_atom::value);
   for (const heartbeat_detector::suspicion& silent : s.detector->check(std::chrono::steady_clock::now())) {
     const auto found = s.members.find(silent.member);
     if (found == s.members.end()) continue;
-    char cause[96];
-    std::snprintf(cause, sizeof cause, "hung (silent for %.2f s; its heartbeats allowed %.2f s)",
-                  std::chrono::duration<double>(silent.silent).count(),
-                  std::chrono::duration<double>(silent.threshold).count());
-    member_lost(self, found->second, cause);
+    member_lost(self, found->second, hung_cause(silent));
   }
   self->delayed_send(self, s.setup.detector->check_interval, silence_atom::value);
 }
@@ -533,10 +599,51 @@ void check_rendezvous(self_pointer self) {
   self->delayed_send(self, std::min<std::chrono::milliseconds>(left, report_every), rendezvous_atom::value);
 }
 
+// A survivor's process takes over from the lost coordinator: the replicated members are
+// expected to reconnect, the lost coordinator is recorded, and the next epoch forms as after a
+// worker's loss (its shards from their buddies' copies).
+void take_over(self_pointer self) {
+  auto& s = self->state;
+  const coordination_replica& r = *s.setup.takeover;
+  s.epoch = r.epoch;
+  s.epoch_workers = r.epoch_workers;
+  s.epoch_start = r.epoch_start;
+  s.next_id = r.next_id;
+  for (const kept_position& k : r.kept) s.kept_positions[{k.epoch, k.steps}] = k.data_position;
+  s.anything_kept = !r.kept.empty();
+  for (const replica_member& rm : r.members) {
+    member& m = s.members[rm.id];
+    m.id = rm.id;
+    m.initial_rank = rm.initial_rank;
+    m.host = rm.host;
+    m.control = rm.control;
+    m.last_rank = rm.rank;
+    m.leaving = rm.leaving;
+    m.remote = true;
+    m.reconnecting = rm.id != r.coordinator;
+    m.alive = m.reconnecting;
+  }
+  const member& lost = s.members.at(r.coordinator);
+  // Every survivor named it already (its agent saw the loss); here it is recorded.
+  const membership_record lost_record =
+      member_record("lost", s.epoch, r.steps_done, lost.initial_rank, lost.host, "coordinator", s.setup.takeover_cause);
+  record(self, lost_record);
+  s.metrics_events.push_back(to_json_line(lost_record));
+  s.now = phase::forming;
+  s.epoch_failure = "the coordinator's process was lost: " + s.setup.takeover_cause;
+  s.lost_in_epoch = true;
+  s.lost_since_epoch = true;
+  s.pending_reason = "the coordinator, " + lost.name() + ", lost";
+  self->delayed_send(self, s.setup.reconnect_grace, reconnect_atom::value);
+}
+
 membership_actor::behavior_type membership_behavior(self_pointer self, membership_setup setup) {
   self->state.setup = std::move(setup);
   self->state.epoch_ended_at = std::chrono::steady_clock::now();  // the first epoch forms from here
-  self->send(self, rendezvous_atom::value);
+  if (self->state.setup.takeover)
+    take_over(self);
+  else
+    self->send(self, rendezvous_atom::value);
   if (self->state.setup.detector) {
     self->state.detector.emplace(*self->state.setup.detector);
     self->send(self, silence_atom::value);
@@ -559,6 +666,19 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         };
         if (s.failure) return caf::make_error(caf::sec::runtime_error, *s.failure);
         if (s.now == phase::finished) return refuse("the job is already over");
+        if (hello.rejoin) {
+          const auto found = s.members.find(hello.member);
+          if (found == s.members.end() || !found->second.reconnecting)
+            return refuse("member " + std::to_string(hello.member) +
+                          " is not one this coordinator waits for after the last one's loss");
+          member& m = found->second;
+          m.reconnecting = false;
+          m.agent = agent;
+          m.remote = agent.node() != self->node();
+          self->monitor(agent);
+          if (s.detector && m.remote) s.detector->heard(m.id, std::chrono::steady_clock::now());
+          return m.id;
+        }
         if (!hello.job.empty() && hello.job != s.setup.job_id)
           return refuse("it belongs to job '" + hello.job + "', but this master port is held by job '" +
                         s.setup.job_id + "' (another job holds the port)");
@@ -582,12 +702,13 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         m.initial_rank = hello.rank;
         m.agent = agent;
         m.host = hello.host;
+        m.control = hello.control;
         m.remote = agent.node() != self->node();
         self->monitor(agent);
         if (s.detector && m.remote) s.detector->heard(m.id, std::chrono::steady_clock::now());
         if (hello.rank < 0) {
           const membership_record joined =
-              member_record("joined", s.epoch, steps_done(s), -1, m.host, m.role(), "said hello as a joiner");
+              member_record("joined", s.epoch, steps_done(s), -1, m.host, "worker", "said hello as a joiner");
           record(self, joined);
           s.metrics_events.push_back(to_json_line(joined));
         }
@@ -619,8 +740,8 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         auto& s = self->state;
         auto found = s.members.find(id);
         if (found == s.members.end() || !found->second.alive || found->second.leaving) return;
-        if (found->second.initial_rank == 0) {
-          event(self, "membership: rank 0 hosts the coordinator and cannot leave; ignored");
+        if (!found->second.remote) {
+          event(self, "membership: this process hosts the coordinator and cannot leave; ignored");
           return;
         }
         found->second.leaving = true;
@@ -632,6 +753,7 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
       [self](kept_atom, std::uint64_t epoch, std::uint64_t steps, std::uint64_t data_position) {
         self->state.kept_positions[{epoch, steps}] = data_position;
         self->state.anything_kept = true;
+        replicate(self);
       },
       [self](grace_atom, std::uint64_t epoch) {
         auto& s = self->state;
@@ -646,6 +768,10 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
           s.detector->heard(id, std::chrono::steady_clock::now());
       },
       [self](silence_atom) { check_silence(self); },
+      [self](reconnect_atom) {
+        for (auto& [id, m] : self->state.members)
+          if (m.reconnecting) member_lost(self, m, "did not reconnect to the new coordinator");
+      },
       [self](dropped_atom, std::uint64_t id) -> std::string {
         const auto found = self->state.dropped.find(id);
         return found == self->state.dropped.end() ? std::string() : found->second;
@@ -671,11 +797,9 @@ struct relayed {
 };
 
 struct agent_state {
-  std::shared_ptr<std::atomic<std::uint64_t>> change_epoch;
-  std::shared_ptr<epoch_link> link;
-  const std::atomic<bool>* leave_requested = nullptr;
-  membership_actor membership;
-  std::function<void(const std::string&)> on_event;
+  member_agent_setup setup;
+  std::optional<heartbeat_detector> coordinator_heartbeats;
+  coordination_replica replica;  // the newest, for the line naming a lost coordinator
   std::optional<std::uint64_t> member;
   bool asked_to_leave = false;
   std::optional<std::string> master_lost;
@@ -723,7 +847,7 @@ void fail_all(relayed<T>& table, const std::string& why) {
   table.open.clear();
 }
 
-// From now on every request relayed to rank 0's process fails with `why`.
+// From now on every request relayed to the coordinator's process fails with `why`.
 void stop_relaying(agent_pointer self, const std::string& why) {
   auto& s = self->state;
   if (s.master_lost) return;
@@ -733,29 +857,42 @@ void stop_relaying(agent_pointer self, const std::string& why) {
   fail_all(s.waits, why);
 }
 
-member_agent::behavior_type agent_behavior(agent_pointer self, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
-                                           std::shared_ptr<epoch_link> link, const std::atomic<bool>* leave_requested,
-                                           membership_actor membership,
-                                           std::function<void(const std::string&)> on_event) {
-  self->state.change_epoch = std::move(change_epoch);
-  self->state.link = std::move(link);
-  self->state.leave_requested = leave_requested;
-  self->state.membership = std::move(membership);
-  self->state.on_event = std::move(on_event);
-  self->monitor(self->state.membership);
-  self->set_down_handler([self](const caf::down_msg&) { stop_relaying(self, coordinator_lost); });
+// The coordinator's process died or hung (`cause`). An elastic job's member names it and
+// interrupts its epoch (its peers may wait on the dead one); its main thread then elects the
+// next coordinator (job/between_processes.cpp).
+void coordinator_gone(agent_pointer self, const std::string& cause) {
+  auto& s = self->state;
+  if (s.master_lost) return;
+  if (s.setup.standby && s.replica.epoch > 0) {
+    for (const replica_member& m : s.replica.members)
+      if (m.id == s.replica.coordinator && s.setup.on_event)
+        s.setup.on_event(member_event_line(
+            member_name(m.initial_rank, m.id, m.host),
+            member_record("lost", s.replica.epoch, s.replica.steps_done, m.initial_rank, m.host, "coordinator", cause)));
+    s.setup.link->interrupt_current(std::string(coordinator_lost) + ": " + cause);
+  }
+  stop_relaying(self, std::string(coordinator_lost) + ": " + cause);
+}
+
+member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setup setup) {
+  self->state.setup = std::move(setup);
+  self->monitor(self->state.setup.membership);
+  self->set_down_handler(
+      [self](const caf::down_msg&) { coordinator_gone(self, "connection closed (killed, or its host went away)"); });
   return {
       [self](change_atom, std::uint64_t epoch) {
-        auto& current = *self->state.change_epoch;
+        auto& current = *self->state.setup.change_epoch;
         if (epoch > current.load()) current.store(epoch);
       },
-      [self](abort_atom, std::uint64_t epoch, const std::string& why) { self->state.link->interrupt(epoch, why); },
+      [self](abort_atom, std::uint64_t epoch, const std::string& why) {
+        self->state.setup.link->interrupt(epoch, why);
+      },
       [self](leave_atom) {
         auto& s = self->state;
         if (s.asked_to_leave || s.master_lost) return;
-        if (s.leave_requested->load()) {
+        if (s.setup.leave_requested->load()) {
           s.asked_to_leave = true;
-          self->send(s.membership, leave_atom::value, *s.member);
+          self->send(s.setup.membership, leave_atom::value, *s.member);
           return;
         }
         self->delayed_send(self, leave_poll, leave_atom::value);
@@ -763,27 +900,46 @@ member_agent::behavior_type agent_behavior(agent_pointer self, std::shared_ptr<s
       [self](heartbeat_atom) {
         auto& s = self->state;
         if (s.master_lost) return;
-        self->send(s.membership, heartbeat_atom::value, *s.member);
+        self->send(s.setup.membership, heartbeat_atom::value, *s.member);
+        // The coordinator's heartbeats are judged as it judges the members'.
+        if (s.coordinator_heartbeats)
+          for (const heartbeat_detector::suspicion& silent : s.coordinator_heartbeats->check(std::chrono::steady_clock::now())) {
+            coordinator_gone(self, hung_cause(silent));
+            return;
+          }
         self->delayed_send(self, heartbeat_interval, heartbeat_atom::value);
       },
+      [self](alive_atom) {
+        auto& s = self->state;
+        if (!s.setup.detector || s.master_lost) return;
+        if (!s.coordinator_heartbeats) s.coordinator_heartbeats.emplace(*s.setup.detector);
+        s.coordinator_heartbeats->heard(0, std::chrono::steady_clock::now());
+      },
+      [self](replica_atom, coordination_replica& replica) {
+        auto& s = self->state;
+        if (!newer(replica, s.replica)) return;
+        s.replica = replica;
+        caf::anon_send(s.setup.standby, replica_atom::value, std::move(replica));
+      },
       [self](lost_atom, const std::string& line) {
-        if (self->state.on_event) self->state.on_event(line);
+        if (self->state.setup.on_event) self->state.setup.on_event(line);
       },
       [self](dropped_atom, const std::string& why) { stop_relaying(self, why); },
       [self](hello_atom, member_hello& hello) {
         auto& s = self->state;
         return relay(self, s.hellos,
-                     self->request(s.membership, caf::infinite, hello_atom::value, std::move(hello),
+                     self->request(s.setup.membership, caf::infinite, hello_atom::value, std::move(hello),
                                    caf::actor_cast<member_agent>(self)),
                      [self](std::uint64_t id) {
                        self->state.member = id;
                        self->send(self, heartbeat_atom::value);
-                       if (self->state.leave_requested) self->send(self, leave_atom::value);
+                       if (self->state.setup.leave_requested) self->send(self, leave_atom::value);
                      });
       },
       [self](epoch_atom, epoch_request& request) {
         auto& s = self->state;
-        return relay(self, s.plans, self->request(s.membership, caf::infinite, epoch_atom::value, std::move(request)),
+        return relay(self, s.plans,
+                     self->request(s.setup.membership, caf::infinite, epoch_atom::value, std::move(request)),
                      [](const epoch_plan&) {});
       },
       [self](wait_atom, coordinator_actor coordinator) {
@@ -799,11 +955,17 @@ membership_actor spawn_membership_actor(caf::actor_system& system, membership_se
   return system.spawn(membership_behavior, std::move(setup));
 }
 
-member_agent spawn_member_agent(caf::actor_system& system, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
-                                std::shared_ptr<epoch_link> link, const std::atomic<bool>* leave_requested,
-                                membership_actor membership, std::function<void(const std::string&)> on_event) {
-  return system.spawn(agent_behavior, std::move(change_epoch), std::move(link), leave_requested,
-                      std::move(membership), std::move(on_event));
+member_agent spawn_member_agent(caf::actor_system& system, member_agent_setup setup) {
+  return system.spawn(agent_behavior, std::move(setup));
+}
+
+std::string member_name(int initial_rank, std::uint64_t id, const std::string& host) {
+  return (initial_rank >= 0 ? "rank " + std::to_string(initial_rank) : "member " + std::to_string(id)) +
+         (host.empty() ? "" : " (" + host + ")");
+}
+
+std::string member_event_line(const std::string& name, const membership_record& r) {
+  return "membership: " + name + ", " + r.role + ", " + r.event + " at step " + std::to_string(r.step) + ": " + r.cause;
 }
 
 void epoch_link::set(std::uint64_t epoch, interrupter interrupt) {
@@ -817,6 +979,11 @@ void epoch_link::interrupt(std::uint64_t epoch, const std::string& why) {
   if (interrupt_ && epoch_ == epoch) interrupt_(why);
 }
 
+void epoch_link::interrupt_current(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  if (interrupt_) interrupt_(why);
+}
+
 void add_membership_message_types(caf::actor_system_config& config) {
   config.add_message_type<kept_summary>("accord::kept_summary");
   config.add_message_type<state_source>("accord::state_source");
@@ -826,6 +993,11 @@ void add_membership_message_types(caf::actor_system_config& config) {
   config.add_message_type<restored_report>("accord::restored_report");
   config.add_message_type<member_agent>("accord::member_agent");
   config.add_message_type<coordinator_actor>("accord::coordinator_actor");
+  config.add_message_type<replica_member>("accord::replica_member");
+  config.add_message_type<kept_position>("accord::kept_position");
+  config.add_message_type<coordination_replica>("accord::coordination_replica");
+  config.add_message_type<membership_actor>("accord::membership_actor");
+  config.add_message_type<standby_actor>("accord::standby_actor");
 }
 
 }  // namespace accord

@@ -15,7 +15,14 @@
 // buddy's copy) — after a failure the steps after that one are redone, never half-applied —
 // and each new rank collects its state from the holders (recovery/elastic_state.hpp). A failure
 // without a lost member (a model error, say) ends the job; so does any failure when the job
-// is not elastic. Rank 0's process must stay: it hosts this actor and the coordinators.
+// is not elastic. After a loss only a strict majority of the last epoch's members goes on.
+//
+// In an elastic job the state this actor forms epochs from is copied to every member's standby
+// (actors/standby_actor.hpp) at each kept step and epoch formation. When the coordinator's
+// process dies or hangs, the survivors elect the lowest live rank of the last epoch; its standby
+// starts this actor from the copy (membership_setup::takeover), the survivors reconnect (a hello
+// naming their member id), and the next epoch forms from the kept steps as after a worker loss.
+#include "actors/coordination_replica.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "cluster/heartbeat_detector.hpp"
 #include "cluster/membership_log.hpp"
@@ -43,6 +50,9 @@ using clock_atom = caf::atom_constant<caf::atom("clock")>;
 using heartbeat_atom = caf::atom_constant<caf::atom("heartbeat")>;
 using silence_atom = caf::atom_constant<caf::atom("silence")>;
 using lost_atom = caf::atom_constant<caf::atom("lost")>;
+using alive_atom = caf::atom_constant<caf::atom("alive")>;
+using replica_atom = caf::atom_constant<caf::atom("replica")>;
+using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 
 // How to interrupt the transport of a worker process's current epoch (its connection setup,
 // then the transport itself). The agent does so when the epoch fails, wherever the process is
@@ -52,6 +62,7 @@ public:
   using interrupter = std::function<void(const std::string& why)>;
   void set(std::uint64_t epoch, interrupter interrupt);  // {} once the epoch is over
   void interrupt(std::uint64_t epoch, const std::string& why);
+  void interrupt_current(const std::string& why);  // whichever epoch runs
 
 private:
   std::mutex mutex_;
@@ -59,8 +70,9 @@ private:
   interrupter interrupt_;
 };
 
-// What a worker process hears when its connection to rank 0's process is gone.
-inline constexpr const char* coordinator_lost = "rank 0's process (the coordinator) went away";
+// What a worker process hears when its connection to the coordinator's process is gone (an
+// elastic job's workers then elect a new coordinator; the cause follows after ": ").
+inline constexpr const char* coordinator_lost = "the coordinator's process went away";
 
 struct member_hello {
   int rank = -1;  // RANK among the members the job starts with; -1 for a joiner
@@ -68,6 +80,9 @@ struct member_hello {
   std::string fingerprint;
   std::string host;
   std::string job;  // process_group::job_id (empty: a joiner that did not name one)
+  std::string control;  // HOST:PORT of its standby (elastic jobs)
+  bool rejoin = false;  // a member reconnecting to a new coordinator, as `member`
+  std::uint64_t member = 0;
 };
 
 struct epoch_request {
@@ -99,7 +114,8 @@ struct restored_report {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, member_hello& x) {
-  return f(caf::meta::type_name("member_hello"), x.rank, x.world, x.fingerprint, x.host, x.job);
+  return f(caf::meta::type_name("member_hello"), x.rank, x.world, x.fingerprint, x.host, x.job, x.control, x.rejoin,
+           x.member);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, epoch_request& x) {
@@ -126,6 +142,8 @@ using member_agent = caf::typed_actor<
     caf::reacts_to<heartbeat_atom>,  // sends the next heartbeat
     caf::reacts_to<lost_atom, std::string>,  // a member was lost or left: the line to show here
     caf::reacts_to<dropped_atom, std::string>,  // rank 0 went on without this member: why
+    caf::reacts_to<replica_atom, coordination_replica>,  // for the process's standby
+    caf::reacts_to<alive_atom>,  // the coordinator's heartbeat
     caf::replies_to<hello_atom, member_hello>::with<std::uint64_t>,
     caf::replies_to<epoch_atom, epoch_request>::with<epoch_plan>,
     caf::replies_to<wait_atom, coordinator_actor>::with<bool>>;
@@ -144,6 +162,7 @@ using membership_actor = caf::typed_actor<
     caf::reacts_to<rendezvous_atom>,  // checks on the starting ranks' hellos
     caf::reacts_to<heartbeat_atom, std::uint64_t>,  // a member's agent is alive
     caf::reacts_to<silence_atom>,  // checks the heartbeats
+    caf::reacts_to<reconnect_atom>,  // after a takeover: the members that did not reconnect are lost
     // Why a member was dropped from the job (asked by one that lost its connection to rank 0
     // and reconnected); empty when it was not.
     caf::replies_to<dropped_atom, std::uint64_t>::with<std::string>,
@@ -191,6 +210,13 @@ struct membership_setup {
   std::shared_ptr<job_result> result;  // the whole job's, merged over epochs
   // Time a failed epoch waits for the death that may explain it before the job fails.
   std::chrono::milliseconds loss_grace{3000};
+  // Elastic jobs: HOST:PORT of this process's standby, named in the replicas as the coordinator's.
+  std::string control;
+  // Set when this process takes over from a lost coordinator: the state to go on from, why the
+  // coordinator was lost, and how long the other members have to reconnect.
+  std::optional<coordination_replica> takeover;
+  std::string takeover_cause;
+  std::chrono::milliseconds reconnect_grace{3000};
 };
 
 membership_actor spawn_membership_actor(caf::actor_system& system, membership_setup setup);
@@ -198,10 +224,24 @@ membership_actor spawn_membership_actor(caf::actor_system& system, membership_se
 // The agent of a worker process: raises `change_epoch` to the epoch a change was announced to,
 // interrupts `link` when its epoch fails, and once admitted, sends `membership` a heartbeat every
 // 100 ms, polls `leave_requested` (may be null) and asks `membership` to let it leave. The lines
-// naming lost members go to `on_event` (may be empty).
-member_agent spawn_member_agent(caf::actor_system& system, std::shared_ptr<std::atomic<std::uint64_t>> change_epoch,
-                                std::shared_ptr<epoch_link> link, const std::atomic<bool>* leave_requested,
-                                membership_actor membership, std::function<void(const std::string&)> on_event);
+// naming lost members go to `on_event` (may be empty). In an elastic job it hands the
+// coordinator's replicas to `standby`, judges the coordinator's heartbeats with `detector` (when
+// set) and, when the coordinator is lost, names it in a line and interrupts the running epoch.
+struct member_agent_setup {
+  std::shared_ptr<std::atomic<std::uint64_t>> change_epoch;
+  std::shared_ptr<epoch_link> link;
+  const std::atomic<bool>* leave_requested = nullptr;
+  membership_actor membership;
+  std::function<void(const std::string&)> on_event;
+  caf::actor standby;  // the process's standby_actor (elastic jobs), else invalid
+  std::optional<heartbeat_detector_settings> detector;
+};
+member_agent spawn_member_agent(caf::actor_system& system, member_agent_setup setup);
+
+// "membership: rank 2 (127.0.0.1), worker, lost at step 40: connection closed (...)"
+std::string member_event_line(const std::string& name, const membership_record& r);
+// "rank 2 (127.0.0.1)", "member 5" (a joiner).
+std::string member_name(int initial_rank, std::uint64_t id, const std::string& host);
 
 void add_membership_message_types(caf::actor_system_config& config);
 

@@ -1,9 +1,9 @@
 // accord-launch: starts N worker processes on this machine with torchrun's rendezvous variables,
 // forwards their output line by line with a rank prefix, and fails fast: the first worker that
-// fails stops all the others, and its status becomes the launcher's. With --elastic only the RANK 0
-// worker (the coordinator) fails fast; the job goes on without any other worker that fails, or
-// with --max-restarts starts it again as a joiner. With --join the workers join a running elastic
-// job instead: they get no rank, and none fails fast. Takes torchrun's flags (--nnodes...).
+// fails stops all the others, and its status becomes the launcher's. With --elastic none fails
+// fast: the job goes on without a worker that fails (RANK 0's included: the survivors elect a new
+// coordinator), or with --max-restarts starts one other than RANK 0 again as a joiner. With --join
+// the workers join a running elastic job instead: they get no rank. Takes torchrun's flags (--nnodes...).
 #include "observe/trace_files.hpp"
 #include "apps/flags.hpp"
 #include "cluster/launch_env.hpp"
@@ -79,10 +79,9 @@ status (128 + signal number for a signal). SIGINT, SIGTERM and SIGHUP sent to th
 forwarded to every worker (each runs in its own process group, so its children get them too); a
 second one sends SIGKILL at once.
 
-With --elastic only the RANK 0 worker (it hosts the coordinator) stops the job that way. Any other
-worker that exits non-zero or dies of a signal is named in one line and the others go on; the
-launcher waits until every worker has exited. With --join no worker is RANK 0, so none of them
-stops the job.
+With --elastic (or --join) no worker stops the job that way: one that exits non-zero or dies of a
+signal is named in one line and the others go on (when RANK 0's process dies, the survivors elect
+a new coordinator); the launcher waits until every worker has exited.
 
 options:
   -n, --nproc-per-node N   workers to start here (at least 1)
@@ -97,11 +96,12 @@ options:
   --world-size W           workers over all machines (default N); needs W >= R + N
   --timeout SECONDS        stop the workers after this long and exit 124 (default: no limit)
   --grace SECONDS          time between SIGTERM and SIGKILL when stopping workers (default 5)
-  --elastic                only the RANK 0 worker's failure stops the job; other workers may fail
-                           or leave while the rest go on; sets ACCORD_ELASTIC=1 for the workers
-  --join HOST:PORT         start N more workers for the running elastic job whose RANK 0 listens at
-                           HOST:PORT (its MASTER_ADDR:MASTER_PORT); implies --elastic; conflicts
-                           with the options that place workers (--nnodes, --master-port...)
+  --elastic                workers (RANK 0's too) may fail or leave while the rest go on; sets
+                           ACCORD_ELASTIC=1 for the workers
+  --join HOST:PORT[,HOST:PORT...]  start N more workers for the running elastic job at HOST:PORT
+                           (RANK 0's MASTER_ADDR:MASTER_PORT, or any live member's control port),
+                           trying the addresses in turn; implies --elastic; conflicts with the
+                           options that place workers (--nnodes, --master-port...)
   --max-restarts R         with --elastic or --join: a worker other than RANK 0 that fails starts
                            again as a joiner of the job ("[join L]"), R times at most over all of
                            this machine's workers (default 0); its --log-dir file goes on
@@ -117,8 +117,8 @@ options:
 
 exit status: 0 when every worker exits 0; the first failed worker's status; 124 on timeout;
 128 + signal when the launcher was interrupted; 2 for bad flags; 127 when PROGRAM cannot be run.
-With --elastic: the RANK 0 worker's status; on a machine without RANK 0 (--node-rank or
---rank-offset > 0, or --join), 0 when at least one worker exited 0, else the status of the last worker that failed.
+With --elastic or --join: 0 when at least one worker exited 0, else the status of the last worker
+that failed.
 
 multi-machine example (2 machines x 4 workers, rank 0 on host-a), as with torchrun:
   host-a$ accord-launch --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-endpoint host-a:29500 accord-train ...
@@ -154,7 +154,6 @@ struct launch_options {
   std::vector<std::string> command;
 
   // The coordinator is RANK 0; a machine whose workers join a running job has none.
-  bool hosts_coordinator() const { return !join_address && rank_offset == 0; }
 };
 
 int parse_int_flag(std::string_view flag, std::string_view text, int low, int high) {
@@ -268,9 +267,10 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
       placement_flags.emplace_back(flag);
       world_flags.emplace_back(flag);
     } else if (name == "--join") {
-      const std::string address(value());
-      parse_endpoint_flag(flag, address);
-      options.join_address = address;
+      // Several comma-separated addresses (any live member's leads to the job), tried in turn.
+      const std::string addresses(value());
+      for (const std::string_view address : accord::split_address_list(addresses)) parse_endpoint_flag(flag, address);
+      options.join_address = addresses;
     } else if (name == "--max-restarts") {
       options.max_restarts = parse_int_flag(flag, value(), 0, 1 << 20);
       max_restarts_flag = std::string(flag) + " " + std::to_string(options.max_restarts);
@@ -628,8 +628,8 @@ class supervisor {
     }
     supervise();
     if (options_.trace_path) merge_trace();
-    // Without the coordinator here, an elastic machine did its part if any of its workers did.
-    if (options_.elastic && !options_.hosts_coordinator() && exit_status_ == 0 && !any_worker_succeeded_ &&
+    // An elastic machine did its part if any of its workers did (the coordinator moves on failure).
+    if (options_.elastic && exit_status_ == 0 && !any_worker_succeeded_ &&
         last_failure_status_)
       exit_status_ = *last_failure_status_;
     return exit_status_;
@@ -828,8 +828,10 @@ class supervisor {
       const std::string verdict =
           w.label() + (WIFEXITED(status) ? " exited with status " + std::to_string(WEXITSTATUS(status))
                                         : " was killed by " + describe_signal(WTERMSIG(status)));
-      if (options_.elastic && !is_coordinator(w)) {
-        if (restarts_done_ < options_.max_restarts && restart_as_joiner(w, verdict)) continue;
+      // An elastic job elects a new coordinator when rank 0's process dies.
+      if (options_.elastic) {
+        // A restarted RANK 0 would look for the job at its own master port, gone with it.
+        if (!is_coordinator(w) && restarts_done_ < options_.max_restarts && restart_as_joiner(w, verdict)) continue;
         say(verdict + "; the job goes on without it (" + (options_.join_address ? "--join" : "--elastic") + ")");
         last_failure_status_ = worker_status;
         continue;

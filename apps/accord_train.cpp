@@ -215,7 +215,10 @@ int main(int argc, char** argv) {
       std::printf("%s%s", describe(setup.job).c_str(), place ? describe(*place, "group.").c_str() : "");
       return 0;
     }
-    const std::uint64_t log_interval = leader ? flags["log-interval"].as<std::uint64_t>() : 0;
+    // In an elastic job any process may come to host the coordinator (a failover), and only the
+    // coordinator's process hears of the steps: each is ready to report them.
+    const bool may_coordinate = leader || (place && (elastic || joining));
+    const std::uint64_t log_interval = may_coordinate ? flags["log-interval"].as<std::uint64_t>() : 0;
     const job_config& job = setup.job;
     const bool language_model = flags["model"].as<std::string>() == "gpt";
     const blas_threads_choice blas = choose_blas_threads(job.blas_threads, place ? 1 : job.workers);
@@ -232,16 +235,25 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     std::unique_ptr<status_server> status;
-    if (leader && flags.count("status-port")) {
-      status = std::make_unique<status_server>(flags["status-port"].as<int>(),
-                                               job.algorithm + ", " + std::to_string(job.workers) + " workers, " +
-                                                   setup.net->signature() + ", " + setup.data_description,
-                                               job.steps);
-      std::printf("status page: http://%s:%d/ (Prometheus: /metrics)\n",
-                  place ? place->host.c_str() : "127.0.0.1",
+    // The job's page, where the coordinator is: from the start on rank 0, from the first step it
+    // reports in a process that took over (on --status-port, or any free port while a hung
+    // coordinator still holds it there).
+    auto serve_status = [&] {
+      const std::string description = job.algorithm + ", " + std::to_string(job.workers) + " workers, " +
+                                      setup.net->signature() + ", " + setup.data_description;
+      try {
+        status = std::make_unique<status_server>(flags["status-port"].as<int>(), description, job.steps);
+      } catch (const std::exception&) {
+        if (leader) throw;
+        status = std::make_unique<status_server>(0, description, job.steps);
+      }
+      std::printf("status page: http://%s:%d/ (Prometheus: /metrics)\n", place ? place->host.c_str() : "127.0.0.1",
                   status->port());
       std::fflush(stdout);
-    } else if (flags.count("status-port")) {
+    };
+    if (leader && flags.count("status-port")) {
+      serve_status();
+    } else if (flags.count("status-port") && !may_coordinate) {
       warn_ignored(flags, "accord-train", {{"status-port", "on a rank other than 0 (rank 0 serves the job's page)"}});
     }
     double last_eval = -1;
@@ -250,6 +262,7 @@ int main(int argc, char** argv) {
     std::optional<step_metrics> first_seen;  // the pace is measured from the first step this run saw
     auto progress = [&](const step_metrics& m) {
           if (!first_seen) first_seen = m;
+          if (!status && flags.count("status-port")) serve_status();
           // Between processes the membership actor's own lines tell of each change.
           if (status) status->on_step(m);
           if (m.workers != last_workers && !place) {
@@ -293,10 +306,12 @@ int main(int argc, char** argv) {
       result = run_job(*setup.net, setup.train, setup.eval, job, progress);
     }
     // Stopped by a signal (here or, between processes, in another worker) before the last step.
-    const bool stopped = stop_requested || (leader && !result.steps.empty() && result.steps.back().step < job.steps);
+    // Between processes, the process hosting the coordinator at the end speaks for the job.
+    const bool speaks = !place || result.coordinated;
+    const bool stopped = stop_requested || (speaks && !result.steps.empty() && result.steps.back().step < job.steps);
     if (stopped) {
       const int status = 128 + (stop_signal ? stop_signal.load() : SIGTERM);
-      if (!leader) return status;
+      if (!speaks) return status;
       const auto step = static_cast<unsigned long long>(result.steps.empty() ? 0 : result.steps.back().step);
       if (job.checkpoint_path.empty())
         std::printf("stopped after step %llu of %llu: no --checkpoint was given, nothing is saved\n", step,
@@ -308,10 +323,11 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       return status;
     }
-    // Every rank holds the same parameters: one file, from rank 0, instead of every rank racing to write it.
-    if (flags.count("save-parameters") && leader)
+    // Every rank holds the same parameters: one file, from the coordinator's process, instead of
+    // every rank racing to write it.
+    if (flags.count("save-parameters") && speaks)
       save_parameters(flags["save-parameters"].as<std::string>(), result.parameters);
-    if (!leader) {
+    if (!speaks) {
       if (leave_requested) std::printf("left the job\n");
       return 0;
     }

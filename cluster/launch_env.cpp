@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -191,6 +192,16 @@ std::string local_address_towards(const std::string& master_addr, int master_por
   }
   freeaddrinfo(found);
   throw std::runtime_error("no route to master address '" + master_addr + "': " + last_error);
+}
+
+std::vector<std::string_view> split_address_list(std::string_view list) {
+  std::vector<std::string_view> addresses;
+  for (std::size_t begin = 0; begin <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', begin), list.size());
+    addresses.push_back(list.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  return addresses;
 }
 
 }  // namespace accord

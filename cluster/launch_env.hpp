@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accord {
 
@@ -35,6 +36,9 @@ std::optional<rendezvous_info> rendezvous_from_environment();
 // The job's name from ACCORD_JOB_ID, else TORCHELASTIC_RUN_ID (unless torchrun's default
 // "none"), else SLURM_JOB_ID; empty when none is set.
 std::string job_id_from_environment();
+
+// "a:1,b:2" → {"a:1", "b:2"}: a joiner's addresses, tried in turn (--join, ACCORD_JOIN).
+std::vector<std::string_view> split_address_list(std::string_view list);
 
 // rendezvous_from_environment(), or rank 0 of a world of 1 when the environment names no job.
 rendezvous_info rendezvous_or_single_process();

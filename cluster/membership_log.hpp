@@ -30,7 +30,7 @@ struct membership_record {
   bool after_loss = false;  // epoch: a member was lost since the last one
   int rank = -1;            // the member's starting rank (-1: a joiner)
   std::string host;
-  std::string role;         // coordinator | worker
+  std::string role;         // coordinator | standby | worker
   std::string cause;
   int line = 0;  // the log's line it was read from (0: not read from a log)
 };

@@ -29,12 +29,21 @@ std::optional<process_group> process_group_from_environment(std::string_view joi
   const bool joining = !join.empty() || join_variable != nullptr;
   process_group group;
   if (joining) {
-    const auto [address, port] = join.empty() ? parse_host_port(join_variable, "ACCORD_JOIN=")
-                                              : parse_host_port(join, "join address (--join) ");
+    // Several comma-separated addresses are tried in turn: any live member's leads to the job.
+    const std::string_view list = join.empty() ? std::string_view(join_variable) : join;
+    const std::string source = join.empty() ? "ACCORD_JOIN=" : "join address (--join) ";
+    group.master_addr.clear();
+    for (const std::string_view text : split_address_list(list)) {
+      const auto [address, port] = parse_host_port(text, source);
+      if (group.more_join_addresses.empty() && group.master_addr.empty()) {
+        group.master_addr = address;
+        group.master_port = port;
+      } else {
+        group.more_join_addresses.push_back(address + ":" + std::to_string(port));
+      }
+    }
     group.rank = -1;  // the job gives a joiner its rank
     group.world_size = 0;
-    group.master_addr = address;
-    group.master_port = port;
     group.join = true;
     group.elastic = true;
     // A joiner has no RANK, so LOCAL_RANK (which GPU to take) is read on its own.

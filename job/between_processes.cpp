@@ -6,6 +6,7 @@
 #include "job/runners.hpp"
 #include "cluster/master_port_guard.hpp"
 #include "actors/membership_actor.hpp"
+#include "actors/standby_actor.hpp"
 #include "job/asynchronous_setup.hpp"
 #include "cluster/fingerprint.hpp"
 #include "cluster/membership_log.hpp"
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <thread>
@@ -61,26 +63,132 @@ std::chrono::microseconds clock_offset_to(caf::scoped_actor& self, const members
   return std::chrono::microseconds(offset);
 }
 
-// Rank 0's membership actor at host:port. Unlike middleman::remote_actor, gives up after
-// `timeout` when the port accepts the connection but never answers CAF's handshake.
-caf::expected<membership_actor> find_membership(caf::actor_system& system, const std::string& host, int port,
-                                                std::chrono::milliseconds timeout) {
+// The actor of type Handle published at host:port. Unlike middleman::remote_actor, gives up
+// after `timeout` when the port accepts the connection but never answers CAF's handshake.
+template <class Handle>
+caf::expected<Handle> find_published(caf::actor_system& system, const std::string& host, int port,
+                                     std::chrono::milliseconds timeout) {
   caf::scoped_actor self{system};
-  caf::expected<membership_actor> result{caf::sec::request_timeout};
+  caf::expected<Handle> result{caf::sec::request_timeout};
   self->request(system.middleman().actor_handle(), timeout, caf::connect_atom::value, host,
                 static_cast<std::uint16_t>(port))
       .receive(
           [&](const caf::node_id&, caf::strong_actor_ptr& found, const std::set<std::string>& interface) {
             if (!found)
               result = caf::make_error(caf::sec::no_actor_published_at_port, "no actor published at the port");
-            else if (!system.assignable<membership_actor>(interface))
+            else if (!system.assignable<Handle>(interface))
               result = caf::make_error(caf::sec::unexpected_actor_messaging_interface,
-                                       "the actor at the port is not an accord membership actor");
+                                       "the actor at the port is not the accord actor expected there");
             else
-              result = caf::actor_cast<membership_actor>(std::move(found));
+              result = caf::actor_cast<Handle>(std::move(found));
           },
           [&](caf::error& e) { result = std::move(e); });
   return result;
+}
+
+// The coordinator's membership actor, found through a member's standby at host:port (an
+// elastic job's members each have one; a joiner may name any of them).
+caf::expected<membership_actor> membership_through_standby(caf::actor_system& system, const std::string& host,
+                                                           int port, std::chrono::milliseconds timeout) {
+  auto standby = find_published<standby_actor>(system, host, port, timeout);
+  if (!standby) return standby.error();
+  caf::scoped_actor self{system};
+  std::string where;
+  caf::expected<membership_actor> result{caf::sec::request_timeout};
+  self->request(*standby, timeout, where_atom::value)
+      .receive([&](std::string& at) { where = std::move(at); }, [&](caf::error& e) { result = std::move(e); });
+  if (!where.empty()) {  // another member hosts it
+    const auto colon = where.rfind(':');
+    standby = find_published<standby_actor>(system, where.substr(0, colon), std::stoi(where.substr(colon + 1)), timeout);
+    if (!standby) return standby.error();
+  }
+  self->request(*standby, timeout, membership_atom::value)
+      .receive([&](membership_actor& found) { result = std::move(found); }, [&](caf::error& e) { result = std::move(e); });
+  return result;
+}
+
+// The membership actor at host:port: rank 0's master port, or (elastic jobs) any member's
+// control port, whose standby knows where the coordinator is now.
+caf::expected<membership_actor> find_membership(caf::actor_system& system, const std::string& host, int port,
+                                                std::chrono::milliseconds timeout) {
+  auto found = find_published<membership_actor>(system, host, port, timeout);
+  if (found || found.error() != caf::sec::unexpected_actor_messaging_interface) return found;
+  return membership_through_standby(system, host, port, timeout);
+}
+
+// A worker's way to the coordinator: rank 0's master port, retried until the connect timeout;
+// a joiner tries each address it was given in turn.
+membership_actor find_coordinator(caf::actor_system& system, const process_group& group, const job_hooks& hooks) {
+  const std::string who = group.join ? "joiner" : "rank " + std::to_string(group.rank);
+  std::vector<std::pair<std::string, int>> addresses{{group.master_addr, group.master_port}};
+  for (const std::string& more : group.more_join_addresses) {
+    const auto colon = more.rfind(':');
+    addresses.emplace_back(more.substr(0, colon), std::stoi(more.substr(colon + 1)));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + group.connect_timeout;
+  for (;;) {
+    std::string errors;
+    for (const auto& [address, port] : addresses) {
+      const std::string at = address + ":" + std::to_string(port);
+      // A listening rank 0 answers CAF's handshake within milliseconds, however busy the job.
+      const auto handshake = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            deadline - std::chrono::steady_clock::now()),
+                                        std::chrono::milliseconds(1), std::chrono::milliseconds(10'000));
+      auto found = find_membership(system, address, port, handshake);
+      if (found) return *found;
+      if (found.error() == caf::sec::request_timeout || found.error() == caf::sec::connection_timeout ||
+          found.error() == caf::sec::disconnect_during_handshake) {
+        if (addresses.size() == 1)
+          throw std::runtime_error(who + ": the master port " + at + " accepted the connection but did not answer "
+                                   "the handshake (is an accord job's rank 0 listening there?): " +
+                                   system.render(found.error()));
+      }
+      errors += (errors.empty() ? "" : "; ") + at + ": " + system.render(found.error());
+    }
+    if (hooks.stop_requested && hooks.stop_requested->load())
+      throw std::runtime_error(who + ": asked to stop while waiting for the coordinator at " + errors);
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error(who + ": no coordinator at " +
+                               (addresses.size() == 1 ? "" : "any of the " + std::to_string(addresses.size()) +
+                                                                 " addresses ") +
+                               "within " + std::to_string(group.connect_timeout.count()) + " ms: " + errors);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+// After the coordinator's loss (`cause`), the members of the last replicated epoch take over in
+// its rank order: this process asks each in turn (its own standby when its turn comes) until one
+// answers with the membership actor it now hosts. `refusals` collects why the others did not.
+std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf::scoped_actor& self,
+                                                  const standby_actor& standby, std::uint64_t me,
+                                                  const std::string& cause, std::string& refusals) {
+  // A dead candidate refuses the connection at once; a hung one is given this long.
+  constexpr auto candidate_timeout = std::chrono::milliseconds(2000);
+  coordination_replica replica;
+  self->request(standby, candidate_timeout, replica_atom::value)
+      .receive([&](coordination_replica& r) { replica = std::move(r); }, [](caf::error&) {});
+  for (const replica_member& candidate : succession(replica)) {
+    if (candidate.id == replica.coordinator) continue;
+    const std::string name = member_name(candidate.initial_rank, candidate.id, candidate.host);
+    standby_actor asked = standby;
+    if (candidate.id != me) {
+      const auto colon = candidate.control.rfind(':');
+      auto found = find_published<standby_actor>(system, candidate.control.substr(0, colon),
+                                                 std::stoi(candidate.control.substr(colon + 1)), candidate_timeout);
+      if (!found) {
+        refusals += (refusals.empty() ? "" : "; ") + name + ": " + system.render(found.error());
+        continue;
+      }
+      asked = *found;
+    }
+    std::optional<membership_actor> elected;
+    self->request(asked, candidate_timeout, elect_atom::value, replica.epoch, cause)
+        .receive([&](membership_actor& m) { elected = std::move(m); },
+                 [&](caf::error& e) { refusals += (refusals.empty() ? "" : "; ") + name + ": " + describe(system, e); });
+    if (elected) return elected;
+  }
+  if (refusals.empty()) refusals = "this worker holds no copy of the coordinator's state";
+  return std::nullopt;
 }
 
 // How long rank 0's process waits, at the end, for the other members to hear that the job is over.
@@ -256,6 +364,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
   const trace_session trace(origin.trace_path, group.rank, group.join);
   const std::string host = host_of(group);
   const bool master = !group.join && group.rank == 0;
+  const bool elastic = group.elastic || group.join;
   size_blas(origin, 1);
   auto system_config = std::make_unique<caf::actor_system_config>();
   configure_system(*system_config);
@@ -266,8 +375,9 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
   const auto heartbeat = std::max(group.heartbeat_timeout, std::chrono::milliseconds(100));
   system_config->set("middleman.heartbeat-interval", caf::timespan{heartbeat / 4});
   system_config->set("middleman.connection-timeout", caf::timespan{heartbeat});
-  // Rank 0's master port; it outlives the actor system, relaying what CAF says last.
-  std::unique_ptr<master_port_guard> guard;
+  // Rank 0's master port, and an elastic member's control port (its standby's); they outlive
+  // the actor system, relaying what CAF says last.
+  std::unique_ptr<master_port_guard> guard, control_guard;
   // On failure the system is abandoned rather than destroyed: its destructor would wait for a
   // communicator that may stay blocked in a collective with a dead peer. Its configuration goes
   // with it: the system's threads read it until the last one ends (thread hooks).
@@ -280,70 +390,105 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                                  ? group.job_id
                                  : group.master_addr + ":" + std::to_string(group.master_port);
   auto merged = std::make_shared<job_result>();
-  local_actors coordination;  // rank 0's process: the evaluator, the membership actor, the coordinators
+  // The process hosting the coordination: the evaluator, the membership actor, the coordinators.
+  // Rank 0's from the start; a survivor's from the moment its standby takes over (on the
+  // standby's thread, hence the lock).
+  std::mutex coordination_mutex;
+  local_actors coordination;
+  std::atomic<bool> hosting{master};
+  std::optional<heartbeat_detector_settings> detector;
+  if (group.adaptive_failure_detection) {
+    detector.emplace();
+    detector->upper_bound = group.heartbeat_timeout;
+  }
   process_member me;
   if (!hooks.apps.empty()) me.app = hooks.apps.front();
   std::optional<std::string> failure;
   bool failed_here = false;  // by this process's own fault, not the job's
   const auto started = std::chrono::steady_clock::now();
+  std::string control;  // HOST:PORT of this process's standby (elastic jobs)
+  // Starts this process's coordination: the job's first, or a lost coordinator's successor.
+  auto start_coordination = [&](const std::optional<coordination_replica>& takeover,
+                                const std::string& cause) -> membership_actor {
+    std::lock_guard lock(coordination_mutex);
+    hosting = true;
+    const evaluator_actor evaluator = spawn_evaluation(*system, coordination, prototype, eval ? eval : train, origin);
+    membership_setup setup;
+    setup.initial_world = group.world_size;
+    setup.elastic = group.elastic;
+    setup.sharded = origin.sharded();
+    setup.fingerprint = origin.fingerprint;
+    setup.job_id = job_id;
+    setup.rendezvous_timeout = group.rendezvous_timeout;
+    setup.pipe = origin.algo->pipe;
+    setup.total_rounds = origin.rounds;
+    setup.origin_steps = origin.resume ? origin.resume->steps : 0;
+    setup.origin_data_position = origin.data_position;
+    setup.on_event = group.on_event;
+    setup.control = control;
+    setup.takeover = takeover;
+    setup.takeover_cause = cause;
+    if (!origin.membership_log_path.empty()) {
+      // Shared with the membership actor, which an abandoned system never stops.
+      auto log = std::make_shared<membership_log_writer>(origin.membership_log_path);
+      log->write(job_record(group.world_size, origin.steps));
+      setup.on_record = [log](const membership_record& r) { log->write(r); };
+    }
+    auto steps_done = std::make_shared<std::atomic<std::uint64_t>>(takeover ? takeover->steps_done : setup.origin_steps);
+    setup.steps_done = steps_done;
+    setup.detector = detector;
+    setup.on_finished = [&guard] {
+      if (guard) guard->stop_accepting();
+    };
+    setup.result = merged;
+    setup.spawn_coordinator = [&, evaluator, steps_done](const epoch_spec& spec, std::shared_ptr<job_result> result,
+                                                        std::function<void(std::uint64_t, std::uint64_t)> on_kept) {
+      coordinator_setup c = coordination_for(origin, prototype, hooks, evaluator);
+      c.workers = spec.workers;
+      c.first_round = rounds_for_steps(origin.algo->pipe, spec.start_steps);
+      c.data_offset = spec.data_position;
+      c.on_step = [steps_done, on_step = hooks.on_step](const step_metrics& m) {
+        steps_done->store(m.step);
+        if (on_step) on_step(m);
+      };
+      c.result = std::move(result);
+      c.epoch = spec.epoch;
+      c.append_metrics = c.append_metrics || spec.epoch > 1;
+      c.metrics_events = spec.metrics_events;
+      c.started = started - origin.clock_before();
+      c.on_kept = std::move(on_kept);
+      std::lock_guard lock(coordination_mutex);
+      return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
+    };
+    return coordination.keep(spawn_membership_actor(*system, std::move(setup)));
+  };
+  standby_actor standby;
   {
     caf::scoped_actor self{*system};
     const scope_exit stop_on_exception([&](bool unwinding) {
       if (!unwinding) return;
       if (me.agent) self->send_exit(me.agent, caf::exit_reason::user_shutdown);
+      if (standby) self->send_exit(standby, caf::exit_reason::user_shutdown);
+      std::lock_guard lock(coordination_mutex);
       coordination.shut_down(self);
       abandon_system();  // as after a failure: a communicator may be blocked on a peer
     });
+    if (elastic) {
+      // The standby answers on the control port, behind a guard as the master port is.
+      standby = spawn_standby_actor(*system, [&](const coordination_replica& replica, const std::string& cause) {
+        return start_coordination(replica, cause);
+      });
+      auto port = system->middleman().publish(standby, 0, "127.0.0.1", true);
+      if (!port) throw std::runtime_error("cannot publish this worker's standby: " + system->render(port.error()));
+      control_guard = std::make_unique<master_port_guard>(
+          std::vector<std::string>{host}, 0, *port, master_limits(group, origin.initial.size()),
+          [](const std::string& line) { std::fprintf(stderr, "control port: %s\n", line.c_str()); });
+      control = host + ":" + std::to_string(control_guard->port());
+      std::printf("elastic: control port %s (a joiner may name it: --join %s)\n", control.c_str(), control.c_str());
+      std::fflush(stdout);
+    }
     if (master) {
-      const evaluator_actor evaluator = spawn_evaluation(*system, coordination, prototype, eval ? eval : train, origin);
-      membership_setup setup;
-      setup.initial_world = group.world_size;
-      setup.elastic = group.elastic;
-      setup.sharded = origin.sharded();
-      setup.fingerprint = origin.fingerprint;
-      setup.job_id = job_id;
-      setup.rendezvous_timeout = group.rendezvous_timeout;
-      setup.pipe = origin.algo->pipe;
-      setup.total_rounds = origin.rounds;
-      setup.origin_steps = origin.resume ? origin.resume->steps : 0;
-      setup.origin_data_position = origin.data_position;
-      setup.on_event = group.on_event;
-      if (!origin.membership_log_path.empty()) {
-        // Shared with the membership actor, which an abandoned system never stops.
-        auto log = std::make_shared<membership_log_writer>(origin.membership_log_path);
-        log->write(job_record(group.world_size, origin.steps));
-        setup.on_record = [log](const membership_record& r) { log->write(r); };
-      }
-      auto steps_done = std::make_shared<std::atomic<std::uint64_t>>(setup.origin_steps);
-      setup.steps_done = steps_done;
-      if (group.adaptive_failure_detection) {
-        heartbeat_detector_settings detector;
-        detector.upper_bound = group.heartbeat_timeout;
-        setup.detector = detector;
-      }
-      setup.on_finished = [&guard] {
-        if (guard) guard->stop_accepting();
-      };
-      setup.result = merged;
-      setup.spawn_coordinator = [&, evaluator, steps_done](const epoch_spec& spec, std::shared_ptr<job_result> result,
-                                                          std::function<void(std::uint64_t, std::uint64_t)> on_kept) {
-        coordinator_setup c = coordination_for(origin, prototype, hooks, evaluator);
-        c.workers = spec.workers;
-        c.first_round = rounds_for_steps(origin.algo->pipe, spec.start_steps);
-        c.data_offset = spec.data_position;
-        c.on_step = [steps_done, on_step = hooks.on_step](const step_metrics& m) {
-          steps_done->store(m.step);
-          if (on_step) on_step(m);
-        };
-        c.result = std::move(result);
-        c.epoch = spec.epoch;
-        c.append_metrics = c.append_metrics || spec.epoch > 1;
-        c.metrics_events = spec.metrics_events;
-        c.started = started - origin.clock_before();
-        c.on_kept = std::move(on_kept);
-        return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
-      };
-      me.membership = coordination.keep(spawn_membership_actor(*system, std::move(setup)));
+      me.membership = start_coordination(std::nullopt, "");
       // CAF listens on loopback only; the guard faces the workers (cluster/master_port_guard.hpp).
       auto port = system->middleman().publish(me.membership, 0, "127.0.0.1", true);
       try {
@@ -353,7 +498,10 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
             master_limits(group, origin.initial.size()),
             [](const std::string& line) { std::fprintf(stderr, "rank 0: %s\n", line.c_str()); });
       } catch (const std::exception& e) {
-        coordination.shut_down(self);
+        {
+          std::lock_guard lock(coordination_mutex);
+          coordination.shut_down(self);
+        }
         const std::string why = e.what();
         if (why.find("Address already in use") != std::string::npos)
           throw std::runtime_error("rank 0: port " + std::to_string(group.master_port) +
@@ -363,41 +511,28 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                                  ": " + why);
       }
     } else {
-      const std::string who = group.join ? "joiner" : "rank " + std::to_string(group.rank);
-      const std::string at = group.master_addr + ":" + std::to_string(group.master_port);
-      const auto deadline = std::chrono::steady_clock::now() + group.connect_timeout;
-      for (;;) {
-        // A listening rank 0 answers CAF's handshake within milliseconds, however busy the job.
-        const auto handshake = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                              deadline - std::chrono::steady_clock::now()),
-                                          std::chrono::milliseconds(1), std::chrono::milliseconds(10'000));
-        auto found = find_membership(*system, group.master_addr, group.master_port, handshake);
-        if (found) {
-          me.membership = *found;
-          break;
-        }
-        if (found.error() == caf::sec::request_timeout || found.error() == caf::sec::connection_timeout ||
-            found.error() == caf::sec::disconnect_during_handshake) {
-          const std::string why = system->render(found.error());
-          // The middleman may still wait on that connection: leave the system to the exit.
-          abandon_system();
-          throw std::runtime_error(who + ": the master port " + at + " accepted the connection but did not answer "
-                                   "the handshake (is an accord job's rank 0 listening there?): " + why);
-        }
-        if (hooks.stop_requested && hooks.stop_requested->load())
-          throw std::runtime_error(who + ": asked to stop while waiting for rank 0 at " + at);
-        if (std::chrono::steady_clock::now() > deadline)
-          throw std::runtime_error(who + ": no coordinator at " + at + " within " +
-                                   std::to_string(group.connect_timeout.count()) + " ms: " +
-                                   system->render(found.error()));
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      }
+      me.membership = find_coordinator(*system, group, hooks);
     }
-    me.agent =
-        spawn_member_agent(*system, me.change_epoch, me.link, group.leave_requested, me.membership, group.on_event);
-    self->request(me.agent, caf::infinite, hello_atom::value,
-                  member_hello{group.join ? -1 : group.rank, group.world_size, origin.fingerprint, host, job_id})
-        .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
+    // Says hello to the coordinator: as a new member, or (`rejoin`) as this member to the one
+    // that took over from a lost coordinator.
+    auto admit = [&](bool rejoin) {
+      member_hello hello;
+      hello.rank = group.join ? -1 : group.rank;
+      hello.world = group.world_size;
+      hello.fingerprint = origin.fingerprint;
+      hello.host = host;
+      hello.job = job_id;
+      hello.control = control;
+      hello.rejoin = rejoin;
+      hello.member = me.id;
+      me.agent = spawn_member_agent(*system, member_agent_setup{me.change_epoch, me.link, group.leave_requested,
+                                                                me.membership, group.on_event,
+                                                                caf::actor_cast<caf::actor>(standby),
+                                                                elastic ? detector : std::nullopt});
+      self->request(me.agent, caf::infinite, hello_atom::value, std::move(hello))
+          .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
+    };
+    admit(false);
     if (trace_recorder* trace = trace_recorder::active(); trace && !master && !failure)
       trace->set_clock_offset(clock_offset_to(self, me.membership));
     while (!failure) {
@@ -415,20 +550,36 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                     epoch_request{me.id, rendezvous->address(), me.keeper->summaries()})
           .receive([&](epoch_plan& p) { plan = std::move(p); },
                    [&](caf::error& e) { failure = describe(*system, e); });
+      if (failure && elastic && failure->rfind(coordinator_lost, 0) == 0) {
+        // The survivors elect the next coordinator and reconnect to it, keeping their member ids.
+        const std::string cause = failure->substr(std::string(coordinator_lost).size() + 2);
+        std::string refusals;
+        const std::optional<membership_actor> elected = elect_coordinator(*system, self, standby, me.id, cause, refusals);
+        if (!elected) {
+          failure = "no member could take over from the lost coordinator (" + cause + "): " + refusals;
+          break;
+        }
+        self->send_exit(me.agent, caf::exit_reason::user_shutdown);
+        me.membership = *elected;
+        failure.reset();
+        admit(true);
+        continue;
+      }
       if (failure || plan.finished) break;
-      run_process_epoch(*system, self, prototype, train, origin, hooks, plan, *rendezvous,
-                        group.elastic || group.join, me);
+      run_process_epoch(*system, self, prototype, train, origin, hooks, plan, *rendezvous, elastic, me);
     }
-    // Rank 0's process stays until every member has heard that the job is over (unless it failed
-    // on its own, as every rank does with a broken UCX setup: nobody would hear of it).
-    if (master && !failed_here)
+    // The coordinator's process stays until every member has heard that the job is over (unless
+    // it failed on its own, as every rank does with a broken UCX setup: nobody would hear of it).
+    if (hosting && !failed_here)
       self->request(me.membership, release_timeout, wait_atom::value).receive([](bool) {}, [](caf::error&) {});
     self->send_exit(me.agent, caf::exit_reason::user_shutdown);
+    if (standby) self->send_exit(standby, caf::exit_reason::user_shutdown);
+    std::lock_guard lock(coordination_mutex);
     coordination.shut_down(self);
   }
-  if (failure && *failure == coordinator_lost && !master) {
+  if (failure && failure->rfind(coordinator_lost, 0) == 0 && !master) {
     // Rank 0 may be fine and have dropped this worker: if it answers, it says why.
-    auto found = find_membership(*system, group.master_addr, group.master_port, std::chrono::seconds(5));
+    auto found = find_published<membership_actor>(*system, group.master_addr, group.master_port, std::chrono::seconds(5));
     if (found) {
       caf::scoped_actor self{*system};
       self->request(*found, std::chrono::seconds(5), dropped_atom::value, me.id)
@@ -439,7 +590,8 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
     abandon_system();
     throw std::runtime_error(*failure);
   }
-  job_result result = master ? std::move(*merged) : job_result{};
+  job_result result = hosting ? std::move(*merged) : job_result{};
+  result.coordinated = hosting;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   average_over_steps(result);
   if (me.last_epoch.workers) me.last_epoch.account(result, origin.initial.size());

@@ -507,12 +507,12 @@ TEST_CASE("--elastic: a worker other than RANK 0 that dies does not stop the job
             "accord-launch: rank 2 was killed by signal 9 (Killed); the job goes on without it (--elastic)"});
 }
 
-TEST_CASE("--elastic: RANK 0 failing still stops the others and sets the launcher's status") {
+TEST_CASE("--elastic: RANK 0 failing does not stop the others (they elect a new coordinator)") {
   const auto result = run_launcher({"-n", "3", "--elastic", "--timeout", "20", "--", "sh", "-c",
-                                    "if [ $RANK = 0 ]; then exit 3; fi; sleep 30"});
-  CHECK(result.exit_status == 3);
-  CHECK(launcher_lines(result.err) == std::vector<std::string>{"accord-launch: rank 0 exited with status 3",
-                                                               "accord-launch: stopping the other 2 worker(s)"});
+                                    "if [ $RANK = 0 ]; then exit 3; fi; sleep 1"});
+  CHECK(result.exit_status == 0);
+  CHECK(launcher_lines(result.err) ==
+        std::vector<std::string>{"accord-launch: rank 0 exited with status 3; the job goes on without it (--elastic)"});
 }
 
 TEST_CASE("without RANK 0 here (--elastic with --rank-offset, or --join): 0 if any worker exited 0, else the "

@@ -818,7 +818,7 @@ TEST_CASE("a worker dropped from an elastic job for silence is told so when it w
         std::string::npos);
   // Found by the adaptive detector, not by the heartbeat timeout (30 s, not given).
   CHECK(job.text.find("[rank 1] membership: rank 2 (127.0.0.1), worker, lost at step ") != std::string::npos);
-  CHECK(job.text.find("rank 0 counted it as lost (hung (silent for ") != std::string::npos);
+  CHECK(job.text.find("the coordinator counted it as lost (hung (silent for ") != std::string::npos);
 }
 
 TEST_CASE("a churned elastic job recorded with --record-membership replays in one process, bit for bit") {
@@ -839,4 +839,118 @@ TEST_CASE("a churned elastic job recorded with --record-membership replays in on
   const std::vector<char> churned_parameters = read_all(saved);
   CHECK(!churned_parameters.empty());
   CHECK(churned_parameters == read_all(replayed));
+}
+
+namespace {
+
+// A 4-process elastic job whose coordinator (rank 0's process) is killed, or stopped when
+// `hangs`, after step 40 of 300; `--log-dir` keeps each rank's lines readable while it runs.
+struct failover_job {
+  run_output job, joiner;
+  bool reached_loss = false, reached_end = false;
+  std::uint64_t last_step = 0;
+  double loss_to_next_step = -1;  // seconds from the signal to the next epoch's first step
+};
+failover_job run_with_coordinator_loss(const std::string& name, const std::string& flags, bool hangs, bool join) {
+  const std::string metrics = name + ".jsonl", logs = name + ".logs", pids = name + ".pid.";
+  std::remove(metrics.c_str());
+  std::remove((name + ".f32").c_str());
+  const int port = free_port();
+  failover_job out;
+  std::thread job_thread([&] {
+    out.job = run(elastic_launch + "--elastic -n 4 --log-dir " + logs + " --master-port " + std::to_string(port) +
+                  " -- /bin/sh -c 'echo $$ > " + pids + "$RANK; exec " + train + flags + " --metrics " + metrics +
+                  " --save-parameters " + name + ".f32'");
+  });
+  out.reached_loss = wait_for(metrics, 40, 1);
+  const auto lost_at = std::chrono::steady_clock::now();
+  if (out.reached_loss) kill(read_pid(pids + "0"), hangs ? SIGSTOP : SIGKILL);
+  if (out.reached_loss && wait_for(metrics, 1, 2))
+    out.loss_to_next_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - lost_at).count();
+  if (join && out.loss_to_next_step >= 0) {
+    // The dead master port first, then rank 2's control port: its standby knows the new coordinator.
+    const std::vector<char> log = read_all(logs + "/rank-2.log");
+    std::smatch control;
+    const std::string text(log.begin(), log.end());
+    if (std::regex_search(text, control, std::regex("control port ([0-9.]+:[0-9]+)")))
+      out.joiner = run(train + flags + " --join 127.0.0.1:" + std::to_string(port) + "," + control[1].str());
+  }
+  out.reached_end = out.reached_loss && wait_for(metrics, 300, 2);
+  if (hangs) kill(read_pid(pids + "0"), SIGKILL);  // the launcher waits for every worker
+  job_thread.join();
+  out.last_step = progress_of(metrics).first;
+  return out;
+}
+
+const std::string failover_flags = std::regex_replace(elastic_flags, std::regex("--steps 800"), "--steps 300");
+
+// The survivors went on: one new coordinator, every survivor naming the lost one, the kept state
+// restored intact, the job's every step done and its parameters saved by the new coordinator.
+void check_failover(const failover_job& failover, const std::string& name, const std::string& cause) {
+  const std::string& text = failover.job.text;
+  INFO(text);
+  REQUIRE(failover.reached_loss);
+  MESSAGE(name << ": coordinator lost to the next step trained in " << failover.loss_to_next_step << " s");
+  CHECK(failover.reached_end);
+  CHECK(failover.job.status == 0);
+  CHECK(failover.last_step == 300);
+  for (const char* rank : {"[rank 1] ", "[rank 2] ", "[rank 3] "})
+    CHECK(text.find(rank + std::string("membership: rank 0 (127.0.0.1), coordinator, lost at step ") + "") !=
+          std::string::npos);
+  CHECK(text.find(cause) != std::string::npos);
+  CHECK(text.find("[rank 1] membership: epoch 2, 4 -> 3 workers from step ") != std::string::npos);
+  // The survivors' final parameters agree (the new coordinator compares every replica's hash),
+  // and the optimizer state crossed the re-sharding unchanged.
+  CHECK(text.find("[rank 1] done: ") != std::string::npos);
+  CHECK(text.find("replicas identical") != std::string::npos);
+  const auto checksums = transfer_checksums(text);
+  CHECK(!checksums.empty());
+  for (const auto& [before, after] : checksums) CHECK(before == after);
+  CHECK(read_all(name + ".f32").size() > 0);
+  const std::vector<char> recorded = read_all(name + ".jsonl");
+  const std::string metrics(recorded.begin(), recorded.end());
+  CHECK(metrics.find(R"("rank":0,"host":"127.0.0.1","role":"coordinator","cause":)") != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("an elastic job whose coordinator is killed elects a new one, goes on from the kept steps and admits a "
+          "joiner that names a live member's address") {
+  const failover_job failover = run_with_coordinator_loss("failover_killed", failover_flags + " --algo acco", false, true);
+  check_failover(failover, "failover_killed", "coordinator, lost at step");
+  INFO(failover.joiner.text);
+  CHECK(failover.job.text.find("connection closed (killed") != std::string::npos);
+  // accord-launch --elastic goes on without rank 0's process.
+  CHECK(failover.job.text.find("rank 0 was killed by signal 9 (Killed); the job goes on without it") !=
+        std::string::npos);
+  CHECK(failover.joiner.status == 0);
+  CHECK(failover.job.text.find("3 -> 4 workers") != std::string::npos);
+}
+
+TEST_CASE("an elastic job whose coordinator hangs finds it by its heartbeats and elects a new one") {
+  const failover_job failover = run_with_coordinator_loss("failover_hung", failover_flags + " --algo ddp", true, false);
+  check_failover(failover, "failover_hung", "coordinator, lost at step");
+  CHECK(failover.job.text.find(": hung (silent for ") != std::string::npos);
+}
+
+TEST_CASE("a side without a majority of the last epoch's members stops with one line") {
+  // Of 3 processes, the coordinator and rank 1 die together: rank 2 alone is no majority.
+  const std::string metrics = "failover_minority.jsonl", pids = "failover_minority.pid.";
+  std::remove(metrics.c_str());
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic -n 3 -- /bin/sh -c 'echo $$ > " + pids + "$RANK; exec " + train +
+              failover_flags + " --algo ddp --metrics " + metrics + "'");
+  });
+  const bool started = wait_for(metrics, 40, 1);
+  if (started) {
+    kill(read_pid(pids + "0"), SIGKILL);
+    kill(read_pid(pids + "1"), SIGKILL);
+  }
+  job_thread.join();
+  INFO(job.text);
+  REQUIRE(started);
+  CHECK(job.status != 0);
+  CHECK(job.text.find("[rank 2] accord-train: no majority: 1 of the last epoch's 3 members are reachable") !=
+        std::string::npos);
 }

@@ -90,6 +90,9 @@ struct job_result {
   // Elastic jobs between processes: what this worker keeps so that a crash loses nothing (two
   // generations of parameters, its optimizer shard and its buddy's copy), beyond the above.
   std::size_t kept_bytes_per_worker = 0;
+  // Between processes: this process hosted the coordinator at the end (rank 0's, or the one that
+  // took over when it was lost), so `steps` holds the job's step metrics since then.
+  bool coordinated = false;
 };
 
 }  // namespace accord

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace accord {
 
@@ -46,6 +47,9 @@ struct process_group {
   // are ignored): it gets the current parameters and its share of the optimizer state, and
   // contributes from the next epoch.
   bool join = false;
+  // A joiner's further addresses (HOST:PORT), tried in turn after master_addr:master_port: any
+  // live member's control port leads to the coordinator, wherever it moved after a failover.
+  std::vector<std::string> more_join_addresses;
   // Set it (from a signal handler, say) and this worker leaves at the next step boundary,
   // handing its optimizer shard to the others; run_job_process then returns. May be null.
   const std::atomic<bool>* leave_requested = nullptr;
