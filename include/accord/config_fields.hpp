@@ -140,6 +140,7 @@ struct fields_of<process_group> {
       ACCORD_FIELD(process_group, local_rank),
       ACCORD_FIELD(process_group, elastic),
       ACCORD_FIELD(process_group, join),
+      ACCORD_FIELD(process_group, more_join_addresses),
       ACCORD_FIELD(process_group, leave_requested),
       ACCORD_FIELD(process_group, heartbeat_timeout),
       ACCORD_FIELD(process_group, adaptive_failure_detection),
