@@ -1,7 +1,7 @@
 """The network of scripts/bench-netns and scripts/chaos: one network namespace per rank, each
 joined to one bridge by a veth pair whose two ends are shaped with tc (both directions), so that
-ranks on one machine talk over a link of a chosen rate, and a rank's link can be cut or made
-lossy while a job runs. Needs root."""
+ranks on one machine talk over a link of a chosen rate, and a rank's link can be cut while a job
+runs. Needs root."""
 import subprocess
 
 SUBNET = "10.231.0"
@@ -15,11 +15,11 @@ def sh(*command, check=True):
 
 
 class shaped_network:
-    """One namespace per rank behind a tc-shaped veth, all on one bridge; removed on exit.
-    `qdisc`: tbf (a token bucket: the rate alone) or netem (the rate, and packet loss on demand)."""
+    """One namespace per rank behind a tc-shaped veth (a token bucket), all on one bridge;
+    removed on exit."""
 
-    def __init__(self, workers, rate, prefix, qdisc="tbf"):
-        self.workers, self.prefix, self.rate, self.qdisc = workers, prefix, rate, qdisc
+    def __init__(self, workers, rate, prefix):
+        self.workers, self.prefix = workers, prefix
         self.bridge = f"{prefix}-br"
         self.cleanup()  # leftovers of an interrupted run
         try:
@@ -42,20 +42,12 @@ class shaped_network:
                                f"needed): {e}")
 
     def set_rate(self, rate, verb="change"):
-        self.rate = rate
         for rank in range(self.workers):
-            self.shape(rank, verb=verb)
-
-    def shape(self, rank, loss=0, verb="change"):
-        """Upload (leaving the namespace) and download (leaving the bridge towards it) at the rate;
-        with netem, `loss` percent of the packets dropped."""
-        ns, host_end, ns_end = self.names(rank)
-        if self.qdisc == "netem":
-            shape = ["root", "netem", "rate", self.rate, "loss", f"{loss}%", "limit", "10000"]
-        else:
-            shape = ["root", "tbf", "rate", self.rate, "burst", "64kb", "latency", "200ms"]
-        sh("ip", "netns", "exec", ns, "tc", "qdisc", verb, "dev", ns_end, *shape)
-        sh("tc", "qdisc", verb, "dev", host_end, *shape)
+            ns, host_end, ns_end = self.names(rank)
+            # Upload (leaving the namespace) and download (leaving the bridge towards it).
+            shape = ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "200ms"]
+            sh("ip", "netns", "exec", ns, "tc", "qdisc", verb, "dev", ns_end, *shape)
+            sh("tc", "qdisc", verb, "dev", host_end, *shape)
 
     def connect(self, rank, up):
         """Cuts rank's link (a partition of it from the others) or restores it."""
