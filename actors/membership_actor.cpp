@@ -871,6 +871,8 @@ void coordinator_gone(agent_pointer self, const std::string& cause) {
             member_record("lost", s.replica.epoch, s.replica.steps_done, m.initial_rank, m.host, "coordinator", cause)));
     s.setup.link->interrupt_current(std::string(coordinator_lost) + ": " + cause);
   }
+  // The standby may take over from now on (it refuses while this process still hears the coordinator).
+  if (s.setup.standby) caf::anon_send(s.setup.standby, lost_atom::value, cause);
   stop_relaying(self, std::string(coordinator_lost) + ": " + cause);
 }
 
@@ -917,7 +919,8 @@ member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setu
       },
       [self](replica_atom, coordination_replica& replica) {
         auto& s = self->state;
-        if (!newer(replica, s.replica)) return;
+        // After the loss, a hung coordinator that wakes must not refresh the copy a successor starts from.
+        if (s.master_lost || !newer(replica, s.replica)) return;
         s.replica = replica;
         caf::anon_send(s.setup.standby, replica_atom::value, std::move(replica));
       },

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <map>
+#include <optional>
 
 namespace accord {
 
@@ -16,19 +19,53 @@ namespace {
 
 struct standby_state {
   take_over_function take_over;
+  std::chrono::milliseconds confirm_wait{0};
   coordination_replica replica;
   membership_actor hosted;  // set once this process coordinates
+  // This process's own verdict on a coordinator: which one (by member id) and why it was lost.
+  std::optional<std::uint64_t> lost_coordinator;
+  std::string lost_cause;
+  // Elections asked before this process judged the coordinator lost, by key.
+  std::map<std::uint64_t, caf::typed_response_promise<membership_actor>> deferred;
+  std::uint64_t next_key = 0;
 };
 
 using standby_pointer = standby_actor::stateful_pointer<standby_state>;
 
-standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_function take_over) {
+// Whether this process itself judged the coordinator of its newest replica lost.
+bool saw_coordinator_lost(const standby_state& s) {
+  return s.lost_coordinator && *s.lost_coordinator == s.replica.coordinator;
+}
+
+membership_actor take_over_once(standby_state& s) {
+  if (!s.hosted) s.hosted = s.take_over(s.replica, s.lost_cause);
+  return s.hosted;
+}
+
+caf::error still_heard(const standby_state& s, const std::string& detail) {
+  return caf::make_error(caf::sec::runtime_error, std::string(coordinator_still_heard) + " (member " +
+                                                      std::to_string(s.replica.coordinator) + ", " + detail +
+                                                      "): the asker is the one cut off from it");
+}
+
+standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_function take_over,
+                                              std::chrono::milliseconds confirm_wait) {
   self->state.take_over = std::move(take_over);
+  self->state.confirm_wait = confirm_wait;
   return {
       [self](replica_atom, coordination_replica& replica) {
         if (newer(replica, self->state.replica)) self->state.replica = std::move(replica);
       },
       [self](replica_atom) { return self->state.replica; },
+      [self](lost_atom, const std::string& cause) {
+        auto& s = self->state;
+        s.lost_coordinator = s.replica.coordinator;
+        s.lost_cause = cause;
+        if (s.replica.epoch == 0) return;  // nothing to take over from; the deferred ones time out
+        auto deferred = std::move(s.deferred);
+        s.deferred.clear();
+        for (auto& [key, promise] : deferred) promise.deliver(take_over_once(s));
+      },
       [self](where_atom) { return self->state.hosted ? std::string() : self->state.replica.coordinator_control; },
       [self](membership_atom) -> caf::result<membership_actor> {
         if (self->state.hosted) return self->state.hosted;
@@ -36,22 +73,41 @@ standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_fu
                                "this worker does not host the coordinator; it is at " +
                                    self->state.replica.coordinator_control);
       },
-      [self](elect_atom, std::uint64_t, const std::string& cause) -> caf::result<membership_actor> {
+      [self](elect_atom, std::uint64_t epoch, const std::string&) -> caf::result<membership_actor> {
         auto& s = self->state;
-        if (!s.hosted) {
-          if (s.replica.epoch == 0)
-            return caf::make_error(caf::sec::runtime_error, "this worker holds no copy of the coordinator's state yet");
-          s.hosted = s.take_over(s.replica, cause);
-        }
-        return s.hosted;
+        if (s.hosted) return s.hosted;
+        if (s.replica.epoch == 0)
+          return caf::make_error(caf::sec::runtime_error, "this worker holds no copy of the coordinator's state yet");
+        if (saw_coordinator_lost(s)) return take_over_once(s);
+        // The coordinator formed a later epoch without the asker: it was dropped, not the coordinator.
+        if (epoch < s.replica.epoch)
+          return still_heard(s, "which formed epoch " + std::to_string(s.replica.epoch) + " without the asker, whose copy is of epoch " +
+                                    std::to_string(epoch));
+        // Lost coordinators are seen by every member within a detector's threshold: wait for ours.
+        const std::uint64_t key = s.next_key++;
+        auto promise = self->make_response_promise<membership_actor>();
+        s.deferred.emplace(key, promise);
+        self->delayed_send(self, s.confirm_wait, unconfirmed_atom::value, key);
+        return promise;
+      },
+      [self](unconfirmed_atom, std::uint64_t key) {
+        auto& s = self->state;
+        const auto found = s.deferred.find(key);
+        if (found == s.deferred.end()) return;
+        char waited[32];
+        std::snprintf(waited, sizeof waited, "%.1f s after being asked",
+                      std::chrono::duration<double>(s.confirm_wait).count());
+        found->second.deliver(still_heard(s, std::string("still heard ") + waited));
+        s.deferred.erase(found);
       },
   };
 }
 
 }  // namespace
 
-standby_actor spawn_standby_actor(caf::actor_system& system, take_over_function take_over) {
-  return system.spawn(standby_behavior, std::move(take_over));
+standby_actor spawn_standby_actor(caf::actor_system& system, take_over_function take_over,
+                                  std::chrono::milliseconds confirm_wait) {
+  return system.spawn(standby_behavior, std::move(take_over), confirm_wait);
 }
 
 }  // namespace accord

@@ -5,9 +5,16 @@
 // live rank of the last epoch that answers) and reconnect to it: asked to take over, it starts a
 // membership actor (and the coordinators under it) in its own process from the replica and
 // replies with it. A joiner given this process's address asks it where the coordinator is.
+//
+// It takes over only once its own process has judged the coordinator lost too: a member cut off
+// from a live coordinator (a partition, a flapping link) must not start a second one in a healthy
+// process, which would later hand the survivors a copy of the state that went stale while the
+// real coordinator trained on. Asked before that, it waits for its own verdict up to
+// `takeover_confirm_wait`, then refuses with `coordinator_still_heard`: the asker is the one cut off.
 #include "actors/coordination_replica.hpp"
 #include "actors/membership_actor.hpp"
 
+#include <chrono>
 #include <functional>
 
 namespace accord {
@@ -15,21 +22,32 @@ namespace accord {
 using where_atom = caf::atom_constant<caf::atom("where")>;
 using elect_atom = caf::atom_constant<caf::atom("elect")>;
 using membership_atom = caf::atom_constant<caf::atom("membership")>;
+using unconfirmed_atom = caf::atom_constant<caf::atom("unconfirm")>;
+
+// Longer than any member's detector takes to judge a hung coordinator (its 1.5 s floor, 3 s
+// until ten heartbeats are known, more on an irregular machine); a dead one is seen at once.
+inline constexpr auto takeover_confirm_wait = std::chrono::milliseconds(5000);
+// Starts a refusal to take over from a coordinator this member still hears.
+inline constexpr const char* coordinator_still_heard = "this member still hears the coordinator";
 
 using standby_actor = caf::typed_actor<
     caf::reacts_to<replica_atom, coordination_replica>,  // the coordinator's newest state (kept if newer)
     caf::replies_to<replica_atom>::with<coordination_replica>,  // the newest held
+    // This process judged the coordinator of the newest replica lost (the cause): from the agent.
+    caf::reacts_to<lost_atom, std::string>,
     // HOST:PORT of the coordinator's standby as known here; empty when this process hosts it.
     caf::replies_to<where_atom>::with<std::string>,
     // The coordinator's membership actor when this process hosts it, else an error naming where it is.
     caf::replies_to<membership_atom>::with<membership_actor>,
-    // The coordinator of `epoch` was lost (`cause`): this process takes over (once) and replies
-    // with its membership actor.
-    caf::replies_to<elect_atom, std::uint64_t, std::string>::with<membership_actor>>;
+    // The coordinator of `epoch` was lost (`cause`, as the asker saw it): this process takes over
+    // (once) and replies with its membership actor, when it judged that coordinator lost too.
+    caf::replies_to<elect_atom, std::uint64_t, std::string>::with<membership_actor>,
+    caf::reacts_to<unconfirmed_atom, std::uint64_t>>;  // a deferred election's wait is over
 
 // Starts this process's coordination from `replica` after the coordinator was lost for `cause`.
 using take_over_function = std::function<membership_actor(const coordination_replica& replica, const std::string& cause)>;
 
-standby_actor spawn_standby_actor(caf::actor_system& system, take_over_function take_over);
+standby_actor spawn_standby_actor(caf::actor_system& system, take_over_function take_over,
+                                  std::chrono::milliseconds confirm_wait = takeover_confirm_wait);
 
 }  // namespace accord

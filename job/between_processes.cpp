@@ -182,10 +182,20 @@ std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf
       asked = *found;
     }
     std::optional<membership_actor> elected;
-    self->request(asked, candidate_timeout, elect_atom::value, replica.epoch, cause)
+    bool still_heard = false;
+    // A live candidate answers once it has judged the coordinator lost itself (at most
+    // takeover_confirm_wait later): the longer wait is only for one that did not yet.
+    self->request(asked, takeover_confirm_wait + candidate_timeout, elect_atom::value, replica.epoch, cause)
         .receive([&](membership_actor& m) { elected = std::move(m); },
-                 [&](caf::error& e) { refusals += (refusals.empty() ? "" : "; ") + name + ": " + describe(system, e); });
+                 [&](caf::error& e) {
+                   const std::string why = describe(system, e);
+                   still_heard = why.find(coordinator_still_heard) != std::string::npos;
+                   refusals += (refusals.empty() ? "" : "; ") + name + ": " + why;
+                 });
     if (elected) return elected;
+    // The coordinator lives, and a member reaches it: this process is the one cut off. Asking
+    // the next in line (this process's own standby, maybe) would start a second coordinator.
+    if (still_heard) return std::nullopt;
   }
   if (refusals.empty()) refusals = "this worker holds no copy of the coordinator's state";
   return std::nullopt;
