@@ -376,6 +376,7 @@ void add_epoch_result(job_result& total, job_result&& epoch) {
   total.state_bytes_per_worker = epoch.state_bytes_per_worker;
   total.peak_bytes_per_worker = std::max(total.peak_bytes_per_worker, epoch.peak_bytes_per_worker);
   total.minimum_bytes_per_worker = epoch.minimum_bytes_per_worker;
+  total.gradient_buffers = epoch.gradient_buffers;
 }
 
 }  // namespace accord

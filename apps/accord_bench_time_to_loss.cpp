@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
     }
     std::printf("s to T: training seconds until the first evaluation (every %llu steps) at or below the target, "
                 "- if never; vs base: final eval loss relative to %s's; peak/min: peak memory per worker over "
-                "parameters + two gradient buffers + its optimizer shard\n",
+                "parameters + the algorithm's gradient buffers (DDP one, overlapping ones two) + its optimizer shard\n",
                 static_cast<unsigned long long>(setup.job.eval_interval), baseline.c_str());
     return 0;
   } catch (const std::exception& e) {

@@ -345,9 +345,9 @@ int main(int argc, char** argv) {
                 "UCX %.1f ms, evaluator %.1f ms, other %.1f ms\n",
                 1e3 * cpu.compute / steps, 1e3 * cpu.communicator / steps, 1e3 * cpu.actors / steps,
                 1e3 * cpu.transport / steps, 1e3 * cpu.evaluator / steps, 1e3 * cpu.other / steps);
-    std::printf("memory per worker: %.1f MB peak (minimum %.1f MB: parameters, two gradient buffers, its optimizer "
-                "shard)%s\n",
+    std::printf("memory per worker: %.1f MB peak (minimum %.1f MB: parameters, %s, its optimizer shard)%s\n",
                 result.peak_bytes_per_worker / 1e6, result.minimum_bytes_per_worker / 1e6,
+                result.gradient_buffers == 1 ? "one gradient buffer" : "two gradient buffers",
                 result.kept_bytes_per_worker
                     ? (", plus " + format_megabytes(result.kept_bytes_per_worker) + " kept for elastic recovery").c_str()
                     : "");

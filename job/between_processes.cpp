@@ -604,7 +604,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
   result.coordinated = hosting;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   average_over_steps(result);
-  if (me.last_epoch.workers) me.last_epoch.account(result, origin.initial.size());
+  if (me.last_epoch.workers) me.last_epoch.account(result, origin);
   result.kept_bytes_per_worker = me.keeper->bytes();
   result.parameters = std::move(me.parameters);
   return result;

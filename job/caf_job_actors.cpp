@@ -81,7 +81,7 @@ void job_actors::start() {
 
 job_result job_actors::result() const {
   job_result r = *parts_->result;
-  parts_->local.account(r, parts_->plan.initial.size());
+  parts_->local.account(r, parts_->plan);
   return r;
 }
 

@@ -136,7 +136,7 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
     local.shut_down(self);
   }
   if (failure) throw std::runtime_error(*failure);
-  local.account(*result, plan.initial.size());
+  local.account(*result, plan);
   return std::move(*result);
 }
 

@@ -52,11 +52,17 @@ struct local_actors {
     for (auto& a : everyone) self->send_exit(a, caf::exit_reason::user_shutdown);
     everyone.clear();
   }
-  void account(job_result& result, std::size_t parameter_count) const {
+  // The minimum counts the gradient buffers the pipeline needs: one where compute waits for
+  // the round (DDP), two where it accumulates the next round's gradients meanwhile.
+  void account(job_result& result, const job_plan& plan) const {
+    const std::size_t parameter_count = plan.initial.size();
     result.parameters = final_parameters;
     result.state_bytes_per_worker = state_bytes / static_cast<std::size_t>(workers);
     result.peak_bytes_per_worker = meter->peak / static_cast<std::size_t>(workers) + result.state_bytes_per_worker;
-    result.minimum_bytes_per_worker = 3 * parameter_count * sizeof(float) + result.state_bytes_per_worker;
+    result.gradient_buffers = plan.algo->pipe == pipeline::synchronous ? 1 : 2;
+    result.minimum_bytes_per_worker =
+        (1 + static_cast<std::size_t>(result.gradient_buffers)) * parameter_count * sizeof(float) +
+        result.state_bytes_per_worker;
   }
 };
 

@@ -255,6 +255,23 @@ TEST_CASE("DPU applies each gradient one round late; DDP applies it at once" * d
   check_close(run_quadratic(sgd_job("ddp", workers, steps)).parameters, ddp, 1e-5);
 }
 
+TEST_CASE("peak memory per worker reaches its minimum: DDP one gradient buffer, overlapping pipelines two" *
+          doctest::test_suite("pipeline")) {
+  for (const std::string algo : {"ddp", "dpu", "acco"}) {
+    CAPTURE(algo);
+    job_config job;
+    job.algorithm = algo;
+    job.workers = 2;
+    job.steps = 3;
+    const job_result r = run_small_gpt(job);
+    const std::size_t parameter_bytes = r.parameters.size() * sizeof(float);
+    CHECK(r.gradient_buffers == (algo == "ddp" ? 1 : 2));
+    CHECK(r.minimum_bytes_per_worker ==
+          (1 + static_cast<std::size_t>(r.gradient_buffers)) * parameter_bytes + r.state_bytes_per_worker);
+    CHECK(r.peak_bytes_per_worker >= r.minimum_bytes_per_worker);
+  }
+}
+
 TEST_CASE("DDP with N workers equals one worker with N times the micro-batch") {
   job_config job;
   job.algorithm = "ddp";

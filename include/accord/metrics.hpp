@@ -83,7 +83,9 @@ struct job_result {
   bool replicas_identical = true;  // every replica check agreed
   // Memory per worker: what the optimizer keeps (master weights + state, sharded where the
   // algorithm allows), the peak of parameter/gradient buffers plus that state, and the
-  // theoretical minimum: parameters + two gradient buffers + that state.
+  // theoretical minimum: parameters + the pipeline's gradient buffers (one for DDP, two where
+  // compute overlaps a round) + that state.
+  int gradient_buffers = 2;
   std::size_t state_bytes_per_worker = 0;
   std::size_t peak_bytes_per_worker = 0;
   std::size_t minimum_bytes_per_worker = 0;
