@@ -16,4 +16,5 @@ trap 'rm -rf "$out"' EXIT
   { cat "$out/table.txt"; tail -n 30 "$out"/*.log; exit 1; }
 cat "$out/table.txt"
 grep -q '^goodput (tokens/s' "$out/table.txt" && grep -q '^replicas  *identical' "$out/table.txt" &&
-  grep -q '^hangs  *0' "$out/table.txt" && grep -q '"goodput": ' "$out/table.txt"
+  grep -q '^hangs  *0' "$out/table.txt" && grep -q '"goodput": ' "$out/table.txt" &&
+  grep -Eq '^[0-9.]+ (kill|stop) slot [0-9]' "$out/faulted-faults.log"
