@@ -3,7 +3,8 @@
 // fails stops all the others, and its status becomes the launcher's. With --elastic none fails
 // fast: the job goes on without a worker that fails (RANK 0's included: the survivors elect a new
 // coordinator), or with --max-restarts starts one other than RANK 0 again as a joiner. With --join
-// the workers join a running elastic job instead: they get no rank. Takes torchrun's flags (--nnodes...).
+// the workers join a running elastic job instead: they get no rank. With --replay-membership it
+// starts a recorded churned job again, its joiners too. Takes torchrun's flags (--nnodes...).
 #include "observe/trace_files.hpp"
 #include "apps/flags.hpp"
 #include "cluster/launch_env.hpp"
@@ -642,6 +643,9 @@ class supervisor {
     const auto started = clock_type::now();
     if (options_.timeout_seconds) job_deadline_ = started + to_duration(*options_.timeout_seconds);
     // A replay's joiners start with the ranks; the coordinator holds each until its step.
+    if (options_.replay_log)
+      say("replaying " + *options_.replay_log + ": " + std::to_string(options_.workers) + " ranks and " +
+          std::to_string(options_.replay_joiners) + " joiner(s), each held by the coordinator until its step");
     workers_.resize(static_cast<std::size_t>(options_.workers + options_.replay_joiners));
     for (int local = 0; local < static_cast<int>(workers_.size()); ++local) {
       worker& w = workers_[static_cast<std::size_t>(local)];
