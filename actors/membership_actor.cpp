@@ -853,7 +853,10 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         check_released(self);
         return promise;
       },
-      [](leave_atom) { std::raise(SIGKILL); },
+      // Sent by this actor to itself; from anyone else (the master port is unauthenticated) it does nothing.
+      [self](leave_atom) {
+        if (self->state.departing) std::raise(SIGKILL);
+      },
   };
 }
 
