@@ -1123,3 +1123,38 @@ TEST_CASE("a churned run between processes (a worker killed, one leaving, a join
   CHECK(final_state_of("replay_in_process.ck") == expected);
   CHECK(final_state_of("replay_between.ck") == expected);
 }
+
+TEST_CASE("a replay between processes waits at a joiner's step until it says hello, then admits it there") {
+  // A log written by hand: a joiner comes after step 10 of a 3-worker job. accord-launch --elastic
+  // without --replay-membership starts no joiner: the test starts it once the coordinator waits.
+  const std::string log = "replay_waiting.log", logs = "replay_waiting.logs";
+  std::ofstream(log) << R"({"event":"job","workers":3,"steps":60}
+{"event":"epoch","epoch":1,"step":0,"workers":3,"after_loss":false}
+{"event":"joined","epoch":1,"step":9,"rank":-1,"host":"127.0.0.1","role":"worker","cause":"said hello as a joiner"}
+{"event":"epoch","epoch":2,"step":10,"workers":4,"after_loss":false}
+)";
+  const std::string flags = train_flags + " --algo ddp --steps 60 --replay-membership " + log;
+  std::remove((logs + "/rank-0.log").c_str());  // a line of the last run's would start the joiner early
+  const int port = free_port();
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic -n 3 --log-dir " + logs + " --master-port " + std::to_string(port) + " -- " +
+              train + flags);
+  });
+  bool waits = false;
+  for (int i = 0; i < 9000 && !waits; ++i) {
+    const std::vector<char> rank0 = read_all(logs + "/rank-0.log");
+    waits = std::string(rank0.begin(), rank0.end()).find("the replay waits after step 10 for 1 joiner(s)") !=
+            std::string::npos;
+    if (!waits) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const run_output joiner = run(train + flags + " --join 127.0.0.1:" + std::to_string(port));
+  job_thread.join();
+  INFO(job.text);
+  INFO(joiner.text);
+  REQUIRE(waits);
+  CHECK(job.status == 0);
+  CHECK(joiner.status == 0);
+  CHECK(job.text.find("membership: epoch 2, 3 -> 4 workers from step 11") != std::string::npos);
+  CHECK(job.text.find("step    60/60") != std::string::npos);
+}
