@@ -48,7 +48,9 @@ communicator_actor::behavior_type communicator_behavior(
         set_thread_track(worker_track(s.link->rank(), trace_role::communicator));
         const trace_span span(request.estimate ? "estimate round" : "round", -1, static_cast<std::int64_t>(request.round));
         try {
+          const std::uint64_t step = step_of_round(s.pipe, request.round);
           const bool change = (s.change_epoch && s.layout > 0 && s.change_epoch->load() >= s.layout) ||
+                              (s.end_steps > 0 && step + 1 >= s.end_steps) ||
                               (s.stop_requested && s.stop_requested->load());
           double totals[4] = {request.local.micro_batches, request.local.loss_sum, request.local.items,
                               change ? 1.0 : 0.0};
@@ -57,7 +59,6 @@ communicator_actor::behavior_type communicator_behavior(
             s.link->all_reduce(std::span<double>(totals));
           }
           const round_totals global{totals[0], totals[1], totals[2], totals[3]};
-          const std::uint64_t step = step_of_round(s.pipe, request.round);
           if (s.collectives) {
             // The accumulator's last writes to the buffer (zeroing, ACCO's copy) come first, on the device.
             s.memory->order_on(request.buffer, s.collectives->stream());

@@ -41,6 +41,7 @@ struct communicator_setup {
   std::uint64_t layout = 0;  // this epoch, whose shard layout the kept state follows
   bool replicate = false;
   std::shared_ptr<const std::atomic<std::uint64_t>> change_epoch;
+  std::uint64_t end_steps = 0;  // a replay's epoch: the worker votes for ending it after this step
   // Once set, the worker votes for ending the job at the current step (job_config::stop_requested).
   const std::atomic<bool>* stop_requested = nullptr;
 };

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <csignal>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -27,6 +28,7 @@ struct member {
   int last_rank = -1;  // in the last epoch formed (the succession order); -1 when not in it
   std::string control;  // HOST:PORT of its standby
   bool reconnecting = false;  // after a takeover: known from the replica, not yet reconnected
+  bool held = false;  // a replay's joiner: admitted when its change is due
   std::optional<epoch_request> request;
   std::optional<caf::typed_response_promise<epoch_plan>> promise;
   bool released = false;  // told that the job is over (or failed)
@@ -69,6 +71,9 @@ struct membership_state {
   bool lost_since_epoch = false;              // a member was lost since the running epoch formed
   std::vector<std::string> metrics_events;    // for the next epoch's metrics file
   std::uint64_t replica_sequence = 0;
+  bool departing = false;                  // a replay's coordinator loss: this process goes away
+  bool replayed_coordinator_gone = false;  // this process took over from a replayed coordinator loss
+  bool replay_waiting = false;             // for a due joiner (said once)
 };
 
 using self_pointer = membership_actor::stateful_pointer<membership_state>;
@@ -304,6 +309,66 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
   return std::nullopt;
 }
 
+// The order of an epoch's ranks: the coordinator's own process first (it hosts this actor), then
+// the members the job started with in their RANK order, then joiners by arrival.
+std::tuple<bool, int, std::uint64_t> order_key(const member* m) {
+  return std::make_tuple(m->remote, m->initial_rank >= 0 ? m->initial_rank : INT_MAX, m->id);
+}
+
+// Time between the replayed coordinator's last copy of its state and its process going away:
+// the copy reaches the members, as it had long before a real loss after that step.
+constexpr auto replayed_loss_delay = std::chrono::seconds(1);
+
+// The change a replay has due where the epoch just ended (before the first: where the job
+// starts): its members depart and its joiners are admitted. False while the forming waits: for
+// a due joiner that has not asked for its epoch yet, or for this process's end (the coordinator
+// departs; the member that takes over applies the rest of the change).
+bool apply_replayed_change(self_pointer self) {
+  auto& s = self->state;
+  if (s.departing) return false;
+  const replayed_change* due = s.setup.replay->first_from(s.epoch == 0 ? s.setup.origin_steps : s.epoch_start + 1);
+  if (!due || due->step != steps_done(s)) return true;  // none due here (a failure came first)
+  const bool coordinator_departs =
+      std::any_of(due->departures.begin(), due->departures.end(), [](const auto& d) { return d.coordinator; });
+  if (coordinator_departs && !s.replayed_coordinator_gone) {
+    s.departing = true;
+    replicate(self);  // with this step's kept position, which the next epoch starts from
+    event(self, "membership: replaying the coordinator's loss after step " + std::to_string(due->step) +
+                    ": this process goes away");
+    self->delayed_send(self, replayed_loss_delay, leave_atom::value);
+    return false;
+  }
+  std::vector<member*> joiners;
+  for (auto& [id, m] : s.members)
+    if (m.alive && m.held && m.request && static_cast<int>(joiners.size()) < due->joiners) joiners.push_back(&m);
+  if (static_cast<int>(joiners.size()) < due->joiners) {
+    if (!std::exchange(s.replay_waiting, true))
+      event(self, "membership: the replay waits after step " + std::to_string(due->step) + " for " +
+                      std::to_string(due->joiners - static_cast<int>(joiners.size())) +
+                      " joiner(s) (accord-launch --replay-membership starts them)");
+    return false;
+  }
+  for (const replayed_departure& d : due->departures) {
+    if (d.coordinator) continue;  // gone: this process took over from it
+    // The member of the recorded starting rank, else the last in the epoch's order.
+    member* chosen = nullptr;
+    for (auto& [id, m] : s.members) {
+      if (!m.alive || !m.remote || m.leaving || m.held) continue;
+      if (d.rank >= 0 && m.initial_rank == d.rank) {
+        chosen = &m;
+        break;
+      }
+      if (!chosen || order_key(chosen) < order_key(&m)) chosen = &m;
+    }
+    if (!chosen) continue;
+    chosen->leaving = true;
+    report_member(self, *chosen, "left", "replayed from the membership log");
+  }
+  for (member* m : joiners) m->held = false;
+  s.replayed_coordinator_gone = s.replay_waiting = false;
+  return true;
+}
+
 void try_form(self_pointer self);
 
 void epoch_ended(self_pointer self, std::uint64_t epoch, std::optional<std::string> failure) {
@@ -389,6 +454,8 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
     plan.data_position = spec.data_position;
     plan.from_origin = !source;
     if (source) plan.source = *source;
+    if (s.setup.replay)
+      if (const replayed_change* next = s.setup.replay->first_from(spec.start_steps + 1)) plan.end_steps = next->step;
     answer(m, std::move(plan));
   }
   s.now = phase::running;
@@ -418,7 +485,7 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
   // A leaver kept for its shard, or a joiner that came while the epoch formed, ends it at once.
   if (leavers_stay) announce_change(self, "a leaving member stays one more epoch for its shard");
   for (auto& [id, m] : s.members)
-    if (m.alive && m.rank < 0 && !m.leaving) announce_change(self, m.name() + " joins");
+    if (m.alive && m.rank < 0 && !m.leaving && !m.held) announce_change(self, m.name() + " joins");
 }
 
 void try_form(self_pointer self) {
@@ -426,7 +493,7 @@ void try_form(self_pointer self) {
   if (s.now != phase::starting && s.now != phase::forming) return;
   if (s.now == phase::starting && s.initial_hellos < s.setup.initial_world) return;
   for (auto& [id, m] : s.members)
-    if (m.alive && !m.request) return;  // everyone alive takes part in forming
+    if (m.alive && !m.request && !m.held) return;  // everyone alive takes part in forming
   if (s.epoch_failure && !s.lost_in_epoch) return;  // wait for the death that explains it
 
   // No split brain: after a loss, only a strict majority of the last epoch's members goes on
@@ -445,16 +512,12 @@ void try_form(self_pointer self) {
       return;
     }
   }
-  // The coordinator's own process first (it hosts this actor), then the members the job started
-  // with in their RANK order, then joiners by arrival.
+  if (s.setup.replay && !apply_replayed_change(self)) return;
   std::vector<member*> staying, leaving;
   for (auto& [id, m] : s.members) {
-    if (!m.alive) continue;
+    if (!m.alive || m.held) continue;
     (m.leaving ? leaving : staying).push_back(&m);
   }
-  auto order_key = [](const member* m) {
-    return std::make_tuple(m->remote, m->initial_rank >= 0 ? m->initial_rank : INT_MAX, m->id);
-  };
   std::sort(staying.begin(), staying.end(), [&](member* a, member* b) { return order_key(a) < order_key(b); });
   if (staying.empty() || staying.front()->remote) {
     fail_job(self, "the coordinator's process is not a member any more");
@@ -622,7 +685,9 @@ void take_over(self_pointer self) {
     m.remote = true;
     m.reconnecting = rm.id != r.coordinator;
     m.alive = m.reconnecting;
+    m.held = s.setup.replay && rm.initial_rank < 0 && rm.rank < 0;
   }
+  s.replayed_coordinator_gone = s.setup.replay.has_value();
   const member& lost = s.members.at(r.coordinator);
   // Every survivor named it already (its agent saw the loss); here it is recorded.
   const membership_record lost_record =
@@ -712,9 +777,12 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
           record(self, joined);
           s.metrics_events.push_back(to_json_line(joined));
         }
+        // A replay's joiner waits for the step its change is due.
+        m.held = hello.rank < 0 && s.setup.replay;
         const std::string name = m.name();
+        const bool announce = hello.rank < 0 && !m.held;
         s.members.emplace(m.id, std::move(m));
-        if (hello.rank < 0) announce_change(self, name + " joins");
+        if (announce) announce_change(self, name + " joins");
         return s.members.rbegin()->first;
       },
       [self](epoch_atom, epoch_request& request) -> caf::result<epoch_plan> {
@@ -784,6 +852,10 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         auto promise = self->state.waiters.back();
         check_released(self);
         return promise;
+      },
+      // Sent by this actor to itself; from anyone else (the master port is unauthenticated) it does nothing.
+      [self](leave_atom) {
+        if (self->state.departing) std::raise(SIGKILL);
       },
   };
 }

@@ -102,6 +102,7 @@ struct epoch_plan {
   std::uint64_t data_position = 0;
   bool from_origin = true;  // start as the job starts (the seeded or resumed state)
   state_source source;      // else the kept state every rank restores
+  std::uint64_t end_steps = 0;  // a replay's: the epoch ends after this step (0: when a change comes)
 };
 
 // A rank's view of the state it restored, to compare with what was kept.
@@ -124,7 +125,7 @@ typename Inspector::result_type inspect(Inspector& f, epoch_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, epoch_plan& x) {
   return f(caf::meta::type_name("epoch_plan"), x.finished, x.epoch, x.rank, x.world, x.addresses, x.coordinator,
-           x.start_steps, x.data_position, x.from_origin, x.source);
+           x.start_steps, x.data_position, x.from_origin, x.source, x.end_steps);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, restored_report& x) {
@@ -169,7 +170,8 @@ using membership_actor = caf::typed_actor<
     // Rank 0's wall clock (microseconds since the epoch): the other processes' traces line up on it.
     caf::replies_to<clock_atom>::with<std::int64_t>,
     // Replies once the job is over and every member still alive has been told so.
-    caf::replies_to<wait_atom>::with<bool>>;
+    caf::replies_to<wait_atom>::with<bool>,
+    caf::reacts_to<leave_atom>>;  // a replayed coordinator loss: this process goes away now
 
 // What the membership actor needs to start an epoch's coordinator in its own process.
 struct epoch_spec {
@@ -217,6 +219,10 @@ struct membership_setup {
   std::optional<coordination_replica> takeover;
   std::string takeover_cause;
   std::chrono::milliseconds reconnect_grace{3000};
+  // Replays these changes (process_group::membership_replay): each epoch ends at the next one's
+  // step; then its departing members leave (the coordinator's process goes away, as a killed one
+  // does), and its joiners, held since their hello, are admitted (waited for when not there yet).
+  std::optional<process_replay> replay;
 };
 
 membership_actor spawn_membership_actor(caf::actor_system& system, membership_setup setup);

@@ -3,10 +3,12 @@
 // fails stops all the others, and its status becomes the launcher's. With --elastic none fails
 // fast: the job goes on without a worker that fails (RANK 0's included: the survivors elect a new
 // coordinator), or with --max-restarts starts one other than RANK 0 again as a joiner. With --join
-// the workers join a running elastic job instead: they get no rank. Takes torchrun's flags (--nnodes...).
+// the workers join a running elastic job instead: they get no rank. With --replay-membership it
+// starts a recorded churned job again, its joiners too. Takes torchrun's flags (--nnodes...).
 #include "observe/trace_files.hpp"
 #include "apps/flags.hpp"
 #include "cluster/launch_env.hpp"
+#include "cluster/membership_log.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -24,6 +26,7 @@
 #include <charconv>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -64,6 +67,8 @@ does, or in Python with accord.process_group():
   ACCORD_ELASTIC    1 with --elastic or --join; removed from the workers' environment without them
   ACCORD_JOIN       HOST:PORT with --join; removed from the workers' environment without it
   ACCORD_TRACE      FILE with --trace; removed from the workers' environment without it
+  ACCORD_REPLAY_MEMBERSHIP  FILE with --replay-membership; removed from the workers' environment
+                    without it
   ACCORD_JOB_ID     accord-launch:HOST:PID when this launcher starts the whole job and neither
                     ACCORD_JOB_ID, TORCHELASTIC_RUN_ID nor SLURM_JOB_ID names it (another job's
                     workers reaching the same master port are then refused as such)
@@ -109,6 +114,15 @@ options:
                            part beside FILE (FILE.rankR.json, a joiner FILE.join<pid>.json, each
                            on RANK 0's clock); once all have exited, the launcher merges the parts
                            of its workers into FILE (one Chrome / Perfetto trace) and removes them
+  --replay-membership FILE  replay the membership changes of this --record-membership log
+                           (accord-train --record-membership) between real processes: implies
+                           --elastic, starts the log's joiners too ("[join L]", L from N on, each
+                           held by the coordinator until its recorded step) and names the log to
+                           every worker (ACCORD_REPLAY_MEMBERSHIP); the coordinator ends each epoch
+                           at the recorded step, where the recorded members leave and the
+                           coordinator's process goes away when it was lost. The whole job must
+                           start here, with the log's world size. A log that does not fit is one
+                           line naming its file and line, before any worker starts
   --log-dir DIR            also write each worker's output, without the prefix, to DIR/rank-R.log
                            (a joiner: DIR/join-L.log), stdout and stderr together, line by line,
                            a file per worker created afresh; DIR is created when missing
@@ -151,6 +165,8 @@ struct launch_options {
   std::optional<std::string> trace_path;    // the merged trace of the workers started here
   std::optional<std::string> log_dir;       // where each worker's output is also written
   int max_restarts = 0;                      // --elastic: failed workers restarted as joiners, in all
+  std::optional<std::string> replay_log;     // --replay-membership: the membership log every worker replays
+  int replay_joiners = 0;                    // the joiners it admits, started here with the ranks
   std::vector<std::string> command;
 
   // The coordinator is RANK 0; a machine whose workers join a running job has none.
@@ -293,6 +309,8 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
           access(options.log_dir->c_str(), W_OK) != 0)
         throw usage_error("--log-dir: '" + *options.log_dir + "': cannot write into it" +
                           (error ? " (" + error.message() + ")" : std::string()));
+    } else if (name == "--replay-membership") {
+      options.replay_log = value();
     } else if (name == "--elastic") {
       if (inline_value) throw usage_error("--elastic takes no value, got '" + std::string(arg) + "'");
       options.elastic = true;
@@ -338,6 +356,21 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
     throw usage_error("--master-port or --rdzv-endpoint is required when the job spans machines (world size " +
                       std::to_string(world) + " > " + std::to_string(options.workers) + " workers here)");
   options.world_size = world;
+  if (options.replay_log) {
+    if (options.join_address) throw usage_error("--replay-membership conflicts with --join (it starts the whole job)");
+    if (world != options.workers)
+      throw usage_error("--replay-membership starts the whole job here (its joiners too): world size " +
+                        std::to_string(world) + " > " + std::to_string(options.workers) + " workers here");
+    try {
+      // The workers check the steps against theirs (--steps is accord-train's).
+      options.replay_joiners = accord::process_replay_of(accord::read_membership_log(*options.replay_log),
+                                                         *options.replay_log, world, UINT64_MAX)
+                                   .joiners();
+    } catch (const std::invalid_argument& error) {
+      throw usage_error(error.what());
+    }
+    options.elastic = true;
+  }
   return options;
 }
 
@@ -504,7 +537,8 @@ struct worker {
 // inherited RANK give a joiner a rank, nor an inherited ACCORD_JOIN turn ranked workers into joiners.
 constexpr std::string_view launcher_variables[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE",
                                                    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                                   "ACCORD_ELASTIC", "ACCORD_JOIN", "ACCORD_TRACE"};
+                                                   "ACCORD_ELASTIC", "ACCORD_JOIN", "ACCORD_TRACE",
+                                                   "ACCORD_REPLAY_MEMBERSHIP"};
 
 // A joiner learns its master from the job; master_port is for the ranked workers.
 std::vector<std::string> worker_environment(const launch_options& options, const worker& w, int master_port) {
@@ -522,6 +556,7 @@ std::vector<std::string> worker_environment(const launch_options& options, const
   }
   if (options.elastic) assigned.emplace_back("ACCORD_ELASTIC", "1");
   if (options.trace_path) assigned.emplace_back("ACCORD_TRACE", *options.trace_path);
+  if (options.replay_log) assigned.emplace_back("ACCORD_REPLAY_MEMBERSHIP", *options.replay_log);
   // A launcher that starts the whole job names it, so that another job's workers reaching the
   // same master port are refused as such (unless the environment names the job already).
   if (!options.join_address && *options.world_size == options.workers && accord::job_id_from_environment().empty()) {
@@ -607,12 +642,18 @@ class supervisor {
     if (!options_.join_address) master_port_ = options_.master_port ? *options_.master_port : find_free_port();
     const auto started = clock_type::now();
     if (options_.timeout_seconds) job_deadline_ = started + to_duration(*options_.timeout_seconds);
-    workers_.resize(static_cast<std::size_t>(options_.workers));
-    for (int local = 0; local < options_.workers; ++local) {
+    // A replay's joiners start with the ranks; the coordinator holds each until its step.
+    if (options_.replay_log)
+      say("replaying " + *options_.replay_log + ": " + std::to_string(options_.workers) + " ranks and " +
+          std::to_string(options_.replay_joiners) + " joiner(s), each held by the coordinator until its step");
+    workers_.resize(static_cast<std::size_t>(options_.workers + options_.replay_joiners));
+    for (int local = 0; local < static_cast<int>(workers_.size()); ++local) {
       worker& w = workers_[static_cast<std::size_t>(local)];
       w.local_rank = local;
       if (options_.join_address)
         w.join_address = *options_.join_address;
+      else if (local >= options_.workers)
+        w.join_address = options_.master_addr + ":" + std::to_string(master_port_);
       else
         w.rank = options_.rank_offset + local;
       try {

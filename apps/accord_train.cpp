@@ -161,9 +161,6 @@ int main(int argc, char** argv) {
         process_group_from_environment(flags.count("join") ? flags["join"].as<std::string>() : std::string());
     const bool joining = place && place->join;
     const bool elastic = flags["elastic"].as<bool>() || (place && place->elastic);
-    if (place && flags.count("replay-membership"))
-      throw std::invalid_argument("--replay-membership replays a job's membership changes in one process; run it "
-                                  "without RANK and WORLD_SIZE (between processes workers really come and go)");
     // One process per GPU: its model (and so its resident tensors) on GPU LOCAL_RANK, where
     // its NCCL rank is too; the CUDA device current now is the one the model is made on.
     if (place && flags["device"].as<std::string>() != "cpu" && place->local_rank < cuda_device_count())
@@ -208,7 +205,13 @@ int main(int argc, char** argv) {
       place->leave_requested = &leave_requested;
       place->heartbeat_timeout = std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
       place->adaptive_failure_detection = detector == "adaptive";
-      if (joining || place->rank != 0) setup.job.membership_log.clear();  // rank 0 records the job's
+      // The coordinator's process records the job's; in an elastic job any may come to be it.
+      if (!(elastic || joining) && place->rank != 0) setup.job.membership_log.clear();
+      // accord-launch --replay-membership names the log for every worker, its joiners included.
+      if (flags.count("replay-membership"))
+        place->membership_replay = flags["replay-membership"].as<std::string>();
+      else if (const char* log = std::getenv("ACCORD_REPLAY_MEMBERSHIP"); log && *log)
+        place->membership_replay = log;
       place->rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
     }
     if (flags["show-config"].as<bool>()) {

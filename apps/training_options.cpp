@@ -267,10 +267,14 @@ void add_training_options(flag_sections& sections, const job_config& d) {
        "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
       ("record-membership", po::value<std::string>(),
        "write every membership event (epochs, members lost, leaving, joining, each with its step) to this "
-       "file as JSON lines; between processes rank 0 writes it")
+       "file as JSON lines; between processes the coordinator's process writes it (a new coordinator goes on "
+       "with it after a failover)")
       ("replay-membership", po::value<std::string>(),
-       "in one process: the membership changes a --record-membership file tells, at the same steps (a "
-       "churned run between processes, replayed bit for bit)")
+       "the membership changes a --record-membership file tells, at the same steps: in one process through "
+       "the emulation; between processes (elastic; accord-launch --replay-membership starts the joiners too) "
+       "real workers leave, join and the coordinator's process goes away at the recorded steps. With "
+       "--max-accumulation 1 --blas-threads 1 in both runs the replay ends with the recorded parameters and "
+       "optimizer state, bit for bit")
       ("checkpoint", po::value<std::string>(),
        "write parameters, optimizer state and data position to this file (at the end, and every --checkpoint-interval steps)")
       ("checkpoint-interval", number_flag<std::uint64_t>(0, most, d.checkpoint_interval),
@@ -400,9 +404,12 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
     const std::string log = flags["replay-membership"].as<std::string>();
     if (log == job.membership_log)
       throw std::invalid_argument("--record-membership " + log + " would overwrite the log --replay-membership reads");
-    const membership_replay replay = replay_of(read_membership_log(log), log, job.workers, job.steps);
-    job.workers = replay.workers;
-    job.membership = replay.changes;
+    // Between processes the job itself replays the log (process_group::membership_replay).
+    if (local_workers == 0) {
+      const membership_replay replay = replay_of(read_membership_log(log), log, job.workers, job.steps);
+      job.workers = replay.workers;
+      job.membership = replay.changes;
+    }
   }
   job.blas_threads = flags["blas-threads"].as<int>();
 

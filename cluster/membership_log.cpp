@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 namespace accord {
 namespace {
@@ -184,7 +185,67 @@ membership_replay replay_of(const std::vector<membership_record>& records, const
   return replay;
 }
 
-membership_log_writer::membership_log_writer(const std::string& path) : out_(path, std::ios::trunc) {
+int process_replay::joiners() const {
+  int total = 0;
+  for (const replayed_change& change : changes) total += change.joiners;
+  return total;
+}
+
+const replayed_change* process_replay::first_from(std::uint64_t step) const {
+  for (const replayed_change& change : changes)
+    if (change.step >= step) return &change;
+  return nullptr;
+}
+
+process_replay process_replay_of(const std::vector<membership_record>& records, const std::string& name, int workers,
+                                 std::uint64_t steps) {
+  replay_of(records, name, workers, steps);  // a "job" line of this world size, epochs in order, within --steps
+  process_replay replay;
+  replay.workers = workers;
+  replayed_change since;  // the member events since the last epoch
+  for (std::size_t i = 1; i < records.size(); ++i) {
+    const membership_record& r = records[i];
+    if (r.event == "joined") {
+      ++since.joiners;
+    } else if (r.event != "epoch") {
+      // A joiner lost before its first epoch never trained: the replay starts neither.
+      if (r.rank < 0 && since.joiners > 0)
+        --since.joiners;
+      else
+        since.departures.push_back({r.rank, r.role == "coordinator"});
+    } else {
+      // An epoch restarting at or before the last change's step undoes the epoch that change
+      // started: its events happen at this step, with this epoch's.
+      while (!replay.changes.empty() && replay.changes.back().step >= r.step) {
+        replayed_change& undone = replay.changes.back();
+        since.departures.insert(since.departures.begin(), undone.departures.begin(), undone.departures.end());
+        since.joiners += undone.joiners;
+        replay.changes.pop_back();
+      }
+      const int before = replay.changes.empty() ? replay.workers : replay.changes.back().workers;
+      // Fewer departures than recorded: a leaver whose shard nobody else held stayed one more
+      // epoch, and departs with the next.
+      const int departing = before + since.joiners - r.workers;
+      if (departing < 0 || departing > static_cast<int>(since.departures.size()))
+        throw std::invalid_argument(name + ":" + std::to_string(r.line) + ": epoch " + std::to_string(r.epoch) +
+                                    " has " + std::to_string(r.workers) + " workers, but the epoch before had " +
+                                    std::to_string(before) + ", and since then " + std::to_string(since.joiners) +
+                                    " joined and " + std::to_string(since.departures.size()) + " went");
+      replayed_change change;
+      change.step = r.step;
+      change.workers = r.workers;
+      change.joiners = std::exchange(since.joiners, 0);
+      change.departures.assign(since.departures.begin(), since.departures.begin() + departing);
+      since.departures.erase(since.departures.begin(), since.departures.begin() + departing);
+      // The first epoch, or one re-formed with the same members, changes nothing to replay.
+      if (!change.departures.empty() || change.joiners > 0) replay.changes.push_back(std::move(change));
+    }
+  }
+  return replay;
+}
+
+membership_log_writer::membership_log_writer(const std::string& path, bool append)
+    : out_(path, append ? std::ios::app : std::ios::trunc) {
   if (!out_) throw std::runtime_error("cannot write the membership log " + path);
 }
 

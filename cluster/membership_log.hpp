@@ -9,9 +9,10 @@
 //   {"event":"epoch","epoch":2,"step":54,"workers":3,"after_loss":true}
 //                                                               the worker set from the state of `step`
 //
-// A replay needs the "job" and "epoch" lines: each epoch after the first is a change of the
-// worker set at the step it started from, which the emulation in one process reproduces
-// (job_config::membership). The member lines say who and why; the metrics file gets them too.
+// A replay in one process needs the "job" and "epoch" lines: each epoch after the first is a
+// change of the worker set at the step it started from, which the emulation reproduces
+// (job_config::membership). A replay between processes also reads the member lines: who departs
+// (the coordinator's process among them) and how many join. The metrics file gets them too.
 // No CAF.
 #include <accord/config.hpp>
 
@@ -58,10 +59,38 @@ struct membership_replay {
 membership_replay replay_of(const std::vector<membership_record>& records, const std::string& name, int workers,
                             std::uint64_t steps);
 
-// Appends records to a log, each flushed as it comes (a crash loses none written).
+// What a replay between processes runs (process_replay_of): real worker processes leave and
+// join where the recorded epochs started. Each change ends the epoch before it after `step`
+// (the step the recorded next epoch restored); the next epoch starts from that step's kept state
+// with `workers`, once the members lost or left since the last epoch have gone and the joiners
+// that said hello since have come. A recorded crash thus becomes a departure at the kept step
+// the survivors rolled back to: only that step's state outlived the crash.
+struct replayed_departure {
+  int rank = -1;             // the member's starting rank (-1: a joiner)
+  bool coordinator = false;  // the coordinator's process went away
+};
+struct replayed_change {
+  std::uint64_t step = 0;
+  int workers = 0;
+  std::vector<replayed_departure> departures;
+  int joiners = 0;
+};
+struct process_replay {
+  int workers = 0;                       // the starting ranks
+  std::vector<replayed_change> changes;  // steps increasing; one at step 0 shapes the first epoch
+  int joiners() const;                   // over the whole replay: the processes a launcher starts as joiners
+  const replayed_change* first_from(std::uint64_t step) const;  // at or after `step`; null: none
+};
+// Throws as replay_of does (it checks the same), and naming the epoch's line when the events
+// before an epoch do not make its worker count.
+process_replay process_replay_of(const std::vector<membership_record>& records, const std::string& name, int workers,
+                                 std::uint64_t steps);
+
+// Appends records to a log, each flushed as it comes (a crash loses none written). `append`:
+// after what is there (a coordinator taking over goes on with the lost one's log).
 class membership_log_writer {
 public:
-  explicit membership_log_writer(const std::string& path);  // throws std::runtime_error naming it
+  explicit membership_log_writer(const std::string& path, bool append = false);  // throws std::runtime_error naming it
   void write(const membership_record& record);
 
 private:

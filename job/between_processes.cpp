@@ -295,6 +295,7 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   spec.layout = plan.epoch;
   spec.keep_interval = elastic ? epoch.keep_interval : 0;
   spec.change_epoch = me.change_epoch;
+  spec.end_steps = plan.end_steps;
   spec.app = me.app;
   const std::vector<accumulator_actor> accumulators{
       spawn_worker(system, local, epoch, prototype, std::move(train), hooks, std::move(spec)).accumulator};
@@ -354,6 +355,18 @@ job_plan plan_between_processes(const model& prototype, const std::shared_ptr<co
           "unknown transport '" + group.transport + "' (expected ucx|nccl)");
   require_worker_memory(prototype, 1);
   job_plan origin = plan_job(prototype, *train, config, group.elastic || group.join);
+  if (!group.membership_replay.empty()) {
+    require(group.elastic || group.join, "replaying the membership between processes needs an elastic job (--elastic)");
+    require(group.membership_replay != config.membership_log,
+            "--record-membership " + config.membership_log + " would overwrite the log being replayed");
+    require(!as_asynchronous(*origin.topo), "--topology " + config.topology +
+                                                " does not replay a membership log between processes (its kept "
+                                                "steps are barriers of their own)");
+    const std::vector<membership_record> records = read_membership_log(group.membership_replay);
+    // A joiner learns the world size from the job; the starting ranks check the log's.
+    const int workers = group.join && !records.empty() ? records.front().workers : group.world_size;
+    origin.membership_replay = process_replay_of(records, group.membership_replay, workers, config.steps);
+  }
   if (const auto* asynchronous = as_asynchronous(*origin.topo)) {
     require(asynchronous->runs_between_processes(),
             "--topology " + config.topology + " runs its asynchronous workers in one process only");
@@ -438,10 +451,12 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
     setup.control = control;
     setup.takeover = takeover;
     setup.takeover_cause = cause;
+    setup.replay = origin.membership_replay;
     if (!origin.membership_log_path.empty()) {
-      // Shared with the membership actor, which an abandoned system never stops.
-      auto log = std::make_shared<membership_log_writer>(origin.membership_log_path);
-      log->write(job_record(group.world_size, origin.steps));
+      // Shared with the membership actor, which an abandoned system never stops. A successor
+      // goes on with the lost coordinator's log.
+      auto log = std::make_shared<membership_log_writer>(origin.membership_log_path, takeover.has_value());
+      if (!takeover) log->write(job_record(group.world_size, origin.steps));
       setup.on_record = [log](const membership_record& r) { log->write(r); };
     }
     auto steps_done = std::make_shared<std::atomic<std::uint64_t>>(takeover ? takeover->steps_done : setup.origin_steps);

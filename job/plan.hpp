@@ -8,6 +8,7 @@
 #include "recovery/elastic_state.hpp"
 #include "algorithms/update_rule.hpp"
 #include "algorithms/topology_rule.hpp"
+#include "cluster/membership_log.hpp"
 #include "gpu/compute_precision.hpp"
 #include "optim/schedule.hpp"
 #include "transport/link_model.hpp"
@@ -116,6 +117,7 @@ struct job_plan : job_settings {
   std::uint64_t data_position = 0;         // stream positions consumed before the first round
   std::vector<float> initial;
   std::optional<checkpoint> resume;        // where the optimizer state comes from, when resuming
+  std::optional<process_replay> membership_replay;  // between processes (process_group::membership_replay)
 
   // The same job continued by `world` workers from `parameters` after `steps` steps, at
   // `position` in the data (an elastic epoch's plan between processes; its optimizer state

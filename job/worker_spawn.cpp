@@ -122,6 +122,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   communication->layout = spec.layout;
   communication->replicate = plan.sharded();
   communication->change_epoch = spec.change_epoch;
+  communication->end_steps = spec.end_steps;
   communication->stop_requested = hooks.stop_requested;
   local.state_bytes += communication->rule->state_bytes();
 

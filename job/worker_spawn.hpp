@@ -91,6 +91,7 @@ struct worker_spec {
   std::uint64_t layout = 0;
   std::uint64_t keep_interval = 0;
   std::shared_ptr<const std::atomic<std::uint64_t>> change_epoch;
+  std::uint64_t end_steps = 0;  // a replay's epoch: vote for ending it after this step (0: never)
   // An app-driven worker (include/accord/worker.hpp): the app computes its micro-batches.
   std::shared_ptr<worker::state> app;
 };

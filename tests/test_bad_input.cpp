@@ -45,7 +45,7 @@ program_run run_program(const std::string& program, const std::vector<std::strin
                               {.environment = environment,
                                .environment_removed = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=",
                                                        "MASTER_PORT=", "SLURM_PROCID=", "ACCORD_ELASTIC=",
-                                                       "ACCORD_JOIN="},
+                                                       "ACCORD_JOIN=", "ACCORD_REPLAY_MEMBERSHIP="},
                                .deadline = deadline});
 }
 
@@ -252,8 +252,17 @@ TEST_CASE("a membership log that does not fit the job is refused with one line n
       {train, "--replay-membership /nonexistent/churn.log" + tiny, "/nonexistent/churn.log: cannot read the membership log"},
       {train, "--replay-membership " + other_world + " --membership 1:2" + tiny, "give one"},
       {train, "--replay-membership " + other_world + " --record-membership " + other_world + tiny, "would overwrite"},
-      {train, "--replay-membership " + other_world + tiny, "--replay-membership replays a job's membership changes in one process", 2,
+      // Between processes: before the coordinator starts.
+      {train, "--replay-membership " + other_world + tiny, "replaying the membership between processes needs an elastic job", 2,
        {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1"}},
+      {train, "--replay-membership " + other_world + tiny, other_world + ":1: the log is of a job of 3 workers, this one has 2",
+       2, {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "ACCORD_ELASTIC=1"}},
+      {train, tiny.substr(1), too_late + ":3: epoch 2 starts after step 50, at or beyond --steps 2", 2,
+       {"RANK=1", "WORLD_SIZE=4", "MASTER_ADDR=127.0.0.1", "ACCORD_ELASTIC=1", "ACCORD_REPLAY_MEMBERSHIP=" + too_late}},
+      {launch, "-n 2 --replay-membership " + other_world + " -- true",
+       other_world + ":1: the log is of a job of 3 workers, this one has 2"},
+      {launch, "-n 4 --replay-membership " + malformed + " -- true", malformed + ":2: not a membership event ("},
+      {launch, "-n 4 --replay-membership " + too_late + " --join 127.0.0.1:29500 -- true", "conflicts with --join"},
       {train, "--failure-detector sometimes" + tiny, "--failure-detector: 'sometimes' (expected adaptive|timeout)"},
   };
   for (const auto& c : cases) check_refused(c);

@@ -102,6 +102,82 @@ TEST_CASE("a log that does not fit the job, or is not a log, is one line naming 
   CHECK(error_of("[1,2]\n") == "churn.log:1: not a membership event (not a JSON object)");
 }
 
+TEST_CASE("a churned run's member events become the departures and joins of a replay between processes") {
+  const std::string text = churned_log +
+                           R"log({"event":"lost","epoch":4,"step":401,"rank":0,"host":"127.0.0.1","role":"coordinator","cause":"connection closed"}
+{"event":"epoch","epoch":5,"step":400,"workers":2,"after_loss":true}
+)log";
+  const process_replay replay = process_replay_of(parse_membership_log(text, "churn.log"), "churn.log", 4, 800);
+  CHECK(replay.workers == 4);
+  CHECK(replay.joiners() == 1);
+  REQUIRE(replay.changes.size() == 4);
+  const auto departure = [&](std::size_t change) {
+    REQUIRE(replay.changes[change].departures.size() == 1);
+    return replay.changes[change].departures.front();
+  };
+  CHECK(replay.changes[0].step == 54);  // the crash replays as a departure at the step restored
+  CHECK(replay.changes[0].workers == 3);
+  CHECK(departure(0).rank == 2);
+  CHECK(!departure(0).coordinator);
+  CHECK(replay.changes[1].step == 124);
+  CHECK(departure(1).rank == 3);
+  CHECK(replay.changes[2].step == 338);
+  CHECK(replay.changes[2].joiners == 1);
+  CHECK(replay.changes[2].departures.empty());
+  CHECK(replay.changes[3].step == 400);
+  CHECK(replay.changes[3].workers == 2);
+  CHECK(departure(3).coordinator);
+  CHECK(replay.first_from(55) == &replay.changes[1]);
+  CHECK(replay.first_from(124) == &replay.changes[1]);
+  CHECK(replay.first_from(401) == nullptr);
+}
+
+TEST_CASE("a replay between processes merges an undone epoch's events into the restart and defers a leaver that "
+          "stayed for its shard") {
+  const std::string undone = R"log({"event":"job","workers":4,"steps":100}
+{"event":"lost","epoch":1,"step":31,"rank":2,"role":"worker"}
+{"event":"epoch","epoch":2,"step":30,"workers":3,"after_loss":true}
+{"event":"joined","epoch":2,"step":30,"rank":-1}
+{"event":"lost","epoch":2,"step":30,"rank":-1,"role":"worker"}
+{"event":"lost","epoch":2,"step":30,"rank":3,"role":"standby"}
+{"event":"epoch","epoch":3,"step":20,"workers":2,"after_loss":true}
+)log";
+  const process_replay merged = process_replay_of(parse_membership_log(undone, "x"), "x", 4, 100);
+  REQUIRE(merged.changes.size() == 1);
+  CHECK(merged.changes[0].step == 20);
+  CHECK(merged.changes[0].workers == 2);
+  CHECK(merged.changes[0].joiners == 0);  // the joiner lost before its epoch is not started
+  REQUIRE(merged.changes[0].departures.size() == 2);
+  CHECK(merged.changes[0].departures[0].rank == 2);
+  CHECK(merged.changes[0].departures[1].rank == 3);
+
+  const std::string stayed = R"log({"event":"job","workers":4,"steps":100}
+{"event":"left","epoch":1,"step":10,"rank":3,"role":"worker"}
+{"event":"left","epoch":1,"step":10,"rank":2,"role":"worker"}
+{"event":"epoch","epoch":2,"step":10,"workers":3,"after_loss":false}
+{"event":"epoch","epoch":3,"step":12,"workers":2,"after_loss":false}
+)log";
+  const process_replay deferred = process_replay_of(parse_membership_log(stayed, "x"), "x", 4, 100);
+  REQUIRE(deferred.changes.size() == 2);
+  REQUIRE(deferred.changes[1].departures.size() == 1);
+  CHECK(deferred.changes[1].departures[0].rank == 2);
+  CHECK(deferred.changes[1].step == 12);
+
+  const std::string uncounted = R"log({"event":"job","workers":4,"steps":100}
+{"event":"epoch","epoch":2,"step":10,"workers":3,"after_loss":true}
+)log";
+  try {
+    process_replay_of(parse_membership_log(uncounted, "churn.log"), "churn.log", 4, 100);
+    FAIL("a log whose epochs the events do not explain was taken");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()) ==
+          "churn.log:2: epoch 2 has 3 workers, but the epoch before had 4, and since then 0 joined and 0 went");
+  }
+  // The one-process checks come first: the same line for another world size.
+  CHECK_THROWS_WITH_AS(process_replay_of(parse_membership_log(churned_log, "churn.log"), "churn.log", 3, 800),
+                       "churn.log:1: the log is of a job of 4 workers, this one has 3", std::invalid_argument);
+}
+
 TEST_CASE("a job in one process records its scripted changes; their replay is the same job, bit for bit") {
   const std::string path = "membership_log_in_process.log";
   std::remove(path.c_str());

@@ -5,7 +5,10 @@
 #include "run_command.hpp"
 
 #include "actors/standby_actor.hpp"
+#include "cluster/membership_log.hpp"
 #include "job/worker_spawn.hpp"
+#include "recovery/checkpoint.hpp"
+#include "recovery/parameter_hash.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
@@ -1017,4 +1020,141 @@ TEST_CASE("a side without a majority of the last epoch's members stops with one 
   CHECK(job.status != 0);
   CHECK(job.text.find("[rank 2] accord-train: no majority: 1 of the last epoch's 3 members are reachable") !=
         std::string::npos);
+}
+
+namespace {
+
+// What a job ended with, from its final checkpoint: the steps, and hashes of the parameters and
+// of the optimizer state (reassembled over the shards, so any worker count compares).
+struct final_state {
+  std::uint64_t steps = 0, parameters = 0, optimizer = 0;
+  bool operator==(const final_state&) const = default;
+};
+final_state final_state_of(const std::string& checkpoint_path) {
+  const accord::checkpoint c = accord::read_checkpoint(checkpoint_path);
+  return {c.steps, accord::hash_parameters(c.parameters), accord::hash_parameters(c.optimizer)};
+}
+
+// Each epoch of a membership log: the step it started from and its workers.
+std::vector<std::pair<std::uint64_t, int>> epochs_of(const std::string& log) {
+  std::vector<std::pair<std::uint64_t, int>> epochs;
+  for (const accord::membership_record& r : accord::read_membership_log(log))
+    if (r.event == "epoch") epochs.emplace_back(r.step, r.workers);
+  return epochs;
+}
+
+}  // namespace
+
+TEST_CASE("a churned run between processes (a worker killed, one leaving, a joiner, the coordinator killed), "
+          "recorded, replays in one process and between processes to its parameters and optimizer state") {
+  // Deterministic rounds: one micro-batch a round, one BLAS thread. A step kept every 5 makes a
+  // crash roll back (the steps after the kept one are redone), which the replay renders as a
+  // departure at the kept step. 800 steps leave a joiner time to start on a quiet machine, where
+  // this model trains about a hundred steps a second.
+  const std::string flags = elastic_flags + " --algo acco --max-accumulation 1 --blas-threads 1 --keep-interval 5";
+  const std::string log = "replay_recorded.log", metrics = "replay_recorded.jsonl", pids = "replay_recorded.pid.",
+                    replayed_log = "replay_between.log";
+  for (const std::string& path : {log, metrics, replayed_log, std::string("replay_recorded.ck"),
+                                  std::string("replay_in_process.ck"), std::string("replay_between.ck")})
+    std::remove(path.c_str());
+  const std::string recorded_flags =
+      flags + " --record-membership " + log + " --checkpoint replay_recorded.ck --metrics " + metrics;
+  const int port = free_port();
+  run_output job, joiner;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic -n 4 --master-port " + std::to_string(port) + " -- /bin/sh -c 'echo $$ > " +
+              pids + "$RANK; exec " + train + recorded_flags + "'");
+  });
+  std::thread joiner_thread;
+  bool churned = wait_for(metrics, 23, 1);  // between kept steps
+  if (churned) kill(read_pid(pids + "2"), SIGKILL);
+  churned = churned && wait_for(metrics, 40, 2);
+  if (churned) kill(read_pid(pids + "3"), SIGTERM);
+  churned = churned && wait_for(metrics, 60, 3);
+  if (churned)
+    joiner_thread = std::thread([&] { joiner = run(train + recorded_flags + " --join 127.0.0.1:" + std::to_string(port)); });
+  // The coordinator is killed a few steps into the joiner's epoch.
+  churned = churned && wait_for(metrics, 1, 4) && wait_for(metrics, progress_of(metrics).first + 3, 4);
+  if (churned) kill(read_pid(pids + "0"), SIGKILL);
+  churned = churned && wait_for(metrics, 1, 5);
+  job_thread.join();
+  if (joiner_thread.joinable()) joiner_thread.join();
+  INFO(job.text);
+  INFO(joiner.text);
+  REQUIRE(churned);
+  REQUIRE(job.status == 0);
+  REQUIRE(joiner.status == 0);
+  // The new coordinator went on with the lost one's log.
+  const std::vector<accord::membership_record> records = accord::read_membership_log(log);
+  const auto recorded = [&](const std::string& event, int rank, const std::string& role) {
+    return std::any_of(records.begin(), records.end(), [&](const accord::membership_record& r) {
+      return r.event == event && r.rank == rank && (role.empty() || r.role == role);
+    });
+  };
+  CHECK(recorded("lost", 2, ""));
+  CHECK(recorded("left", 3, ""));
+  CHECK(recorded("joined", -1, ""));
+  CHECK(recorded("lost", 0, "coordinator"));
+  const final_state expected = final_state_of("replay_recorded.ck");
+
+  const run_output in_process =
+      run(train + flags + " --workers 4 --replay-membership " + log + " --checkpoint replay_in_process.ck");
+  INFO(in_process.text);
+  REQUIRE(in_process.status == 0);
+
+  const run_output between = run(elastic_launch + "--replay-membership " + log + " -n 4 -- " + train + flags +
+                                 " --record-membership " + replayed_log + " --checkpoint replay_between.ck");
+  INFO(between.text);
+  REQUIRE(between.status == 0);
+  // Real processes went: rank 2 and rank 3 left at their steps, the coordinator's process was
+  // killed (the survivors elected a new one); the launcher's joiner ([join 4]) came at its step.
+  CHECK(between.text.find("membership: rank 2 (127.0.0.1), worker, left at step") != std::string::npos);
+  CHECK(between.text.find("replaying the coordinator's loss after step") != std::string::npos);
+  CHECK(between.text.find("rank 0 was killed by signal 9 (Killed); the job goes on without it") != std::string::npos);
+  CHECK(between.text.find("2 -> 3 workers") != std::string::npos);
+  CHECK(epochs_of(replayed_log) == epochs_of(log));
+
+  char line[160];
+  std::snprintf(line, sizeof line, "%llu steps, parameters %016llx, optimizer state %016llx",
+                static_cast<unsigned long long>(expected.steps), static_cast<unsigned long long>(expected.parameters),
+                static_cast<unsigned long long>(expected.optimizer));
+  MESSAGE("recorded run: " << line);
+  CHECK(expected.steps == 800);
+  CHECK(final_state_of("replay_in_process.ck") == expected);
+  CHECK(final_state_of("replay_between.ck") == expected);
+}
+
+TEST_CASE("a replay between processes waits at a joiner's step until it says hello, then admits it there") {
+  // A log written by hand: a joiner comes after step 10 of a 3-worker job. accord-launch --elastic
+  // without --replay-membership starts no joiner: the test starts it once the coordinator waits.
+  const std::string log = "replay_waiting.log", logs = "replay_waiting.logs";
+  std::ofstream(log) << R"({"event":"job","workers":3,"steps":60}
+{"event":"epoch","epoch":1,"step":0,"workers":3,"after_loss":false}
+{"event":"joined","epoch":1,"step":9,"rank":-1,"host":"127.0.0.1","role":"worker","cause":"said hello as a joiner"}
+{"event":"epoch","epoch":2,"step":10,"workers":4,"after_loss":false}
+)";
+  const std::string flags = train_flags + " --algo ddp --steps 60 --replay-membership " + log;
+  std::remove((logs + "/rank-0.log").c_str());  // a line of the last run's would start the joiner early
+  const int port = free_port();
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic -n 3 --log-dir " + logs + " --master-port " + std::to_string(port) + " -- " +
+              train + flags);
+  });
+  bool waits = false;
+  for (int i = 0; i < 9000 && !waits; ++i) {
+    const std::vector<char> rank0 = read_all(logs + "/rank-0.log");
+    waits = std::string(rank0.begin(), rank0.end()).find("the replay waits after step 10 for 1 joiner(s)") !=
+            std::string::npos;
+    if (!waits) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const run_output joiner = run(train + flags + " --join 127.0.0.1:" + std::to_string(port));
+  job_thread.join();
+  INFO(job.text);
+  INFO(joiner.text);
+  REQUIRE(waits);
+  CHECK(job.status == 0);
+  CHECK(joiner.status == 0);
+  CHECK(job.text.find("membership: epoch 2, 3 -> 4 workers from step 11") != std::string::npos);
+  CHECK(job.text.find("step    60/60") != std::string::npos);
 }

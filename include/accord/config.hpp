@@ -164,7 +164,8 @@ struct job_config {
   std::string resume_path;
   std::vector<membership_change> membership;  // in step order; empty: a fixed worker set
   // Writes every membership event (JSON lines with their steps: cluster/membership_log.hpp) to
-  // this file, in one process or in rank 0's; replayed in one process as `membership`.
+  // this file, in one process or in the coordinator's (a successor after a failover appends);
+  // replayed in one process as `membership`, between processes by process_group::membership_replay.
   std::string membership_log;
   // Elastic jobs between processes: every this many steps each worker keeps the step's state
   // in memory and sends its optimizer shard to its buddy, so a crash loses at most the steps

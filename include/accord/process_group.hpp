@@ -59,6 +59,13 @@ struct process_group {
   // what its arrivals so far allowed, and at least 1.5 s, counts as hung, long before the
   // timeout (cluster/heartbeat_detector.hpp). false: the timeout alone.
   bool adaptive_failure_detection = true;
+  // Elastic jobs: replay the membership changes of this log (a --record-membership file,
+  // cluster/membership_log.hpp) at the steps it names: each epoch ends where the recorded next one
+  // started, the members recorded as lost or left leave then (the coordinator's process goes
+  // away), joiners are held from their hello until their recorded step. Every process names the
+  // same log (any may take over as coordinator); whoever starts the job starts the joiners
+  // (accord-launch --replay-membership does). Empty: no replay.
+  std::string membership_replay;
   // Rank 0: one line per membership event (epochs formed, state restored and verified); every
   // rank: one line per member lost or leaving (who, its role, the step, the cause).
   std::function<void(const std::string&)> on_event;
