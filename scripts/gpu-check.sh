@@ -26,7 +26,7 @@ configure_log=$(cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAC
 grep -q "CUDA/NCCL parts ON" <<<"$configure_log" \
   || { echo "gpu-check: CMake found no nvcc; nothing to check" >&2; exit 1; }
 cmake --build "$BUILD_DIR" --target test_gpu test_cuda_gpt test_device_rounds test_worker_device accord-bench-gpu \
-  accord-train accord-launch accord_cuda \
+  accord-train accord-launch \
   --parallel "$(nproc)"
 echo "gpu-check: built in $((SECONDS - start)) s"
 
@@ -77,7 +77,7 @@ if LD_DEBUG=files timeout 120 "$BUILD_DIR/apps/accord-train" --device cpu --step
   exit 1
 fi
 # accord.torch with CUDA modules (fp32, bf16, fp16; flat buffers and accord's sums on the GPU,
-# through the plugin built above): tests/test_python.py cuda_module, with a Python whose torch
+# through the plugin): tests/test_python.py cuda_module, with a Python whose torch
 # has CUDA (PYTHON; Debian's python3-torch has none, so without one the check says so and goes on).
 if grep -q "accord Python module: for" <<<"$configure_log"; then
   cmake --build "$BUILD_DIR" --target accord_python --parallel "$(nproc)"
