@@ -189,8 +189,13 @@ class FlatModule:
         # costs 30 times more), or when finite ones overflow it: only then look closer.
         if self._checks_finite and not math.isfinite(trained.sum()) and not torch.isfinite(trained).all():
             raise self._overflow(trained)
-        if self.gradients.device.type == "cuda":  # accord reads them on its own stream
+
+    def submit(self, worker, items, loss):
+        """worker.submit(gradients, ...), torch's work on a CUDA buffer finished first: accord reads
+        it on a stream of its own."""
+        if self.gradients.device.type == "cuda":
             torch.cuda.synchronize(self.gradients.device)
+        worker.submit(self.gradients, items, loss)
 
     def zero_gradients(self):
         for flat_range in self.ranges:
@@ -390,7 +395,7 @@ def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", 
                 loss, items = out if isinstance(out, tuple) else (out, request.examples)
                 (loss * loss_scale if loss_scale != 1 else loss).backward()
                 flat.collect_gradients()
-                worker.submit(flat.gradients, float(items), float(loss))
+                flat.submit(worker, float(items), float(loss))
         except BaseException as error:  # the job fails with it; finish() below re-raises it
             errors.append(error)
             worker.fail(f"{type(error).__name__}: {error}")
@@ -475,8 +480,7 @@ class Job:
             return False
         try:
             self._flat.collect_gradients()
-            self._worker.submit(self._flat.gradients, float(items if items is not None else self._request.examples),
-                                float(loss))
+            self._flat.submit(self._worker, float(items if items is not None else self._request.examples), float(loss))
         except BaseException as error:
             self._worker.fail(f"{type(error).__name__}: {error}")
             raise
@@ -498,7 +502,7 @@ class Job:
             # no gradient.
             self._flat.gradients.zero_()
             while self._request is not None:
-                self._worker.submit(self._flat.gradients, 0.0, 0.0)
+                self._flat.submit(self._worker, 0.0, 0.0)
                 self._request = self._flat.next_request(self._worker)
         try:
             self._result = self._start.finish()
