@@ -173,7 +173,8 @@ TEST_CASE("an app-driven worker on a CUDA device trains as the host one, bit for
   for (const char* algorithm : {"ddp", "acco", "dlion-mavo"}) {
     CAPTURE(algorithm);
     const job_config job = small_job(algorithm);
-    require_same_training(run_app_job(quadratic_app(data, gpu), job, data), run_app_job(quadratic_app(data), job, data));
+    require_same_training(run_app_job(quadratic_app(data, gpu), job, data),
+                          run_app_job(quadratic_app(data), job, data));
   }
 }
 
