@@ -3,28 +3,36 @@
 // instead of running a model on a data set, hands each micro-batch request to the app's thread
 // and waits for the app's gradient, which it adds into the accumulator's sum. Everything else
 // of the worker (accumulator, communicator, the algorithm's rounds) is unchanged.
+//
+// The parameters and the sum are where the worker keeps them: host tensors, or buffers on the
+// app model's device (a resident worker). The gradient is added on the compute actor's thread,
+// whose CUDA device is the worker's, while submit() waits: the app's thread never needs a
+// CUDA device of accord's, and may reuse its gradient once submit() returns.
 #include <accord/worker.hpp>
 
-#include "algorithms/round_state.hpp"
+#include "gpu/kernels.hpp"
 
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 
 namespace accord {
 
 class worker::state {
 public:
-  explicit state(int rank) : rank_(rank) {}
+  state(int rank, const memory_location& memory) : rank_(rank), memory_(memory) {}
 
   // Compute actor's thread: waits for the app's gradient of the micro-batch at stream
-  // positions [first_position, +examples) and adds it into `sum`. A request released before
-  // the app answered (the epoch or job ended) contributes nothing. Throws the app's failure.
+  // positions [first_position, +examples) and adds it into `sum`. `parameters` stay valid while
+  // `owner` lives (the app may still read them after the compute actor has gone). A request
+  // released before the app answered (the epoch or job ended) contributes nothing. Throws the
+  // app's failure.
   struct outcome {
     double loss = 0;
     double items = 0;
   };
-  outcome accumulate(const tensor& parameters, std::uint64_t index, std::uint64_t first_position,
-                     std::size_t examples, std::vector<float>& sum);
+  outcome accumulate(std::shared_ptr<const void> owner, device_span<const float> parameters, std::uint64_t index,
+                     std::uint64_t first_position, std::size_t examples, device_span<float> sum);
   // Compute actor's thread: a round's new parameters were swapped in.
   void new_parameters();
   // The epoch's actors are about to go: drops the request waiting for the app, if any, and
@@ -36,18 +44,22 @@ public:
 
   // The app's side (worker's members).
   std::optional<micro_batch_request> next();
-  void submit(std::span<const float> gradient, double items, double loss);
+  void submit(device_span<const float> gradient, double items, double loss);
   void on_parameters(std::function<void(std::span<const float>, std::uint64_t)> callback);
   void fail(const std::string& why);
   int rank() const { return rank_; }
 
 private:
+  // Compute actor's thread, the lock released: sum_ += gradient_ on sum_'s memory.
+  void add_gradient();
+
   const int rank_;
+  const memory_location memory_;  // app_model::memory
   std::mutex mutex_;
   std::condition_variable changed_;
-  // The request being served: its parameters stay alive while the app reads them.
-  tensor parameters_;
-  std::vector<float>* sum_ = nullptr;
+  // The request being served: what its parameters live in stays alive while the app reads them.
+  std::shared_ptr<const void> parameters_owner_;
+  device_span<float> sum_;
   micro_batch_request request_;
   bool pending_ = false;    // accord waits for the app's answer to request_
   std::uint64_t serial_ = 0;         // of request_
@@ -55,6 +67,9 @@ private:
   std::uint64_t handed_serial_ = 0;  // which one
   bool answered_ = false;
   outcome answer_;
+  device_span<const float> gradient_;  // of the answer, until added
+  std::uint64_t added_serial_ = 0;     // the last request whose answer was added
+  std::unique_ptr<kernels> adder_;  // the compute actor's, for sum_'s memory
   bool closed_ = false;
   bool finished_ = false;
   std::string failure_;

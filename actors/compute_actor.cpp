@@ -61,22 +61,39 @@ struct resident_tensors {
 
 struct compute_state {
   std::shared_ptr<compute_setup> setup;
-  std::optional<resident_tensors> resident;  // made on the actor's own thread, at first use
+  std::shared_ptr<resident_tensors> resident;  // made on the actor's own thread, at first use
 };
 
 resident_tensors& resident_of(compute_state& state) {
-  if (!state.resident) state.resident.emplace(state.setup->net->memory(), *state.setup->parameters);
+  if (!state.resident)
+    state.resident = std::make_shared<resident_tensors>(state.setup->net->memory(), *state.setup->parameters);
   return *state.resident;
 }
 
-// The micro-batch's gradient added into the resident sum of `sum` (uploaded at its first use).
-double accumulate_resident(compute_state& state, const batch& input, const tensor& sum) {
-  resident_tensors& r = resident_of(state);
-  if (r.sum_of.lock() != sum) {
-    r.sum.copy_from(*sum);
-    r.sum_of = sum;
+// A micro-batch's parameters and the gradient sum it adds into, where the worker keeps them,
+// and what keeps the parameters alive.
+struct working_memory {
+  device_span<const float> parameters;
+  device_span<float> sum;
+  std::shared_ptr<const void> owner;
+};
+
+working_memory working_memory_of(compute_state& state, const tensor& sum) {
+  compute_setup& s = *state.setup;
+  if (s.memory) {
+    s.memory->buffer_of(s.parameters, true);  // the initial parameters go up once
+    // Its buffers stay while it lives; a slot is reused only by new tensors of a running worker.
+    return {s.memory->ready_for_model(s.parameters), s.memory->ready_for_model(sum), s.memory};
   }
-  return state.setup->net->accumulate_gradients_at({r.parameters.span(), r.where}, input, {r.sum.span(), r.where});
+  if (s.resident) {
+    resident_tensors& r = resident_of(state);
+    if (r.sum_of.lock() != sum) {  // the lent sum goes up at its first micro-batch
+      r.sum.copy_from(*sum);
+      r.sum_of = sum;
+    }
+    return {{r.parameters.span(), r.where}, {r.sum.span(), r.where}, state.resident};
+  }
+  return {*s.parameters, *sum, s.parameters};
 }
 
 compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<compute_state> self,
@@ -91,20 +108,14 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
         const auto start = std::chrono::steady_clock::now();
         double loss = 0, items = 0;
         try {  // a failing model or data set fails this worker with its message, not the process
+          const working_memory at = working_memory_of(self->state, sum);
           if (s.app) {
-            const auto answer =
-                s.app->accumulate(s.parameters, s.position, s.stream.first_position(s.position), s.stream.size, *sum);
+            const auto answer = s.app->accumulate(at.owner, at.parameters, s.position,
+                                                  s.stream.first_position(s.position), s.stream.size, at.sum);
             loss = answer.loss, items = answer.items;
           } else {
             const batch input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
-            if (s.memory) {
-              s.memory->buffer_of(s.parameters, true);  // the initial parameters go up once
-              loss = s.net->accumulate_gradients_at(s.memory->ready_for_model(s.parameters), input,
-                                                    s.memory->ready_for_model(sum));
-            } else {
-              loss = s.resident ? accumulate_resident(self->state, input, sum)
-                                : s.net->accumulate_gradients(*s.parameters, input, *sum);
-            }
+            loss = s.net->accumulate_gradients_at(at.parameters, input, at.sum);
             items = static_cast<double>(input.items());
           }
         } catch (const std::exception& e) {

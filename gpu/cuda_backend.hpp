@@ -48,6 +48,9 @@ public:
   virtual void free(void* pointer) const noexcept = 0;
   virtual void copy_in(void* device, const void* host, std::size_t bytes) const = 0;
   virtual void copy_out(void* host, const void* device, std::size_t bytes) const = 0;
+  // Between any two memories, `device` current for the call only (the caller's stays), finished
+  // when it returns; counted as a tensor copy when one side is the host (`crosses_bus`).
+  virtual void copy(void* to, const void* from, std::size_t bytes, int device, bool crosses_bus) const = 0;
   // Host<->device copies of tensors the plugin has made so far (gpu/copy_count.hpp).
   virtual std::uint64_t tensor_copies() const = 0;
 

@@ -66,6 +66,20 @@ public:
     count_tensor_copy();
     cuda_check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
   }
+  void copy(void* to, const void* from, std::size_t bytes, int device, bool crosses_bus) const override {
+    if (bytes == 0) return;
+    int callers = 0;
+    cuda_check(cudaGetDevice(&callers), "cudaGetDevice");
+    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    if (crosses_bus) count_tensor_copy();
+    // Unified addressing tells the pointers' memories apart. A device-to-device cudaMemcpy may
+    // return before it has run, and other streams do not wait for the default one: wait here.
+    const cudaError_t copied = cudaMemcpy(to, from, bytes, cudaMemcpyDefault);
+    const cudaError_t finished = cudaStreamSynchronize(nullptr);
+    cudaSetDevice(callers);
+    cuda_check(copied, "cudaMemcpy");
+    cuda_check(finished, "cudaMemcpy");
+  }
   std::uint64_t tensor_copies() const override { return tensor_copies_made.load(); }
 
   std::unique_ptr<kernels> make_kernels() const override { return make_cuda_kernels(nullptr); }

@@ -1,5 +1,6 @@
 #include "gpu/device.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -50,6 +51,26 @@ device_kind parse_device(std::string_view name) {
 cuda_device_properties cuda_properties() { return require_cuda_backend("CUDA").properties(); }
 
 void use_cuda_device(int index) { require_cuda_backend("CUDA").set_device(index); }
+
+std::string cuda_device_unusable(int index) {
+  if (const std::string reason = cuda_unavailable_reason(); !reason.empty()) return "no usable CUDA device: " + reason;
+  const int count = cuda_device_count();
+  if (index >= 0 && index < count) return {};
+  return "cuda:" + std::to_string(index) + " does not exist: this machine has " + std::to_string(count) +
+         (count == 1 ? " CUDA device" : " CUDA devices");
+}
+
+void copy_values(device_span<const float> from, device_span<float> to) {
+  if (from.size() != to.size())
+    throw std::invalid_argument("copy_values: " + std::to_string(from.size()) + " values into " +
+                                std::to_string(to.size()));
+  if (from.on_host() && to.on_host()) {
+    std::copy(from.values.begin(), from.values.end(), to.values.begin());
+    return;
+  }
+  memory_backend().copy(to.data(), from.data(), from.values.size_bytes(), (to.on_host() ? from : to).where.device,
+                        from.on_host() || to.on_host());
+}
 
 std::uint64_t tensor_copies_to_and_from_devices() {
   std::string why;

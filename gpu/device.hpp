@@ -2,6 +2,8 @@
 // Where compute runs, chosen at run time (--device cpu|cuda|auto). The CUDA calls live in the
 // CUDA plugin (gpu/cuda_backend.hpp), loaded on the first question about a CUDA device, so
 // every binary starts, and picks the CPU, on machines without a GPU or driver.
+#include <accord/device_span.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -41,6 +43,15 @@ cuda_device_properties cuda_properties();
 // Makes CUDA device `index` the calling thread's current device, on which device_array
 // allocates; throws std::runtime_error without a usable CUDA device.
 void use_cuda_device(int index);
+// Why CUDA device `index` cannot be used here ("no usable CUDA device: <reason>", "cuda:2 does
+// not exist: this machine has 1 CUDA device"); empty when it can. Loads the CUDA plugin only
+// to ask.
+std::string cuda_device_unusable(int index);
+
+// to := from, between any two memories (host, CUDA devices), finished when it returns. Leaves
+// the calling thread's current CUDA device as it was: apps call it from their own threads.
+// Throws std::invalid_argument for spans of different sizes.
+void copy_values(device_span<const float> from, device_span<float> to);
 
 // Host<->device copies of tensors made so far in this process by the CUDA code (device_array
 // copies, the CUDA GPT's staging of host spans, the NCCL transport's staging); 0 while the

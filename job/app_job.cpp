@@ -4,6 +4,7 @@
 #include <accord/worker.hpp>
 
 #include "actors/app_bridge.hpp"
+#include "gpu/device.hpp"
 #include "job/plan.hpp"
 #include "job/runners.hpp"
 
@@ -32,6 +33,14 @@ public:
   }
   double evaluate(std::span<const float> parameters, const batch&) override {
     return m_->evaluate ? m_->evaluate(parameters) : -1.0;
+  }
+  memory_location memory() const override { return m_->memory; }
+  double evaluate_at(device_span<const float> parameters, const batch& input) override {
+    if (parameters.on_host() || !m_->evaluate) return evaluate(parameters.values, input);
+    // The evaluator put them on the model's device; the app's evaluate takes host values.
+    std::vector<float> host(parameters.size());
+    copy_values(parameters, host);
+    return evaluate(host, input);
   }
   std::unique_ptr<model> clone() const override { return std::make_unique<app_parameters>(m_); }
 
@@ -72,12 +81,16 @@ public:
                         [](float p) { return std::isfinite(p); }),
             "app_model: the initial parameters are not all finite");
     require(!c.stop_requested, "app_job: use cancel() instead of job_config::stop_requested");
+    if (!app->memory.on_host()) {
+      const std::string unusable = cuda_device_unusable(app->memory.device);
+      require(unusable.empty(), "app_model: memory " + describe_location(app->memory) + ": " + unusable);
+    }
     job_config config = c;
     if (!app->evaluate) config.eval_interval = 0;  // nothing to evaluate with: only the end's (-1)
     plan = plan_for(prototype, data, config, local_workers);
     hooks = hooks_of(config, {});
     for (std::size_t i = 0; i < local_workers; ++i) {
-      hooks.apps.push_back(std::make_shared<worker::state>(first_rank + static_cast<int>(i)));
+      hooks.apps.push_back(std::make_shared<worker::state>(first_rank + static_cast<int>(i), app->memory));
       workers.push_back(std::make_unique<worker>(hooks.apps.back()));
     }
   }

@@ -92,7 +92,8 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
     round_to_wire(plan.precision.real.parameters, *compute->parameters);
   compute->speed_factor = plan.speed_factor(rank);
   compute->app = spec.app;
-  compute->resident = !spec.app && (plan.resident_on_host || !compute->net->memory().on_host());
+  // An app-driven worker too: its model's memory() is the app's (app_model::memory).
+  compute->resident = plan.resident_on_host || !compute->net->memory().on_host();
   if (spec.app) spec.app->open();
   auto communication = std::make_shared<communicator_setup>();
   const int group_size = plan.topo->group_size();

@@ -7,13 +7,13 @@
 
 #include <accord/worker.hpp>
 
+#include "gpu/device.hpp"
 #include "recovery/checkpoint.hpp"
 
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
-#include <cstring>
 #include <limits>
 #include <mutex>
 
@@ -28,6 +28,12 @@ bool interpreter_finalizing() {
 #else
   return _Py_IsFinalizing();
 #endif
+}
+
+// ValueError naming why accord cannot use the CUDA device of `where` here.
+void require_usable(const memory_location& where) {
+  if (const std::string why = cuda_device_unusable(where.device); !why.empty())
+    throw py::value_error("parameters: a tensor on " + describe_location(where) + ", which accord cannot use: " + why);
 }
 
 // A Python error's message without the traceback pybind11 appends.
@@ -46,12 +52,16 @@ public:
     app_model model;
     model.signature = std::move(signature);
     model.data = std::move(data);
-    model.initial_parameters.assign(initial.data(), initial.data() + initial.size());
+    model.memory = initial.where();  // parameters on a CUDA device: the model lives there
+    model.initial_parameters.resize(initial.size());
+    if (!model.memory.on_host()) require_usable(model.memory);
+    copy_values(initial.span(), model.initial_parameters);
     if (!evaluate_.is_none())
       model.evaluate = [this](std::span<const float> parameters) { return call_evaluate(parameters); };
     std::function<void(const step_metrics&)> step_callback;
     if (!on_step_.is_none()) step_callback = [this](const step_metrics& step) { call_on_step(step); };
     parameter_count_ = model.initial_parameters.size();
+    memory_ = model.memory;
     if (!optimizer_.is_none()) {
       app_optimizer_.name = optimizer_.attr("name").cast<std::string>();
       app_optimizer_.slots = optimizer_.attr("slots").cast<std::size_t>();
@@ -81,6 +91,12 @@ public:
   }
 
   std::size_t parameter_count() const { return parameter_count_; }
+  // ValueError unless `buffer` is in the job's memory.
+  void require_job_memory(const float_buffer& buffer, const char* what) const {
+    if (buffer.where() != memory_)
+      throw py::value_error(std::string(what) + ": a tensor in " + describe_location(buffer.where()) +
+                            " memory, the job's parameters are in " + describe_location(memory_) + " memory");
+  }
   std::size_t local_workers() const { return job_->local_workers(); }
   worker& local_worker(std::size_t index) { return job_->local_worker(index); }
   void cancel() { job_->cancel(); }
@@ -155,6 +171,7 @@ private:
   std::mutex mutex_;
   std::unique_ptr<app_job> job_;
   std::size_t parameter_count_ = 0;
+  memory_location memory_;
   std::vector<copy_state> copied_;
   std::string callback_error_;
 };
@@ -173,17 +190,21 @@ struct worker_handle {
     if (!into.is_none()) {
       target.emplace(into, "into", true);
       target->require_size(job->parameter_count(), "the job's parameters are");
+      job->require_job_memory(*target, "into");
     }
     py::gil_scoped_release unlocked;
     auto request = get().next();
     if (request && target) {
       auto& copied = job->copied(index);
       if (copied.version != request->parameters_version || copied.into != target->data()) {
-        std::memcpy(target->data(), request->parameters.data(), request->parameters.size_bytes());
+        copy_values(request->parameters_at, target->span());
         copied = {request->parameters_version, target->data()};
       }
     }
-    if (request) request->parameters = {};  // not valid beyond the next submit: Python never sees it
+    if (request) {  // not valid beyond the next submit: Python never sees them
+      request->parameters = {};
+      request->parameters_at = {};
+    }
     return request;
   }
 
@@ -191,7 +212,7 @@ struct worker_handle {
     const float_buffer values(gradient, "gradient", false);
     values.require_size(job->parameter_count(), "the job's parameters are");
     py::gil_scoped_release unlocked;
-    get().submit(std::span<const float>(values.data(), values.size()), items, loss);
+    get().submit(values.span(), items, loss);
   }
 };
 
@@ -213,11 +234,13 @@ void bind_job(py::module_& m) {
   py::class_<worker_handle>(m, "Worker", "One worker of a job, driven by one app thread.")
       .def("next", &worker_handle::next, py::arg("into") = py::none(),
            "Waits until accord wants this worker's next micro-batch and returns its Request (None once "
-           "the job is over). `into`, a flat float32 array or CPU tensor of the parameters' size, "
-           "receives the parameters to compute it at (copied only when they changed).")
+           "the job is over). `into`, a flat float32 array or tensor of the parameters' size in the job's "
+           "memory (the CPU, or the CUDA device of its initial parameters), receives the parameters to "
+           "compute it at (copied only when they changed; finished on return).")
       .def("submit", &worker_handle::submit, py::arg("gradient"), py::arg("items"), py::arg("loss"),
            "The flat float32 gradient of the mean loss over the micro-batch's `items`, at the "
-           "parameters of the last next(), and that loss. Read at once; it may be reused.")
+           "parameters of the last next(), and that loss, in the job's memory (a CUDA tensor's values "
+           "computed: synchronize its stream first). Read at once; it may be reused.")
       .def("fail", [](const worker_handle& w, const std::string& why) { w.get().fail(why); }, py::arg("why"),
            "The app's computation failed: the job fails with this message.")
       .def_property_readonly("rank", [](const worker_handle& w) { return w.get().rank(); });
@@ -229,7 +252,8 @@ void bind_job(py::module_& m) {
            py::arg("parameters"), py::arg("config"), py::arg("signature"), py::arg("group") = py::none(),
            py::arg("on_step") = py::none(), py::arg("evaluate") = py::none(),
            py::arg("data") = "the app's own data", py::arg("optimizer") = py::none(),
-           "Starts a job over the flat float32 initial `parameters` (copied). Without `group`, all "
+           "Starts a job over the flat float32 initial `parameters` (copied; a CUDA tensor puts the "
+           "job's parameters and gradient sums on its device). Without `group`, all "
            "config.workers workers run in this process; with one, this process's worker of a job "
            "between processes. `signature` names the architecture (workers of one job must agree). "
            "on_step(StepMetrics) and evaluate(parameters) -> float are called from accord's threads. "

@@ -47,16 +47,20 @@ float_buffer::float_buffer(py::handle object, const char* what, bool writable)
     const std::string dtype = py::str(object.attr("dtype"));
     if (dtype != "torch.float32")
       throw py::type_error(name + ": a " + dtype + " tensor, accord takes torch.float32 (use .float())");
-    const std::string device = py::str(object.attr("device"));
-    if (device != "cpu")
-      throw py::value_error(name + ": a tensor on " + device + ", accord takes CPU tensors (use .cpu())");
+    const py::object device = object.attr("device");
+    const std::string device_type = py::str(device.attr("type"));
+    if (device_type == "cuda")
+      where_ = {memory_space::cuda, device.attr("index").cast<int>()};
+    else if (device_type != "cpu")
+      throw py::value_error(name + ": a tensor on " + std::string(py::str(device)) +
+                            ", accord takes CPU and CUDA tensors (use .cpu())");
     if (!object.attr("is_contiguous")().cast<bool>())
       throw py::value_error(name + ": the tensor is not contiguous (use .contiguous())");
     data_ = reinterpret_cast<float*>(object.attr("data_ptr")().cast<std::uintptr_t>());
     size_ = object.attr("numel")().cast<std::size_t>();
     return;
   }
-  throw py::type_error(name + ": a float32 numpy array or CPU torch tensor expected, got " + type_name(object));
+  throw py::type_error(name + ": a float32 numpy array or torch tensor expected, got " + type_name(object));
 }
 
 void float_buffer::require_size(std::size_t expected, const char* of_what) const {

@@ -5,6 +5,8 @@
 #include <accord/topology.hpp>
 #include <accord/update_rule.hpp>
 
+#include "gpu/device.hpp"
+
 #include <pybind11/stl.h>
 
 PYBIND11_MODULE(_accord, m) {
@@ -13,4 +15,7 @@ PYBIND11_MODULE(_accord, m) {
   accord::python::bind_job(m);
   m.def("algorithm_names", &accord::algorithm_names, "Every algorithm JobConfig.algorithm accepts.");
   m.def("topology_names", &accord::topology_names, "Every topology JobConfig.topology accepts.");
+  m.def("cuda_unusable", &accord::cuda_device_unusable, pybind11::arg("device"),
+        "Why accord cannot keep a job's parameters on CUDA device `device` here (a build without CUDA, "
+        "no driver, no such device); '' when it can.");
 }

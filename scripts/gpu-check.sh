@@ -6,8 +6,9 @@
 # bandwidth, GPT tokens/s host-staged, resident, and resident with an NCCL all-reduce of the
 # gradients' size running alongside (the overlap slowdown), and with two GPUs or more ACCO's
 # against DDP's time per step (rounds on the device: update_rule::apply_on_device), bf16
-# compute's tokens/s against fp32 and a short bf16-compute training run, and accord.torch with
-# CUDA modules (when the Python's torch has CUDA). Budget: under 5 minutes (the build
+# compute's tokens/s against fp32 and a short bf16-compute training run, app-driven workers
+# on the GPU (device spans through <accord/worker.hpp>), and accord.torch with CUDA modules
+# (when the Python's torch has CUDA). Budget: under 5 minutes (the build
 # dominates; one architecture).
 # Needs the Debian packages of scripts/setup.sh and CUDA 13 + NCCL under /usr/local/cuda.
 #   BUILD_DIR   build directory          (default: build-gpu-check)
@@ -24,14 +25,16 @@ configure_log=$(cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DAC
   -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" ${PYTHON:+-DPython3_EXECUTABLE="$PYTHON"})
 grep -q "CUDA/NCCL parts ON" <<<"$configure_log" \
   || { echo "gpu-check: CMake found no nvcc; nothing to check" >&2; exit 1; }
-cmake --build "$BUILD_DIR" --target test_gpu test_cuda_gpt test_device_rounds accord-bench-gpu accord-train accord-launch \
+cmake --build "$BUILD_DIR" --target test_gpu test_cuda_gpt test_device_rounds test_worker_device accord-bench-gpu \
+  accord-train accord-launch \
   --parallel "$(nproc)"
 echo "gpu-check: built in $((SECONDS - start)) s"
 
 # Run the test binaries directly: on this machine a skipped GPU test is a failure.
 # test_gpu: kernels, NCCL and the device collectives; test_cuda_gpt: the CUDA GPT against the
-# CPU GPT; test_device_rounds: every rule's device form on NCCL against its host form.
-for test in test_gpu test_cuda_gpt test_device_rounds; do
+# CPU GPT; test_device_rounds: every rule's device form on NCCL against its host form;
+# test_worker_device: app-driven workers whose parameters and gradients are on the GPU.
+for test in test_gpu test_cuda_gpt test_device_rounds test_worker_device; do
   log="$BUILD_DIR/$test.log"
   timeout 120 "$BUILD_DIR/tests/$test" 2>&1 | tee "$log"
   if grep -q ACCORD_SKIPPED "$log"; then
@@ -73,9 +76,9 @@ if LD_DEBUG=files timeout 120 "$BUILD_DIR/apps/accord-train" --device cpu --step
   echo "gpu-check: a --device cpu run loaded a CUDA library" >&2
   exit 1
 fi
-# accord.torch with CUDA modules (fp32, bf16, fp16; staged through pinned host buffers):
-# tests/test_python.py cuda_module, with a Python whose torch has CUDA (PYTHON; Debian's
-# python3-torch has none, so without one the check says so and goes on).
+# accord.torch with CUDA modules (fp32, bf16, fp16; flat buffers and accord's sums on the GPU,
+# through the plugin): tests/test_python.py cuda_module, with a Python whose torch
+# has CUDA (PYTHON; Debian's python3-torch has none, so without one the check says so and goes on).
 if grep -q "accord Python module: for" <<<"$configure_log"; then
   cmake --build "$BUILD_DIR" --target accord_python --parallel "$(nproc)"
   python="$(grep -o 'accord Python module: for [^ ]*' <<<"$configure_log" | cut -d' ' -f5)"

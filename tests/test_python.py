@@ -17,7 +17,11 @@
                      with a loss scale) at a learning rate their dtype would lose, the module
                      holds them rounded, a checkpoint resumes exactly, bfloat16 buffers are
                      synchronised, ACCO trains; float16 overflow stops the job naming the parameter
+  devices            where FlatModule keeps accord's flat buffers: a CPU module's on the CPU (views,
+                     not pinned, without asking about CUDA), a CUDA module's on its device when
+                     accord can use it, else on pinned host memory with one note saying why
   cuda_module        CUDA modules (float32, bfloat16, float16) equal the same recipe on the GPU,
+                     their flat buffers and accord's sums on the GPU (with a CUDA build of accord),
                      ACCO trains one; skipped without a GPU (scripts/gpu-check.sh runs it)
   bad_input          wrong dtype, device, length, memory layout, settings: one clear Python
                      exception, and the job goes on
@@ -164,6 +168,8 @@ def bad_input():
         raises(ValueError, "not contiguous", lambda: worker.submit(numpy.zeros(2 * n, numpy.float32)[::2], 1, 0.5))
         raises(TypeError, "got list", lambda: worker.submit([0.0] * n, 1, 0.5))
         raises(ValueError, "items", lambda: worker.submit(torch.zeros(n), -1, 0.5))
+        raises(ValueError, "a tensor on meta, accord takes CPU and CUDA tensors",
+               lambda: worker.submit(torch.zeros(n, device="meta"), 1, 0.5))
         worker.submit(torch.ones(n), 1, 0.5)  # after all that, a good gradient goes through
     result = job.wait()
     # Each step moved every parameter against the all-ones gradient.
@@ -605,6 +611,64 @@ def precisions():
                f"not train on it: {remedy}", lambda: job.step(loss))
 
 
+class CudaStandIn:
+    """What accord's bindings see of a float32 CUDA tensor (dtype, device, data_ptr, ...), over
+    host memory: never read as device memory, since accord refuses it first."""
+    dtype, device = torch.float32, torch.device("cuda:0")
+
+    def __init__(self, n):
+        self.values = numpy.zeros(n, numpy.float32)
+
+    def data_ptr(self):
+        return self.values.ctypes.data
+
+    def is_contiguous(self):
+        return True
+
+    def numel(self):
+        return self.values.size
+
+
+def devices():
+    from accord._flat_range import flat_buffer_device
+
+    def never_asked(index):
+        raise AssertionError(f"a CPU module asked about cuda:{index}")
+
+    assert flat_buffer_device(torch.device("cpu"), never_asked) == (torch.device("cpu"), None)
+    assert flat_buffer_device(torch.device("cuda:1"), lambda index: "") == (torch.device("cuda:1"), None)
+    asked = []
+    device, note = flat_buffer_device(torch.device("cuda:1"), lambda index: asked.append(index) or "no driver here")
+    assert device == torch.device("cpu") and asked == [1], (device, asked)
+    assert note == ("accord.torch: the module is on cuda:1, which accord cannot use (no driver here); its parameters "
+                    "and gradients go through pinned host buffers, one copy each way per step"), note
+    # The bindings take CUDA tensors by data_ptr() and device index, and refuse one in the wrong
+    # memory before reading it (a stand-in, as torch here has no CUDA). Without a GPU accord says
+    # why it cannot use one.
+    n, why = 6, accord.cuda_unusable(0)
+    if why:
+        assert why.startswith("no usable CUDA device: "), why
+        raises(ValueError, f"parameters: a tensor on cuda:0, which accord cannot use: {why}",
+               lambda: accord.Job(CudaStandIn(n), accord.config(workers=1), "x"))
+    job = accord.Job(numpy.zeros(n, numpy.float32), accord.config(algorithm="ddp", workers=1, steps=1,
+                                                                  eval_interval=0), "host job")
+    worker = job.worker(0)
+    raises(ValueError, "into: a tensor in cuda:0 memory, the job's parameters are in host memory",
+           lambda: worker.next(into=CudaStandIn(n)))
+    while worker.next(into=numpy.zeros(n, numpy.float32)) is not None:
+        raises(ValueError, "worker 0: submit(): a gradient in cuda:0 memory, the model's parameters are in host "
+               "memory", lambda: worker.submit(CudaStandIn(n), 1, 0.5))
+        worker.submit(numpy.zeros(n, numpy.float32), 1, 0.5)
+    job.wait()
+    net = model()
+    flat = accord.torch.FlatModule(net)
+    assert flat.parameters.device.type == "cpu" and not flat.parameters.is_pinned()
+    begin, end = flat.parameters.data_ptr(), flat.parameters.data_ptr() + 4 * flat.parameters.numel()
+    assert all(begin <= p.data_ptr() < end for p in net.parameters()), "float32 CPU parameters are views"
+    print("flat buffers: a CPU module's on the CPU, views; a CUDA module's on its device, or pinned host memory "
+          "with a note")
+
+
 def cuda_module():
     """Needs a GPU and a torch built with CUDA: scripts/gpu-check.sh runs it there."""
     if not torch.cuda.is_available():
@@ -613,8 +677,17 @@ def cuda_module():
     x, y = (t.cuda() for t in data())
     for dtype, loss_scale in ((torch.float32, 1.0), (torch.bfloat16, 1.0), (torch.float16, 1024.0)):
         matches_mixed_precision_recipe(dtype, loss_scale, "cuda", x, y)
-    # train(): 2 replicas on the GPU, with ACCO; the flat buffers the copies go through are pinned.
-    assert accord.torch.FlatModule(HalfHidden(torch.bfloat16).cuda()).parameters.is_pinned()
+    # accord with CUDA keeps the flat buffers on the module's device (the float32 layer a view of
+    # them); without, they are pinned host memory the copies go through.
+    net = HalfHidden(torch.bfloat16).cuda()
+    flat = accord.torch.FlatModule(net)
+    if accord.cuda_unusable(0):
+        print(f"accord cannot use cuda:0 ({accord.cuda_unusable(0)}): flat buffers on pinned host memory")
+        assert flat.parameters.is_pinned()
+    else:
+        assert flat.parameters.device == net.out.weight.device, flat.parameters.device
+        assert flat.parameters.data_ptr() <= net.out.weight.data_ptr() < flat.parameters.data_ptr() + 4 * flat.trained
+    # train(): 2 replicas on the GPU, with ACCO.
     result = accord.torch.train(HalfHidden(torch.bfloat16).cuda(), position_loss(x, y), group=None, algorithm="acco",
                                 workers=2, steps=40, micro_batch=16, max_accumulation=2, learning_rate=0.03,
                                 eval_interval=0)
@@ -646,7 +719,8 @@ def pip_install():
 
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (ddp_equals_adamw, loop_equals_torch, acco_and_dlion, buffers, checkpoints,
-                                     precisions, cuda_module, bad_input, app_error, settings, pip_install)}
+                                     precisions, devices, cuda_module, bad_input, app_error, settings,
+                                     pip_install)}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:
         sys.exit(f"usage: test_python.py {'|'.join(cases)}")
     cases[sys.argv[1]]()

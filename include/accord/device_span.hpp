@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace accord {
 
@@ -25,8 +26,8 @@ inline std::string describe_location(const memory_location& where) {
   return where.on_host() ? "host" : "cuda:" + std::to_string(where.device);
 }
 
-// `values` may be dereferenced only where `where` says. A host span converts implicitly, so
-// host code passes its vectors' spans unchanged; device memory is named explicitly:
+// `values` may be dereferenced only where `where` says. Host spans and vectors convert
+// implicitly, so host code passes them unchanged; device memory is named explicitly:
 //   device_span<float>{{pointer, count}, {memory_space::cuda, 0}}
 template <class T>
 struct device_span {
@@ -34,7 +35,10 @@ struct device_span {
   memory_location where;
 
   device_span() = default;
-  device_span(std::span<T> host_values) : values(host_values) {}
+  // Anything a host std::span<T> takes: a span, a vector, an array.
+  template <class Host>
+    requires std::is_convertible_v<Host&&, std::span<T>>
+  device_span(Host&& host_values) : values(std::forward<Host>(host_values)) {}
   device_span(std::span<T> values_, memory_location where_) : values(values_), where(where_) {}
   // float -> const float, as std::span does.
   template <class U>

@@ -12,6 +12,12 @@
 //     w.submit(grad, items, loss);
 //   }
 //   accord::job_result result = job->wait();                    // final parameters, metrics
+//
+// A model on a GPU says so (app_model::memory = {memory_space::cuda, N}): its worker then keeps
+// the parameters and the gradient sum on that device, hands out the parameters there
+// (micro_batch_request::parameters_at) and takes device gradients, so no tensor crosses to the
+// host per micro-batch.
+#include <accord/device_span.hpp>
 #include <accord/job.hpp>
 
 #include <cstdint>
@@ -33,15 +39,22 @@ struct app_model {
   std::vector<float> initial_parameters;
   // Describes the app's training data, for the settings workers must agree on between processes.
   std::string data = "the app's own data";
-  // Optional held-out loss at the given parameters, called from accord's evaluator thread at
-  // job_config::eval_interval and at the end. Without it, eval losses stay -1 (not evaluated).
+  // Where the app computes: the host, or a CUDA device (every local worker on it). A device
+  // that this build or machine lacks is refused at start.
+  memory_location memory;
+  // Optional held-out loss at the given parameters (on the host, whatever `memory`), called from
+  // accord's evaluator thread at job_config::eval_interval and at the end. Without it, eval
+  // losses stay -1 (not evaluated).
   std::function<double(std::span<const float> parameters)> evaluate;
 };
 
 // What accord asks a worker for next: one micro-batch's gradient at these parameters.
 struct micro_batch_request {
-  // Valid until the next submit() or next() of this worker.
+  // Valid until the next submit() or next() of this worker, with no writes pending: in
+  // app_model::memory (parameters_at), and the same values as a host span when that is the
+  // host (parameters; empty for a device model).
   std::span<const float> parameters;
+  device_span<const float> parameters_at;
   // This worker's micro-batch counter, and where its examples start in the stream that
   // run_job would feed it (micro_batch_stream{rank, workers, micro_batch, resume offset}):
   // use it to give each worker disjoint data, or ignore it.
@@ -64,10 +77,14 @@ public:
   // the other workers of a round wait for this one.
   std::optional<micro_batch_request> next();
   // The gradient of the mean loss over the micro-batch's `items` (examples or tokens), at the
-  // parameters of the last next(), and that mean loss. Copied; it may be reused at once.
-  // Throws std::invalid_argument for a gradient of the wrong size or a submit without a request.
-  void submit(std::span<const float> gradient, double items, double loss);
+  // parameters of the last next(), and that mean loss. It lives in app_model::memory (a host
+  // span converts) with no writes pending on any CUDA stream. Added into the sum before this
+  // returns; it may be reused at once. Throws std::invalid_argument for a gradient of the
+  // wrong size or memory, or a submit without a request.
+  void submit(device_span<const float> gradient, double items, double loss);
   // Called from next() on the app's thread when new parameters arrived, before it returns.
+  // Host models only (std::invalid_argument otherwise): a device model watches
+  // micro_batch_request::parameters_version.
   void on_parameters(std::function<void(std::span<const float> parameters, std::uint64_t version)> callback);
   // The app's computation failed: the job fails with this message (wait() throws it).
   void fail(const std::string& why);

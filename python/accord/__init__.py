@@ -11,12 +11,12 @@ driven by the app's own training loop.
 accord.torch trains a torch.nn.Module this way in a few lines.
 """
 from ._accord import (Job, JobConfig, JobResult, MembershipChange, ParameterGroup, ProcessGroup, Request,
-                      StepMetrics, ThreadCpu, TopologyOptions, Worker, WorkerSeconds, algorithm_names, read_checkpoint,
-                      topology_names)
+                      StepMetrics, ThreadCpu, TopologyOptions, Worker, WorkerSeconds, algorithm_names, cuda_unusable,
+                      read_checkpoint, topology_names)
 
 __all__ = ["Job", "JobConfig", "JobResult", "MembershipChange", "ParameterGroup", "ProcessGroup", "Request",
-           "StepMetrics", "ThreadCpu", "TopologyOptions", "Worker", "WorkerSeconds", "algorithm_names", "read_checkpoint",
-           "topology_names", "config", "process_group", "require"]
+           "StepMetrics", "ThreadCpu", "TopologyOptions", "Worker", "WorkerSeconds", "algorithm_names", "cuda_unusable",
+           "read_checkpoint", "topology_names", "config", "process_group", "require"]
 
 
 def require(*modules):

@@ -1,17 +1,34 @@
-"""A run of consecutive tensors of one dtype in accord's flat float32 host buffers (accord.torch's
+"""A run of consecutive tensors of one dtype in accord's flat float32 buffers (accord.torch's
 FlatModule): trained parameters, or buffers.
 
-float32 tensors on the CPU are views of the flat buffers themselves, so accord reads their
-gradients and writes their values in place. Any other tensor (bfloat16, float16, or on a GPU)
-is a view of a compute copy in the module's dtype on the module's device: accord keeps the
-float32 master values, the copy takes them rounded to the module's dtype (to nearest even, as
-torch's .to()) after every round, and the copy's gradients go back widened to float32. A GPU
-copy in bfloat16 or float16 goes through a pinned host tensor of its own dtype, so each step
+The flat buffers live on the module's device when accord can use it (a CUDA module with a
+CUDA build of accord: flat_buffer_device), else on the CPU. float32 tensors on the flat
+buffers' device are views of them, so accord reads their gradients and writes their values in
+place. Any other tensor (bfloat16, float16, or on a GPU the flat buffers are not on) is a view
+of a compute copy in the module's dtype on the module's device: accord keeps the float32 master
+values, the copy takes them rounded to the module's dtype (to nearest even, as torch's .to())
+after every round, and the copy's gradients go back widened to float32. A GPU copy in bfloat16
+or float16 of host flat buffers goes through a pinned host tensor of its own dtype, so each step
 moves the module's dtype over the bus, casts on the host, and allocates nothing."""
 import torch
 
 # The dtypes a module may compute with; accord's master values are float32.
 PRECISIONS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def flat_buffer_device(module_device, cuda_unusable):
+    """Where FlatModule keeps accord's flat float32 buffers for a module on `module_device`, and
+    None or a note to say once why that is not the module's device. cuda_unusable(index) says
+    why accord cannot use a CUDA device, '' when it can (accord.cuda_unusable); it is asked only
+    for a CUDA module."""
+    if module_device.type != "cuda":
+        return torch.device("cpu"), None
+    why = cuda_unusable(module_device.index)
+    if not why:
+        return module_device, None
+    return torch.device("cpu"), (f"accord.torch: the module is on {module_device}, which accord cannot use ({why}); "
+                                 "its parameters and gradients go through pinned host buffers, one copy each way "
+                                 "per step")
 
 
 class FlatRange:
@@ -25,7 +42,7 @@ class FlatRange:
         self.end = begin + sum(t.numel() for t in tensors)
         self.accord_values = flat_parameters[self.begin:self.end]
         self.accord_gradients = flat_gradients[self.begin:self.end]
-        self.staged = dtype != torch.float32 or device.type != "cpu"
+        self.staged = dtype != torch.float32 or device != flat_parameters.device
         count = self.end - self.begin
         if self.staged:
             self.values = torch.empty(count, dtype=dtype, device=device)
@@ -33,7 +50,7 @@ class FlatRange:
         else:
             self.values = self.accord_values
             self.gradients = self.accord_gradients if trained else None
-        through_host = self.staged and device.type != "cpu" and dtype != torch.float32
+        through_host = device != flat_parameters.device and dtype != torch.float32
         self._pinned = torch.empty(count, dtype=dtype, pin_memory=True) if through_host else None
         self.views = []  # (parameter, its gradient's view) for the trained ones
         offset = 0

@@ -23,10 +23,11 @@ In one process train() runs `workers` replicas of the model on threads (a Job is
 under accord-launch or torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) each process is one
 worker, over UCX. The model's float32 CPU parameters, their gradients and its floating-point
 buffers are views of flat float32 buffers, which accord writes and reads in place: the model
-sees every new parameter without a copy. bfloat16 and float16 modules (also mixed with float32)
-and CUDA modules compute with their own dtype and device: accord keeps float32 master weights
-and optimizer state, widens their gradients and rounds its parameters back into them each step
-(docs/python.md, "Precisions and devices").
+sees every new parameter without a copy. A CUDA module's flat buffers are on its device when
+accord was built with CUDA (accord keeps that worker's parameters and gradient sums there), else
+on the host. bfloat16 and float16 modules (also mixed with float32) compute with their own
+dtype: accord keeps float32 master weights and optimizer state, widens their gradients and
+rounds its parameters back into them each step (docs/python.md, "Precisions and devices").
 """
 import copy
 import hashlib
@@ -36,11 +37,12 @@ import os
 import signal
 import tempfile
 import threading
+import warnings
 
 import torch
 
 import accord
-from accord._flat_range import PRECISIONS, FlatRange
+from accord._flat_range import PRECISIONS, FlatRange, flat_buffer_device
 from accord._shard_optimizer import ShardOptimizer
 
 __all__ = ["FlatModule", "Job", "signature", "train"]
@@ -103,14 +105,25 @@ def _by_precision(tensors):
     return sorted(tensors, key=lambda t: PRECISIONS.index(t.dtype))  # stable: a float32 module keeps its order
 
 
+_said = set()  # notes already shown in this process
+
+
+def _say_once(note):
+    if note not in _said:
+        _said.add(note)
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
+
+
 class FlatModule:
     """A module whose trainable parameters (requires_grad: frozen ones stay as they are, neither
     trained nor decayed) and floating-point buffers (BatchNorm's running statistics; none with
-    buffers="local") accord holds in `parameters`, one flat contiguous float32 CPU tensor (pinned
-    for a CUDA module), in _layout's order, their gradients in `gradients`. float32 CPU tensors
-    are views of them; bfloat16, float16 and GPU ones views of a compute copy in their dtype on
-    their device, which to_module() refreshes (accord's FlatRange). `loss_scale`: the loss the
-    gradients come from was multiplied by it; collect_gradients divides it out in float32."""
+    buffers="local") accord holds in `parameters`, one flat contiguous float32 tensor, in
+    _layout's order, their gradients in `gradients`: on the module's CUDA device when accord can
+    use it, else on the CPU (pinned for a CUDA module; flat_buffer_device). float32 tensors on
+    that device are views of them; bfloat16, float16 and other devices' ones views of a compute
+    copy in their dtype on their device, which to_module() refreshes (accord's FlatRange).
+    `loss_scale`: the loss the gradients come from was multiplied by it; collect_gradients
+    divides it out in float32."""
 
     def __init__(self, module, param_groups=None, buffers="broadcast", loss_scale=1.0):
         ordered, self.buffers, self.group_settings = _layout(module, param_groups, buffers)
@@ -119,9 +132,12 @@ class FlatModule:
         self.module, self.loss_scale = module, loss_scale
         self.trained = sum(p.numel() for p in ordered)
         total = self.trained + sum(b.numel() for b in self.buffers)
-        pinned = ordered[0].device.type == "cuda"  # one copy each way per step, without staging
-        self.parameters = torch.empty(total, dtype=torch.float32, pin_memory=pinned)
-        self.gradients = torch.zeros(total, dtype=torch.float32, pin_memory=pinned)
+        device, note = flat_buffer_device(ordered[0].device, accord.cuda_unusable)
+        if note:
+            _say_once(note)
+        pinned = device != ordered[0].device  # one copy each way per step, without staging
+        self.parameters = torch.empty(total, dtype=torch.float32, device=device, pin_memory=pinned)
+        self.gradients = torch.zeros(total, dtype=torch.float32, device=device, pin_memory=pinned)
         self.ranges, offset = [], 0
         runs = [(p, True) for p in ordered] + [(b, False) for b in self.buffers]
         for (_, trained), run in itertools.groupby(runs, key=lambda pair: (pair[0].dtype, pair[1])):
@@ -173,6 +189,13 @@ class FlatModule:
         # costs 30 times more), or when finite ones overflow it: only then look closer.
         if self._checks_finite and not math.isfinite(trained.sum()) and not torch.isfinite(trained).all():
             raise self._overflow(trained)
+
+    def submit(self, worker, items, loss):
+        """worker.submit(gradients, ...), torch's work on a CUDA buffer finished first: accord reads
+        it on a stream of its own."""
+        if self.gradients.device.type == "cuda":
+            torch.cuda.synchronize(self.gradients.device)
+        worker.submit(self.gradients, items, loss)
 
     def zero_gradients(self):
         for flat_range in self.ranges:
@@ -372,7 +395,7 @@ def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", 
                 loss, items = out if isinstance(out, tuple) else (out, request.examples)
                 (loss * loss_scale if loss_scale != 1 else loss).backward()
                 flat.collect_gradients()
-                worker.submit(flat.gradients, float(items), float(loss))
+                flat.submit(worker, float(items), float(loss))
         except BaseException as error:  # the job fails with it; finish() below re-raises it
             errors.append(error)
             worker.fail(f"{type(error).__name__}: {error}")
@@ -457,8 +480,7 @@ class Job:
             return False
         try:
             self._flat.collect_gradients()
-            self._worker.submit(self._flat.gradients, float(items if items is not None else self._request.examples),
-                                float(loss))
+            self._flat.submit(self._worker, float(items if items is not None else self._request.examples), float(loss))
         except BaseException as error:
             self._worker.fail(f"{type(error).__name__}: {error}")
             raise
@@ -480,7 +502,7 @@ class Job:
             # no gradient.
             self._flat.gradients.zero_()
             while self._request is not None:
-                self._worker.submit(self._flat.gradients, 0.0, 0.0)
+                self._flat.submit(self._worker, 0.0, 0.0)
                 self._request = self._flat.next_request(self._worker)
         try:
             self._result = self._start.finish()
