@@ -177,7 +177,7 @@ TEST_CASE("ACCO follows its equations on a quadratic: estimate from g̃, real st
     }
 }
 
-TEST_CASE("ACCO's estimate accumulation, unset or equal to accumulation, is today's ACCO bit for bit; "
+TEST_CASE("ACCO's estimate accumulation, unset or equal to accumulation, is today's ACCO bit for bit, "
           "a cap keeps max-accumulation's headroom" * doctest::test_suite("pipeline")) {
   job_config job = sgd_job("acco", 2, 4);
   job.accumulation = 2;
@@ -240,7 +240,7 @@ TEST_CASE("acco-dlion follows its equations on a quadratic: estimate vote from g
   }
 }
 
-TEST_CASE("DPU applies each gradient one round late; DDP applies it at once" * doctest::test_suite("pipeline")) {
+TEST_CASE("DPU applies each gradient one round late, DDP applies it at once" * doctest::test_suite("pipeline")) {
   const int workers = 2;
   const std::uint64_t steps = 5;
   const double eta = 0.1;
@@ -661,7 +661,7 @@ checkpoint small_ddp_checkpoint() {
   return c;
 }
 
-TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint; version 2 files still load; a wrong count "
+TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint, version 2 files still load, a wrong count "
           "or precision is refused naming the file" *
           doctest::test_suite("pipeline")) {
   checkpoint c = small_ddp_checkpoint();
@@ -771,7 +771,7 @@ TEST_CASE("a checkpoint whose values cannot be trained from is refused naming th
                         "step count 4");
 }
 
-TEST_CASE("a job with an unwritable checkpoint path fails before training; a finished one says so" *
+TEST_CASE("a job with an unwritable checkpoint path fails before training, a finished one says so" *
           doctest::test_suite("pipeline")) {
   quadratic net(dim);
   auto data = std::make_shared<waves>(dim);

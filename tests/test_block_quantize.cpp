@@ -98,7 +98,7 @@ TEST_CASE("sign blocks: ±(mean |x| of the block), the sign of each value") {
   }
 }
 
-TEST_CASE("a block holding a NaN or an infinity decodes as all-NaN; the other blocks are untouched") {
+TEST_CASE("a block holding a NaN or an infinity decodes as all-NaN, the other blocks are untouched") {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()}) {
     CAPTURE(bad);
@@ -152,7 +152,7 @@ TEST_CASE("block counts and lengths that do not fit are refused naming them") {
                        "add_dequantized: base holds 299 values, out 300", std::invalid_argument);
 }
 
-TEST_CASE("error feedback, fused: a record decodes to scale·x + e minus the new residual; without commit e is only read") {
+TEST_CASE("error feedback, fused: a record decodes to scale·x + e minus the new residual, without commit e is only read") {
   for (std::size_t count : {1ul, 255ul, 256ul, 257ul, 1000ul}) {
     CAPTURE(count);
     const std::vector<float> x = sample(count);
@@ -207,7 +207,7 @@ TEST_CASE("quantize_difference encodes values − base as quantize of the writte
   }
 }
 
-TEST_CASE("with error feedback the sum of decoded vectors stays within one residual of the true sum; without, it drifts") {
+TEST_CASE("with error feedback the sum of decoded vectors stays within one residual of the true sum, without, it drifts") {
   // The same vector every round (magnitudes differing within each block, as gradients' do):
   // plain codes make the same error every round, so the gap of the sums grows with the rounds;
   // with the residual the gap is the residual itself, whatever the number of rounds.
@@ -255,7 +255,7 @@ TEST_CASE("with error feedback the sum of decoded vectors stays within one resid
   }
 }
 
-TEST_CASE("fp8 blocks: every value within 2^-4 of itself, relative, down to 2^-16 of its block's largest; zero below") {
+TEST_CASE("fp8 blocks: every value within 2^-4 of itself, relative, down to 2^-16 of its block's largest, zero below") {
   for (std::size_t count : {1ul, 255ul, 256ul, 1000ul}) {
     CAPTURE(count);
     std::vector<float> values = sample(count);
@@ -283,7 +283,7 @@ TEST_CASE("fp8 blocks: every value within 2^-4 of itself, relative, down to 2^-1
   check_non_finite_and_zero_blocks<fp8_block>();
 }
 
-TEST_CASE("fp4 blocks: every value the nearest power of two times the block's largest, from 2^-6 up; zero below") {
+TEST_CASE("fp4 blocks: every value the nearest power of two times the block's largest, from 2^-6 up, zero below") {
   for (std::size_t count : {1ul, 255ul, 256ul, 257ul, 1000ul}) {
     CAPTURE(count);
     std::vector<float> values = sample(count);

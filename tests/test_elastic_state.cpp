@@ -224,7 +224,7 @@ TEST_CASE("error feedback: residuals and masters travel with their shards to the
   CHECK(traffic[3].bytes_received == sizeof(float) * (parameter_count + (adamw_slots + 2) * joiner_shard));
 }
 
-TEST_CASE("sign votes: transfer_state stripes the parameters to a joiner, which starts from the mean momentum; holders keep theirs") {
+TEST_CASE("sign votes: transfer_state stripes the parameters to a joiner, which starts from the mean momentum, holders keep theirs") {
   const int old_world = 3;
   const checkpoint c = random_checkpoint(15, old_world);
   // Old ranks 0, 1, 2 are new ranks 1, 2, 3; the joiner is new rank 0.

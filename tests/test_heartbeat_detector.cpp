@@ -46,7 +46,7 @@ std::optional<std::chrono::milliseconds> silence_until_suspected(heartbeat_detec
 
 }  // namespace
 
-TEST_CASE("regular heartbeats are never suspected; silence past the floor is, once") {
+TEST_CASE("regular heartbeats are never suspected, silence past the floor is, once") {
   heartbeat_detector detector;  // floor 1.5 s
   std::mt19937 random(1);
   const time_point start{};
@@ -73,7 +73,7 @@ TEST_CASE("irregular heartbeats (a loaded machine) raise the threshold above the
   CHECK(*after < 30s);
 }
 
-TEST_CASE("a member silent from the start is suspected after twice the floor; the upper bound caps the wait") {
+TEST_CASE("a member silent from the start is suspected after twice the floor, the upper bound caps the wait") {
   heartbeat_detector detector;
   detector.heard(3, time_point{});
   CHECK(*detector.threshold(3) == 3000ms);
@@ -91,7 +91,7 @@ TEST_CASE("a member silent from the start is suspected after twice the floor; th
   CHECK(fed.suspicions > 0);  // gaps of up to 5 s exceed the bound: it wins over the statistics
 }
 
-TEST_CASE("after the detector's own stall, heartbeats read late clear a member; silence does not") {
+TEST_CASE("after the detector's own stall, heartbeats read late clear a member, silence does not") {
   heartbeat_detector detector;
   std::mt19937 random(4);
   const feed_result fed = feed(detector, 5, time_point{}, 60s, 100ms, 10ms, random);
@@ -111,7 +111,7 @@ TEST_CASE("after the detector's own stall, heartbeats read late clear a member; 
   CHECK(*after >= 1300ms);
 }
 
-TEST_CASE("forgotten members are not suspected; each member is judged by its own arrivals") {
+TEST_CASE("forgotten members are not suspected, each member is judged by its own arrivals") {
   heartbeat_detector detector;
   std::mt19937 random(5);
   feed(detector, 1, time_point{}, 60s, 100ms, 10ms, random);

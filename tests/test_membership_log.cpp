@@ -61,7 +61,7 @@ TEST_CASE("a churned run's epochs become the changes of a replay in one process"
   CHECK(replay.changes[2].workers == 3);
 }
 
-TEST_CASE("an epoch restarting from an earlier step undoes the changes after it; one from step 0 sets the start") {
+TEST_CASE("an epoch restarting from an earlier step undoes the changes after it, one from step 0 sets the start") {
   const std::string text = R"log({"event":"job","workers":4,"steps":100}
 {"event":"epoch","epoch":2,"step":30,"workers":3,"after_loss":true}
 {"event":"epoch","epoch":3,"step":20,"workers":2,"after_loss":true}
@@ -178,7 +178,7 @@ TEST_CASE("a replay between processes merges an undone epoch's events into the r
                        "churn.log:1: the log is of a job of 4 workers, this one has 3", std::invalid_argument);
 }
 
-TEST_CASE("a job in one process records its scripted changes; their replay is the same job, bit for bit") {
+TEST_CASE("a job in one process records its scripted changes, their replay is the same job, bit for bit") {
   const std::string path = "membership_log_in_process.log";
   std::remove(path.c_str());
   job_config job;

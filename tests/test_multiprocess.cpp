@@ -760,7 +760,7 @@ TEST_CASE("UCX variables naming no transport or device fail at once, naming the 
   }
 }
 
-TEST_CASE("a second job on a busy master port is refused as such; SIGTERM stops the first with a checkpoint") {
+TEST_CASE("a second job on a busy master port is refused as such, SIGTERM stops the first with a checkpoint") {
   const int port = free_port();
   const std::string flags = train_flags + " --algo ddp --checkpoint multiprocess_term.bin";
   std::remove("multiprocess_term.jsonl");

@@ -93,7 +93,7 @@ public:
 
 }  // namespace
 
-TEST_CASE("topologies are registered by name; an unknown name is refused listing them") {
+TEST_CASE("topologies are registered by name, an unknown name is refused listing them") {
   const auto names = topology_names();
   for (const char* builtin : {"ring", "local-sgd", "hierarchical", "parameter-server", "gossip"})
     CHECK(std::find(names.begin(), names.end(), builtin) != names.end());
@@ -159,7 +159,7 @@ TEST_CASE("local SGD: replicas drift between outer steps, agree after each, and 
   std::remove(metrics.c_str());
 }
 
-TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit for bit; fragments stagger") {
+TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit for bit, fragments stagger") {
   job_config job = sgd_job(4, 9);
   job.topology = "local-sgd";
   job.topology_settings.local_steps = 4;
@@ -759,7 +759,7 @@ TEST_CASE("gossip arithmetic: the sketches' spread estimates the copies' without
   CHECK(sketch_of(copies[0], size, 1) == sketch_of(copies[0], size, 1));  // the same projection everywhere
 }
 
-TEST_CASE("gossip arithmetic: a clean leaver's copy stays in the mean; a joiner from the mean keeps it") {
+TEST_CASE("gossip arithmetic: a clean leaver's copy stays in the mean, a joiner from the mean keeps it") {
   // Copies of a quadratic that took different numbers of SGD steps on the waves.
   constexpr std::size_t length = 6;
   accord::testing::quadratic net(length);

@@ -281,7 +281,7 @@ TEST_CASE("ucx: processes started at different times on fixed ports find each ot
   }
 }
 
-TEST_CASE("ucx: the epoch given to connect goes into the hellos; ranks of different epochs do not connect") {
+TEST_CASE("ucx: the epoch given to connect goes into the hellos, ranks of different epochs do not connect") {
   ucx_options options;
   options.net_devices = "lo";
   options.connect_timeout = 2s;

@@ -112,7 +112,7 @@ TEST_CASE("new parameters reach the app between two micro-batches, by version an
   CHECK(result.steps.size() == job.steps);
 }
 
-TEST_CASE("an app-driven job is cancelled from the app; every worker stops after the same step") {
+TEST_CASE("an app-driven job is cancelled from the app, every worker stops after the same step") {
   const waves data(dim);
   job_config job = small_job("acco");
   job.steps = 100000;
