@@ -1018,3 +1018,61 @@ TEST_CASE("a side without a majority of the last epoch's members stops with one 
   CHECK(job.text.find("[rank 2] accord-train: no majority: 1 of the last epoch's 3 members are reachable") !=
         std::string::npos);
 }
+
+namespace {
+
+// A 2-process elastic job of 150 steps whose rank `victim` gets `signal` after step 40; a stopped
+// one is killed once rank 0 has printed `stop_line` (the launcher waits for every worker).
+run_output run_pair_with_loss(const std::string& name, int victim, int signal, const std::string& stop_line = {}) {
+  const std::string metrics = name + ".jsonl", logs = name + ".logs", pids = name + ".pid.";
+  std::remove(metrics.c_str());
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic -n 2 --log-dir " + logs + " -- /bin/sh -c 'echo $$ > " + pids +
+              "$RANK; exec " + train + std::regex_replace(failover_flags, std::regex("--steps 300"), "--steps 150") +
+              " --algo acco --metrics " + metrics + "'");
+  });
+  const bool started = wait_for(metrics, 40, 1);
+  if (started) kill(read_pid(pids + std::to_string(victim)), signal);
+  if (started && !stop_line.empty()) {
+    for (int i = 0; i < 3000; ++i) {
+      const std::vector<char> log = read_all(logs + "/rank-0.log");
+      if (std::string(log.begin(), log.end()).find(stop_line) != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(read_pid(pids + std::to_string(victim)), SIGKILL);
+  }
+  job_thread.join();
+  REQUIRE(started);
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("a 2-member elastic job goes on when the other member is killed, and stops with one line when it is stopped") {
+  // A killed process's connection closes while it is in contact and its control port then
+  // refuses: it is dead, on no side of a partition, so the survivor alone is a majority of the
+  // members not known dead. A stopped one keeps its connections and its port: it may be alive
+  // on the other side of a partition, so the survivor stops.
+  for (const int victim : {1, 0}) {
+    CAPTURE(victim);
+    const run_output job = run_pair_with_loss("pair_killed_" + std::to_string(victim), victim, SIGKILL);
+    const std::string survivor = "[rank " + std::to_string(1 - victim) + "] ";
+    INFO(job.text);
+    CHECK(job.status == 0);
+    // Of two, rank 1 is the next in line: the standby.
+    CHECK(job.text.find(survivor + "membership: rank " + std::to_string(victim) + " (127.0.0.1), " +
+                        (victim == 0 ? "coordinator" : "standby") + ", lost at step ") != std::string::npos);
+    CHECK(job.text.find("connection closed (killed, or its host went away)") != std::string::npos);
+    CHECK(job.text.find(survivor + "membership: epoch 2, 2 -> 1 workers from step ") != std::string::npos);
+    CHECK(job.text.find(survivor + "done: ") != std::string::npos);
+    CHECK(job.text.find("no majority") == std::string::npos);
+  }
+  const std::string stop_line = "no majority: 1 of the last epoch's 2 members are reachable, 0 known dead";
+  const run_output stopped = run_pair_with_loss("pair_stopped", 1, SIGSTOP, stop_line);
+  INFO(stopped.text);
+  CHECK(stopped.status != 0);
+  CHECK(stopped.text.find("[rank 0] membership: rank 1 (127.0.0.1), standby, lost at step ") != std::string::npos);
+  CHECK(stopped.text.find(": hung (silent for ") != std::string::npos);
+  CHECK(stopped.text.find("[rank 0] accord-train: " + stop_line) != std::string::npos);
+}
