@@ -255,7 +255,7 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
                                           std::string* why_not = nullptr) {
   struct candidate {
     int world = 0;
-    std::map<int, int> own_holder, buddy_holder;  // old shard → new rank
+    std::map<int, int> own_holder, copy_holder;  // old shard → new rank
     std::vector<int> holders;
     const kept_summary* any = nullptr;
   };
@@ -268,10 +268,7 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
       c.any = &k;
       c.holders.push_back(static_cast<int>(rank));
       c.own_holder.emplace(k.rank, static_cast<int>(rank));
-      if (k.has_buddy) {
-        const int from = buddy_source(k.rank, k.world);
-        c.buddy_holder.emplace(from, static_cast<int>(rank));
-      }
+      for (const int shard : k.copies) c.copy_holder.emplace(shard, static_cast<int>(rank));
     }
   }
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
@@ -301,21 +298,21 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
           source.shard_senders.push_back(own->second);
           continue;
         }
-        auto buddy = c.buddy_holder.find(shard);
-        if (buddy == c.buddy_holder.end()) {
+        auto copy = c.copy_holder.find(shard);
+        if (copy == c.copy_holder.end()) {
           complete = false;
           break;
         }
-        source.shard_senders.push_back(buddy->second);
+        source.shard_senders.push_back(copy->second);
       }
       if (!complete) {
         if (newest && why_not) {
           std::vector<int> missing;
           for (int shard = 0; shard < c.world; ++shard)
-            if (!c.own_holder.count(shard) && !c.buddy_holder.count(shard)) missing.push_back(shard);
+            if (!c.own_holder.count(shard) && !c.copy_holder.count(shard)) missing.push_back(shard);
           *why_not = "the newest kept state, after step " + std::to_string(steps) + " (epoch " +
                      std::to_string(layout) + ", " + std::to_string(c.world) + " workers), lacks the optimizer shard of " +
-                     list_ranks(missing) + ": the member holding it and its buddy (the next rank) are both gone";
+                     list_ranks(missing) + ": the member holding it and every member keeping a copy of it are gone";
         }
         continue;
       }
@@ -324,7 +321,9 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
         const int sender = source.shard_senders[static_cast<std::size_t>(shard)];
         for (const kept_summary& k : order[static_cast<std::size_t>(sender)]->request->kept) {
           if (k.layout != layout || k.steps != steps) continue;
-          source.state_checksum += k.rank == shard ? k.own_checksum : k.buddy_checksum;
+          if (k.rank == shard) source.state_checksum += k.own_checksum;
+          for (std::size_t i = 0; i < k.copies.size() && k.rank != shard; ++i)
+            if (k.copies[i] == shard) source.state_checksum += k.copy_checksums[i];
         }
       }
     }

@@ -11,12 +11,13 @@
 // stopped, judged by the adaptive detector of cluster/heartbeat_detector.hpp, or by the
 // middleman's heartbeat timeout when that is off). Every surviving member prints one line naming
 // the lost one, and the membership log and the metrics file record it. The next epoch then forms from the members alive and staying: it
-// starts from the newest kept step whose every optimizer shard a member holds (its own or its
-// buddy's copy) — after a failure the steps after that one are redone, never half-applied —
-// and each new rank collects its state from the holders (recovery/elastic_state.hpp). A failure
-// without a lost member (a model error, say) ends the job; so does any failure when the job
-// is not elastic. After a loss only a strict majority of the last epoch's members not known to be
-// dead goes on (cluster/certain_death.hpp says when a lost member counts as dead).
+// starts from the newest kept step whose every optimizer shard a member holds (its own or a
+// copy: recovery/elastic_state.hpp's copy_holders) — after a failure the steps after that one
+// are redone, never half-applied — and each new rank collects its state from the holders
+// (recovery/elastic_state.hpp). A failure without a lost member (a model error, say) ends the
+// job; so does any failure when the job is not elastic. After a loss only a strict majority of
+// the last epoch's members not known to be dead goes on (cluster/certain_death.hpp says when a
+// lost member counts as dead).
 //
 // In an elastic job the state this actor forms epochs from is copied to every member's standby
 // (actors/standby_actor.hpp) at each kept step and epoch formation. When the coordinator's

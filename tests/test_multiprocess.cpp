@@ -1084,3 +1084,34 @@ TEST_CASE("a 2-member elastic job goes on when the other member is killed, and s
   CHECK(stopped.text.find(": hung (silent for ") != std::string::npos);
   CHECK(stopped.text.find("[rank 0] accord-train: " + stop_line) != std::string::npos);
 }
+
+TEST_CASE("an elastic job of 5 loses the coordinator and the member whose shard only the coordinator copied, "
+          "together, and the survivors finish with identical replicas") {
+  // With one copy per shard on the next rank, rank 4's was on rank 0: losing both lost it. Rank
+  // 0's shard now has two copies and nobody's only copy is on rank 0 (recovery/elastic_state.hpp).
+  const std::string metrics = "failover_pair.jsonl", pids = "failover_pair.pid.";
+  std::remove(metrics.c_str());
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic -n 5 -- /bin/sh -c 'echo $$ > " + pids + "$RANK; exec " + train +
+              failover_flags + " --algo acco --metrics " + metrics + "'");
+  });
+  const bool started = wait_for(metrics, 40, 1);
+  if (started) {
+    kill(read_pid(pids + "0"), SIGKILL);
+    kill(read_pid(pids + "4"), SIGKILL);
+  }
+  const bool finished = started && wait_for(metrics, 300, 2);
+  job_thread.join();
+  INFO(job.text);
+  REQUIRE(started);
+  CHECK(finished);
+  CHECK(job.status == 0);
+  CHECK(job.text.find("[rank 1] membership: epoch 2, 5 -> 3 workers from step ") != std::string::npos);
+  CHECK(job.text.find("the training state cannot be rebuilt") == std::string::npos);
+  CHECK(job.text.find("[rank 1] done: ") != std::string::npos);
+  CHECK(job.text.find("replicas identical") != std::string::npos);
+  const auto checksums = transfer_checksums(job.text);
+  CHECK(!checksums.empty());
+  for (const auto& [before, after] : checksums) CHECK(before == after);
+}
