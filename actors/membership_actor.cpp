@@ -92,7 +92,8 @@ std::string closed_cause(const std::optional<heartbeat_detector_settings>& detec
 constexpr auto death_probe_timeout = std::chrono::milliseconds(2000);
 
 // `m` was lost by a closed connection while in contact: it counts as dead once its control port
-// refuses a connection, which is tried off this actor's thread; epochs wait for the answer.
+// refuses a connection, which is tried off this actor's thread; an epoch whose majority needs
+// the answer waits for it.
 void check_death(self_pointer self, member& m) {
   if (m.control.empty()) return;
   m.checking_death = true;
@@ -454,20 +455,23 @@ void try_form(self_pointer self) {
   if (s.now != phase::starting && s.now != phase::forming) return;
   if (s.now == phase::starting && s.initial_hellos < s.setup.initial_world) return;
   for (auto& [id, m] : s.members)
-    if ((m.alive && !m.request) || m.checking_death) return;  // everyone alive takes part; the dead are known
+    if (m.alive && !m.request) return;  // everyone alive takes part in forming
   if (s.epoch_failure && !s.lost_in_epoch) return;  // wait for the death that explains it
 
   // No split brain: after a loss, only a strict majority of the last epoch's members not known
   // to be dead goes on (a partition's other side cannot have one too).
   if (s.epoch > 0 && s.lost_since_epoch) {
     int last = 0, reachable = 0, dead = 0;
+    bool confirming = false;
     for (const auto& [id, m] : s.members) {
       if (m.last_rank < 0) continue;
       ++last;
       if (m.alive) ++reachable;
       if (m.known_dead) ++dead;
+      confirming = confirming || m.checking_death;
     }
     if (!majority_remains(last, reachable, dead)) {
+      if (confirming) return;  // a death being confirmed may still make one
       fail_job(self, "no majority: " + std::to_string(reachable) + " of the last epoch's " + std::to_string(last) +
                          " members are reachable, " + std::to_string(dead) + " known dead (" + s.pending_reason +
                          "); this side stops so that a majority elsewhere can go on");
