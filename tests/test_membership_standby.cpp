@@ -67,9 +67,10 @@ TEST_CASE("membership: a standby takes over from the coordinator only once its o
   replica.sequence = 1;
   replica.coordinator = 6;
   replica.epoch_workers = 3;
-  replica.members = {{6, -1, "10.0.0.2", "10.0.0.2:1", 0, false},
-                     {8, -1, "10.0.0.1", "10.0.0.1:1", 1, false},
-                     {11, -1, "10.0.0.3", "10.0.0.3:1", 2, false}};
+  // Control ports on loopback: the takeover tries the lost coordinator's (cluster/certain_death.hpp).
+  replica.members = {{6, -1, "10.0.0.2", "127.0.0.1:1", 0, false},
+                     {8, -1, "10.0.0.1", "127.0.0.1:1", 1, false},
+                     {11, -1, "10.0.0.3", "127.0.0.1:1", 2, false}};
   self->send(standby, replica_atom::value, replica);
 
   // The dropped member, cut off and still at epoch 17, is refused at once.
