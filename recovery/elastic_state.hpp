@@ -4,10 +4,11 @@
 // At kept step boundaries every worker process keeps, in its own memory, the parameters and its
 // optimizer shard, and (ZeRO-1 algorithms) sends its shard to its buddies (copy_holders), which
 // keep those copies beside their own. A dead or departed member's shard is then still held by a
-// survivor, also when the coordinator's process goes with it. When the next epoch forms, the coordinator picks the newest kept step
-// whose every shard some member of the new epoch holds, and each new rank collects its new
-// shard straight from the holders of the old shards it overlaps (striped over the holders, not
-// all from one); a joiner gets the parameters in pieces from every holder.
+// survivor, also when the coordinator's process goes with it. When the next epoch forms, the
+// coordinator picks the newest kept step whose every shard some member of the new epoch holds,
+// and each new rank collects its new shard straight from the holders of the old shards it
+// overlaps (striped over the holders, not all from one); a joiner gets the parameters in pieces
+// from every holder.
 #include "recovery/checkpoint.hpp"
 #include "recovery/rule_state.hpp"
 #include "optim/optimizer.hpp"

@@ -74,7 +74,8 @@ std::uint64_t sharded_checksum(const checkpoint& c, int world) {
 
 // What every worker of a ZeRO-1 epoch of `world` keeps at a step boundary: the parameters, its
 // shard, and the copies that replicate_to_buddies brought it (`traffic`: each rank's bytes).
-std::vector<kept_state> replicated_world(const checkpoint& c, int world, std::vector<transfer_stats>* traffic = nullptr) {
+std::vector<kept_state> replicated_world(const checkpoint& c, int world,
+                                         std::vector<transfer_stats>* traffic = nullptr) {
   std::vector<kept_state> kept(static_cast<std::size_t>(world));
   if (traffic) traffic->assign(static_cast<std::size_t>(world), {});
   auto endpoints = world_of(world);

@@ -1057,7 +1057,8 @@ run_output run_pair_with_loss(const std::string& name, int victim, int signal, c
 
 }  // namespace
 
-TEST_CASE("a 2-member elastic job goes on when the other member is killed, and stops with one line when it is stopped") {
+TEST_CASE("a 2-member elastic job goes on when the other member is killed, and stops with one line when it is "
+          "stopped") {
   // A killed process's connection closes while it is in contact and its control port then
   // refuses: it is dead, on no side of a partition, so the survivor alone is a majority of the
   // members not known dead. A stopped one keeps its connections and its port: it may be alive
