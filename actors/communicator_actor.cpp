@@ -13,7 +13,7 @@ struct communicator_state {
 };
 
 // Keeps the state after `round` (a real round: its step is complete); stored only once the
-// buddy's copy arrived, so a death mid-replication leaves the previous generations intact.
+// buddies' copies arrived, so a death mid-replication leaves the previous generations intact.
 void keep_step(communicator_setup& s, const std::vector<float>& parameters, std::uint64_t round) {
   kept_state kept;
   kept.layout = s.layout;
@@ -24,7 +24,7 @@ void keep_step(communicator_setup& s, const std::vector<float>& parameters, std:
   // Elastic recovery restarts from the kept compute copy; with error feedback (int8, fp8, fp4, sign) it is
   // not a function of the masters, which are kept beside it.
   if (kept.own.feedback.empty()) kept.own.master.clear();
-  if (s.replicate && kept.world > 1) kept.buddy = replicate_to_buddy(*s.link, kept.own, parameters.size());
+  if (s.replicate && kept.world > 1) kept.copies = replicate_to_buddies(*s.link, kept.own, parameters.size());
   kept.parameters = parameters;
   s.keeper->keep(std::move(kept));
 }

@@ -2,6 +2,7 @@
 
 #include "actors/standby_actor.hpp"
 
+#include "cluster/certain_death.hpp"
 #include "cluster/fingerprint.hpp"
 #include "observe/trace.hpp"
 
@@ -32,6 +33,9 @@ struct member {
   std::optional<epoch_request> request;
   std::optional<caf::typed_response_promise<epoch_plan>> promise;
   bool released = false;  // told that the job is over (or failed)
+  heartbeat_contact contact;     // its heartbeats and this actor's, echoed
+  bool checking_death = false;  // lost while in contact: its control port is being tried
+  bool known_dead = false;      // and it refused: the process is gone (cluster/certain_death.hpp)
 
   std::string name() const { return member_name(initial_rank, id, host); }
 };
@@ -77,6 +81,32 @@ struct membership_state {
 };
 
 using self_pointer = membership_actor::stateful_pointer<membership_state>;
+
+// A closed connection's cause: while the peer was in contact (it may count as dead), or not.
+constexpr const char* closed_in_contact_cause = "connection closed (killed, or its host went away)";
+constexpr const char* closed_out_of_contact_cause =
+    "connection closed (killed, its host went away, or silent past the heartbeat timeout)";
+
+std::string closed_cause(const std::optional<heartbeat_detector_settings>& detector, const heartbeat_contact& contact) {
+  return detector && closed_in_contact(std::chrono::steady_clock::now(), contact.echoed, earliest_verdict(*detector))
+             ? closed_in_contact_cause
+             : closed_out_of_contact_cause;
+}
+
+// How long a lost member's control port is given to refuse; a partitioned one never answers.
+constexpr auto death_probe_timeout = std::chrono::milliseconds(2000);
+
+// `m` was lost by a closed connection while in contact: it counts as dead once its control port
+// refuses a connection, which is tried off this actor's thread; an epoch whose majority needs
+// the answer waits for it.
+void check_death(self_pointer self, member& m) {
+  if (m.control.empty()) return;
+  m.checking_death = true;
+  self->home_system().spawn([membership = caf::actor_cast<membership_actor>(self), id = m.id,
+                             control = m.control](caf::blocking_actor*) {
+    caf::anon_send(membership, dead_atom::value, id, port_refuses_connection(control, death_probe_timeout));
+  });
+}
 
 // "hung (silent for 1.62 s; its heartbeats allowed 1.50 s)"
 std::string hung_cause(const heartbeat_detector::suspicion& silent) {
@@ -231,7 +261,7 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
                                           std::string* why_not = nullptr) {
   struct candidate {
     int world = 0;
-    std::map<int, int> own_holder, buddy_holder;  // old shard → new rank
+    std::map<int, int> own_holder, copy_holder;  // old shard → new rank
     std::vector<int> holders;
     const kept_summary* any = nullptr;
   };
@@ -244,10 +274,7 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
       c.any = &k;
       c.holders.push_back(static_cast<int>(rank));
       c.own_holder.emplace(k.rank, static_cast<int>(rank));
-      if (k.has_buddy) {
-        const int from = buddy_source(k.rank, k.world);
-        c.buddy_holder.emplace(from, static_cast<int>(rank));
-      }
+      for (const int shard : k.copies) c.copy_holder.emplace(shard, static_cast<int>(rank));
     }
   }
   for (auto it = found.rbegin(); it != found.rend(); ++it) {
@@ -277,21 +304,21 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
           source.shard_senders.push_back(own->second);
           continue;
         }
-        auto buddy = c.buddy_holder.find(shard);
-        if (buddy == c.buddy_holder.end()) {
+        auto copy = c.copy_holder.find(shard);
+        if (copy == c.copy_holder.end()) {
           complete = false;
           break;
         }
-        source.shard_senders.push_back(buddy->second);
+        source.shard_senders.push_back(copy->second);
       }
       if (!complete) {
         if (newest && why_not) {
           std::vector<int> missing;
           for (int shard = 0; shard < c.world; ++shard)
-            if (!c.own_holder.count(shard) && !c.buddy_holder.count(shard)) missing.push_back(shard);
+            if (!c.own_holder.count(shard) && !c.copy_holder.count(shard)) missing.push_back(shard);
           *why_not = "the newest kept state, after step " + std::to_string(steps) + " (epoch " +
                      std::to_string(layout) + ", " + std::to_string(c.world) + " workers), lacks the optimizer shard of " +
-                     list_ranks(missing) + ": the member holding it and its buddy (the next rank) are both gone";
+                     list_ranks(missing) + ": the member holding it and every member keeping a copy of it are gone";
         }
         continue;
       }
@@ -300,7 +327,9 @@ std::optional<state_source> choose_source(const membership_state& s, const std::
         const int sender = source.shard_senders[static_cast<std::size_t>(shard)];
         for (const kept_summary& k : order[static_cast<std::size_t>(sender)]->request->kept) {
           if (k.layout != layout || k.steps != steps) continue;
-          source.state_checksum += k.rank == shard ? k.own_checksum : k.buddy_checksum;
+          if (k.rank == shard) source.state_checksum += k.own_checksum;
+          for (std::size_t i = 0; i < k.copies.size() && k.rank != shard; ++i)
+            if (k.copies[i] == shard) source.state_checksum += k.copy_checksums[i];
         }
       }
     }
@@ -496,18 +525,22 @@ void try_form(self_pointer self) {
     if (m.alive && !m.request && !m.held) return;  // everyone alive takes part in forming
   if (s.epoch_failure && !s.lost_in_epoch) return;  // wait for the death that explains it
 
-  // No split brain: after a loss, only a strict majority of the last epoch's members goes on
-  // (a partition's other side cannot have one too).
+  // No split brain: after a loss, only a strict majority of the last epoch's members not known
+  // to be dead goes on (a partition's other side cannot have one too).
   if (s.epoch > 0 && s.lost_since_epoch) {
-    int last = 0, reachable = 0;
+    int last = 0, reachable = 0, dead = 0;
+    bool confirming = false;
     for (const auto& [id, m] : s.members) {
       if (m.last_rank < 0) continue;
       ++last;
       if (m.alive) ++reachable;
+      if (m.known_dead) ++dead;
+      confirming = confirming || m.checking_death;
     }
-    if (2 * reachable <= last) {
+    if (!majority_remains(last, reachable, dead)) {
+      if (confirming) return;  // a death being confirmed may still make one
       fail_job(self, "no majority: " + std::to_string(reachable) + " of the last epoch's " + std::to_string(last) +
-                         " members are reachable (" + s.pending_reason +
+                         " members are reachable, " + std::to_string(dead) + " known dead (" + s.pending_reason +
                          "); this side stops so that a majority elsewhere can go on");
       return;
     }
@@ -585,6 +618,7 @@ void member_lost(self_pointer self, member& m, const std::string& cause) {
   }
   // A hung process that wakes hears why instead of waiting on peers that went on without it.
   if (m.agent) self->send(m.agent, dropped_atom::value, dropped);
+  if (cause == closed_in_contact_cause) check_death(self, m);
   try_form(self);
 }
 
@@ -595,7 +629,8 @@ void check_silence(self_pointer self) {
   // The members judge the coordinator by its own heartbeats.
   if (s.setup.elastic)
     for (const auto& [id, m] : s.members)
-      if (m.alive && m.remote && m.agent) self->send(m.agent, alive_atom::value);
+      if (m.alive && m.remote && m.agent)
+        self->send(m.agent, alive_atom::value, heartbeat_time(std::chrono::steady_clock::now()), m.contact.heard_sent);
   for (const heartbeat_detector::suspicion& silent : s.detector->check(std::chrono::steady_clock::now())) {
     const auto found = s.members.find(silent.member);
     if (found == s.members.end()) continue;
@@ -688,7 +723,7 @@ void take_over(self_pointer self) {
     m.held = s.setup.replay && rm.initial_rank < 0 && rm.rank < 0;
   }
   s.replayed_coordinator_gone = s.setup.replay.has_value();
-  const member& lost = s.members.at(r.coordinator);
+  member& lost = s.members.at(r.coordinator);
   // Every survivor named it already (its agent saw the loss); here it is recorded.
   const membership_record lost_record =
       member_record("lost", s.epoch, r.steps_done, lost.initial_rank, lost.host, "coordinator", s.setup.takeover_cause);
@@ -699,6 +734,7 @@ void take_over(self_pointer self) {
   s.lost_in_epoch = true;
   s.lost_since_epoch = true;
   s.pending_reason = "the coordinator, " + lost.name() + ", lost";
+  if (s.setup.takeover_cause == closed_in_contact_cause) check_death(self, lost);
   self->delayed_send(self, s.setup.reconnect_grace, reconnect_atom::value);
 }
 
@@ -714,12 +750,11 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
     self->send(self, silence_atom::value);
   }
   self->set_down_handler([self](const caf::down_msg& down) {
-    // Without the detector, a hung member's connection closes after the heartbeat timeout too.
-    const std::string cause = self->state.detector
-                                  ? "connection closed (killed, or its host went away)"
-                                  : "connection closed (killed, its host went away, or silent past the heartbeat timeout)";
+    // Without the detector (no heartbeats echoed), a hung member's connection closes after the
+    // heartbeat timeout too.
     for (auto& [id, m] : self->state.members)
-      if (m.agent && m.agent.address() == down.source) member_lost(self, m, cause);
+      if (m.agent && m.agent.address() == down.source)
+        member_lost(self, m, closed_cause(self->state.setup.detector, m.contact));
   });
   return {
       [self](hello_atom, const member_hello& hello, member_agent agent) -> caf::result<std::uint64_t> {
@@ -829,11 +864,19 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
           fail_job(self, *s.epoch_failure);
       },
       [self](rendezvous_atom) { check_rendezvous(self); },
-      [self](heartbeat_atom, std::uint64_t id) {
+      [self](heartbeat_atom, std::uint64_t id, std::int64_t sent, std::int64_t echo) {
         auto& s = self->state;
         const auto found = s.members.find(id);
-        if (s.detector && found != s.members.end() && found->second.alive && found->second.remote)
-          s.detector->heard(id, std::chrono::steady_clock::now());
+        if (!s.detector || found == s.members.end() || !found->second.alive || !found->second.remote) return;
+        s.detector->heard(id, std::chrono::steady_clock::now());
+        found->second.contact.heard(sent, echo);
+      },
+      [self](dead_atom, std::uint64_t id, bool refused) {
+        const auto found = self->state.members.find(id);
+        if (found == self->state.members.end() || !found->second.checking_death) return;
+        found->second.checking_death = false;
+        found->second.known_dead = refused;
+        try_form(self);
       },
       [self](silence_atom) { check_silence(self); },
       [self](reconnect_atom) {
@@ -875,6 +918,7 @@ struct agent_state {
   std::optional<std::uint64_t> member;
   bool asked_to_leave = false;
   std::optional<std::string> master_lost;
+  heartbeat_contact coordinator_contact;  // the coordinator's heartbeats and this agent's, echoed
   relayed<std::uint64_t> hellos;
   relayed<epoch_plan> plans;
   relayed<bool> waits;
@@ -951,8 +995,9 @@ void coordinator_gone(agent_pointer self, const std::string& cause) {
 member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setup setup) {
   self->state.setup = std::move(setup);
   self->monitor(self->state.setup.membership);
-  self->set_down_handler(
-      [self](const caf::down_msg&) { coordinator_gone(self, "connection closed (killed, or its host went away)"); });
+  self->set_down_handler([self](const caf::down_msg&) {
+    coordinator_gone(self, closed_cause(self->state.setup.detector, self->state.coordinator_contact));
+  });
   return {
       [self](change_atom, std::uint64_t epoch) {
         auto& current = *self->state.setup.change_epoch;
@@ -974,7 +1019,8 @@ member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setu
       [self](heartbeat_atom) {
         auto& s = self->state;
         if (s.master_lost) return;
-        self->send(s.setup.membership, heartbeat_atom::value, *s.member);
+        self->send(s.setup.membership, heartbeat_atom::value, *s.member,
+                   heartbeat_time(std::chrono::steady_clock::now()), s.coordinator_contact.heard_sent);
         // The coordinator's heartbeats are judged as it judges the members'.
         if (s.coordinator_heartbeats)
           for (const heartbeat_detector::suspicion& silent : s.coordinator_heartbeats->check(std::chrono::steady_clock::now())) {
@@ -983,11 +1029,12 @@ member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setu
           }
         self->delayed_send(self, heartbeat_interval, heartbeat_atom::value);
       },
-      [self](alive_atom) {
+      [self](alive_atom, std::int64_t sent, std::int64_t echo) {
         auto& s = self->state;
         if (!s.setup.detector || s.master_lost) return;
         if (!s.coordinator_heartbeats) s.coordinator_heartbeats.emplace(*s.setup.detector);
         s.coordinator_heartbeats->heard(0, std::chrono::steady_clock::now());
+        s.coordinator_contact.heard(sent, echo);
       },
       [self](replica_atom, coordination_replica& replica) {
         auto& s = self->state;

@@ -11,11 +11,13 @@
 // stopped, judged by the adaptive detector of cluster/heartbeat_detector.hpp, or by the
 // middleman's heartbeat timeout when that is off). Every surviving member prints one line naming
 // the lost one, and the membership log and the metrics file record it. The next epoch then forms from the members alive and staying: it
-// starts from the newest kept step whose every optimizer shard a member holds (its own or its
-// buddy's copy) — after a failure the steps after that one are redone, never half-applied —
-// and each new rank collects its state from the holders (recovery/elastic_state.hpp). A failure
-// without a lost member (a model error, say) ends the job; so does any failure when the job
-// is not elastic. After a loss only a strict majority of the last epoch's members goes on.
+// starts from the newest kept step whose every optimizer shard a member holds (its own or a
+// copy: recovery/elastic_state.hpp's copy_holders) — after a failure the steps after that one
+// are redone, never half-applied — and each new rank collects its state from the holders
+// (recovery/elastic_state.hpp). A failure without a lost member (a model error, say) ends the
+// job; so does any failure when the job is not elastic. After a loss only a strict majority of
+// the last epoch's members not known to be dead goes on (cluster/certain_death.hpp says when a
+// lost member counts as dead).
 //
 // In an elastic job the state this actor forms epochs from is copied to every member's standby
 // (actors/standby_actor.hpp) at each kept step and epoch formation. When the coordinator's
@@ -53,6 +55,7 @@ using lost_atom = caf::atom_constant<caf::atom("lost")>;
 using alive_atom = caf::atom_constant<caf::atom("alive")>;
 using replica_atom = caf::atom_constant<caf::atom("replica")>;
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
+using dead_atom = caf::atom_constant<caf::atom("dead")>;
 
 // How to interrupt the transport of a worker process's current epoch (its connection setup,
 // then the transport itself). The agent does so when the epoch fails, wherever the process is
@@ -144,7 +147,9 @@ using member_agent = caf::typed_actor<
     caf::reacts_to<lost_atom, std::string>,  // a member was lost or left: the line to show here
     caf::reacts_to<dropped_atom, std::string>,  // rank 0 went on without this member: why
     caf::reacts_to<replica_atom, coordination_replica>,  // for the process's standby
-    caf::reacts_to<alive_atom>,  // the coordinator's heartbeat
+    // The coordinator's heartbeat: when it was sent, and the newest of this member's it heard
+    // (heartbeat_time of each sender's clock; cluster/certain_death.hpp).
+    caf::reacts_to<alive_atom, std::int64_t, std::int64_t>,
     caf::replies_to<hello_atom, member_hello>::with<std::uint64_t>,
     caf::replies_to<epoch_atom, epoch_request>::with<epoch_plan>,
     caf::replies_to<wait_atom, coordinator_actor>::with<bool>>;
@@ -161,7 +166,9 @@ using membership_actor = caf::typed_actor<
     caf::reacts_to<kept_atom, std::uint64_t, std::uint64_t, std::uint64_t>,
     caf::reacts_to<grace_atom, std::uint64_t>,
     caf::reacts_to<rendezvous_atom>,  // checks on the starting ranks' hellos
-    caf::reacts_to<heartbeat_atom, std::uint64_t>,  // a member's agent is alive
+    // A member's agent is alive (member id, when sent, the newest coordinator heartbeat it heard).
+    caf::reacts_to<heartbeat_atom, std::uint64_t, std::int64_t, std::int64_t>,
+    caf::reacts_to<dead_atom, std::uint64_t, bool>,  // whether a lost member's control port refused
     caf::reacts_to<silence_atom>,  // checks the heartbeats
     caf::reacts_to<reconnect_atom>,  // after a takeover: the members that did not reconnect are lost
     // Why a member was dropped from the job (asked by one that lost its connection to rank 0

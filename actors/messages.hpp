@@ -59,8 +59,8 @@ typename Inspector::result_type inspect(Inspector& f, round_report& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kept_summary& x) {
-  return f(caf::meta::type_name("kept_summary"), x.layout, x.steps, x.rank, x.world, x.has_buddy,
-           x.optimizer_step, x.slots, x.parameter_hash, x.own_checksum, x.buddy_checksum);
+  return f(caf::meta::type_name("kept_summary"), x.layout, x.steps, x.rank, x.world, x.optimizer_step, x.slots,
+           x.parameter_hash, x.own_checksum, x.copies, x.copy_checksums);
 }
 
 template <class Inspector>

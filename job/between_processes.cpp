@@ -373,7 +373,7 @@ job_plan plan_between_processes(const model& prototype, const std::shared_ptr<co
     require(group.transport == "ucx", "--topology " + config.topology + " between processes runs over ucx only");
     require(!(group.elastic || group.join) || asynchronous->elastic_between_processes(),
             "--topology " + config.topology + " between processes has a fixed worker set (no --elastic or --join)" +
-                " with these settings (--topology parameter-server needs --max-staleness >= 1, gossip --gossip-momentum none)");
+                " with these settings (--topology parameter-server needs --max-staleness >= 1)");
   }
   const bool master = !group.join && group.rank == 0;
   if (master && !config.checkpoint_path.empty()) check_checkpoint_path(config.checkpoint_path);

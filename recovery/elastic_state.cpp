@@ -36,6 +36,30 @@ std::array<const std::vector<float>*, 2> feedback_arrays(const rule_state& state
 
 }  // namespace
 
+const rule_state* kept_state::shard(int index) const {
+  if (index == rank) return &own;
+  const std::vector<int> kept = copies_kept_by(rank, world);
+  for (std::size_t k = 0; k < kept.size() && k < copies.size(); ++k)
+    if (kept[k] == index && copies[k].present) return &copies[k];
+  return nullptr;
+}
+
+std::vector<int> copy_holders(int shard, int world) {
+  if (world < 2) return {};
+  if (world == 2) return {1 - shard};
+  if (shard == 0) return {1, 2};
+  return {shard + 1 < world ? shard + 1 : 1};
+}
+
+std::vector<int> copies_kept_by(int rank, int world) {
+  std::vector<int> kept;
+  for (int shard = 0; shard < world; ++shard) {
+    const std::vector<int> holders = copy_holders(shard, world);
+    if (std::find(holders.begin(), holders.end(), rank) != holders.end()) kept.push_back(shard);
+  }
+  return kept;
+}
+
 std::uint64_t state_checksum(const rule_state& state, std::size_t parameter_count) {
   if (!state.present || state.slots == 0) return 0;
   const std::size_t shard = state.values.size() / state.slots;
@@ -67,8 +91,14 @@ std::vector<kept_summary> state_keeper::summaries() const {
   for (const auto& g : generations_) {
     if (!g) continue;
     const std::size_t n = g->parameters.size();
-    out.push_back({g->layout, g->steps, g->rank, g->world, g->buddy.present, g->own.optimizer_step, g->own.slots,
-                   hash_parameters(g->parameters), state_checksum(g->own, n), state_checksum(g->buddy, n)});
+    kept_summary k{g->layout, g->steps, g->rank, g->world, g->own.optimizer_step, g->own.slots,
+                   hash_parameters(g->parameters), state_checksum(g->own, n), {}, {}};
+    for (const int index : copies_kept_by(g->rank, g->world))
+      if (const rule_state* copy = g->shard(index)) {
+        k.copies.push_back(index);
+        k.copy_checksums.push_back(state_checksum(*copy, n));
+      }
+    out.push_back(std::move(k));
   }
   return out;
 }
@@ -83,10 +113,12 @@ std::optional<kept_state> state_keeper::find(std::uint64_t layout, std::uint64_t
 std::size_t state_keeper::bytes() const {
   std::lock_guard lock(mutex_);
   std::size_t floats = 0;
-  for (const auto& g : generations_)
-    if (g)
-      floats += g->parameters.size() + g->own.values.size() + g->buddy.values.size() + g->own.residual.size() +
-                g->own.master.size() + g->buddy.residual.size() + g->buddy.master.size();
+  const auto of = [](const rule_state& s) { return s.values.size() + s.residual.size() + s.master.size(); };
+  for (const auto& g : generations_) {
+    if (!g) continue;
+    floats += g->parameters.size() + of(g->own);
+    for (const rule_state& copy : g->copies) floats += of(copy);
+  }
   return floats * sizeof(float);
 }
 
@@ -108,22 +140,39 @@ void restore_shard_state(optimizer& opt, const rule_state& resume, std::size_t b
   opt.restore(std::move(state));
 }
 
-rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_t parameter_count) {
+std::vector<rule_state> replicate_to_buddies(transport& link, const rule_state& own, std::size_t parameter_count) {
   const int world = link.size(), rank = link.rank();
   const trace_span span("buddy copy", worker_track(rank, trace_role::communicator));
-  const int from = buddy_source(rank, world);
-  const shard theirs = shard_of(parameter_count, world, from);
-  rule_state buddy = own;
-  buddy.begin = theirs.begin;
-  buddy.values.assign(std::size_t{own.slots} * theirs.size(), 0.f);
-  link.send_recv((rank + 1) % world, bytes_of(own.values), from, bytes_of(buddy.values), replica_tag);
-  if (!own.feedback.empty()) {  // every worker of a job has them, or none
-    buddy.residual.assign(theirs.size(), 0.f);
-    buddy.master.assign(theirs.size(), 0.f);
-    link.send_recv((rank + 1) % world, bytes_of(own.residual), from, bytes_of(buddy.residual), replica_tag);
-    link.send_recv((rank + 1) % world, bytes_of(own.master), from, bytes_of(buddy.master), replica_tag);
+  const bool feedback = !own.feedback.empty();  // every worker of a job has them, or none
+  std::vector<rule_state> copies;
+  std::vector<transport::request> pending;
+  const std::vector<int> sources = copies_kept_by(rank, world);
+  copies.reserve(sources.size());  // the posted receives point into them
+  for (const int from : sources) {
+    const shard theirs = shard_of(parameter_count, world, from);
+    rule_state& copy = copies.emplace_back();
+    copy.present = own.present;
+    copy.optimizer_step = own.optimizer_step;
+    copy.slots = own.slots;
+    copy.begin = theirs.begin;
+    copy.feedback = own.feedback;
+    copy.values.assign(std::size_t{own.slots} * theirs.size(), 0.f);
+    pending.push_back(link.post_recv(from, replica_tag, bytes_of(copy.values)));
+    if (!feedback) continue;
+    copy.residual.assign(theirs.size(), 0.f);
+    copy.master.assign(theirs.size(), 0.f);
+    pending.push_back(link.post_recv(from, replica_tag, bytes_of(copy.residual)));
+    pending.push_back(link.post_recv(from, replica_tag, bytes_of(copy.master)));
   }
-  return buddy;
+  // Receives posted first, then every send: no order of ranks can wait on each other.
+  for (const int to : copy_holders(rank, world)) {
+    pending.push_back(link.post_send(to, replica_tag, bytes_of(own.values)));
+    if (!feedback) continue;
+    pending.push_back(link.post_send(to, replica_tag, bytes_of(own.residual)));
+    pending.push_back(link.post_send(to, replica_tag, bytes_of(own.master)));
+  }
+  for (const transport::request r : pending) link.wait(r);
+  return copies;
 }
 
 restored_state transfer_state(transport& link, const state_source& source, const std::optional<kept_state>& held,
@@ -197,8 +246,7 @@ restored_state transfer_state(transport& link, const state_source& source, const
     return k < slots ? state.values.data() + k * size : k == slots ? state.residual.data() : state.master.data();
   };
   auto old_shard_values = [&](int i) -> const rule_state& {
-    if (held && held->rank == i) return held->own;
-    if (held && held->buddy.present && buddy_source(held->rank, held->world) == i) return held->buddy;
+    if (const rule_state* kept = held ? held->shard(i) : nullptr) return *kept;
     throw std::logic_error("state transfer: rank " + std::to_string(me) + " was named as the holder of shard " +
                            std::to_string(i) + " but does not keep it");
   };

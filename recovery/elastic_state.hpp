@@ -2,12 +2,13 @@
 // State that survives a member's death in an elastic multi-process job.
 //
 // At kept step boundaries every worker process keeps, in its own memory, the parameters and its
-// optimizer shard, and (ZeRO-1 algorithms) sends its shard to its buddy — the next rank of the
-// ring — which keeps that copy beside its own. A dead or departed member's shard is then still
-// held by a survivor. When the next epoch forms, the coordinator picks the newest kept step
-// whose every shard some member of the new epoch holds, and each new rank collects its new
-// shard straight from the holders of the old shards it overlaps (striped over the holders, not
-// all from one); a joiner gets the parameters in pieces from every holder.
+// optimizer shard, and (ZeRO-1 algorithms) sends its shard to its buddies (copy_holders), which
+// keep those copies beside their own. A dead or departed member's shard is then still held by a
+// survivor, also when the coordinator's process goes with it. When the next epoch forms, the
+// coordinator picks the newest kept step whose every shard some member of the new epoch holds,
+// and each new rank collects its new shard straight from the holders of the old shards it
+// overlaps (striped over the holders, not all from one); a joiner gets the parameters in pieces
+// from every holder.
 #include "recovery/checkpoint.hpp"
 #include "recovery/rule_state.hpp"
 #include "optim/optimizer.hpp"
@@ -32,11 +33,21 @@ struct kept_state {
   std::uint64_t steps = 0;   // optimizer steps completed
   std::vector<float> parameters;
   rule_state own;            // this worker's shard, or its Distributed Lion momentum
-  rule_state buddy;          // the shard of rank (rank + world - 1) % world, when replicated
+  std::vector<rule_state> copies;  // when replicated: the shards of copies_kept_by(rank, world), in order
+
+  // Old shard `index` as this worker keeps it (its own or a copy); null when it keeps neither.
+  const rule_state* shard(int index) const;
 };
 
-// Rank whose shard a worker keeps as its buddy, and the reverse.
-inline int buddy_source(int rank, int world) { return (rank + world - 1) % world; }
+// Where the copies of each rank's shard are kept (its buddies). Rank 0 of an epoch between
+// processes is the coordinator's process; so that it and any one other member can be lost
+// together with every shard still held, no member's only copy is on rank 0 and rank 0's shard
+// has two: ranks 1 .. world-1 copy theirs around a ring that skips rank 0 (1 -> 2 -> ... ->
+// world-1 -> 1), and rank 0 copies its shard to ranks 1 and 2. With two ranks each copies to
+// the other. The price beside one copy per shard: rank 0 sends one shard more per keep.
+std::vector<int> copy_holders(int shard, int world);
+// The shards whose copies `rank` keeps, ascending.
+std::vector<int> copies_kept_by(int rank, int world);
 
 // Layout-independent checksum of optimizer shards: a wrapping sum over (slot, index, value)
 // terms, so the checksums of any sharding of the same state add up to the same number.
@@ -48,12 +59,12 @@ struct kept_summary {
   std::uint64_t steps = 0;
   int rank = 0;
   int world = 0;
-  bool has_buddy = false;
   std::uint64_t optimizer_step = 0;
   std::uint32_t slots = 0;
   std::uint64_t parameter_hash = 0;
   std::uint64_t own_checksum = 0;
-  std::uint64_t buddy_checksum = 0;
+  std::vector<int> copies;                    // the old shards it keeps copies of
+  std::vector<std::uint64_t> copy_checksums;  // of each
 };
 
 // The two newest complete generations of one worker process. Two, because a death during the
@@ -79,8 +90,8 @@ rule_state shard_state(const optimizer& opt, std::size_t begin);
 // std::invalid_argument when the state does not fit the shard.
 void restore_shard_state(optimizer& opt, const rule_state& state, std::size_t begin, const std::string& owner);
 
-// Replicates `own` to the buddy: sends it to rank + 1 and returns rank - 1's shard.
-rule_state replicate_to_buddy(transport& link, const rule_state& own, std::size_t parameter_count);
+// Replicates `own` to its copy holders and returns the copies this rank keeps (copies_kept_by).
+std::vector<rule_state> replicate_to_buddies(transport& link, const rule_state& own, std::size_t parameter_count);
 
 // Where a new epoch's state comes from, decided by the coordinator from the kept summaries.
 struct state_source {

@@ -1,9 +1,10 @@
-// Elastic state: the layout-independent checksum, buddy replication, the state keeper's two
+// Elastic state: the layout-independent checksum, buddy copies and where they go, the state keeper's two
 // generations, and transfer_state re-sharding a kept step onto a smaller or larger epoch
 // (ZeRO-1 shards) or handing the parameters to a joiner (sign votes). One thread per rank over
 // an in-process fabric whose receive timeout turns a hang into an error.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -72,9 +73,11 @@ std::uint64_t sharded_checksum(const checkpoint& c, int world) {
 }
 
 // What every worker of a ZeRO-1 epoch of `world` keeps at a step boundary: the parameters, its
-// shard, and the buddy shard that replicate_to_buddy brought it.
-std::vector<kept_state> replicated_world(const checkpoint& c, int world) {
+// shard, and the copies that replicate_to_buddies brought it (`traffic`: each rank's bytes).
+std::vector<kept_state> replicated_world(const checkpoint& c, int world,
+                                         std::vector<transfer_stats>* traffic = nullptr) {
   std::vector<kept_state> kept(static_cast<std::size_t>(world));
+  if (traffic) traffic->assign(static_cast<std::size_t>(world), {});
   auto endpoints = world_of(world);
   run_ranks(endpoints, [&](transport& link) {
     kept_state& state = kept[static_cast<std::size_t>(link.rank())];
@@ -84,7 +87,8 @@ std::vector<kept_state> replicated_world(const checkpoint& c, int world) {
     state.steps = kept_steps;
     state.parameters = c.parameters;
     state.own = slice_checkpoint(c, true, world, link.rank());
-    state.buddy = replicate_to_buddy(link, state.own, c.parameters.size());
+    state.copies = replicate_to_buddies(link, state.own, c.parameters.size());
+    if (traffic) (*traffic)[static_cast<std::size_t>(link.rank())] = link.stats();
   });
   return kept;
 }
@@ -153,15 +157,55 @@ TEST_CASE("state_checksum of any sharding adds up to the same sum, and sees a on
   CHECK(sharded_checksum(c, 4) == sharded_checksum(c, 3));
 }
 
-TEST_CASE("replicate_to_buddy brings each rank the shard of the rank before it") {
+TEST_CASE("buddy copies: every shard outlives the coordinator's process (rank 0) and any one other member lost "
+          "together, for one shard more on the wire") {
+  CHECK(copy_holders(0, 1).empty());
+  CHECK(copy_holders(0, 2) == std::vector<int>{1});
+  CHECK(copy_holders(1, 2) == std::vector<int>{0});
+  CHECK(copy_holders(0, 4) == std::vector<int>{1, 2});
+  CHECK(copy_holders(3, 4) == std::vector<int>{1});  // not rank 0, as the ring's next rank was
+  CHECK(copies_kept_by(0, 4).empty());
+  CHECK(copies_kept_by(1, 4) == std::vector<int>{0, 3});
+  for (int world = 2; world <= 9; ++world) {
+    CAPTURE(world);
+    // Any one member lost, or (from 3 ranks, where someone survives) rank 0 with any other.
+    std::vector<std::vector<int>> losses;
+    for (int m = 0; m < world; ++m) losses.push_back({m});
+    for (int m = 1; m < world && world >= 3; ++m) losses.push_back({0, m});
+    for (const auto& lost : losses) {
+      CAPTURE(lost);
+      const auto gone = [&](int rank) { return std::find(lost.begin(), lost.end(), rank) != lost.end(); };
+      for (int shard = 0; shard < world; ++shard) {
+        const std::vector<int> holders = copy_holders(shard, world);
+        CHECK((!gone(shard) || std::any_of(holders.begin(), holders.end(), [&](int h) { return !gone(h); })));
+      }
+    }
+  }
+
   const checkpoint c = random_checkpoint(12);
-  const int world = 4;
-  const std::vector<kept_state> kept = replicated_world(c, world);
-  for (int rank = 0; rank < world; ++rank) {
-    CAPTURE(rank);
-    const kept_state& state = kept[static_cast<std::size_t>(rank)];
-    check_same_state(state.own, slice_checkpoint(c, true, world, rank));
-    check_same_state(state.buddy, slice_checkpoint(c, true, world, (rank - 1 + world) % world));
+  for (const int world : {2, 4, 5}) {
+    CAPTURE(world);
+    std::vector<transfer_stats> traffic;
+    const std::vector<kept_state> kept = replicated_world(c, world, &traffic);
+    std::uint64_t sent = 0, copies = 0;
+    for (int rank = 0; rank < world; ++rank) {
+      CAPTURE(rank);
+      const kept_state& state = kept[static_cast<std::size_t>(rank)];
+      check_same_state(state.own, slice_checkpoint(c, true, world, rank));
+      const std::vector<int> expected = copies_kept_by(rank, world);
+      REQUIRE(state.copies.size() == expected.size());
+      for (std::size_t k = 0; k < expected.size(); ++k) {
+        check_same_state(state.copies[k], slice_checkpoint(c, true, world, expected[k]));
+        CHECK(state.shard(expected[k]) == &state.copies[k]);
+      }
+      sent += traffic[static_cast<std::size_t>(rank)].bytes_sent;
+      copies += expected.size();
+    }
+    // Each rank's shard once, and rank 0's once more from 3 ranks on.
+    CHECK(copies == static_cast<std::uint64_t>(world + (world >= 3 ? 1 : 0)));
+    const std::uint64_t shard_bytes = sizeof(float) * adamw_slots * shard_of(parameter_count, world, 0).size();
+    MESSAGE(world << " ranks: " << sent << " bytes of copies per keep (rank 0's shard: " << shard_bytes << ")");
+    CHECK(traffic[0].bytes_sent == (world >= 3 ? 2 : 1) * shard_bytes);
   }
 }
 
@@ -171,6 +215,18 @@ TEST_CASE("transfer_state re-shards world 4 onto world 3 after rank 2 died, shar
   // New ranks 0, 1, 2 are old ranks 0, 1, 3; old rank 3 keeps shard 2 as its buddy copy.
   const std::vector<std::optional<kept_state>> held{old[0], old[1], old[3]};
   const state_source source = source_of(c, 4, {0, 1, 2, 2}, {0, 1, 2});
+  check_resharded(c, transfer(source, held, true), source.state_checksum);
+}
+
+TEST_CASE("transfer_state re-shards world 5 onto world 3 after the coordinator (rank 0) and rank 4 died together") {
+  // Rank 4's copy used to be on rank 0 only. New ranks 0, 1, 2 are old ranks 1, 2, 3: old rank 1
+  // keeps copies of shards 0 and 4, old rank 2 of shards 0 and 1.
+  const checkpoint c = random_checkpoint(18);
+  const std::vector<kept_state> old = replicated_world(c, 5);
+  CHECK(old[1].shard(4));
+  CHECK(old[1].shard(0));
+  const std::vector<std::optional<kept_state>> held{old[1], old[2], old[3]};
+  const state_source source = source_of(c, 5, {0, 0, 1, 2, 0}, {0, 1, 2});
   check_resharded(c, transfer(source, held, true), source.state_checksum);
 }
 
@@ -205,12 +261,15 @@ TEST_CASE("error feedback: residuals and masters travel with their shards to the
   CHECK(sharded_checksum(c, 4) != four);
 
   const std::vector<kept_state> old = replicated_world(c, 4);
-  for (int rank = 0; rank < 4; ++rank) {
-    CAPTURE(rank);
-    const rule_state expected = slice_checkpoint(c, true, 4, (rank + 3) % 4);
-    CHECK(old[rank].buddy.residual == expected.residual);
-    CHECK(old[rank].buddy.master == expected.master);
-  }
+  for (int rank = 0; rank < 4; ++rank)
+    for (const int shard : copies_kept_by(rank, 4)) {
+      CAPTURE(rank);
+      CAPTURE(shard);
+      const rule_state expected = slice_checkpoint(c, true, 4, shard);
+      REQUIRE(old[rank].shard(shard));
+      CHECK(old[rank].shard(shard)->residual == expected.residual);
+      CHECK(old[rank].shard(shard)->master == expected.master);
+    }
   const std::vector<std::optional<kept_state>> survivors{old[0], old[1], old[3]};
   const state_source smaller = source_of(c, 4, {0, 1, 2, 2}, {0, 1, 2});
   check_resharded(c, transfer(smaller, survivors, true, nullptr, "sign"), smaller.state_checksum);
@@ -278,13 +337,13 @@ TEST_CASE("state_keeper keeps the two newest generations and describes them") {
   state_keeper keeper;
   CHECK(keeper.summaries().empty());
 
-  // Three generations of rank 1; the newest two differ in layout, steps, parameters and buddy.
-  const auto generation = [&](std::uint64_t layout, std::uint64_t steps, float shift, bool with_buddy) {
+  // Three generations of rank 1; the newest two differ in layout, steps, parameters and copies.
+  const auto generation = [&](std::uint64_t layout, std::uint64_t steps, float shift, bool with_copies) {
     kept_state state = replicated[1];
     state.layout = layout;
     state.steps = steps;
     for (float& p : state.parameters) p += shift;
-    if (!with_buddy) state.buddy = {};
+    if (!with_copies) state.copies.clear();
     return state;
   };
   keeper.keep(generation(5, 100, 0.f, true));
@@ -298,10 +357,11 @@ TEST_CASE("state_keeper keeps the two newest generations and describes them") {
   REQUIRE(older);
   REQUIRE(newest);
   CHECK(older->parameters == generation(5, 110, 1.f, false).parameters);
-  CHECK_FALSE(older->buddy.present);
+  CHECK(older->copies.empty());
   CHECK(newest->parameters == generation(6, 120, 2.f, true).parameters);
   check_same_state(newest->own, replicated[1].own);
-  check_same_state(newest->buddy, replicated[1].buddy);
+  REQUIRE(newest->copies.size() == 2);  // rank 1 of 4 keeps copies of shards 0 and 3
+  check_same_state(newest->copies[1], replicated[1].copies[1]);
 
   const std::vector<kept_summary> summaries = keeper.summaries();
   REQUIRE(summaries.size() == 2);
@@ -311,17 +371,19 @@ TEST_CASE("state_keeper keeps the two newest generations and describes them") {
     CHECK(summary.steps == kept.steps);
     CHECK(summary.rank == 1);
     CHECK(summary.world == 4);
-    CHECK(summary.has_buddy == kept.buddy.present);
+    CHECK(summary.copies == (kept.copies.empty() ? std::vector<int>{} : std::vector<int>{0, 3}));
     CHECK(summary.optimizer_step == c.optimizer_step);
     CHECK(summary.slots == adamw_slots);
     CHECK(summary.parameter_hash == hash_parameters(kept.parameters));
     CHECK(summary.own_checksum == state_checksum(kept.own, parameter_count));
     CHECK(summary.own_checksum != 0);
-    CHECK(summary.buddy_checksum == state_checksum(kept.buddy, parameter_count));
+    REQUIRE(summary.copy_checksums.size() == kept.copies.size());
+    for (std::size_t k = 0; k < kept.copies.size(); ++k)
+      CHECK(summary.copy_checksums[k] == state_checksum(kept.copies[k], parameter_count));
   }
   CHECK(summaries[0].steps == 120);
-  CHECK(summaries[0].buddy_checksum != 0);
-  CHECK(summaries[1].buddy_checksum == 0);
+  CHECK(summaries[0].copy_checksums.at(0) != 0);
+  CHECK(summaries[1].copy_checksums.empty());
   CHECK(summaries[0].parameter_hash != summaries[1].parameter_hash);
 }
 
@@ -335,7 +397,7 @@ TEST_CASE("transfer_state rejects a source naming a rank that does not keep what
     CHECK_THROWS_AS(transfer_state(link, source, std::nullopt, parameter_count, true), std::logic_error);
     CHECK_THROWS_AS(transfer_state(link, source, std::nullopt, parameter_count, false), std::logic_error);
   }
-  SUBCASE("a shard sender that keeps neither that shard nor its buddy copy") {
+  SUBCASE("a shard sender that keeps neither that shard nor a copy of it") {
     kept_state state;
     state.layout = kept_layout;
     state.world = 2;

@@ -6,10 +6,16 @@
 #include <doctest/doctest.h>
 
 #include "actors/standby_actor.hpp"
+#include "cluster/certain_death.hpp"
 #include "job/worker_spawn.hpp"
 
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -61,9 +67,10 @@ TEST_CASE("membership: a standby takes over from the coordinator only once its o
   replica.sequence = 1;
   replica.coordinator = 6;
   replica.epoch_workers = 3;
-  replica.members = {{6, -1, "10.0.0.2", "10.0.0.2:1", 0, false},
-                     {8, -1, "10.0.0.1", "10.0.0.1:1", 1, false},
-                     {11, -1, "10.0.0.3", "10.0.0.3:1", 2, false}};
+  // Control ports on loopback: the takeover tries the lost coordinator's (cluster/certain_death.hpp).
+  replica.members = {{6, -1, "10.0.0.2", "127.0.0.1:1", 0, false},
+                     {8, -1, "10.0.0.1", "127.0.0.1:1", 1, false},
+                     {11, -1, "10.0.0.3", "127.0.0.1:1", 2, false}};
   self->send(standby, replica_atom::value, replica);
 
   // The dropped member, cut off and still at epoch 17, is refused at once.
@@ -94,4 +101,76 @@ TEST_CASE("membership: a standby takes over from the coordinator only once its o
   CHECK(take_overs == 1);
   self->send_exit(*first, caf::exit_reason::user_shutdown);
   self->send_exit(standby, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+// A loopback socket bound to a free port, listening (as a live process's control port, which the
+// kernel answers even while the process is stopped) or not (as a dead one's).
+struct loopback_port {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int port = 0;
+  explicit loopback_port(bool listening) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    socklen_t length = sizeof address;
+    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    port = ntohs(address.sin_port);
+    if (listening) REQUIRE(listen(fd, 4) == 0);
+  }
+  ~loopback_port() { close(fd); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+}  // namespace
+
+TEST_CASE("membership: after a loss the majority is over the last epoch's members not known dead, and only a "
+          "closed connection in contact followed by a refused port proves a death") {
+  // A 2-member job whose other member died goes on; one whose other member is silent stops.
+  CHECK(majority_remains(2, 1, 1));
+  CHECK(!majority_remains(2, 1, 0));
+  // Of 5, the coordinator killed with another that did not reconnect: 3 is more than half of 4.
+  CHECK(majority_remains(5, 3, 1));
+  CHECK(!majority_remains(4, 2, 0));
+  CHECK(majority_remains(4, 2, 1));
+  // Two sides of a partition of 5 with one known dead on each side's count: never both.
+  for (int first = 0; first <= 4; ++first) CHECK(!(majority_remains(5, first, 1) && majority_remains(5, 4 - first, 1)));
+
+  // In contact: it echoed a heartbeat sent less than the earliest verdict before the close.
+  const heartbeat_detector_settings settings;
+  CHECK(earliest_verdict(settings) == std::chrono::milliseconds(1500));
+  heartbeat_detector_settings short_timeout;
+  short_timeout.upper_bound = std::chrono::milliseconds(800);
+  CHECK(earliest_verdict(short_timeout) == std::chrono::milliseconds(800));
+  const auto now = std::chrono::steady_clock::now();
+  CHECK(closed_in_contact(now, now - std::chrono::milliseconds(200), earliest_verdict(settings)));
+  // It may have judged this process lost (and joined another side) before it died.
+  CHECK(!closed_in_contact(now, now - std::chrono::milliseconds(1500), earliest_verdict(settings)));
+  CHECK(!closed_in_contact(now, std::nullopt, earliest_verdict(settings)));
+  CHECK(heartbeat_time_point(heartbeat_time(now)) == now);
+  // Each side echoes the newest send time it heard; a late, older echo does not move it back.
+  heartbeat_contact contact;
+  contact.heard(42, 0);
+  CHECK(contact.heard_sent == 42);
+  CHECK(!contact.echoed);
+  contact.heard(43, heartbeat_time(now));
+  contact.heard(44, heartbeat_time(now - std::chrono::seconds(1)));
+  CHECK(contact.heard_sent == 44);
+  REQUIRE(contact.echoed);
+  CHECK(*contact.echoed == now);
+
+  // A port nobody listens on refuses (the process is gone); a listening one accepts even when
+  // its owner never calls accept (a stopped process); a name that does not resolve proves nothing.
+  {
+    const loopback_port dead(false);
+    CHECK(port_refuses_connection(dead.address(), std::chrono::milliseconds(2000)));
+  }
+  {
+    const loopback_port stopped(true);
+    CHECK(!port_refuses_connection(stopped.address(), std::chrono::milliseconds(300)));
+  }
+  CHECK(!port_refuses_connection("no-such-host.invalid:1", std::chrono::milliseconds(2000)));
+  CHECK(!port_refuses_connection("127.0.0.1", std::chrono::milliseconds(2000)));
 }

@@ -157,12 +157,6 @@ TEST_CASE("the asynchronous topologies between processes refuse an elastic job t
   CHECK(elastic.status != 0);
   CHECK(elastic.text.find("--topology parameter-server: workers coming and going need --max-staleness >= 1") !=
         std::string::npos);
-  const run_output momentum = run(launch + "--elastic -n 2 -- " + train +
-                                  " --algo ddp --topology gossip --gossip-momentum a2cid2" + train_flags + " --steps 2");
-  INFO(momentum.text);
-  CHECK(momentum.status != 0);
-  CHECK(momentum.text.find("--topology gossip between processes has a fixed worker set (no --elastic or --join) with "
-                           "these settings") != std::string::npos);
 }
 
 namespace {
@@ -615,28 +609,42 @@ TEST_CASE("accord-launch --elastic --max-restarts 1: a killed worker starts agai
   CHECK(job.text.find("replicas identical") != std::string::npos);
 }
 
+namespace {
+
+// An asynchronous topology's churned job: the death rolled back to a kept step, every transfer
+// intact, the loss in line with an undisturbed run (`metrics`: a file of its own, as tests run in parallel).
+void check_asynchronous_churn(const std::string& topology, const std::string& metrics) {
+  CAPTURE(topology);
+  const std::string flags = elastic_flags + " --algo ddp --keep-interval 10 --topology " + topology;
+  const churned_job churned = run_with_churn(flags, metrics, false);
+  check_churned(churned);
+  const run_output& job = churned.job;
+  INFO(job.text);
+  // The death rolled back to a kept step (a multiple of --keep-interval, every gradient before
+  // it applied everywhere); every epoch restored the optimizer state unchanged by re-sharding.
+  const std::smatch first = [&] {
+    std::smatch m;
+    std::regex_search(job.text, m, std::regex("restored the state of step ([0-9]+)"));
+    return m;
+  }();
+  REQUIRE(first.size() == 2);
+  CHECK(std::stoull(first[1]) % 10 == 0);
+  const auto checksums = transfer_checksums(job.text);
+  CHECK(checksums.size() == 3);
+  for (const auto& [before, after] : checksums) CHECK(before == after);
+  check_loss_as_undisturbed(flags, job, topology);
+}
+
+}  // namespace
+
 TEST_CASE("the asynchronous topologies between processes lose a worker, let one leave and admit a joiner, state intact") {
-  for (const char* topology : {"parameter-server --max-staleness 2", "gossip --gossip-rate 1"}) {
-    CAPTURE(topology);
-    const std::string flags = elastic_flags + " --algo ddp --keep-interval 10 --topology " + topology;
-    const churned_job churned = run_with_churn(flags, "elastic_asynchronous.jsonl", false);
-    check_churned(churned);
-    const run_output& job = churned.job;
-    INFO(job.text);
-    // The death rolled back to a kept step (a multiple of --keep-interval, every gradient before
-    // it applied everywhere); every epoch restored the optimizer state unchanged by re-sharding.
-    const std::smatch first = [&] {
-      std::smatch m;
-      std::regex_search(job.text, m, std::regex("restored the state of step ([0-9]+)"));
-      return m;
-    }();
-    REQUIRE(first.size() == 2);
-    CHECK(std::stoull(first[1]) % 10 == 0);
-    const auto checksums = transfer_checksums(job.text);
-    CHECK(checksums.size() == 3);
-    for (const auto& [before, after] : checksums) CHECK(before == after);
-    check_loss_as_undisturbed(flags, job, topology);
-  }
+  for (const char* topology : {"parameter-server --max-staleness 2", "gossip --gossip-rate 1"})
+    check_asynchronous_churn(topology, "elastic_asynchronous.jsonl");
+}
+
+TEST_CASE("A2CiD2 gossip between processes loses a worker, lets one leave and admits a joiner, its θ̃ settled at the "
+          "kept steps") {
+  check_asynchronous_churn("gossip --gossip-rate 1 --gossip-momentum a2cid2", "elastic_a2cid2.jsonl");
 }
 
 TEST_CASE("without --elastic a joiner is refused and the job goes on") {
@@ -1043,6 +1051,32 @@ std::vector<std::pair<std::uint64_t, int>> epochs_of(const std::string& log) {
   return epochs;
 }
 
+// A 2-process elastic job of 150 steps whose rank `victim` gets `signal` after step 40; a stopped
+// one is killed once rank 0 has printed `stop_line` (the launcher waits for every worker).
+run_output run_pair_with_loss(const std::string& name, int victim, int signal, const std::string& stop_line = {}) {
+  const std::string metrics = name + ".jsonl", logs = name + ".logs", pids = name + ".pid.";
+  std::remove(metrics.c_str());
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic -n 2 --log-dir " + logs + " -- /bin/sh -c 'echo $$ > " + pids +
+              "$RANK; exec " + train + std::regex_replace(failover_flags, std::regex("--steps 300"), "--steps 150") +
+              " --algo acco --metrics " + metrics + "'");
+  });
+  const bool started = wait_for(metrics, 40, 1);
+  if (started) kill(read_pid(pids + std::to_string(victim)), signal);
+  if (started && !stop_line.empty()) {
+    for (int i = 0; i < 3000; ++i) {
+      const std::vector<char> log = read_all(logs + "/rank-0.log");
+      if (std::string(log.begin(), log.end()).find(stop_line) != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(read_pid(pids + std::to_string(victim)), SIGKILL);
+  }
+  job_thread.join();
+  REQUIRE(started);
+  return job;
+}
+
 }  // namespace
 
 TEST_CASE("a churned run between processes (a worker killed, one leaving, a joiner, the coordinator killed), "
@@ -1157,4 +1191,64 @@ TEST_CASE("a replay between processes waits at a joiner's step until it says hel
   CHECK(joiner.status == 0);
   CHECK(job.text.find("membership: epoch 2, 3 -> 4 workers from step 11") != std::string::npos);
   CHECK(job.text.find("step    60/60") != std::string::npos);
+}
+
+TEST_CASE("a 2-member elastic job goes on when the other member is killed, and stops with one line when it is "
+          "stopped") {
+  // A killed process's connection closes while it is in contact and its control port then
+  // refuses: it is dead, on no side of a partition, so the survivor alone is a majority of the
+  // members not known dead. A stopped one keeps its connections and its port: it may be alive
+  // on the other side of a partition, so the survivor stops.
+  for (const int victim : {1, 0}) {
+    CAPTURE(victim);
+    const run_output job = run_pair_with_loss("pair_killed_" + std::to_string(victim), victim, SIGKILL);
+    const std::string survivor = "[rank " + std::to_string(1 - victim) + "] ";
+    INFO(job.text);
+    CHECK(job.status == 0);
+    // Of two, rank 1 is the next in line: the standby.
+    CHECK(job.text.find(survivor + "membership: rank " + std::to_string(victim) + " (127.0.0.1), " +
+                        (victim == 0 ? "coordinator" : "standby") + ", lost at step ") != std::string::npos);
+    CHECK(job.text.find("connection closed (killed, or its host went away)") != std::string::npos);
+    CHECK(job.text.find(survivor + "membership: epoch 2, 2 -> 1 workers from step ") != std::string::npos);
+    CHECK(job.text.find(survivor + "done: ") != std::string::npos);
+    CHECK(job.text.find("no majority") == std::string::npos);
+  }
+  const std::string stop_line = "no majority: 1 of the last epoch's 2 members are reachable, 0 known dead";
+  const run_output stopped = run_pair_with_loss("pair_stopped", 1, SIGSTOP, stop_line);
+  INFO(stopped.text);
+  CHECK(stopped.status != 0);
+  CHECK(stopped.text.find("[rank 0] membership: rank 1 (127.0.0.1), standby, lost at step ") != std::string::npos);
+  CHECK(stopped.text.find(": hung (silent for ") != std::string::npos);
+  CHECK(stopped.text.find("[rank 0] accord-train: " + stop_line) != std::string::npos);
+}
+
+TEST_CASE("an elastic job of 5 loses the coordinator and the member whose shard only the coordinator copied, "
+          "together, and the survivors finish with identical replicas") {
+  // With one copy per shard on the next rank, rank 4's was on rank 0: losing both lost it. Rank
+  // 0's shard now has two copies and nobody's only copy is on rank 0 (recovery/elastic_state.hpp).
+  const std::string metrics = "failover_pair.jsonl", pids = "failover_pair.pid.";
+  std::remove(metrics.c_str());
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(elastic_launch + "--elastic -n 5 -- /bin/sh -c 'echo $$ > " + pids + "$RANK; exec " + train +
+              failover_flags + " --algo acco --metrics " + metrics + "'");
+  });
+  const bool started = wait_for(metrics, 40, 1);
+  if (started) {
+    kill(read_pid(pids + "0"), SIGKILL);
+    kill(read_pid(pids + "4"), SIGKILL);
+  }
+  const bool finished = started && wait_for(metrics, 300, 2);
+  job_thread.join();
+  INFO(job.text);
+  REQUIRE(started);
+  CHECK(finished);
+  CHECK(job.status == 0);
+  CHECK(job.text.find("[rank 1] membership: epoch 2, 5 -> 3 workers from step ") != std::string::npos);
+  CHECK(job.text.find("the training state cannot be rebuilt") == std::string::npos);
+  CHECK(job.text.find("[rank 1] done: ") != std::string::npos);
+  CHECK(job.text.find("replicas identical") != std::string::npos);
+  const auto checksums = transfer_checksums(job.text);
+  CHECK(!checksums.empty());
+  for (const auto& [before, after] : checksums) CHECK(before == after);
 }

@@ -732,6 +732,62 @@ TEST_CASE("gossip arithmetic: exchanges overlapping on one process keep the sums
   CHECK(after.second == doctest::Approx(before.second).epsilon(1e-6));
 }
 
+TEST_CASE("gossip arithmetic: an elastic job's kept step settles A2CiD2's θ̃ at the mean, where a restored or "
+          "joining copy starts, and the settled copies stay together") {
+  // A ring of 8 after 40 events on one clock: the θ̃ differ from their θ, but their mean is the
+  // mean of the θ (Σ(θ̃ − θ) = 0), so settling θ̃ at the mean of the θ keeps the θ̃'s mean.
+  constexpr std::size_t n = 8, length = 6;
+  const a2cid2_constants constants = a2cid2_for(neighbour_offsets("ring", n), n, 1.0);
+  std::mt19937_64 start(11);
+  std::normal_distribution<float> normal;
+  std::vector<process_copy> processes;
+  for (std::size_t k = 0; k < n; ++k) {
+    std::vector<float> copy(length);
+    for (float& v : copy) v = normal(start);
+    processes.emplace_back(copy, true, constants);
+  }
+  std::mt19937_64 events(7);
+  double now = 0;
+  for (int e = 0; e < 40; ++e) {
+    now += std::exponential_distribution<double>(n)(events);
+    const std::size_t a = std::uniform_int_distribution<std::size_t>(0, n - 1)(events);
+    const std::size_t b = (a + 1) % n;
+    processes[a].catch_up(now);
+    const std::vector<float> sent = processes[a].theta();
+    const std::uint64_t at = processes[a].version();
+    const std::vector<float> answer = processes[b].answer(sent, now);
+    processes[a].take_answer(sent, at, answer, processes[b].time());
+  }
+  now += 0.5;  // the kept step's time: every copy mixes up to it first
+  std::vector<std::span<const float>> thetas, tildes;
+  double tilde_off_theta = 0;
+  for (process_copy& p : processes) {
+    p.catch_up(now);
+    thetas.push_back(p.theta());
+    tildes.push_back(p.tilde());
+    for (std::size_t i = 0; i < length; ++i)
+      tilde_off_theta = std::max(tilde_off_theta, std::abs(static_cast<double>(p.tilde()[i]) - p.theta()[i]));
+  }
+  REQUIRE(tilde_off_theta > 1e-2);  // θ̃ carries something before the kept step
+  const std::vector<double> mean_theta = mean_in_double(thetas), mean_tilde = mean_in_double(tildes);
+  for (std::size_t i = 0; i < length; ++i) CHECK(std::abs(mean_tilde[i] - mean_theta[i]) < 1e-5);
+  const std::vector<float> mean(mean_theta.begin(), mean_theta.end());
+  for (process_copy& p : processes) p.settle(mean);
+  // A survivor, a restored copy of a new epoch and a joiner (all start from the kept parameters)
+  // hold the same θ and θ̃.
+  const process_copy restored(mean, true, constants);
+  for (const process_copy& p : processes) {
+    CHECK(p.theta() == mean);
+    CHECK(std::equal(p.tilde().begin(), p.tilde().end(), mean.begin(), mean.end()));
+    CHECK(std::equal(restored.tilde().begin(), restored.tilde().end(), p.tilde().begin(), p.tilde().end()));
+  }
+  // Mixing on from there moves nothing: the settled copies stay together until the next events.
+  for (process_copy& p : processes) {
+    p.catch_up(now + 3);
+    CHECK(worst_difference(p.theta(), mean) < 1e-6);
+  }
+}
+
 TEST_CASE("gossip arithmetic: the sketches' spread estimates the copies' without bias, within a few percent") {
   constexpr std::size_t n = 4, length = 5000, size = 256;
   std::mt19937_64 start(9);

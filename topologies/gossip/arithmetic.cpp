@@ -122,6 +122,12 @@ void process_copy::take_answer(std::span<const float> sent, std::uint64_t at, st
   ++version_;
 }
 
+void process_copy::settle(std::span<const float> mean) {
+  theta_.assign(mean.begin(), mean.end());
+  if (momentum_) tilde_ = theta_;
+  ++version_;
+}
+
 std::vector<double> mean_in_double(const std::vector<std::span<const float>>& copies) {
   std::vector<double> mean(copies.empty() ? 0 : copies.front().size(), 0.0);
   for (std::span<const float> copy : copies)

@@ -85,6 +85,12 @@ public:
   // unless another exchange overlapped), θ̃ pulled, θ the mean — or, if θ changed since `sent`,
   // plus half the difference (the sum of the copies is kept, no update lost).
   void take_answer(std::span<const float> sent, std::uint64_t at, std::span<const float> theirs, double time);
+  // A complete average (an elastic job's kept step, every copy mixed up to one time first): θ and
+  // θ̃ both become `mean`, the mean of the θ, as at the start. On one clock the mean of the θ̃ is
+  // the mean of the θ (Σ(θ̃ − θ) stays 0), so this is also the θ̃'s mean: each θ̃'s difference
+  // from θ, its pulls towards neighbours that the average has now met, is dropped, where keeping
+  // it would push the agreeing copies apart again.
+  void settle(std::span<const float> mean);
 
 private:
   bool momentum_ = false;

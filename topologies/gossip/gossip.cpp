@@ -370,8 +370,8 @@ public:
   }
   bool follows_membership() const override { return true; }
   bool runs_between_processes() const override { return true; }
-  // Its kept steps average the copies and optimizer states; A2CiD2's θ̃ is not kept.
-  bool elastic_between_processes() const override { return options_.gossip_momentum == "none"; }
+  // Its kept steps average the copies and optimizer states, where A2CiD2's θ̃ settles at the mean.
+  bool elastic_between_processes() const override { return true; }
 
 private:
   topology_options options_;

@@ -209,13 +209,16 @@ private:
   }
 
   // An elastic job's kept step (the worker's thread; every worker stopped at `boundary`, no
-  // exchange in flight): every copy and optimizer state become their means, which every process
-  // keeps as a ZeRO-1 worker would (its shard of the state, and its buddy's).
+  // exchange in flight): every copy, mixed up to the boundary's time, and optimizer state become
+  // their means, which every process keeps as a ZeRO-1 worker would (its shard of the state, and
+  // its buddies' copies). A2CiD2's θ̃ settles at the mean too (process_copy::settle), so a new epoch's
+  // workers, survivors and joiners alike, start it from the kept parameters.
   void keep_at(std::uint64_t boundary) {
     const asynchronous_setup& s = workers_->setup();
     std::vector<float> mine;
     {
       std::lock_guard lock(mutex_);
+      copy_.catch_up(time_of(boundary));
       mine = copy_.theta();
     }
     const optimizer_state& state = opt_->state();
@@ -250,14 +253,13 @@ private:
     kept.parameters.assign(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(n));
     {
       std::lock_guard lock(mutex_);
-      copy_.theta() = kept.parameters;
-      copy_.changed();
+      copy_.settle(kept.parameters);
     }
     report_sketch();
     const auto slots = static_cast<std::uint32_t>(averaged.slots);
     kept.own = slice_optimizer_state(averaged.values, slots, averaged.step, n, world_, rank_);
-    if (world_ > 1)
-      kept.buddy = slice_optimizer_state(averaged.values, slots, averaged.step, n, world_, buddy_source(rank_, world_));
+    for (const int index : copies_kept_by(rank_, world_))
+      kept.copies.push_back(slice_optimizer_state(averaged.values, slots, averaged.step, n, world_, index));
     s.keep->keeper->keep(std::move(kept));
   }
 

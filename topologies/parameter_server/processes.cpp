@@ -83,7 +83,7 @@ public:
       kinds.push_back({retire_tag, [](int) { return sizeof(no_header); },
                        [this](int from, std::span<const std::byte>) { on_retire(from); }});
       kinds.push_back({buddy_tag, [this](int from) { return buddy_bytes(from); },
-                       [this](int, std::span<const std::byte> m) { on_buddy(m); }});
+                       [this](int from, std::span<const std::byte> m) { on_buddy(from, m); }});
       for (auto& k : tickets_->kinds()) kinds.push_back(std::move(k));
     }
     coordinator_ = s.coordinator;
@@ -163,7 +163,8 @@ private:
 
   // An elastic job's kept step (the worker's thread, every worker at the same boundary): the
   // parameters once every shard applied the epoch's gradients before `boundary`, this shard's
-  // optimizer state, and the previous rank's (its buddy's copy), as a ZeRO-1 worker keeps them.
+  // optimizer state, and the copies it keeps of others' (copies_kept_by), as a ZeRO-1 worker
+  // keeps them.
   void keep_at(std::uint64_t boundary) {
     const asynchronous_setup& s = workers_->setup();
     auto parameters = pull(boundary, 0, false, &versions_);
@@ -178,17 +179,20 @@ private:
       std::lock_guard lock(server_mutex_);
       kept.own = server_->state();
     }
-    if (world_ > 1) {
-      exchange_->send((rank_ + 1) % world_, buddy_tag, message_of(no_header{}, kept.own.values));
-      std::unique_lock lock(mutex_);
-      changed_.wait(lock, [&] { return buddy_ || failure_; });
-      if (!buddy_) throw std::runtime_error("the parameter server stopped while keeping its state");
-      const int from = buddy_source(rank_, world_);
-      kept.buddy = kept.own;
-      kept.buddy.begin = shards_[static_cast<std::size_t>(from)].begin;
-      kept.buddy.values = std::move(*buddy_);
-      buddy_.reset();
+    for (const int to : copy_holders(rank_, world_))
+      exchange_->send(to, buddy_tag, message_of(no_header{}, kept.own.values));
+    const std::vector<int> sources = copies_kept_by(rank_, world_);
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return copies_.size() == sources.size() || failure_; });
+    if (copies_.size() != sources.size())
+      throw std::runtime_error("the parameter server stopped while keeping its state");
+    for (const int from : sources) {
+      rule_state& copy = kept.copies.emplace_back(kept.own);
+      copy.begin = shards_[static_cast<std::size_t>(from)].begin;
+      copy.values = std::move(copies_.at(from));
     }
+    copies_.clear();
+    lock.unlock();
     s.keep->keeper->keep(std::move(kept));
   }
 
@@ -196,10 +200,10 @@ private:
     return sizeof(no_header) + state_slots_ * shards_[static_cast<std::size_t>(from)].size() * sizeof(float);
   }
 
-  void on_buddy(std::span<const std::byte> message) {
+  void on_buddy(int from, std::span<const std::byte> message) {
     const auto values = values_of(message, sizeof(no_header));
     std::lock_guard lock(mutex_);
-    buddy_.emplace(values.begin(), values.end());
+    copies_[from].assign(values.begin(), values.end());
     changed_.notify_all();
   }
 
@@ -336,7 +340,7 @@ private:
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::uint64_t, pending_pull*> pulls_;
-  std::optional<std::vector<float>> buddy_;  // the previous rank's optimizer shard, at a keep
+  std::map<int, std::vector<float>> copies_;  // at a keep: the optimizer shards of copies_kept_by, by rank
   std::uint64_t next_pull_ = 0;
   int last_pulls_ = 0;
   std::optional<std::string> failure_;
