@@ -29,8 +29,11 @@ double held_out_loss(model& m, std::span<const float> parameters, const dataset&
 void train(model& m, std::vector<float>& parameters, const dataset& data, int steps,
            std::size_t size, float learning_rate) {
   // beta2 0.99 rather than 0.999: the second-moment estimate settles within a short run
-  auto optimizer = make_optimizer(
-      {.kind = "adamw", .learning_rate = learning_rate, .beta2 = 0.99f}, parameters.size());
+  optimizer_config settings;
+  settings.kind = "adamw";
+  settings.learning_rate = learning_rate;
+  settings.beta2 = 0.99f;
+  auto optimizer = make_optimizer(settings, parameters.size());
   std::vector<float> gradients(parameters.size());
   const micro_batch_stream stream{.size = size};
   for (int k = 0; k < steps; ++k) {
