@@ -4,6 +4,7 @@
 // topology and worker tests).
 #include <accord/job.hpp>
 #include <accord/model.hpp>
+#include <accord/worker.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -105,6 +106,22 @@ inline job_result run_quadratic(const job_config& job, std::function<void(const 
   quadratic net(dimension);
   auto data = std::make_shared<waves>(dimension);
   return run_job(net, data, data, job, std::move(on_step));
+}
+
+// An app-driven job's model (include/accord/worker.hpp): a quadratic of `dim` parameters in
+// `memory`, evaluated on the first 6 examples of `held_out`.
+inline app_model quadratic_app(std::size_t dim, const waves& held_out, memory_location memory = {}) {
+  quadratic net(dim);
+  app_model m;
+  m.signature = net.signature();
+  m.memory = memory;
+  m.initial_parameters.resize(dim);
+  net.initialize(m.initial_parameters, 0);
+  m.evaluate = [dim, &held_out](std::span<const float> p) {
+    quadratic evaluator(dim);
+    return evaluator.evaluate(p, held_out.examples(0, 6));
+  };
+  return m;
 }
 
 }  // namespace accord::testing

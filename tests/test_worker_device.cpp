@@ -21,6 +21,7 @@
 
 using namespace accord;
 using accord::testing::quadratic;
+using accord::testing::quadratic_app;
 using accord::testing::test_job;
 using accord::testing::waves;
 
@@ -40,20 +41,6 @@ job_config small_job(const std::string& algorithm) {
   job_config job = test_job(algorithm, 2, 4).micro_batches_per_round(2).evaluate(2, 6);
   job.blas_threads = 1;
   return job;
-}
-
-app_model quadratic_app(const waves& held_out, memory_location memory = {}) {
-  quadratic net(dim);
-  app_model m;
-  m.signature = net.signature();
-  m.memory = memory;
-  m.initial_parameters.resize(dim);
-  net.initialize(m.initial_parameters, 0);
-  m.evaluate = [&held_out](std::span<const float> p) {
-    quadratic evaluator(dim);
-    return evaluator.evaluate(p, held_out.examples(0, 6));
-  };
-  return m;
 }
 
 // The app's loop, its model computing on the host: a device model's parameters come down and
@@ -119,12 +106,12 @@ TEST_CASE("an app-driven worker resident on host memory trains bitwise as the de
   for (const char* algorithm : {"ddp", "dpu", "acco", "dlion-mavo"}) {
     CAPTURE(algorithm);
     job_config job = small_job(algorithm);
-    const job_result host = run_app_job(quadratic_app(data), job, data);
+    const job_result host = run_app_job(quadratic_app(dim, data), job, data);
     job.resident_on_host = true;
     for (const bool device_rounds : {false, true}) {
       CAPTURE(device_rounds);
       job.device_rounds = device_rounds;
-      require_same_training(run_app_job(quadratic_app(data), job, data), host);
+      require_same_training(run_app_job(quadratic_app(dim, data), job, data), host);
     }
   }
 }
@@ -138,15 +125,15 @@ TEST_CASE("app-driven device memory is refused with one line where it cannot wor
     const std::string line = "app_model: memory cuda:" + std::to_string(absent) + ": " +
                              (absent == 0 ? std::string("no usable CUDA device: ")
                                           : "cuda:" + std::to_string(absent) + " does not exist: this machine has ");
-    CHECK_THROWS_WITH_AS(app_job::start(quadratic_app(data, {memory_space::cuda, absent}), job),
+    CHECK_THROWS_WITH_AS(app_job::start(quadratic_app(dim, data, {memory_space::cuda, absent}), job),
                          doctest::Contains(line.c_str()), std::invalid_argument);
-    CHECK_THROWS_WITH_AS(app_job::start(quadratic_app(data, {memory_space::cuda, -1}), job),
+    CHECK_THROWS_WITH_AS(app_job::start(quadratic_app(dim, data, {memory_space::cuda, -1}), job),
                          doctest::Contains("app_model: memory cuda:-1: "), std::invalid_argument);
   }
   SUBCASE("a gradient in other memory than the model's") {
     job_config one = job;
     one.workers = 1;
-    auto running = app_job::start(quadratic_app(data), one);
+    auto running = app_job::start(quadratic_app(dim, data), one);
     worker& w = running->local_worker(0);
     std::vector<float> gradient(dim);
     REQUIRE(w.next());
@@ -173,8 +160,8 @@ TEST_CASE("an app-driven worker on a CUDA device trains as the host one, bit for
   for (const char* algorithm : {"ddp", "acco", "dlion-mavo"}) {
     CAPTURE(algorithm);
     const job_config job = small_job(algorithm);
-    require_same_training(run_app_job(quadratic_app(data, gpu), job, data),
-                          run_app_job(quadratic_app(data), job, data));
+    require_same_training(run_app_job(quadratic_app(dim, data, gpu), job, data),
+                          run_app_job(quadratic_app(dim, data), job, data));
   }
 }
 
@@ -183,7 +170,7 @@ TEST_CASE("a CUDA worker refuses host gradients and the host-only parameter call
   const waves data(dim);
   job_config job = small_job("ddp");
   job.workers = 1;
-  auto running = app_job::start(quadratic_app(data, {memory_space::cuda, 0}), job);
+  auto running = app_job::start(quadratic_app(dim, data, {memory_space::cuda, 0}), job);
   worker& w = running->local_worker(0);
   CHECK_THROWS_WITH_AS(w.on_parameters([](std::span<const float>, std::uint64_t) {}),
                        doctest::Contains("this model's are in cuda:0"), std::invalid_argument);

@@ -15,6 +15,7 @@
 using namespace accord;
 using accord::testing::test_job;
 using accord::testing::quadratic;
+using accord::testing::quadratic_app;
 using accord::testing::waves;
 
 namespace {
@@ -25,19 +26,6 @@ job_config small_job(const std::string& algorithm) {
   job_config job = test_job(algorithm, 3, 5).micro_batches_per_round(2).evaluate(2, 6);
   job.blas_threads = 1;
   return job;
-}
-
-app_model quadratic_app(const waves& held_out) {
-  quadratic net(dim);
-  app_model m;
-  m.signature = net.signature();
-  m.initial_parameters.resize(dim);
-  net.initialize(m.initial_parameters, 0);
-  m.evaluate = [&held_out](std::span<const float> p) {
-    quadratic evaluator(dim);
-    return evaluator.evaluate(p, held_out.examples(0, 6));
-  };
-  return m;
 }
 
 // The app's loop on each worker: the model's gradient of the micro-batch accord asks for.
@@ -71,7 +59,7 @@ TEST_CASE("app-driven DDP, DPU, ACCO and Distributed Lion equal run_job on the s
     quadratic net(dim);
     const auto shared = std::make_shared<waves>(dim);
     const job_result reference = run_job(net, shared, shared, job);
-    const job_result driven = run_app_job(quadratic_app(data), job, data);
+    const job_result driven = run_app_job(quadratic_app(dim, data), job, data);
     REQUIRE(driven.parameters.size() == dim);
     for (std::size_t i = 0; i < dim; ++i)
       CHECK(driven.parameters[i] == doctest::Approx(reference.parameters[i]).epsilon(1e-6));
@@ -89,7 +77,7 @@ TEST_CASE("new parameters reach the app between two micro-batches, by version an
   const waves data(dim);
   job_config job = small_job("ddp");
   job.workers = 1;
-  auto running = app_job::start(quadratic_app(data), job);
+  auto running = app_job::start(quadratic_app(dim, data), job);
   worker& w = running->local_worker(0);
   std::vector<std::uint64_t> heard;
   w.on_parameters([&](std::span<const float> p, std::uint64_t version) {
@@ -118,7 +106,7 @@ TEST_CASE("an app-driven job is cancelled from the app, every worker stops after
   job.steps = 100000;
   job.eval_interval = 0;
   std::unique_ptr<app_job> running;
-  running = app_job::start(quadratic_app(data), job, [&running](const step_metrics& m) {
+  running = app_job::start(quadratic_app(dim, data), job, [&running](const step_metrics& m) {
     if (m.step == 3) running->cancel();
   });
   std::vector<std::thread> threads;
@@ -133,7 +121,7 @@ TEST_CASE("an app-driven job is cancelled from the app, every worker stops after
 
 TEST_CASE("app-driven jobs refuse bad input with one line naming it") {
   const waves data(dim);
-  app_model m = quadratic_app(data);
+  app_model m = quadratic_app(dim, data);
   job_config job = small_job("ddp");
   SUBCASE("configuration") {
     job.algorithm = "nope";
@@ -142,7 +130,7 @@ TEST_CASE("app-driven jobs refuse bad input with one line naming it") {
   SUBCASE("model") {
     m.initial_parameters.clear();
     CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("no initial parameters"), std::invalid_argument);
-    m = quadratic_app(data);
+    m = quadratic_app(dim, data);
     m.initial_parameters[1] = NAN;
     CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("not all finite"), std::invalid_argument);
   }
