@@ -2,6 +2,8 @@
 // limits and timeouts against a stand-in coordinator, and a real rank 0 given a forged header.
 #include <doctest/doctest.h>
 
+#include "loopback_port.hpp"
+
 #include "cluster/master_port_guard.hpp"
 
 #include <arpa/inet.h>
@@ -28,6 +30,7 @@
 #include <vector>
 
 using namespace accord;
+using accord::testing::free_port;
 
 namespace {
 
@@ -264,18 +267,6 @@ long resident_kib(pid_t pid) {
   while (status >> key)
     if (key == "VmRSS:" && status >> value) return value;
   return -1;
-}
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<const sockaddr*>(&at), sizeof at);
-  socklen_t length = sizeof at;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&at), &length);
-  close(fd);
-  return ntohs(at.sin_port);
 }
 
 }  // namespace

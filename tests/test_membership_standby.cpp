@@ -5,6 +5,8 @@
 // and the job was lost ("the newest state kept by a survivor ... was never completed").
 #include <doctest/doctest.h>
 
+#include "loopback_port.hpp"
+
 #include "actors/standby_actor.hpp"
 #include "cluster/certain_death.hpp"
 #include "job/worker_spawn.hpp"
@@ -23,6 +25,7 @@
 #include <string>
 
 using namespace accord;
+using accord::testing::loopback_port;
 
 namespace {
 
@@ -102,29 +105,6 @@ TEST_CASE("membership: a standby takes over from the coordinator only once its o
   self->send_exit(*first, caf::exit_reason::user_shutdown);
   self->send_exit(standby, caf::exit_reason::user_shutdown);
 }
-
-namespace {
-
-// A loopback socket bound to a free port, listening (as a live process's control port, which the
-// kernel answers even while the process is stopped) or not (as a dead one's).
-struct loopback_port {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  int port = 0;
-  explicit loopback_port(bool listening) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-    socklen_t length = sizeof address;
-    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-    port = ntohs(address.sin_port);
-    if (listening) REQUIRE(listen(fd, 4) == 0);
-  }
-  ~loopback_port() { close(fd); }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
-};
-
-}  // namespace
 
 TEST_CASE("membership: after a loss the majority is over the last epoch's members not known dead, and only a "
           "closed connection in contact followed by a refused port proves a death") {

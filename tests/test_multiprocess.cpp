@@ -2,6 +2,7 @@
 // the coordinator (CAF middleman) and exchange tensors over UCX on loopback.
 #include <doctest/doctest.h>
 
+#include "loopback_port.hpp"
 #include "run_command.hpp"
 
 #include "actors/standby_actor.hpp"
@@ -40,6 +41,7 @@
 
 namespace {
 
+using accord::testing::free_port;
 using accord::testing::run;
 using accord::testing::run_output;
 
@@ -405,20 +407,6 @@ TEST_CASE("--transport nccl without usable GPUs fails with one line instead of h
 }
 
 namespace {
-
-// A port that was free a moment ago, for a rank 0 that a joiner must find.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  socklen_t length = sizeof address;
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 // The newest metrics line's step and epoch (0, 0 before the first).
 std::pair<std::uint64_t, std::uint64_t> progress_of(const std::string& metrics) {
