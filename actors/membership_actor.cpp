@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <climits>
 #include <csignal>
+#include <functional>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -154,9 +156,18 @@ void report_member(self_pointer self, const member& m, const std::string& what, 
 }
 
 // Copies what forming the next epoch needs to every other member's standby.
-void replicate(self_pointer self) {
+// How long a member's agent has to answer for a copy of the coordinator's state: a hung member
+// must not keep the requests open.
+constexpr auto replica_answer_wait = std::chrono::seconds(10);
+
+// Sends the coordinator's state to every member's standby; `passed_on`, if given, runs once each
+// member's agent has handed it to its standby, or failed to.
+void replicate(self_pointer self, std::function<void()> passed_on = {}) {
   auto& s = self->state;
-  if (!s.setup.elastic) return;
+  if (!s.setup.elastic) {
+    if (passed_on) passed_on();
+    return;
+  }
   coordination_replica r;
   r.epoch = s.epoch;
   r.sequence = ++s.replica_sequence;
@@ -175,8 +186,16 @@ void replicate(self_pointer self) {
   constexpr std::size_t positions = 8;
   for (auto it = s.kept_positions.rbegin(); it != s.kept_positions.rend() && r.kept.size() < positions; ++it)
     r.kept.push_back({it->first.first, it->first.second, it->second});
+  auto waiting = std::make_shared<std::size_t>(0);
+  for (const auto& [id, m] : s.members) *waiting += m.alive && m.remote && m.agent ? 1 : 0;
+  if (*waiting == 0 && passed_on) passed_on();
+  const auto answered = [waiting, passed_on] {
+    if (--*waiting == 0 && passed_on) passed_on();
+  };
   for (const auto& [id, m] : s.members)
-    if (m.alive && m.remote && m.agent) self->send(m.agent, replica_atom::value, r);
+    if (m.alive && m.remote && m.agent)
+      self->request(m.agent, replica_answer_wait, replica_atom::value, r)
+          .then([answered](bool) { answered(); }, [answered](caf::error&) { answered(); });
 }
 
 // Answers the waiters once the job is over and every member alive has heard so.
@@ -344,10 +363,6 @@ std::tuple<bool, int, std::uint64_t> order_key(const member* m) {
   return std::make_tuple(m->remote, m->initial_rank >= 0 ? m->initial_rank : INT_MAX, m->id);
 }
 
-// Time between the replayed coordinator's last copy of its state and its process going away:
-// the copy reaches the members, as it had long before a real loss after that step.
-constexpr auto replayed_loss_delay = std::chrono::seconds(1);
-
 // The change a replay has due where the epoch just ended (before the first: where the job
 // starts): its members depart and its joiners are admitted. False while the forming waits: for
 // a due joiner that has not asked for its epoch yet, or for this process's end (the coordinator
@@ -361,10 +376,11 @@ bool apply_replayed_change(self_pointer self) {
       std::any_of(due->departures.begin(), due->departures.end(), [](const auto& d) { return d.coordinator; });
   if (coordinator_departs && !s.replayed_coordinator_gone) {
     s.departing = true;
-    replicate(self);  // with this step's kept position, which the next epoch starts from
     event(self, "membership: replaying the coordinator's loss after step " + std::to_string(due->step) +
                     ": this process goes away");
-    self->delayed_send(self, replayed_loss_delay, leave_atom::value);
+    // With this step's kept position, which the next epoch starts from: the process goes once
+    // every member holds it, as members had long before a real loss after that step.
+    replicate(self, [self] { self->send(self, leave_atom::value); });
     return false;
   }
   std::vector<member*> joiners;
@@ -1039,9 +1055,11 @@ member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setu
       [self](replica_atom, coordination_replica& replica) {
         auto& s = self->state;
         // After the loss, a hung coordinator that wakes must not refresh the copy a successor starts from.
-        if (s.master_lost || !newer(replica, s.replica)) return;
+        if (s.master_lost || !newer(replica, s.replica)) return true;
         s.replica = replica;
+        // The standby is in this process and hears this agent in order: passed on is held.
         caf::anon_send(s.setup.standby, replica_atom::value, std::move(replica));
+        return true;
       },
       [self](lost_atom, const std::string& line) {
         if (self->state.setup.on_event) self->state.setup.on_event(line);

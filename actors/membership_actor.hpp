@@ -146,7 +146,7 @@ using member_agent = caf::typed_actor<
     caf::reacts_to<heartbeat_atom>,  // sends the next heartbeat
     caf::reacts_to<lost_atom, std::string>,  // a member was lost or left: the line to show here
     caf::reacts_to<dropped_atom, std::string>,  // rank 0 went on without this member: why
-    caf::reacts_to<replica_atom, coordination_replica>,  // for the process's standby
+    caf::replies_to<replica_atom, coordination_replica>::with<bool>,  // for the process's standby; true once passed on
     // The coordinator's heartbeat: when it was sent, and the newest of this member's it heard
     // (heartbeat_time of each sender's clock; cluster/certain_death.hpp).
     caf::reacts_to<alive_atom, std::int64_t, std::int64_t>,
