@@ -92,6 +92,7 @@ def register_hook(model, args):
 
 def main():
     args = parse_arguments()
+    gpt.dump_stacks_on_signal()
     gpt.use_share_of_cores()
     rank, workers = join_group()
     corpus = gpt.Corpus(args.data, args.context, args.seed)
