@@ -1,7 +1,7 @@
 """Waits for the ranks of one run of scripts/bench-netns, and ends a run that hangs instead of
 waiting for its whole time limit: a run stalls when, for a number of seconds, no rank exits,
-writes to its files, or has a thread running or runnable (a rank that computes, or waits for the
-CPU on a loaded machine, is progress; one asleep on a lock, a socket or a peer is not). The
+writes to its files, or has its main thread running or runnable (a rank that computes, or waits
+for the CPU on a loaded machine, is progress; one asleep on a lock, a socket or a peer is not). The
 failure is one line naming the run, each rank still running and what it waits for: the kernel
 function it sleeps in (/proc/PID/wchan), the Python line it is at (asked with SIGUSR1 from ranks
 that registered faulthandler for it) and its namespace's TCP connections."""
@@ -52,12 +52,13 @@ def process_tree(pid):
 
 
 def busy(pid):
-    """Whether a thread of `pid` or its descendants is running, runnable or in uninterruptible I/O."""
+    """Whether the main thread of `pid` or of a descendant is running, runnable or in
+    uninterruptible I/O. Other threads do not count: torch's gloo loop wakes every 10 ms, so on a
+    loaded machine a hung rank's helper threads are often runnable."""
     for process in process_tree(pid):
-        for thread in threads(process):
-            fields = stat_fields(f"/proc/{process}/task/{thread}/stat")
-            if fields and fields[0] in ("R", "D"):
-                return True
+        fields = stat_fields(f"/proc/{process}/stat")  # the main thread's
+        if fields and fields[0] in ("R", "D"):
+            return True
     return False
 
 
