@@ -7,9 +7,11 @@ Same --seed, same start: the initialisation and the order of the training window
 seed, and both scripts read micro-batch k of worker `rank` of `workers` from stream positions
 [(k * workers + rank) * micro_batch, +micro_batch), as accord hands them out.
 """
+import faulthandler
 import json
 import math
 import os
+import signal
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +51,12 @@ def check_arguments(parser, args):
         parser.error(f"--heads {args.heads} must divide --width {args.width}")
     if not os.path.isdir(args.data):
         parser.error(f"--data {args.data}: no such directory (Debian: apt-get install fortunes)")
+
+
+def dump_stacks_on_signal():
+    """SIGUSR1 writes every thread's Python stack to stderr, even while the GIL is held: how
+    scripts/bench-netns asks a rank that stopped making progress where it is."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def use_share_of_cores():

@@ -43,6 +43,7 @@ def parse_arguments():
 
 def main():
     args = parse_arguments()
+    gpt.dump_stacks_on_signal()
     gpt.use_share_of_cores()
     corpus = gpt.Corpus(args.data, args.context, args.seed)
     tokens, targets = corpus.evaluation_set(args.eval_windows)

@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -92,6 +93,7 @@ def register_hook(model, args):
 
 def main():
     args = parse_arguments()
+    gpt.dump_stacks_on_signal()
     gpt.use_share_of_cores()
     rank, workers = join_group()
     corpus = gpt.Corpus(args.data, args.context, args.seed)
@@ -140,9 +142,22 @@ def main():
     sent.write(args.steps)
     per_rank = [None] * workers  # each rank's loss, compute and communication seconds per step
     dist.all_gather_object(per_rank, [(r["train_loss"], r["compute"], r["communication"]) for r in records])
-    dist.destroy_process_group()
     if rank == 0:
         report(args, model, corpus, records, per_rank, snapshots)
+    end(0)  # `replicated` still holds the gloo group: it is never freed
+
+
+def end(code):
+    """Ends the process at once, freeing nothing. torch 1.13 can deadlock wherever the last
+    reference to a gloo process group goes while the GIL is held (DDP's reducer, main's locals
+    as it returns, the interpreter's teardown): the group's destructor joins its worker threads
+    holding the GIL, and a worker that has just finished an operation (the last all_gather) may be
+    waiting for the GIL to free a tensor that Python already dropped. It hung rank 1 once at the
+    end of main() (destroy_process_group only drops the Python names), so neither main() nor the
+    interpreter may free the group."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def report(args, model, corpus, records, per_rank, snapshots):
@@ -168,9 +183,8 @@ def report(args, model, corpus, records, per_rank, snapshots):
 
 
 if __name__ == "__main__":
-    main()
-    # torch 1.13 can deadlock at interpreter exit: the DDP reducer's gloo process group joins its
-    # worker thread holding the GIL, which that thread waits for to free a tensor (one rank of the
-    # third run here hung so). Everything is written: end without the interpreter's teardown.
-    sys.stdout.flush()
-    os._exit(0)
+    try:
+        main()
+    except Exception:  # the traceback's frames hold the group: the interpreter must not free them
+        traceback.print_exc()
+        end(1)
