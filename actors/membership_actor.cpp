@@ -38,11 +38,16 @@ struct member {
   heartbeat_contact contact;     // its heartbeats and this actor's, echoed
   bool checking_death = false;  // lost while in contact: its control port is being tried
   bool known_dead = false;      // and it refused: the process is gone (cluster/certain_death.hpp)
+  // Lost since the last epoch formed: its loss, recorded once an epoch forms without it (until
+  // then it may come back), and when the verdict came.
+  std::optional<membership_record> lost_record;
+  std::chrono::steady_clock::time_point lost_at;
 
   std::string name() const { return member_name(initial_rank, id, host); }
 };
 
-enum class phase { starting, running, forming, finished, failed };
+// yielded: a side without a majority gave way to an earlier coordinator (its members went there).
+enum class phase { starting, running, forming, finished, failed, yielded };
 
 struct restore_check {
   int reports = 0;
@@ -80,6 +85,9 @@ struct membership_state {
   bool departing = false;                  // a replay's coordinator loss: this process goes away
   bool replayed_coordinator_gone = false;  // this process took over from a replayed coordinator loss
   bool replay_waiting = false;             // for a due joiner (said once)
+  // Since when this side, without a majority of the last epoch's members, waits for them.
+  std::optional<std::chrono::steady_clock::time_point> waiting_since;
+  std::string yielded_to;  // the control port of the coordinator this side gave way to
 };
 
 using self_pointer = membership_actor::stateful_pointer<membership_state>;
@@ -143,16 +151,70 @@ std::string role_of(const membership_state& s, const member& m) {
   return next == &m ? "standby" : "worker";
 }
 
-void report_member(self_pointer self, const member& m, const std::string& what, const std::string& cause) {
+// `line` here and in every other member's process but `except`'s.
+void tell_everyone(self_pointer self, const std::string& line, std::uint64_t except) {
+  event(self, line);
+  for (const auto& [id, other] : self->state.members)
+    if (other.alive && other.remote && other.agent && other.id != except) self->send(other.agent, lost_atom::value, line);
+}
+
+void report_member(self_pointer self, member& m, const std::string& what, const std::string& cause) {
   auto& s = self->state;
   const membership_record r =
       member_record(what, s.epoch, steps_done(s), m.initial_rank, m.host, role_of(s, m), cause);
-  record(self, r);
-  s.metrics_events.push_back(to_json_line(r));
-  const std::string line = member_event_line(m.name(), r);
-  event(self, line);
-  for (const auto& [id, other] : s.members)
-    if (other.alive && other.remote && other.agent && other.id != m.id) self->send(other.agent, lost_atom::value, line);
+  // A lost member may come back before the next epoch forms (a side without a majority waits
+  // for it): its loss is recorded once an epoch forms without it.
+  if (what == "lost") {
+    m.lost_record = r;
+    m.lost_at = std::chrono::steady_clock::now();
+  } else {
+    record(self, r);
+    s.metrics_events.push_back(to_json_line(r));
+  }
+  tell_everyone(self, member_event_line(m.name(), r), m.id);
+}
+
+// The members lost since the last epoch that did not come back: their losses go to the
+// membership log and the metrics file, and when the job goes on without them each hears why
+// (a hung process that wakes, instead of waiting on peers that went on without it).
+void settle_losses(self_pointer self, bool job_goes_on) {
+  auto& s = self->state;
+  for (auto& [id, m] : s.members) {
+    if (!m.lost_record) continue;
+    record(self, *m.lost_record);
+    s.metrics_events.push_back(to_json_line(*m.lost_record));
+    m.lost_record.reset();
+    if (const auto dropped = s.dropped.find(id); job_goes_on && dropped != s.dropped.end() && m.agent)
+      self->send(m.agent, dropped_atom::value, dropped->second);
+  }
+}
+
+// A member lost since the last epoch formed that may still come back: no epoch formed without
+// it yet, and it is neither known dead nor leaving.
+bool returnable(const membership_state& s, const member& m) {
+  return s.now == phase::forming && !m.alive && m.lost_record && !m.known_dead && !m.leaving;
+}
+
+// This process's own member (named by its standby's control port).
+const member* own_member(const membership_state& s) {
+  for (const auto& [id, m] : s.members)
+    if (!s.setup.control.empty() && m.control == s.setup.control) return &m;
+  return nullptr;
+}
+
+// A lost member answers again before an epoch formed without it (a stopped process woke, a
+// link healed): it counts again, and the next epoch may take it.
+void readmit(self_pointer self, member& m) {
+  auto& s = self->state;
+  m.alive = true;
+  const std::uint64_t step = m.lost_record->step;
+  m.lost_record.reset();
+  s.dropped.erase(m.id);
+  if (s.detector && m.remote) s.detector->heard(m.id, std::chrono::steady_clock::now());
+  s.pending_reason += "; " + m.name() + " back";
+  const membership_record r =
+      member_record("back", s.epoch, step, m.initial_rank, m.host, role_of(s, m), "it answers again");
+  tell_everyone(self, member_event_line(m.name(), r), m.id);
 }
 
 // Copies what forming the next epoch needs to every other member's standby.
@@ -227,6 +289,7 @@ void fail_job(self_pointer self, const std::string& why) {
   if (s.failure) return;
   s.failure = why;
   s.now = phase::failed;
+  settle_losses(self, false);
   if (s.coordinator) self->send(s.coordinator, worker_failure{0, why});
   for (auto& [id, m] : s.members)
     if (m.promise) {
@@ -451,6 +514,8 @@ void epoch_ended(self_pointer self, std::uint64_t epoch, std::optional<std::stri
 
 void start_epoch(self_pointer self, std::vector<member*> order, std::optional<state_source> source) {
   auto& s = self->state;
+  settle_losses(self, true);
+  s.waiting_since.reset();
   const int before = s.epoch_workers;
   ++s.epoch;
   s.epoch_workers = static_cast<int>(order.size());
@@ -533,6 +598,63 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
     if (m.alive && m.rank < 0 && !m.leaving && !m.held) announce_change(self, m.name() + " joins");
 }
 
+struct majority_count {
+  int last = 0, reachable = 0, dead = 0;
+  bool confirming = false;  // a lost member's death is being checked
+};
+
+majority_count count_majority(const membership_state& s) {
+  majority_count c;
+  for (const auto& [id, m] : s.members) {
+    if (m.last_rank < 0) continue;
+    ++c.last;
+    if (m.alive) ++c.reachable;
+    if (m.known_dead) ++c.dead;
+    c.confirming = c.confirming || m.checking_death;
+  }
+  return c;
+}
+
+bool has_majority(const majority_count& c) { return majority_remains(c.last, c.reachable, c.dead); }
+
+// "no majority: 2 of the last epoch's 4 members are reachable, 0 known dead (...)"
+std::string no_majority(const membership_state& s) {
+  const majority_count c = count_majority(s);
+  return "no majority: " + std::to_string(c.reachable) + " of the last epoch's " + std::to_string(c.last) +
+         " members are reachable, " + std::to_string(c.dead) + " known dead (" + s.pending_reason + ")";
+}
+
+std::string seconds_text(std::chrono::steady_clock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", std::chrono::duration<double>(d).count());
+  return text;
+}
+
+// How often a waiting side asks the lost members' standbys where the job is.
+constexpr auto majority_probe_interval = std::chrono::milliseconds(1000);
+
+// No majority on this side: it keeps its state and trains nothing while its lost members may
+// come back (the next epoch then forms as after any loss), for majority_wait; then the job fails.
+void wait_for_majority(self_pointer self) {
+  auto& s = self->state;
+  if (s.waiting_since) return;
+  const std::string stops = "; this side stops so that a majority elsewhere can go on";
+  if (s.setup.majority_wait.count() == 0) {
+    fail_job(self, no_majority(s) + stops);
+    return;
+  }
+  s.waiting_since = std::chrono::steady_clock::now();
+  const member* own = own_member(s);
+  tell_everyone(self,
+                "membership: " + (own ? own->name() : std::string("this process")) + ", coordinator, waits for a majority at step " +
+                    std::to_string(steps_done(s)) + ": " + no_majority(s).substr(std::string("no majority: ").size()) +
+                    "; this side keeps its state, trains nothing and waits up to " +
+                    seconds_text(s.setup.majority_wait) + " for them (--majority-wait)",
+                own ? own->id : UINT64_MAX);
+  self->delayed_send(self, s.setup.majority_wait, majority_atom::value, s.epoch);
+  if (s.setup.ask_standby) self->send(self, yield_atom::value);
+}
+
 void try_form(self_pointer self) {
   auto& s = self->state;
   if (s.now != phase::starting && s.now != phase::forming) return;
@@ -544,20 +666,9 @@ void try_form(self_pointer self) {
   // No split brain: after a loss, only a strict majority of the last epoch's members not known
   // to be dead goes on (a partition's other side cannot have one too).
   if (s.epoch > 0 && s.lost_since_epoch) {
-    int last = 0, reachable = 0, dead = 0;
-    bool confirming = false;
-    for (const auto& [id, m] : s.members) {
-      if (m.last_rank < 0) continue;
-      ++last;
-      if (m.alive) ++reachable;
-      if (m.known_dead) ++dead;
-      confirming = confirming || m.checking_death;
-    }
-    if (!majority_remains(last, reachable, dead)) {
-      if (confirming) return;  // a death being confirmed may still make one
-      fail_job(self, "no majority: " + std::to_string(reachable) + " of the last epoch's " + std::to_string(last) +
-                         " members are reachable, " + std::to_string(dead) + " known dead (" + s.pending_reason +
-                         "); this side stops so that a majority elsewhere can go on");
+    const majority_count count = count_majority(s);
+    if (!has_majority(count)) {
+      if (!count.confirming) wait_for_majority(self);  // a death being confirmed may still make one
       return;
     }
   }
@@ -606,10 +717,9 @@ void member_lost(self_pointer self, member& m, const std::string& cause) {
   auto& s = self->state;
   if (!m.alive) return;
   m.alive = false;
-  m.promise.reset();
-  m.request.reset();
+  // A pending request stays: the member may come back before the next epoch forms.
   if (s.detector) s.detector->forget(m.id);
-  if (s.now == phase::finished || s.now == phase::failed) {
+  if (s.now == phase::finished || s.now == phase::failed || s.now == phase::yielded) {
     check_released(self);
     return;
   }
@@ -632,8 +742,6 @@ void member_lost(self_pointer self, member& m, const std::string& cause) {
     if (m.agent) self->send(m.agent, abort_atom::value, s.epoch, "the coordinator dropped this member: " + cause);
     self->send(s.coordinator, worker_failure{m.rank, lost});
   }
-  // A hung process that wakes hears why instead of waiting on peers that went on without it.
-  if (m.agent) self->send(m.agent, dropped_atom::value, dropped);
   if (cause == closed_in_contact_cause) check_death(self, m);
   try_form(self);
 }
@@ -641,11 +749,12 @@ void member_lost(self_pointer self, member& m, const std::string& cause) {
 // The adaptive detector's verdicts, every check interval while the job runs.
 void check_silence(self_pointer self) {
   auto& s = self->state;
-  if (s.now == phase::finished || s.now == phase::failed) return;
-  // The members judge the coordinator by its own heartbeats.
+  if (s.now == phase::finished || s.now == phase::failed || s.now == phase::yielded) return;
+  // The members judge the coordinator by its own heartbeats; a lost one that may come back
+  // still hears them (it echoes them when it answers again).
   if (s.setup.elastic)
     for (const auto& [id, m] : s.members)
-      if (m.alive && m.remote && m.agent)
+      if ((m.alive || returnable(s, m)) && m.remote && m.agent)
         self->send(m.agent, alive_atom::value, heartbeat_time(std::chrono::steady_clock::now()), m.contact.heard_sent);
   for (const heartbeat_detector::suspicion& silent : s.detector->check(std::chrono::steady_clock::now())) {
     const auto found = s.members.find(silent.member);
@@ -740,11 +849,11 @@ void take_over(self_pointer self) {
   }
   s.replayed_coordinator_gone = s.setup.replay.has_value();
   member& lost = s.members.at(r.coordinator);
-  // Every survivor named it already (its agent saw the loss); here it is recorded.
-  const membership_record lost_record =
+  // Every survivor named it already (its agent saw the loss); here it is recorded, once an
+  // epoch forms without it (this side may give way to it instead).
+  lost.lost_record =
       member_record("lost", s.epoch, r.steps_done, lost.initial_rank, lost.host, "coordinator", s.setup.takeover_cause);
-  record(self, lost_record);
-  s.metrics_events.push_back(to_json_line(lost_record));
+  lost.lost_at = std::chrono::steady_clock::now();
   s.now = phase::forming;
   s.epoch_failure = "the coordinator's process was lost: " + s.setup.takeover_cause;
   s.lost_in_epoch = true;
@@ -752,6 +861,60 @@ void take_over(self_pointer self) {
   s.pending_reason = "the coordinator, " + lost.name() + ", lost";
   if (s.setup.takeover_cause == closed_in_contact_cause) check_death(self, lost);
   self->delayed_send(self, s.setup.reconnect_grace, reconnect_atom::value);
+}
+
+// While this side waits for a majority, the lost members of the last epoch are asked, off this
+// actor's thread, where the job is: each answering standby replies (yield_atom, its control
+// port, the newest epoch it holds, whether it hosts a coordinator), then (yield_atom, "") ends
+// the round.
+void probe_lost_members(self_pointer self) {
+  auto& s = self->state;
+  if (!s.waiting_since || s.now != phase::forming) return;
+  std::vector<std::string> controls;
+  for (const auto& [id, m] : s.members)
+    if (!m.alive && m.last_rank >= 0 && !m.known_dead && !m.control.empty()) controls.push_back(m.control);
+  self->home_system().spawn([membership = caf::actor_cast<membership_actor>(self), controls,
+                             ask = s.setup.ask_standby](caf::blocking_actor*) {
+    for (const std::string& control : controls)
+      if (const auto answer = ask(control))
+        caf::anon_send(membership, yield_atom::value, control, answer->first, answer->second);
+    caf::anon_send(membership, yield_atom::value, std::string(), std::uint64_t{0}, false);
+  });
+}
+
+// The answer of a lost member's standby at `control`: it holds a later epoch (a majority went on
+// without this side, which stops), or it coordinates a side of its own and comes earlier in the
+// last epoch's order (this side, its coordinator a successor, gives way: every member goes there).
+void heard_from_lost_member(self_pointer self, const std::string& control, std::uint64_t epoch, bool coordinates) {
+  auto& s = self->state;
+  if (!s.waiting_since || s.now != phase::forming) return;
+  if (control.empty()) {
+    self->delayed_send(self, majority_probe_interval, yield_atom::value);
+    return;
+  }
+  if (epoch > s.epoch) {
+    fail_job(self, no_majority(s) + "; the job went on without this side (the member at " + control +
+                       " holds epoch " + std::to_string(epoch) + "), which stops");
+    return;
+  }
+  const member* own = own_member(s);
+  const auto there = std::find_if(s.members.begin(), s.members.end(),
+                                  [&](const auto& entry) { return entry.second.control == control; });
+  if (!coordinates || !own || there == s.members.end() || there->second.last_rank < 0 ||
+      there->second.last_rank >= own->last_rank)
+    return;
+  s.now = phase::yielded;
+  s.yielded_to = control;
+  tell_everyone(self,
+                "membership: this side (no majority) gives way to the coordinator of " + there->second.name() +
+                    ", earlier in the last epoch's order; its members say hello there again",
+                UINT64_MAX);
+  for (auto& [id, m] : s.members)
+    if (m.alive && m.promise) {
+      epoch_plan plan;
+      plan.rejoin = control;
+      answer(m, std::move(plan));
+    }
 }
 
 membership_actor::behavior_type membership_behavior(self_pointer self, membership_setup setup) {
@@ -782,17 +945,28 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         };
         if (s.failure) return caf::make_error(caf::sec::runtime_error, *s.failure);
         if (s.now == phase::finished) return refuse("the job is already over");
+        if (!s.yielded_to.empty()) return refuse("this side gave way to the coordinator at " + s.yielded_to);
         if (hello.rejoin) {
+          // After a takeover, or (a side waiting for a majority) a lost member that comes back.
           const auto found = s.members.find(hello.member);
-          if (found == s.members.end() || !found->second.reconnecting)
+          const bool back = found != s.members.end() && returnable(s, found->second);
+          if (found == s.members.end() || !(found->second.reconnecting || back)) {
+            if (const auto dropped = s.dropped.find(hello.member); dropped != s.dropped.end())
+              return caf::make_error(caf::sec::runtime_error, dropped->second);
             return refuse("member " + std::to_string(hello.member) +
                           " is not one this coordinator waits for after the last one's loss");
+          }
           member& m = found->second;
           m.reconnecting = false;
           m.agent = agent;
           m.remote = agent.node() != self->node();
+          m.request.reset();
+          m.promise.reset();
           self->monitor(agent);
-          if (s.detector && m.remote) s.detector->heard(m.id, std::chrono::steady_clock::now());
+          if (back)
+            readmit(self, m);
+          else if (s.detector && m.remote)
+            s.detector->heard(m.id, std::chrono::steady_clock::now());
           return m.id;
         }
         if (!hello.job.empty() && hello.job != s.setup.job_id)
@@ -841,6 +1015,17 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         auto found = s.members.find(request.member);
         if (found == s.members.end()) return job_over();
         member& m = found->second;
+        if (!s.yielded_to.empty()) {
+          epoch_plan plan;
+          plan.rejoin = s.yielded_to;
+          return plan;
+        }
+        // Kept until its heartbeats say that it still follows this coordinator.
+        if (returnable(s, m)) {
+          m.promise = self->make_response_promise<epoch_plan>();
+          m.request = std::move(request);
+          return *m.promise;
+        }
         if (s.failure || s.now == phase::finished || !m.alive) {
           m.released = true;
           check_released(self);
@@ -883,9 +1068,19 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
       [self](heartbeat_atom, std::uint64_t id, std::int64_t sent, std::int64_t echo) {
         auto& s = self->state;
         const auto found = s.members.find(id);
-        if (!s.detector || found == s.members.end() || !found->second.alive || !found->second.remote) return;
+        if (!s.detector || found == s.members.end() || !found->second.remote) return;
+        member& m = found->second;
+        if (!m.alive) {
+          // A lost member that heard this coordinator after the verdict still follows it (one
+          // sent before may have left for another side since): it is back.
+          if (!returnable(s, m) || heartbeat_time_point(echo) <= m.lost_at) return;
+          readmit(self, m);
+          m.contact.heard(sent, echo);
+          try_form(self);
+          return;
+        }
         s.detector->heard(id, std::chrono::steady_clock::now());
-        found->second.contact.heard(sent, echo);
+        m.contact.heard(sent, echo);
       },
       [self](dead_atom, std::uint64_t id, bool refused) {
         const auto found = self->state.members.find(id);
@@ -895,6 +1090,22 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         try_form(self);
       },
       [self](silence_atom) { check_silence(self); },
+      [self](majority_atom, std::uint64_t epoch) {
+        auto& s = self->state;
+        if (!s.waiting_since || epoch != s.epoch || s.now != phase::forming) return;
+        // A majority answers again but has not asked for the epoch yet: a later loss waits afresh.
+        if (has_majority(count_majority(s))) {
+          s.waiting_since.reset();
+          return;
+        }
+        fail_job(self, no_majority(s) + "; this side stops so that a majority elsewhere can go on (it waited " +
+                           seconds_text(std::chrono::steady_clock::now() - *s.waiting_since) +
+                           " for one: --majority-wait)");
+      },
+      [self](yield_atom) { probe_lost_members(self); },
+      [self](yield_atom, const std::string& control, std::uint64_t epoch, bool coordinates) {
+        heard_from_lost_member(self, control, epoch, coordinates);
+      },
       [self](reconnect_atom) {
         for (auto& [id, m] : self->state.members)
           if (m.reconnecting) member_lost(self, m, "did not reconnect to the new coordinator");

@@ -17,7 +17,10 @@
 // (recovery/elastic_state.hpp). A failure without a lost member (a model error, say) ends the
 // job; so does any failure when the job is not elastic. After a loss only a strict majority of
 // the last epoch's members not known to be dead goes on (cluster/certain_death.hpp says when a
-// lost member counts as dead).
+// lost member counts as dead). A side without one waits (membership_setup::majority_wait): its
+// lost members may come back (a stopped process that wakes, a partition that heals) and are
+// counted again until an epoch forms without them; a side whose coordinator took over gives way
+// to one earlier in the last epoch's order that it can reach.
 //
 // In an elastic job the state this actor forms epochs from is copied to every member's standby
 // (actors/standby_actor.hpp) at each kept step and epoch formation. When the coordinator's
@@ -35,6 +38,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 namespace accord {
 
@@ -56,6 +61,8 @@ using alive_atom = caf::atom_constant<caf::atom("alive")>;
 using replica_atom = caf::atom_constant<caf::atom("replica")>;
 using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 using dead_atom = caf::atom_constant<caf::atom("dead")>;
+using majority_atom = caf::atom_constant<caf::atom("majority")>;
+using yield_atom = caf::atom_constant<caf::atom("yield")>;
 
 // How to interrupt the transport of a worker process's current epoch (its connection setup,
 // then the transport itself). The agent does so when the epoch fails, wherever the process is
@@ -106,6 +113,9 @@ struct epoch_plan {
   bool from_origin = true;  // start as the job starts (the seeded or resumed state)
   state_source source;      // else the kept state every rank restores
   std::uint64_t end_steps = 0;  // a replay's: the epoch ends after this step (0: when a change comes)
+  // Not empty: this side had no majority and gave way to the coordinator whose standby listens
+  // at this HOST:PORT (one earlier in the last epoch's order): say hello to it again as this member.
+  std::string rejoin;
 };
 
 // A rank's view of the state it restored, to compare with what was kept.
@@ -128,7 +138,7 @@ typename Inspector::result_type inspect(Inspector& f, epoch_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, epoch_plan& x) {
   return f(caf::meta::type_name("epoch_plan"), x.finished, x.epoch, x.rank, x.world, x.addresses, x.coordinator,
-           x.start_steps, x.data_position, x.from_origin, x.source, x.end_steps);
+           x.start_steps, x.data_position, x.from_origin, x.source, x.end_steps, x.rejoin);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, restored_report& x) {
@@ -169,6 +179,11 @@ using membership_actor = caf::typed_actor<
     // A member's agent is alive (member id, when sent, the newest coordinator heartbeat it heard).
     caf::reacts_to<heartbeat_atom, std::uint64_t, std::int64_t, std::int64_t>,
     caf::reacts_to<dead_atom, std::uint64_t, bool>,  // whether a lost member's control port refused
+    caf::reacts_to<majority_atom, std::uint64_t>,  // the wait for a majority after that epoch is over
+    caf::reacts_to<yield_atom>,  // looks for a coordinator earlier in the last epoch's order
+    // A lost member's standby answered: its control port, its newest epoch, whether it coordinates
+    // ("": the round of questions is over).
+    caf::reacts_to<yield_atom, std::string, std::uint64_t, bool>,
     caf::reacts_to<silence_atom>,  // checks the heartbeats
     caf::reacts_to<reconnect_atom>,  // after a takeover: the members that did not reconnect are lost
     // Why a member was dropped from the job (asked by one that lost its connection to rank 0
@@ -226,6 +241,14 @@ struct membership_setup {
   std::optional<coordination_replica> takeover;
   std::string takeover_cause;
   std::chrono::milliseconds reconnect_grace{3000};
+  // A side without a majority of the last epoch's members keeps its state and waits this long
+  // for them (they may be behind a partition that heals) before the job fails; 0: it fails at once.
+  std::chrono::milliseconds majority_wait{30'000};
+  // Asks the standby listening at HOST:PORT (a lost member's) for the newest epoch it holds and
+  // whether its process hosts a coordinator; nullopt when it does not answer. May block for a few
+  // seconds (called off the actor's thread). A waiting side stops when a lost member holds a later
+  // epoch, and gives way to a coordinator earlier in the last epoch's order. Empty: asks nobody.
+  std::function<std::optional<std::pair<std::uint64_t, bool>>(const std::string& control)> ask_standby;
   // Replays these changes (process_group::membership_replay): each epoch ends at the next one's
   // step; then its departing members leave (the coordinator's process goes away, as a killed one
   // does), and its joiners, held since their hello, are admitted (waited for when not there yet).

@@ -66,6 +66,7 @@ standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_fu
         s.deferred.clear();
         for (auto& [key, promise] : deferred) promise.deliver(take_over_once(s));
       },
+      [self](membership_atom, membership_actor& hosted) { self->state.hosted = std::move(hosted); },
       [self](where_atom) { return self->state.hosted ? std::string() : self->state.replica.coordinator_control; },
       [self](membership_atom) -> caf::result<membership_actor> {
         if (self->state.hosted) return self->state.hosted;
@@ -81,8 +82,8 @@ standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_fu
         if (saw_coordinator_lost(s)) return take_over_once(s);
         // The coordinator formed a later epoch without the asker: it was dropped, not the coordinator.
         if (epoch < s.replica.epoch)
-          return still_heard(s, "which formed epoch " + std::to_string(s.replica.epoch) + " without the asker, whose copy is of epoch " +
-                                    std::to_string(epoch));
+          return still_heard(s, "which formed epoch " + std::to_string(s.replica.epoch) + " " + formed_without_asker +
+                                    ", whose copy is of epoch " + std::to_string(epoch));
         // Lost coordinators are seen by every member within a detector's threshold: wait for ours.
         const std::uint64_t key = s.next_key++;
         auto promise = self->make_response_promise<membership_actor>();
@@ -99,6 +100,11 @@ standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_fu
                       std::chrono::duration<double>(s.confirm_wait).count());
         found->second.deliver(still_heard(s, std::string("still heard ") + waited));
         s.deferred.erase(found);
+      },
+      [self](follow_atom, const std::string& control) {
+        auto& s = self->state;
+        s.hosted = membership_actor{};
+        if (control == s.replica.coordinator_control) s.lost_coordinator.reset();
       },
   };
 }

@@ -23,12 +23,15 @@ using where_atom = caf::atom_constant<caf::atom("where")>;
 using elect_atom = caf::atom_constant<caf::atom("elect")>;
 using membership_atom = caf::atom_constant<caf::atom("membership")>;
 using unconfirmed_atom = caf::atom_constant<caf::atom("unconfirm")>;
+using follow_atom = caf::atom_constant<caf::atom("follow")>;
 
 // Longer than any member's detector takes to judge a hung coordinator (its 1.5 s floor, 3 s
 // until ten heartbeats are known, more on an irregular machine); a dead one is seen at once.
 inline constexpr auto takeover_confirm_wait = std::chrono::milliseconds(5000);
 // Starts a refusal to take over from a coordinator this member still hears.
 inline constexpr const char* coordinator_still_heard = "this member still hears the coordinator";
+// In such a refusal: the coordinator formed a later epoch without the asker (it was dropped).
+inline constexpr const char* formed_without_asker = "without the asker";
 
 using standby_actor = caf::typed_actor<
     caf::reacts_to<replica_atom, coordination_replica>,  // the coordinator's newest state (kept if newer)
@@ -39,10 +42,16 @@ using standby_actor = caf::typed_actor<
     caf::replies_to<where_atom>::with<std::string>,
     // The coordinator's membership actor when this process hosts it, else an error naming where it is.
     caf::replies_to<membership_atom>::with<membership_actor>,
+    // This process hosts that membership actor from the start (rank 0's): it is the coordinator here.
+    caf::reacts_to<membership_atom, membership_actor>,
     // The coordinator of `epoch` was lost (`cause`, as the asker saw it): this process takes over
     // (once) and replies with its membership actor, when it judged that coordinator lost too.
     caf::replies_to<elect_atom, std::uint64_t, std::string>::with<membership_actor>,
-    caf::reacts_to<unconfirmed_atom, std::uint64_t>>;  // a deferred election's wait is over
+    caf::reacts_to<unconfirmed_atom, std::uint64_t>,  // a deferred election's wait is over
+    // This process said hello again to the coordinator reached through the standby at HOST:PORT
+    // (its side had no majority): a coordination it hosted is over, and a verdict that this
+    // coordinator was lost no longer holds.
+    caf::reacts_to<follow_atom, std::string>>;
 
 // Starts this process's coordination from `replica` after the coordinator was lost for `cause`.
 using take_over_function = std::function<membership_actor(const coordination_replica& replica, const std::string& cause)>;

@@ -129,7 +129,10 @@ int main(int argc, char** argv) {
        "join the running elastic job whose rank 0 listens at HOST:PORT (also set by ACCORD_JOIN, as "
        "accord-launch --join does)")
       ("keep-interval", number_flag<std::uint64_t>(1, 1'000'000'000, 1),
-       "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)");
+       "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)")
+      ("majority-wait", number_flag(0.0, 86400.0, 30.0),
+       "elastic: seconds a side without a majority of the last epoch's members (a partition, members "
+       "stopped) keeps its state and waits for them before it stops (0: at once)");
   po::options_description options("accord-train options");
   options.add_options()("help,h", "show this help");
   sections.add_to(options);
@@ -155,6 +158,7 @@ int main(int argc, char** argv) {
     if (detector != "adaptive" && detector != "timeout")
       throw std::invalid_argument("--failure-detector: '" + detector + "' (expected adaptive|timeout)");
     const double rendezvous_timeout = flags["rendezvous-timeout"].as<double>();
+    const double majority_wait = flags["majority-wait"].as<double>();
     // RANK, WORLD_SIZE, ... (or Slurm's), ACCORD_ELASTIC, and --join or ACCORD_JOIN as
     // accord-launch --join sets it; nullopt: a job in this process.
     std::optional<process_group> place =
@@ -174,10 +178,13 @@ int main(int argc, char** argv) {
       setup.job.trace_path = trace;
     if (place) {
       warn_ignored(flags, "accord-train", {{"link", "between processes (the network is real)"}});
-      if (!elastic && !joining) warn_ignored(flags, "accord-train", {{"keep-interval", "without --elastic"}});
+      if (!elastic && !joining)
+        for (const char* flag : {"keep-interval", "majority-wait"})
+          warn_ignored(flags, "accord-train", {{flag, "without --elastic"}});
     } else {
       for (const char* flag :
-           {"transport", "elastic", "keep-interval", "heartbeat-timeout", "failure-detector", "rendezvous-timeout"})
+           {"transport", "elastic", "keep-interval", "heartbeat-timeout", "failure-detector", "rendezvous-timeout",
+            "majority-wait"})
         warn_ignored(flags, "accord-train", {{flag, "in one process (it applies between processes)"}});
     }
     if (!joining && place) {
@@ -213,6 +220,7 @@ int main(int argc, char** argv) {
       else if (const char* log = std::getenv("ACCORD_REPLAY_MEMBERSHIP"); log && *log)
         place->membership_replay = log;
       place->rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
+      place->majority_wait = std::chrono::milliseconds(static_cast<long long>(majority_wait * 1000));
     }
     if (flags["show-config"].as<bool>()) {
       std::printf("%s%s", describe(setup.job).c_str(), place ? describe(*place, "group.").c_str() : "");

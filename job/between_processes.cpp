@@ -116,6 +116,32 @@ caf::expected<membership_actor> find_membership(caf::actor_system& system, const
   return membership_through_standby(system, host, port, timeout);
 }
 
+// The coordinator reached through the member whose standby listens at `control` (HOST:PORT).
+caf::expected<membership_actor> membership_at(caf::actor_system& system, const std::string& control,
+                                              std::chrono::milliseconds timeout) {
+  const auto colon = control.rfind(':');
+  if (colon == std::string::npos) return caf::make_error(caf::sec::invalid_argument, "no port in " + control);
+  return membership_through_standby(system, control.substr(0, colon), std::stoi(control.substr(colon + 1)), timeout);
+}
+
+// What the standby at `control` (a lost member's) says about the job: the newest epoch it holds
+// a copy of, and whether its process hosts a coordinator; nullopt when it does not answer.
+std::optional<std::pair<std::uint64_t, bool>> ask_standby(caf::actor_system& system, const std::string& control) {
+  constexpr auto timeout = std::chrono::milliseconds(2000);
+  const auto colon = control.rfind(':');
+  if (colon == std::string::npos) return std::nullopt;
+  auto standby = find_published<standby_actor>(system, control.substr(0, colon), std::stoi(control.substr(colon + 1)), timeout);
+  if (!standby) return std::nullopt;
+  caf::scoped_actor self{system};
+  std::optional<std::pair<std::uint64_t, bool>> answer;
+  self->request(*standby, timeout, replica_atom::value)
+      .receive([&](coordination_replica& r) { answer.emplace(r.epoch, false); }, [](caf::error&) {});
+  if (answer)
+    self->request(*standby, timeout, membership_atom::value)
+        .receive([&](membership_actor&) { answer->second = true; }, [](caf::error&) {});
+  return answer;
+}
+
 // A worker's way to the coordinator: rank 0's master port, retried until the connect timeout;
 // a joiner tries each address it was given in turn.
 membership_actor find_coordinator(caf::actor_system& system, const process_group& group, const job_hooks& hooks) {
@@ -158,10 +184,12 @@ membership_actor find_coordinator(caf::actor_system& system, const process_group
 
 // After the coordinator's loss (`cause`), the members of the last replicated epoch take over in
 // its rank order: this process asks each in turn (its own standby when its turn comes) until one
-// answers with the membership actor it now hosts. `refusals` collects why the others did not.
+// answers with the membership actor it now hosts. `refusals` collects why the others did not;
+// `left_behind` says that one of them holds a later epoch, formed without this process.
 std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf::scoped_actor& self,
                                                   const standby_actor& standby, std::uint64_t me,
-                                                  const std::string& cause, std::string& refusals) {
+                                                  const std::string& cause, std::string& refusals,
+                                                  bool& left_behind) {
   // A dead candidate refuses the connection at once; a hung one is given this long.
   constexpr auto candidate_timeout = std::chrono::milliseconds(2000);
   coordination_replica replica;
@@ -190,6 +218,7 @@ std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf
                  [&](caf::error& e) {
                    const std::string why = describe(system, e);
                    still_heard = why.find(coordinator_still_heard) != std::string::npos;
+                   left_behind = left_behind || why.find(formed_without_asker) != std::string::npos;
                    refusals += (refusals.empty() ? "" : "; ") + name + ": " + why;
                  });
     if (elected) return elected;
@@ -452,6 +481,8 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
     setup.takeover = takeover;
     setup.takeover_cause = cause;
     setup.replay = origin.membership_replay;
+    setup.majority_wait = group.majority_wait;
+    setup.ask_standby = [system = system.get()](const std::string& control) { return ask_standby(*system, control); };
     if (!origin.membership_log_path.empty()) {
       // Shared with the membership actor, which an abandoned system never stops. A successor
       // goes on with the lost coordinator's log.
@@ -514,6 +545,8 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
     }
     if (master) {
       me.membership = start_coordination(std::nullopt, "");
+      // Its standby leads there too: a member that lost it (a partition) finds it again by its control port.
+      if (standby) caf::anon_send(standby, membership_atom::value, me.membership);
       // CAF listens on loopback only; the guard faces the workers (cluster/master_port_guard.hpp).
       auto port = system->middleman().publish(me.membership, 0, "127.0.0.1", true);
       try {
@@ -557,6 +590,65 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       self->request(me.agent, caf::infinite, hello_atom::value, std::move(hello))
           .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
     };
+    // Says hello again as this member to `next`, the coordinator after a loss.
+    auto follow = [&](const membership_actor& next) {
+      self->send_exit(me.agent, caf::exit_reason::user_shutdown);
+      me.membership = next;
+      failure.reset();
+      admit(true);
+    };
+    // No member took over: those asked still hear the coordinator, or do not answer (a partition,
+    // a flapping link, members that hung with it). This side keeps its state, trains nothing and
+    // for --majority-wait asks the last coordinator (back, and waiting for its members) and the
+    // last epoch's members again; a majority may then be reachable. `refusals` says why not.
+    auto wait_for_majority = [&](const std::string& cause, std::string& refusals) -> std::optional<membership_actor> {
+      constexpr auto retry = std::chrono::milliseconds(500);
+      const auto since = std::chrono::steady_clock::now();
+      bool announced = false;
+      for (;;) {
+        coordination_replica replica;
+        self->request(standby, std::chrono::seconds(2), replica_atom::value)
+            .receive([&](coordination_replica& r) { replica = std::move(r); }, [](caf::error&) {});
+        if (!replica.coordinator_control.empty())
+          if (auto last = membership_at(*system, replica.coordinator_control, std::chrono::milliseconds(2000))) {
+            caf::anon_send(standby, follow_atom::value, replica.coordinator_control);
+            return *last;
+          }
+        const auto waited = std::chrono::steady_clock::now() - since;
+        if (waited >= group.majority_wait || (hooks.stop_requested && hooks.stop_requested->load())) {
+          if (announced) {
+            char text[96];
+            std::snprintf(text, sizeof text, "; this side waited %.1f s for a majority (--majority-wait)",
+                          std::chrono::duration<double>(waited).count());
+            refusals += text;
+          }
+          return std::nullopt;
+        }
+        if (!announced && group.on_event) {
+          std::string name = "member " + std::to_string(me.id), role = "worker";
+          for (const replica_member& m : replica.members)
+            if (m.id == me.id) name = member_name(m.initial_rank, m.id, m.host);
+          for (const replica_member& m : succession(replica))
+            if (m.id != replica.coordinator) {
+              if (m.id == me.id) role = "standby";
+              break;
+            }
+          char wait[32];
+          std::snprintf(wait, sizeof wait, "%.1f s", std::chrono::duration<double>(group.majority_wait).count());
+          group.on_event("membership: " + name + ", " + role + ", waits for a majority at step " +
+                         std::to_string(replica.steps_done) + ": no member could take over from the lost coordinator (" +
+                         cause + "): " + refusals + "; this side keeps its state, trains nothing and asks the last "
+                         "epoch's members again for up to " + wait + " (--majority-wait)");
+        }
+        announced = true;
+        std::this_thread::sleep_for(retry);
+        std::string again;
+        bool left_behind = false;
+        if (auto elected = elect_coordinator(*system, self, standby, me.id, cause, again, left_behind)) return elected;
+        if (!again.empty()) refusals = std::move(again);
+        if (left_behind) return std::nullopt;
+      }
+    };
     admit(false);
     if (trace_recorder* trace = trace_recorder::active(); trace && !master && !failure)
       trace->set_clock_offset(clock_offset_to(self, me.membership));
@@ -579,15 +671,36 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
         // The survivors elect the next coordinator and reconnect to it, keeping their member ids.
         const std::string cause = failure->substr(std::string(coordinator_lost).size() + 2);
         std::string refusals;
-        const std::optional<membership_actor> elected = elect_coordinator(*system, self, standby, me.id, cause, refusals);
+        bool left_behind = false;
+        std::optional<membership_actor> elected =
+            elect_coordinator(*system, self, standby, me.id, cause, refusals, left_behind);
+        if (!elected && !left_behind) elected = wait_for_majority(cause, refusals);
         if (!elected) {
           failure = "no member could take over from the lost coordinator (" + cause + "): " + refusals;
           break;
         }
+        follow(*elected);
+        continue;
+      }
+      if (!failure && !plan.rejoin.empty()) {
+        // This side had no majority and gave way to a coordinator earlier in the last epoch's
+        // order: a coordination this process took over ends, and it says hello there again. The
+        // agent goes first: it would take that end for the coordinator's loss and tell the standby.
         self->send_exit(me.agent, caf::exit_reason::user_shutdown);
-        me.membership = *elected;
-        failure.reset();
-        admit(true);
+        self->wait_for(me.agent);
+        if (hosting) {
+          std::lock_guard lock(coordination_mutex);
+          coordination.shut_down(self);
+          hosting = false;
+        }
+        auto there = membership_at(*system, plan.rejoin, std::chrono::milliseconds(10'000));
+        if (!there) {
+          failure = "this side gave way to the coordinator at " + plan.rejoin + ", which does not answer: " +
+                    describe(*system, there.error());
+          break;
+        }
+        caf::anon_send(standby, follow_atom::value, plan.rejoin);
+        follow(*there);
         continue;
       }
       if (failure || plan.finished) break;

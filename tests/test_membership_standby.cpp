@@ -154,3 +154,60 @@ TEST_CASE("membership: after a loss the majority is over the last epoch's member
   CHECK(!port_refuses_connection("no-such-host.invalid:1", std::chrono::milliseconds(2000)));
   CHECK(!port_refuses_connection("127.0.0.1", std::chrono::milliseconds(2000)));
 }
+
+TEST_CASE("membership: a member that says hello again to the coordinator it judged lost withdraws its verdict, and "
+          "the first coordinator's own standby leads to it") {
+  caf::actor_system_config config;
+  configure_system(config);
+  config.load<caf::io::middleman>();
+  caf::actor_system system{config};
+  std::atomic<int> take_overs{0};
+  const auto take_over = [&](const coordination_replica& replica, const std::string& cause) {
+    ++take_overs;
+    membership_setup setup;
+    setup.elastic = true;
+    setup.takeover = replica;
+    setup.takeover_cause = cause;
+    setup.reconnect_grace = std::chrono::minutes(10);  // the test ends first
+    setup.result = std::make_shared<job_result>();
+    return spawn_membership_actor(system, std::move(setup));
+  };
+  const standby_actor standby = spawn_standby_actor(system, take_over, std::chrono::milliseconds(300));
+  caf::scoped_actor self{system};
+  coordination_replica replica;
+  replica.epoch = 5;
+  replica.sequence = 1;
+  replica.coordinator = 0;
+  replica.coordinator_control = "127.0.0.1:7";
+  replica.epoch_workers = 3;
+  replica.members = {{0, 0, "127.0.0.1", "127.0.0.1:7", 0, false},
+                     {1, 1, "127.0.0.1", "127.0.0.1:8", 1, false},
+                     {2, 2, "127.0.0.1", "127.0.0.1:9", 2, false}};
+  self->send(standby, replica_atom::value, replica);
+  // This process judged the coordinator lost (a flapping link), then reached it again and said
+  // hello to it: a member asking this one to take over is refused, the coordinator lives.
+  self->send(standby, lost_atom::value, std::string("hung (silent for 1.60 s)"));
+  self->send(standby, follow_atom::value, std::string("127.0.0.1:7"));
+  const election after_follow = elect(self, standby, 5);
+  CHECK(!after_follow.elected);
+  CHECK(after_follow.refusal.find(coordinator_still_heard) != std::string::npos);
+  CHECK(take_overs == 0);
+
+  // Rank 0's process hosts the job's first coordinator without a takeover: its standby says so,
+  // so that a member cut off from it finds it again through its control port.
+  membership_setup first;
+  first.result = std::make_shared<job_result>();
+  const membership_actor hosted = spawn_membership_actor(system, std::move(first));
+  self->send(standby, membership_atom::value, hosted);
+  std::string where = "unanswered";
+  self->request(standby, std::chrono::seconds(10), where_atom::value)
+      .receive([&](std::string& at) { where = std::move(at); }, [&](caf::error& e) { where = system.render(e); });
+  CHECK(where.empty());
+  std::optional<membership_actor> found;
+  self->request(standby, std::chrono::seconds(10), membership_atom::value)
+      .receive([&](membership_actor& m) { found = std::move(m); }, [](caf::error&) {});
+  REQUIRE(found);
+  CHECK(*found == hosted);
+  self->send_exit(hosted, caf::exit_reason::user_shutdown);
+  self->send_exit(standby, caf::exit_reason::user_shutdown);
+}

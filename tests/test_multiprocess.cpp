@@ -1005,14 +1005,14 @@ struct job_with_kills {
   bool started = false;
 };
 job_with_kills run_with_ranks_killed(const std::string& name, int workers, const std::vector<int>& victims,
-                                     const std::string& algo) {
+                                     const std::string& algo, const std::string& more_flags = {}) {
   const std::string metrics = name + ".jsonl", pids = name + ".pid.";
   std::remove(metrics.c_str());
   job_with_kills outcome;
   std::thread job_thread([&] {
     outcome.job = run(elastic_launch + "--elastic -n " + std::to_string(workers) + " -- /bin/sh -c 'echo $$ > " +
-                      pids + "$RANK; exec " + train + failover_flags + " --algo " + algo + " --metrics " + metrics +
-                      "'");
+                      pids + "$RANK; exec " + train + failover_flags + " --algo " + algo + more_flags + " --metrics " +
+                      metrics + "'");
   });
   outcome.started = wait_for(metrics, 40, 1);
   if (outcome.started)
@@ -1024,13 +1024,96 @@ job_with_kills run_with_ranks_killed(const std::string& name, int workers, const
 }  // namespace
 
 TEST_CASE("a side without a majority of the last epoch's members stops with one line") {
-  // Of 3 processes, the coordinator and rank 1 die together: rank 2 alone is no majority.
-  const auto [job, started] = run_with_ranks_killed("failover_minority", 3, {0, 1}, "ddp");
+  // Of 3 processes, the coordinator and rank 1 die together: rank 2 alone is no majority. It
+  // waits for the others (they might be behind a partition) for --majority-wait, then stops.
+  const auto [job, started] = run_with_ranks_killed("failover_minority", 3, {0, 1}, "ddp", " --majority-wait 1");
   INFO(job.text);
   REQUIRE(started);
   CHECK(job.status != 0);
+  CHECK(job.text.find("[rank 2] membership: rank 2 (127.0.0.1), coordinator, waits for a majority at step ") !=
+        std::string::npos);
   CHECK(job.text.find("[rank 2] accord-train: no majority: 1 of the last epoch's 3 members are reachable") !=
         std::string::npos);
+  CHECK(job.text.find(" for one: --majority-wait)") != std::string::npos);
+}
+
+namespace {
+
+// A 4-process elastic job (DDP, --log-dir) whose ranks 2 and 3 are SIGSTOPped together after
+// step 40: the coordinator's side holds 2 of the last epoch's 4 members, no majority. Once rank
+// 0's log shows `until` they get SIGCONT (also when it never shows, so that the job ends).
+struct stopped_pair {
+  run_output job;
+  std::string metrics;
+  bool started = false, seen = false;
+};
+stopped_pair run_with_pair_stopped(const std::string& name, const std::string& more_flags, const std::string& until) {
+  stopped_pair out;
+  out.metrics = name + ".jsonl";
+  const std::string logs = name + ".logs", pids = name + ".pid.";
+  std::remove(out.metrics.c_str());
+  std::remove((logs + "/rank-0.log").c_str());
+  std::thread job_thread([&] {
+    out.job = run(elastic_launch + "--elastic -n 4 --log-dir " + logs + " -- /bin/sh -c 'echo $$ > " + pids +
+                  "$RANK; exec " + train + failover_flags + " --algo ddp" + more_flags + " --metrics " + out.metrics +
+                  "'");
+  });
+  out.started = wait_for(out.metrics, 40, 1);
+  if (out.started) {
+    for (const int rank : {2, 3}) kill(read_pid(pids + std::to_string(rank)), SIGSTOP);
+    for (int i = 0; i < 3000 && !out.seen; ++i) {
+      const std::vector<char> log = read_all(logs + "/rank-0.log");
+      const std::string text(log.begin(), log.end());
+      out.seen = text.find(until) != std::string::npos;
+      // The old rule stopped this side at once: nothing to wait for then.
+      if (!out.seen && text.find("accord-train: no majority") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (const int rank : {2, 3}) kill(read_pid(pids + std::to_string(rank)), SIGCONT);
+  }
+  job_thread.join();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("an elastic job of 4 whose ranks 2 and 3 stop for a while keeps its state on the coordinator's side (2 of "
+          "4, no majority), trains nothing, and goes on from the kept step once they wake, replicas identical") {
+  // Woken once the coordinator's side waits (--majority-wait 60), as a healed partition would be.
+  const std::string waits = "membership: rank 0 (127.0.0.1), coordinator, waits for a majority at step ";
+  const stopped_pair run = run_with_pair_stopped("majority_back", " --majority-wait 60", waits);
+  INFO(run.job.text);
+  REQUIRE(run.started);
+  CHECK(run.seen);
+  CHECK(run.job.status == 0);
+  // Every rank of the waiting side says so; none stopped.
+  CHECK(run.job.text.find("[rank 1] " + waits) != std::string::npos);
+  CHECK(run.job.text.find("2 of the last epoch's 4 members are reachable, 0 known dead") != std::string::npos);
+  CHECK(run.job.text.find("no majority") == std::string::npos);
+  CHECK(run.job.text.find(", worker, back at step ") != std::string::npos);
+  CHECK(run.job.text.find("[rank 0] membership: epoch 2, 4 -> ") != std::string::npos);
+  CHECK(run.job.text.find("[rank 0] done: ") != std::string::npos);
+  CHECK(run.job.text.find("replicas identical") != std::string::npos);
+  const auto checksums = transfer_checksums(run.job.text);
+  CHECK(!checksums.empty());
+  for (const auto& [before, after] : checksums) CHECK(before == after);
+}
+
+TEST_CASE("when the wait for a majority runs out, every side stops with one line and nothing trains on") {
+  const stopped_pair run = run_with_pair_stopped("majority_gone", " --majority-wait 1", "accord-train: no majority");
+  INFO(run.job.text);
+  REQUIRE(run.started);
+  CHECK(run.job.status != 0);
+  for (const int rank : {0, 1})
+    CHECK(run.job.text.find("[rank " + std::to_string(rank) +
+                            "] accord-train: no majority: 2 of the last epoch's 4 members are reachable, 0 known dead") !=
+          std::string::npos);
+  CHECK(run.job.text.find("(it waited ") != std::string::npos);
+  // The woken pair is the other side: 2 of 4 too, it stops as well.
+  for (const int rank : {2, 3})
+    CHECK(run.job.text.find("[rank " + std::to_string(rank) + "] accord-train: no m") != std::string::npos);
+  CHECK(run.job.text.find("done: ") == std::string::npos);
+  CHECK(progress_of(run.metrics).second == 1);  // no epoch formed after the loss
 }
 
 namespace {
@@ -1056,14 +1139,15 @@ std::vector<std::pair<std::uint64_t, int>> epochs_of(const std::string& log) {
 
 // A 2-process elastic job of 150 steps whose rank `victim` gets `signal` after step 40; a stopped
 // one is killed once rank 0 has printed `stop_line` (the launcher waits for every worker).
-run_output run_pair_with_loss(const std::string& name, int victim, int signal, const std::string& stop_line = {}) {
+run_output run_pair_with_loss(const std::string& name, int victim, int signal, const std::string& stop_line = {},
+                              const std::string& more_flags = {}) {
   const std::string metrics = name + ".jsonl", logs = name + ".logs", pids = name + ".pid.";
   std::remove(metrics.c_str());
   run_output job;
   std::thread job_thread([&] {
     job = run(elastic_launch + "--elastic -n 2 --log-dir " + logs + " -- /bin/sh -c 'echo $$ > " + pids +
               "$RANK; exec " + train + std::regex_replace(failover_flags, std::regex("--steps 300"), "--steps 150") +
-              " --algo acco --metrics " + metrics + "'");
+              " --algo acco" + more_flags + " --metrics " + metrics + "'");
   });
   const bool started = wait_for(metrics, 40, 1);
   if (started) kill(read_pid(pids + std::to_string(victim)), signal);
@@ -1217,7 +1301,7 @@ TEST_CASE("a 2-member elastic job goes on when the other member is killed, and s
     CHECK(job.text.find("no majority") == std::string::npos);
   }
   const std::string stop_line = "no majority: 1 of the last epoch's 2 members are reachable, 0 known dead";
-  const run_output stopped = run_pair_with_loss("pair_stopped", 1, SIGSTOP, stop_line);
+  const run_output stopped = run_pair_with_loss("pair_stopped", 1, SIGSTOP, stop_line, " --majority-wait 1");
   INFO(stopped.text);
   CHECK(stopped.status != 0);
   CHECK(stopped.text.find("[rank 0] membership: rank 1 (127.0.0.1), standby, lost at step ") != std::string::npos);

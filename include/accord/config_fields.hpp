@@ -144,6 +144,7 @@ struct fields_of<process_group> {
       ACCORD_FIELD(process_group, leave_requested),
       ACCORD_FIELD(process_group, heartbeat_timeout),
       ACCORD_FIELD(process_group, adaptive_failure_detection),
+      ACCORD_FIELD(process_group, majority_wait),
       ACCORD_FIELD(process_group, membership_replay),
       ACCORD_FIELD(process_group, on_event),
   };

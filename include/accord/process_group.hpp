@@ -59,6 +59,10 @@ struct process_group {
   // what its arrivals so far allowed, and at least 1.5 s, counts as hung, long before the
   // timeout (cluster/heartbeat_detector.hpp). false: the timeout alone.
   bool adaptive_failure_detection = true;
+  // Elastic jobs: after a loss, a side holding no majority of the last epoch's members keeps its
+  // state, trains nothing and waits this long for them to be reachable again (a partition that
+  // heals, a stopped process that wakes) before it stops; 0: it stops at once.
+  std::chrono::milliseconds majority_wait{30'000};
   // Elastic jobs: replay the membership changes of this log (a --record-membership file,
   // cluster/membership_log.hpp) at the steps it names: each epoch ends where the recorded next one
   // started, the members recorded as lost or left leave then (the coordinator's process goes
