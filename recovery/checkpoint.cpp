@@ -230,8 +230,9 @@ checkpoint parse(std::istream& in, std::uint64_t size, const std::string& name) 
   if (v >= 3) {
     c.feedback = r.text("error-feedback precision");
     if (!c.feedback.empty()) {
-      if (c.feedback != "int8" && c.feedback != "fp8" && c.feedback != "fp4" && c.feedback != "sign")
-        r.fail("unknown error-feedback precision '" + c.feedback + "' (expected int8|fp8|fp4|sign)");
+      if (c.feedback != "int8" && c.feedback != "fp8" && c.feedback != "fp4" && c.feedback != "sign" &&
+          c.feedback != "sign2")
+        r.fail("unknown error-feedback precision '" + c.feedback + "' (expected int8|fp8|fp4|sign|sign2)");
       const auto residuals = r.scalar<std::uint64_t>("error-feedback residuals");
       if (residuals != count)
         r.fail("the error-feedback residuals (" + c.feedback + ") hold " + std::to_string(residuals) + " values for " +

@@ -1,5 +1,5 @@
-// Block quantization (transport/block_quantize.hpp): error bounds per block, the scaled sign,
-// non-finite blocks, short and empty spans, and the argument checks.
+// Block quantization (transport/block_quantize.hpp): error bounds per block, the scaled sign and
+// its two-level form (sign2), non-finite blocks, short and empty spans, and the argument checks.
 #include <doctest/doctest.h>
 
 #include "transport/block_quantize.hpp"
@@ -98,6 +98,50 @@ TEST_CASE("sign blocks: ±(mean |x| of the block), the sign of each value") {
   }
 }
 
+TEST_CASE("sign2 blocks: ± the mean |x| of the values above the block's mean |x|, or of the others") {
+  for (std::size_t count : {1ul, 5ul, 64ul, 65ul, 256ul, 300ul, 1024ul}) {
+    CAPTURE(count);
+    const std::vector<float> values = sample(count);
+    const std::vector<float> decoded = round_trip<sign2_block>(values);
+    const std::vector<float> signs = round_trip<sign_block>(values);
+    for (std::size_t first = 0; first < count; first += quantization_block) {
+      const std::size_t n = std::min(quantization_block, count - first);
+      double mean = 0;
+      for (std::size_t i = 0; i < n; ++i) mean += std::fabs(values[first + i]) / static_cast<double>(n);
+      double level_sum[2] = {0, 0}, level_count[2] = {0, 0};
+      for (std::size_t i = 0; i < n; ++i) {
+        const bool large = std::fabs(values[first + i]) > mean;
+        level_sum[large] += std::fabs(values[first + i]);
+        level_count[large] += 1;
+      }
+      double error = 0, sign_error = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        CAPTURE(first + i);
+        const float x = values[first + i];
+        const bool large = std::fabs(x) > mean;
+        CHECK(std::fabs(decoded[first + i]) == doctest::Approx(level_sum[large] / level_count[large]).epsilon(1e-5));
+        CHECK(std::signbit(decoded[first + i]) == std::signbit(x));
+        error += std::pow(decoded[first + i] - x, 2);
+        sign_error += std::pow(signs[first + i] - x, 2);
+      }
+      // Uniform magnitudes: sign leaves a quarter of the block's energy, sign2 a sixteenth.
+      if (n >= 64) CHECK(error < 0.5 * sign_error);
+    }
+  }
+  // Value i in bits 2(i/64) (negative) and 2(i/64)+1 (above the mean) of byte i%64.
+  std::vector<float> values(256, 0.f);
+  values[0] = -1.f, values[64] = 3.f, values[65] = -0.5f, values[255] = 0.25f;  // mean 4.75 / 256
+  std::vector<sign2_block> record(1);
+  quantize(values, std::span<sign2_block>(record));
+  CHECK(record[0].large == doctest::Approx(4.75f / 4));
+  CHECK(record[0].small == 0.f);
+  CHECK(record[0].codes[0] == (3 | 2 << 2));
+  CHECK(record[0].codes[1] == (3 << 2));
+  CHECK(record[0].codes[63] == (2 << 6));
+  CHECK(record[0].codes[2] == 0);
+  check_non_finite_and_zero_blocks<sign2_block>();
+}
+
 TEST_CASE("a block holding a NaN or an infinity decodes as all-NaN, the other blocks are untouched") {
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     -std::numeric_limits<float>::infinity()}) {
@@ -181,6 +225,7 @@ TEST_CASE("error feedback, fused: a record decodes to scale·x + e minus the new
     check_code(fp8_block{});
     check_code(fp4_block{});
     check_code(sign_block{});
+    check_code(sign2_block{});
   }
 }
 
@@ -204,6 +249,7 @@ TEST_CASE("quantize_difference encodes values − base as quantize of the writte
     check_code(fp8_block{});
     check_code(fp4_block{});
     check_code(sign_block{});
+    check_code(sign2_block{});
   }
 }
 
@@ -230,17 +276,18 @@ TEST_CASE("with error feedback the sum of decoded vectors stays within one resid
       worst = std::max(worst, std::fabs(decoded_sum[i] - static_cast<double>(rounds) * g[i]));
     return worst;
   };
-  for (const std::string code : {"int8", "fp8", "fp4", "sign"}) {
+  for (const std::string code : {"int8", "fp8", "fp4", "sign", "sign2"}) {
     CAPTURE(code);
-    const bool sign = code == "sign";
+    const bool sign = code == "sign" || code == "sign2";
     const auto gap = [&](bool feedback, int rounds) {
-      return sign             ? largest_gap(sign_block{}, feedback, rounds)
+      return code == "sign"    ? largest_gap(sign_block{}, feedback, rounds)
+             : code == "sign2" ? largest_gap(sign2_block{}, feedback, rounds)
              : code == "fp8" ? largest_gap(fp8_block{}, feedback, rounds)
              : code == "fp4" ? largest_gap(fp4_block{}, feedback, rounds)
                              : largest_gap(int8_block{}, feedback, rounds);
     };
     // The largest error of one record: int8 half a step, fp8 2^-4 of the value, fp4 a third of
-    // it, sign up to the block's largest |x|. The residual of scaled signs settles at a few of
+    // it, sign (and sign2) up to the block's largest |x|. The residual of scaled signs settles at a few of
     // those (it is bounded, not one record's error).
     const double one_round = sign ? 0.13 : code == "fp8" ? 0.13 / 16 * 1.01 : code == "fp4" ? 0.13 / 3 * 1.01 : 0.13 / 254 * 1.01;
     const double with_50 = gap(true, 50), with_1000 = gap(true, 1000);
@@ -354,13 +401,14 @@ TEST_CASE("the AVX2 kernels and the baseline ones compute the same bits") {
   const std::string where = avx2 ? "run here" : "are not available here: the comparison is trivial";
   MESSAGE("AVX2 kernels " << where);
   const auto fast_int8 = run(int8_block{}), fast_fp8 = run(fp8_block{}), fast_fp4 = run(fp4_block{}),
-             fast_sign = run(sign_block{});
+             fast_sign = run(sign_block{}), fast_sign2 = run(sign2_block{});
   force_baseline_kernels(true);
   const auto slow_int8 = run(int8_block{}), slow_fp8 = run(fp8_block{}), slow_fp4 = run(fp4_block{}),
-             slow_sign = run(sign_block{});
+             slow_sign = run(sign_block{}), slow_sign2 = run(sign2_block{});
   force_baseline_kernels(false);
   CHECK(fast_int8 == slow_int8);
   CHECK(fast_fp8 == slow_fp8);
   CHECK(fast_fp4 == slow_fp4);
   CHECK(fast_sign == slow_sign);
+  CHECK(fast_sign2 == slow_sign2);
 }

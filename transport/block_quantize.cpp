@@ -66,6 +66,10 @@ void quantize_with_feedback(std::span<const float> values, float scale, std::spa
                             std::span<sign_block> blocks, bool commit) {
   ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
 }
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<sign2_block> blocks, bool commit) {
+  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
+}
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<int8_block> blocks) {
   ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
 }
@@ -78,11 +82,17 @@ void quantize_difference(std::span<const float> values, std::span<const float> b
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign_block> blocks) {
   ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
 }
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign2_block> blocks) {
+  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
+}
 
 void quantize(std::span<const float> values, std::span<int8_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
 void quantize(std::span<const float> values, std::span<fp8_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
 void quantize(std::span<const float> values, std::span<fp4_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
 void quantize(std::span<const float> values, std::span<sign_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
+void quantize(std::span<const float> values, std::span<sign2_block> blocks) {
+  ACCORD_KERNEL(quantize_blocks(values, blocks));
+}
 
 void add_dequantized(std::span<const int8_block> blocks, std::span<const float> base, std::span<float> out) {
   ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
@@ -94,6 +104,9 @@ void add_dequantized(std::span<const fp4_block> blocks, std::span<const float> b
   ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
 }
 void add_dequantized(std::span<const sign_block> blocks, std::span<const float> base, std::span<float> out) {
+  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
+}
+void add_dequantized(std::span<const sign2_block> blocks, std::span<const float> base, std::span<float> out) {
   ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
 }
 

@@ -127,11 +127,11 @@ public:
   // `precision`: what the floats travel as. A 16-bit reduce-scatter rounds each rank's values
   // once, sends each shard straight to its owner, and the owner sums in fp32 in a fixed order;
   // a 16-bit all-gather rounds each owner's shard once and every rank, the owner included,
-  // ends with the rounded values. int8, fp8, fp4 and sign (block-quantized, transport/block_quantize.hpp,
-  // for ACCO's estimate rounds) work the same way in reduce_scatter, with each shard quantized
-  // on its own; all_gather and all_reduce refuse them (std::invalid_argument): parameters travel
-  // quantized only as a difference, through all_gather_delta. With one rank nothing travels and
-  // nothing is rounded.
+  // ends with the rounded values. int8, fp8, fp4, sign and sign2 (block-quantized,
+  // transport/block_quantize.hpp, for ACCO's estimate rounds) work the same way in
+  // reduce_scatter, with each shard quantized on its own; all_gather and all_reduce refuse them
+  // (std::invalid_argument): parameters travel quantized only as a difference, through
+  // all_gather_delta. With one rank nothing travels and nothing is rounded.
 
   // Sums over all ranks, in place.
   virtual void all_reduce(std::span<float> data, wire_precision precision = wire_precision::fp32);
@@ -142,10 +142,10 @@ public:
   // Every rank contributes its shard_of(...) of `data`; afterwards all of `data` is filled.
   virtual void all_gather(std::span<float> data, wire_precision precision = wire_precision::fp32);
   // all_gather where `base` (as long as `data`) holds values every rank already has, the same
-  // bits everywhere: int8, fp8, fp4 and sign send each owner's quantized data - base, and every rank, the
-  // owner included, ends with base + the decoded difference (bit-identical replicas); the other
-  // precisions ignore `base` and are all_gather. Written once over post_send/post_recv/wait, so
-  // every backend runs it as it is.
+  // bits everywhere: int8, fp8, fp4, sign and sign2 send each owner's quantized data - base, and
+  // every rank, the owner included, ends with base + the decoded difference (bit-identical
+  // replicas); the other precisions ignore `base` and are all_gather. Written once over
+  // post_send/post_recv/wait, so every backend runs it as it is.
   void all_gather_delta(std::span<float> data, std::span<const float> base, wire_precision precision);
   // reduce_scatter with error feedback (`residual` as long as `data`, this rank's own): int8, fp8
   // and sign send scale·data + residual of each other owner's shard, block-quantized once, and with
