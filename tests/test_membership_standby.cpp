@@ -42,6 +42,26 @@ election elect(caf::scoped_actor& self, const standby_actor& standby, std::uint6
   return out;
 }
 
+// A standby's takeover that starts a real membership actor, counting takeovers and keeping the
+// cause the last one started with.
+struct counted_takeovers {
+  std::atomic<int> count{0};
+  std::string cause;
+  take_over_function in(caf::actor_system& system) {
+    return [this, &system](const coordination_replica& replica, const std::string& why) {
+      ++count;
+      cause = why;
+      membership_setup setup;
+      setup.elastic = true;
+      setup.takeover = replica;
+      setup.takeover_cause = why;
+      setup.reconnect_grace = std::chrono::minutes(10);  // the test ends first
+      setup.result = std::make_shared<job_result>();
+      return spawn_membership_actor(system, std::move(setup));
+    };
+  }
+};
+
 }  // namespace
 
 TEST_CASE("membership: a standby takes over from the coordinator only once its own process judged it lost") {
@@ -49,20 +69,8 @@ TEST_CASE("membership: a standby takes over from the coordinator only once its o
   configure_system(config);
   config.load<caf::io::middleman>();
   caf::actor_system system{config};
-  std::atomic<int> take_overs{0};
-  std::string started_with;  // the cause the takeover started with
-  const auto take_over = [&](const coordination_replica& replica, const std::string& cause) {
-    ++take_overs;
-    started_with = cause;
-    membership_setup setup;
-    setup.elastic = true;
-    setup.takeover = replica;
-    setup.takeover_cause = cause;
-    setup.reconnect_grace = std::chrono::minutes(10);  // the test ends first
-    setup.result = std::make_shared<job_result>();
-    return spawn_membership_actor(system, std::move(setup));
-  };
-  const standby_actor standby = spawn_standby_actor(system, take_over, std::chrono::milliseconds(300));
+  counted_takeovers take_overs;
+  const standby_actor standby = spawn_standby_actor(system, take_overs.in(system), std::chrono::milliseconds(300));
   caf::scoped_actor self{system};
   // Epoch 18: the coordinator (member 6) and members 8 and 11; member 10 was dropped in it.
   coordination_replica replica;
@@ -85,7 +93,7 @@ TEST_CASE("membership: a standby takes over from the coordinator only once its o
   const election cut_off = elect(self, standby, 18);
   CHECK(!cut_off.elected);
   CHECK(cut_off.refusal.find(coordinator_still_heard) != std::string::npos);
-  CHECK(take_overs == 0);
+  CHECK(take_overs.count == 0);
 
   // The coordinator dies: this process's agent says so while an election waits; it is answered.
   auto waiting = self->request(standby, std::chrono::seconds(10), elect_atom::value, std::uint64_t{18},
@@ -95,13 +103,13 @@ TEST_CASE("membership: a standby takes over from the coordinator only once its o
   std::move(waiting).receive([&](membership_actor& m) { first = std::move(m); },
                              [&](caf::error& e) { FAIL("the waiting election was refused: " << system.render(e)); });
   REQUIRE(first);
-  CHECK(take_overs == 1);
-  CHECK(started_with == "connection closed (killed, or its host went away)");  // its own verdict
+  CHECK(take_overs.count == 1);
+  CHECK(take_overs.cause == "connection closed (killed, or its host went away)");  // its own verdict
   // Every later election gets the same coordinator, also from a stale asker.
   const election later = elect(self, standby, 17);
   REQUIRE(later.elected);
   CHECK(*later.elected == *first);
-  CHECK(take_overs == 1);
+  CHECK(take_overs.count == 1);
   self->send_exit(*first, caf::exit_reason::user_shutdown);
   self->send_exit(standby, caf::exit_reason::user_shutdown);
 }
@@ -161,18 +169,8 @@ TEST_CASE("membership: a member that says hello again to the coordinator it judg
   configure_system(config);
   config.load<caf::io::middleman>();
   caf::actor_system system{config};
-  std::atomic<int> take_overs{0};
-  const auto take_over = [&](const coordination_replica& replica, const std::string& cause) {
-    ++take_overs;
-    membership_setup setup;
-    setup.elastic = true;
-    setup.takeover = replica;
-    setup.takeover_cause = cause;
-    setup.reconnect_grace = std::chrono::minutes(10);  // the test ends first
-    setup.result = std::make_shared<job_result>();
-    return spawn_membership_actor(system, std::move(setup));
-  };
-  const standby_actor standby = spawn_standby_actor(system, take_over, std::chrono::milliseconds(300));
+  counted_takeovers take_overs;
+  const standby_actor standby = spawn_standby_actor(system, take_overs.in(system), std::chrono::milliseconds(300));
   caf::scoped_actor self{system};
   coordination_replica replica;
   replica.epoch = 5;
@@ -191,7 +189,7 @@ TEST_CASE("membership: a member that says hello again to the coordinator it judg
   const election after_follow = elect(self, standby, 5);
   CHECK(!after_follow.elected);
   CHECK(after_follow.refusal.find(coordinator_still_heard) != std::string::npos);
-  CHECK(take_overs == 0);
+  CHECK(take_overs.count == 0);
 
   // Rank 0's process hosts the job's first coordinator without a takeover: its standby says so,
   // so that a member cut off from it finds it again through its control port.
