@@ -217,13 +217,12 @@ void readmit(self_pointer self, member& m) {
   tell_everyone(self, member_event_line(m.name(), r), m.id);
 }
 
-// Copies what forming the next epoch needs to every other member's standby.
 // How long a member's agent has to answer for a copy of the coordinator's state: a hung member
 // must not keep the requests open.
 constexpr auto replica_answer_wait = std::chrono::seconds(10);
 
-// Sends the coordinator's state to every member's standby; `passed_on`, if given, runs once each
-// member's agent has handed it to its standby, or failed to.
+// Copies what forming the next epoch needs to every other member's standby; `passed_on`, if
+// given, runs once each member's agent has handed it to its standby, or failed to.
 void replicate(self_pointer self, std::function<void()> passed_on = {}) {
   auto& s = self->state;
   if (!s.setup.elastic) {
@@ -248,16 +247,17 @@ void replicate(self_pointer self, std::function<void()> passed_on = {}) {
   constexpr std::size_t positions = 8;
   for (auto it = s.kept_positions.rbegin(); it != s.kept_positions.rend() && r.kept.size() < positions; ++it)
     r.kept.push_back({it->first.first, it->first.second, it->second});
-  auto waiting = std::make_shared<std::size_t>(0);
-  for (const auto& [id, m] : s.members) *waiting += m.alive && m.remote && m.agent ? 1 : 0;
-  if (*waiting == 0 && passed_on) passed_on();
+  std::vector<member_agent> agents;
+  for (const auto& [id, m] : s.members)
+    if (m.alive && m.remote && m.agent) agents.push_back(m.agent);
+  if (agents.empty() && passed_on) passed_on();
+  auto waiting = std::make_shared<std::size_t>(agents.size());
   const auto answered = [waiting, passed_on] {
     if (--*waiting == 0 && passed_on) passed_on();
   };
-  for (const auto& [id, m] : s.members)
-    if (m.alive && m.remote && m.agent)
-      self->request(m.agent, replica_answer_wait, replica_atom::value, r)
-          .then([answered](bool) { answered(); }, [answered](caf::error&) { answered(); });
+  for (const member_agent& agent : agents)
+    self->request(agent, replica_answer_wait, replica_atom::value, r)
+        .then([answered](bool) { answered(); }, [answered](caf::error&) { answered(); });
 }
 
 // Answers the waiters once the job is over and every member alive has heard so.
@@ -617,12 +617,14 @@ majority_count count_majority(const membership_state& s) {
 
 bool has_majority(const majority_count& c) { return majority_remains(c.last, c.reachable, c.dead); }
 
-// "no majority: 2 of the last epoch's 4 members are reachable, 0 known dead (...)"
-std::string no_majority(const membership_state& s) {
+// "2 of the last epoch's 4 members are reachable, 0 known dead (...)"
+std::string reachable_members(const membership_state& s) {
   const majority_count c = count_majority(s);
-  return "no majority: " + std::to_string(c.reachable) + " of the last epoch's " + std::to_string(c.last) +
-         " members are reachable, " + std::to_string(c.dead) + " known dead (" + s.pending_reason + ")";
+  return std::to_string(c.reachable) + " of the last epoch's " + std::to_string(c.last) + " members are reachable, " +
+         std::to_string(c.dead) + " known dead (" + s.pending_reason + ")";
 }
+
+std::string no_majority(const membership_state& s) { return "no majority: " + reachable_members(s); }
 
 std::string seconds_text(std::chrono::steady_clock::duration d) {
   char text[32];
@@ -647,7 +649,7 @@ void wait_for_majority(self_pointer self) {
   const member* own = own_member(s);
   tell_everyone(self,
                 "membership: " + (own ? own->name() : std::string("this process")) + ", coordinator, waits for a majority at step " +
-                    std::to_string(steps_done(s)) + ": " + no_majority(s).substr(std::string("no majority: ").size()) +
+                    std::to_string(steps_done(s)) + ": " + reachable_members(s) +
                     "; this side keeps its state, trains nothing and waits up to " +
                     seconds_text(s.setup.majority_wait) + " for them (--majority-wait)",
                 own ? own->id : UINT64_MAX);
