@@ -91,17 +91,6 @@ void scan(registry& r) {
   r.scanned = std::chrono::steady_clock::now();
 }
 
-void add(thread_cpu& cpu, slot where, double seconds) {
-  switch (where) {
-    case slot::compute: cpu.compute += seconds; break;
-    case slot::communicator: cpu.communicator += seconds; break;
-    case slot::evaluator: cpu.evaluator += seconds; break;
-    case slot::actors: cpu.actors += seconds; break;
-    case slot::transport: cpu.transport += seconds; break;
-    case slot::other: cpu.other += seconds; break;
-  }
-}
-
 // A named thread's last moments: at its exit it retires itself with its final time, which the
 // last scan of /proc may not have seen.
 struct retire_at_exit {
@@ -148,15 +137,19 @@ thread_cpu thread_cpu_seconds(int rank, bool shared) {
   registry& r = threads_by_role();
   std::lock_guard lock(r.mutex);
   if (std::chrono::steady_clock::now() - r.scanned > std::chrono::milliseconds(5)) scan(r);
-  thread_cpu cpu;
+  // Summed in whole nanoseconds and converted once: a double sum's rounding depends on the order
+  // of its terms, which changes as threads come and go, and could read a few ulps below the last.
+  std::array<std::uint64_t, 6> ns_by_slot{};
   const auto counts = [&](slot where, int owner) {
     return where <= slot::communicator ? rank < 0 || owner == rank : shared;  // one evaluator a job
   };
   for (const auto& [tid, t] : r.threads)
-    if (counts(t.where, t.rank)) add(cpu, t.where, 1e-9 * static_cast<double>(t.last_ns - t.base_ns));
+    if (counts(t.where, t.rank)) ns_by_slot[static_cast<std::size_t>(t.where)] += t.last_ns - t.base_ns;
   for (const auto& [key, ns] : r.ended_ns)
-    if (counts(key.first, key.second)) add(cpu, key.first, 1e-9 * static_cast<double>(ns));
-  return cpu;
+    if (counts(key.first, key.second)) ns_by_slot[static_cast<std::size_t>(key.first)] += ns;
+  const auto seconds = [&](slot where) { return 1e-9 * static_cast<double>(ns_by_slot[static_cast<std::size_t>(where)]); };
+  return {seconds(slot::compute),  seconds(slot::communicator), seconds(slot::evaluator),
+          seconds(slot::actors),   seconds(slot::transport),    seconds(slot::other)};
 }
 
 std::array<std::pair<const char*, double>, 6> by_role(const thread_cpu& cpu) {
