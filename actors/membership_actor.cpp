@@ -208,12 +208,16 @@ void readmit(self_pointer self, member& m) {
   auto& s = self->state;
   m.alive = true;
   const std::uint64_t step = m.lost_record->step;
+  // The metrics file tells the loss that undid itself (a detector's false suspicion, a healed
+  // link); the membership log does not: no epoch changed.
+  s.metrics_events.push_back(to_json_line(*m.lost_record));
   m.lost_record.reset();
   s.dropped.erase(m.id);
   if (s.detector && m.remote) s.detector->heard(m.id, std::chrono::steady_clock::now());
   s.pending_reason += "; " + m.name() + " back";
   const membership_record r =
       member_record("back", s.epoch, step, m.initial_rank, m.host, role_of(s, m), "it answers again");
+  s.metrics_events.push_back(to_json_line(r));
   tell_everyone(self, member_event_line(m.name(), r), m.id);
 }
 
@@ -290,6 +294,8 @@ void fail_job(self_pointer self, const std::string& why) {
   s.failure = why;
   s.now = phase::failed;
   settle_losses(self, false);
+  if (s.setup.on_unwritten_events && !s.metrics_events.empty()) s.setup.on_unwritten_events(s.metrics_events);
+  s.metrics_events.clear();
   if (s.coordinator) self->send(s.coordinator, worker_failure{0, why});
   for (auto& [id, m] : s.members)
     if (m.promise) {
@@ -647,6 +653,9 @@ void wait_for_majority(self_pointer self) {
   }
   s.waiting_since = std::chrono::steady_clock::now();
   const member* own = own_member(s);
+  // In the metrics file: the next epoch's, or, when the wait ends the job, on_unwritten_events.
+  s.metrics_events.push_back(to_json_line(member_record("waiting", s.epoch, steps_done(s), own ? own->initial_rank : -1,
+                                                        own ? own->host : std::string(), "coordinator", no_majority(s))));
   tell_everyone(self,
                 "membership: " + (own ? own->name() : std::string("this process")) + ", coordinator, waits for a majority at step " +
                     std::to_string(steps_done(s)) + ": " + reachable_members(s) +

@@ -223,6 +223,9 @@ struct membership_setup {
       spawn_coordinator;
   std::function<void(const std::string&)> on_event;  // one line per membership event
   std::function<void(const membership_record&)> on_record;  // every event, for the membership log
+  // When the job stops, the events (JSON lines) that no later epoch's coordinator will write to the
+  // metrics file: the losses and the wait for a majority that ended it. May be empty.
+  std::function<void(const std::vector<std::string>&)> on_unwritten_events;
   // The steps the job has done (the running coordinator's), for the events' lines.
   std::shared_ptr<const std::atomic<std::uint64_t>> steps_done;
   // Judges the members' heartbeats; nullopt: a hung member is found by the middleman's

@@ -11,6 +11,7 @@
 #include "cluster/fingerprint.hpp"
 #include "cluster/membership_log.hpp"
 #include "job/scope_exit.hpp"
+#include "observe/metrics_file.hpp"
 #include "observe/trace.hpp"
 #include "cluster/rendezvous.hpp"
 #include "job/worker_spawn.hpp"
@@ -482,6 +483,15 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
     setup.takeover_cause = cause;
     setup.replay = origin.membership_replay;
     setup.majority_wait = group.majority_wait;
+    if (!origin.metrics_path.empty())
+      setup.on_unwritten_events = [path = origin.metrics_path](const std::vector<std::string>& events) {
+        try {
+          metrics_file metrics(path, true);
+          for (const std::string& e : events) metrics.write_event(e);
+        } catch (const std::exception& e) {  // the job is failing already: its own line matters more
+          std::fprintf(stderr, "accord: the metrics file misses the events that stopped the job: %s\n", e.what());
+        }
+      };
     setup.ask_standby = [system = system.get()](const std::string& control) { return ask_standby(*system, control); };
     if (!origin.membership_log_path.empty()) {
       // Shared with the membership actor, which an abandoned system never stops. A successor

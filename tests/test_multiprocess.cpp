@@ -50,6 +50,11 @@ std::vector<char> read_all(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+std::string text_of(const std::string& path) {
+  const std::vector<char> bytes = read_all(path);
+  return {bytes.begin(), bytes.end()};
+}
+
 // A small GPT and a fixed number of micro-batches per round, so runs are deterministic;
 // one BLAS thread everywhere, since thread counts change the rounding of matrix products.
 const std::string train_flags =
@@ -883,9 +888,8 @@ failover_job run_with_coordinator_loss(const std::string& name, const std::strin
     out.loss_to_next_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - lost_at).count();
   if (join && out.loss_to_next_step >= 0) {
     // The dead master port first, then rank 2's control port: its standby knows the new coordinator.
-    const std::vector<char> log = read_all(logs + "/rank-2.log");
+    const std::string text = text_of(logs + "/rank-2.log");
     std::smatch control;
-    const std::string text(log.begin(), log.end());
     if (std::regex_search(text, control, std::regex("control port ([0-9.]+:[0-9]+)")))
       out.joiner = run(train + flags + " --join 127.0.0.1:" + std::to_string(port) + "," + control[1].str());
   }
@@ -951,8 +955,7 @@ namespace {
 
 // HOST:PORT of a rank's control port, from its log.
 std::string control_port_of(const std::string& logs, int rank) {
-  const std::vector<char> log = read_all(logs + "/rank-" + std::to_string(rank) + ".log");
-  const std::string text(log.begin(), log.end());
+  const std::string text = text_of(logs + "/rank-" + std::to_string(rank) + ".log");
   std::smatch control;
   return std::regex_search(text, control, std::regex("control port ([0-9.]+:[0-9]+)")) ? control[1].str() : "";
 }
@@ -1062,8 +1065,7 @@ stopped_pair run_with_pair_stopped(const std::string& name, const std::string& m
   if (out.started) {
     for (const int rank : {2, 3}) kill(read_pid(pids + std::to_string(rank)), SIGSTOP);
     for (int i = 0; i < 3000 && !out.seen; ++i) {
-      const std::vector<char> log = read_all(logs + "/rank-0.log");
-      const std::string text(log.begin(), log.end());
+      const std::string text = text_of(logs + "/rank-0.log");
       out.seen = text.find(until) != std::string::npos;
       // The old rule stopped this side at once: nothing to wait for then.
       if (!out.seen && text.find("accord-train: no majority") != std::string::npos) break;
@@ -1097,6 +1099,10 @@ TEST_CASE("an elastic job of 4 whose ranks 2 and 3 stop for a while keeps its st
   const auto checksums = transfer_checksums(run.job.text);
   CHECK(!checksums.empty());
   for (const auto& [before, after] : checksums) CHECK(before == after);
+  // The metrics file tells the wait and the losses that undid themselves.
+  const std::string metrics = text_of(run.metrics);
+  for (const char* event : {"\"event\":\"lost\"", "\"event\":\"waiting\"", "\"event\":\"back\""})
+    CHECK_MESSAGE(metrics.find(event) != std::string::npos, event);
 }
 
 TEST_CASE("when the wait for a majority runs out, every side stops with one line and nothing trains on") {
@@ -1114,6 +1120,10 @@ TEST_CASE("when the wait for a majority runs out, every side stops with one line
     CHECK(run.job.text.find("[rank " + std::to_string(rank) + "] accord-train: no m") != std::string::npos);
   CHECK(run.job.text.find("done: ") == std::string::npos);
   CHECK(progress_of(run.metrics).second == 1);  // no epoch formed after the loss
+  // No later epoch writes the losses and the wait that stopped the job: the stopping side does.
+  const std::string metrics = text_of(run.metrics);
+  for (const char* event : {"\"event\":\"lost\"", "\"event\":\"waiting\""})
+    CHECK_MESSAGE(metrics.find(event) != std::string::npos, event);
 }
 
 namespace {
@@ -1153,8 +1163,7 @@ run_output run_pair_with_loss(const std::string& name, int victim, int signal, c
   if (started) kill(read_pid(pids + std::to_string(victim)), signal);
   if (started && !stop_line.empty()) {
     for (int i = 0; i < 3000; ++i) {
-      const std::vector<char> log = read_all(logs + "/rank-0.log");
-      if (std::string(log.begin(), log.end()).find(stop_line) != std::string::npos) break;
+      if (text_of(logs + "/rank-0.log").find(stop_line) != std::string::npos) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     kill(read_pid(pids + std::to_string(victim)), SIGKILL);
@@ -1164,22 +1173,23 @@ run_output run_pair_with_loss(const std::string& name, int victim, int signal, c
   return job;
 }
 
-}  // namespace
 
-TEST_CASE("a churned run between processes (a worker killed, one leaving, a joiner, the coordinator killed), "
-          "recorded, replays in one process and between processes to its parameters and optimizer state") {
+// A churned run between processes (a worker killed, one leaving, a joiner, the coordinator
+// killed) of `algo`, recorded, then replayed in one process and between processes: all three end
+// with the same parameters and optimizer state. Files are named after `name`.
+void check_churn_replays(const std::string& name, const std::string& algo) {
   // Deterministic rounds: one micro-batch a round, one BLAS thread. A step kept every 5 makes a
   // crash roll back (the steps after the kept one are redone), which the replay renders as a
   // departure at the kept step. 800 steps leave a joiner time to start on a quiet machine, where
   // this model trains about a hundred steps a second.
-  const std::string flags = elastic_flags + " --algo acco --max-accumulation 1 --blas-threads 1 --keep-interval 5";
-  const std::string log = "replay_recorded.log", metrics = "replay_recorded.jsonl", pids = "replay_recorded.pid.",
-                    replayed_log = "replay_between.log";
-  for (const std::string& path : {log, metrics, replayed_log, std::string("replay_recorded.ck"),
-                                  std::string("replay_in_process.ck"), std::string("replay_between.ck")})
+  const std::string flags = elastic_flags + " --algo " + algo + " --max-accumulation 1 --blas-threads 1 --keep-interval 5";
+  const std::string log = name + "_recorded.log", metrics = name + "_recorded.jsonl", pids = name + "_recorded.pid.",
+                    replayed_log = name + "_between.log", recorded_checkpoint = name + "_recorded.ck",
+                    in_process_checkpoint = name + "_in_process.ck", between_checkpoint = name + "_between.ck";
+  for (const std::string& path : {log, metrics, replayed_log, recorded_checkpoint, in_process_checkpoint, between_checkpoint})
     std::remove(path.c_str());
   const std::string recorded_flags =
-      flags + " --record-membership " + log + " --checkpoint replay_recorded.ck --metrics " + metrics;
+      flags + " --record-membership " + log + " --checkpoint " + recorded_checkpoint + " --metrics " + metrics;
   const int port = free_port();
   run_output job, joiner;
   std::thread job_thread([&] {
@@ -1218,15 +1228,15 @@ TEST_CASE("a churned run between processes (a worker killed, one leaving, a join
   CHECK(recorded("left", 3, ""));
   CHECK(recorded("joined", -1, ""));
   CHECK(recorded("lost", 0, "coordinator"));
-  const final_state expected = final_state_of("replay_recorded.ck");
+  const final_state expected = final_state_of(recorded_checkpoint);
 
   const run_output in_process =
-      run(train + flags + " --workers 4 --replay-membership " + log + " --checkpoint replay_in_process.ck");
+      run(train + flags + " --workers 4 --replay-membership " + log + " --checkpoint " + in_process_checkpoint);
   INFO(in_process.text);
   REQUIRE(in_process.status == 0);
 
   const run_output between = run(elastic_launch + "--replay-membership " + log + " -n 4 -- " + train + flags +
-                                 " --record-membership " + replayed_log + " --checkpoint replay_between.ck");
+                                 " --record-membership " + replayed_log + " --checkpoint " + between_checkpoint);
   INFO(between.text);
   REQUIRE(between.status == 0);
   // Real processes went: rank 2 and rank 3 left at their steps, the coordinator's process was
@@ -1241,10 +1251,24 @@ TEST_CASE("a churned run between processes (a worker killed, one leaving, a join
   std::snprintf(line, sizeof line, "%llu steps, parameters %016llx, optimizer state %016llx",
                 static_cast<unsigned long long>(expected.steps), static_cast<unsigned long long>(expected.parameters),
                 static_cast<unsigned long long>(expected.optimizer));
-  MESSAGE("recorded run: " << line);
+  MESSAGE(algo << ", recorded run: " << line);
   CHECK(expected.steps == 800);
-  CHECK(final_state_of("replay_in_process.ck") == expected);
-  CHECK(final_state_of("replay_between.ck") == expected);
+  CHECK(final_state_of(in_process_checkpoint) == expected);
+  CHECK(final_state_of(between_checkpoint) == expected);
+}
+
+}  // namespace
+
+TEST_CASE("a churned run between processes (a worker killed, one leaving, a joiner, the coordinator killed), "
+          "recorded, replays in one process and between processes to its parameters and optimizer state") {
+  check_churn_replays("replay", "acco");
+}
+
+// D-Lion keeps a momentum per worker: a departing worker's is dropped and a joiner starts from the
+// mean of the kept ones, so the replay matches only if the same ranks depart at the same steps.
+TEST_CASE("a churned D-Lion run between processes, recorded, replays in one process and between processes to its "
+          "parameters and momenta") {
+  check_churn_replays("replay_dlion", "dlion-mavo");
 }
 
 TEST_CASE("a replay between processes waits at a joiner's step until it says hello, then admits it there") {
