@@ -2,7 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -145,8 +147,11 @@ std::vector<membership_record> read_membership_log(const std::string& path) {
   return parse_membership_log(text.str(), path);
 }
 
-membership_replay replay_of(const std::vector<membership_record>& records, const std::string& name, int workers,
-                            std::uint64_t steps) {
+namespace {
+
+// The worker sets of the log's epochs (replay_of without who departs).
+membership_replay worker_sets_of(const std::vector<membership_record>& records, const std::string& name, int workers,
+                                 std::uint64_t steps) {
   auto fail = [&](std::size_t index, const std::string& why) {
     const int line = index < records.size() ? records[index].line : 0;
     throw std::invalid_argument(name + ":" + std::to_string(line ? line : 1) + ": " + why);
@@ -185,6 +190,65 @@ membership_replay replay_of(const std::vector<membership_record>& records, const
   return replay;
 }
 
+// Sets `replay`'s departing positions from the members the processes' replay makes depart.
+void place_departures(membership_replay& replay, const process_replay& departures, const std::string& name) {
+  epoch_order order(departures.workers);
+  for (const replayed_change& change : departures.changes) {
+    std::vector<int> positions;
+    for (const replayed_departure& d : change.departures) {
+      const int position = order.position_of(d.rank, positions);
+      if (position < 0)
+        throw std::invalid_argument(name + ": " + (d.rank >= 0 ? "rank " + std::to_string(d.rank) : std::string("a joiner")) +
+                                    " departs after step " + std::to_string(change.step) + " but is no member then");
+      positions.push_back(position);
+    }
+    order.change(positions, change.joiners);
+    if (change.step == 0) continue;  // it shapes the first epoch: no state to carry yet
+    const auto in_process = std::find_if(replay.changes.begin(), replay.changes.end(),
+                                         [&](const membership_change& c) { return c.step == change.step; });
+    std::sort(positions.begin(), positions.end());
+    if (in_process != replay.changes.end()) in_process->departing = std::move(positions);
+  }
+}
+
+}  // namespace
+
+membership_replay replay_of(const std::vector<membership_record>& records, const std::string& name, int workers,
+                            std::uint64_t steps) {
+  membership_replay replay = worker_sets_of(records, name, workers, steps);
+  const bool names_members = std::any_of(records.begin(), records.end(), [](const membership_record& r) {
+    return r.event == "lost" || r.event == "left" || r.event == "joined";
+  });
+  if (names_members) place_departures(replay, process_replay_of(records, name, workers, steps), name);
+  return replay;
+}
+
+epoch_order::epoch_order(int workers) : workers_(workers), members_(static_cast<std::size_t>(workers)), next_joiner_(workers) {
+  for (int rank = 0; rank < workers; ++rank) members_[static_cast<std::size_t>(rank)] = rank;
+}
+
+int epoch_order::starting_rank(int position) const {
+  const int member = members_.at(static_cast<std::size_t>(position));
+  return member < workers_ ? member : -1;
+}
+
+int epoch_order::position_of(int rank, const std::vector<int>& taken) const {
+  int found = -1;
+  for (int p = 0; p < size(); ++p) {
+    const int member = members_[static_cast<std::size_t>(p)];
+    if ((rank >= 0 ? member == rank : member >= workers_) && std::find(taken.begin(), taken.end(), p) == taken.end())
+      found = p;  // the last match: for a joiner, the newest
+  }
+  return found;
+}
+
+void epoch_order::change(const std::vector<int>& departing, int joiners) {
+  std::vector<int> gone = departing;
+  std::sort(gone.begin(), gone.end(), std::greater<>());
+  for (const int p : gone) members_.erase(members_.begin() + p);
+  for (int j = 0; j < joiners; ++j) members_.push_back(next_joiner_++);
+}
+
 int process_replay::joiners() const {
   int total = 0;
   for (const replayed_change& change : changes) total += change.joiners;
@@ -199,7 +263,7 @@ const replayed_change* process_replay::first_from(std::uint64_t step) const {
 
 process_replay process_replay_of(const std::vector<membership_record>& records, const std::string& name, int workers,
                                  std::uint64_t steps) {
-  replay_of(records, name, workers, steps);  // a "job" line of this world size, epochs in order, within --steps
+  worker_sets_of(records, name, workers, steps);  // a "job" line of this world size, epochs in order, within --steps
   process_replay replay;
   replay.workers = workers;
   replayed_change since;  // the member events since the last epoch

@@ -12,7 +12,13 @@
 // A replay in one process needs the "job" and "epoch" lines: each epoch after the first is a
 // change of the worker set at the step it started from, which the emulation reproduces
 // (job_config::membership). A replay between processes also reads the member lines: who departs
-// (the coordinator's process among them) and how many join. The metrics file gets them too.
+// (the coordinator's process among them) and how many join. The metrics file gets them too, and
+// two events the log does not need, since no epoch changed with them:
+//
+//   {"event":"back","epoch":2,"step":130,"rank":3,...,"cause":"it answers again"}
+//                                                               a lost member counts again (after its "lost")
+//   {"event":"waiting","epoch":2,"step":130,"rank":0,"role":"coordinator","cause":"no majority: ..."}
+//                                                               a side without a majority waits for it
 // No CAF.
 #include <accord/config.hpp>
 
@@ -24,7 +30,7 @@
 namespace accord {
 
 struct membership_record {
-  std::string event;        // job | epoch | lost | left | joined
+  std::string event;        // job | epoch | lost | left | joined (metrics only: back | waiting)
   std::uint64_t epoch = 0;  // the epoch it happened in (epoch: the one that starts)
   std::uint64_t step = 0;   // job: its steps; epoch: the step it starts from; else the steps done
   int workers = 0;          // job: the starting workers; epoch: its workers
@@ -49,7 +55,31 @@ std::string to_json_line(const membership_record& record);
 std::vector<membership_record> parse_membership_log(const std::string& text, const std::string& name);
 std::vector<membership_record> read_membership_log(const std::string& path);  // also: cannot read
 
-// What a replay of `records` in one process runs: the starting workers and the changes. Throws
+// The members of an epoch in rank order, by who they are: the starting ranks, then joiners by
+// arrival. A change keeps the survivors' order and puts its joiners after them, as an epoch
+// between processes does (its coordinator, first, is always the earliest survivor: the one next
+// in line takes over).
+class epoch_order {
+public:
+  explicit epoch_order(int workers);
+  int size() const { return static_cast<int>(members_.size()); }
+  // The member at `position`'s starting rank; -1 for a joiner.
+  int starting_rank(int position) const;
+  // The position of the member of starting rank `rank`, or for -1 the newest joiner, among those
+  // not in `taken`; -1 when there is none.
+  int position_of(int rank, const std::vector<int>& taken) const;
+  void change(const std::vector<int>& departing, int joiners);  // departing: positions, any order
+
+private:
+  int workers_;
+  std::vector<int> members_;  // starting ranks; joiners numbered from workers_ up
+  int next_joiner_;
+};
+
+// What a replay of `records` in one process runs: the starting workers and the changes; where the
+// log names its members (lost, left, joined lines), each change also names the positions that
+// depart (membership_change::departing), as between processes, so that per-worker state (Distributed
+// Lion's momenta) follows the same workers. Throws
 // std::invalid_argument naming `name` and the line when the log does not fit a job of `workers`
 // and `steps` (another world size, an epoch at or beyond the last step, no "job" line).
 struct membership_replay {

@@ -11,6 +11,7 @@
 #include "job/worker_spawn.hpp"
 #include "transport/inproc.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -19,20 +20,33 @@
 namespace accord {
 namespace {
 
+// The ranks that `change` makes depart from an epoch of `workers`: the named ones, else the last.
+std::vector<int> departing_ranks(const membership_change& change, int workers) {
+  if (!change.departing.empty()) return change.departing;
+  std::vector<int> last;
+  for (int rank = change.workers; rank < workers; ++rank) last.push_back(rank);
+  return last;
+}
+
 // The scripted membership changes, as the membership log of a job between processes would tell
-// them: an epoch per worker set, a crash as the loss of the last rank.
+// them: an epoch per worker set, who departs (lost in a crash, else left) and how many join.
 void record_membership(const job_plan& plan) {
   membership_log_writer log(plan.membership_log_path);
   log.write(job_record(plan.workers, plan.steps));
   const std::uint64_t start = plan.resume ? plan.resume->steps : 0;
   log.write(epoch_record(1, start, plan.workers, false));
-  int workers = plan.workers;
+  epoch_order order(plan.workers);
   std::uint64_t epoch = 1;
   for (const membership_change& change : plan.membership) {
-    if (change.crash)
-      log.write(member_record("lost", epoch, change.step, workers - 1, "this process", "worker", "crashed (scripted)"));
+    const std::vector<int> departing = departing_ranks(change, order.size());
+    for (const int rank : departing)
+      log.write(member_record(change.crash ? "lost" : "left", epoch, change.step, order.starting_rank(rank),
+                              "this process", "worker", change.crash ? "crashed (scripted)" : "left (scripted)"));
+    const int joiners = change.workers - (order.size() - static_cast<int>(departing.size()));
+    for (int j = 0; j < joiners; ++j)
+      log.write(member_record("joined", epoch, change.step, -1, "this process", "worker", "joined (scripted)"));
     log.write(epoch_record(++epoch, change.step, change.workers, change.crash));
-    workers = change.workers;
+    order.change(departing, joiners);
   }
 }
 
@@ -169,6 +183,16 @@ job_plan plan_in_process(const model& prototype, const std::shared_ptr<const dat
     require(change.workers <= max_workers_in_process,
             "membership: " + std::to_string(change.workers) + " workers" + in_process_limit);
     require(!change.crash || change.workers < workers, "a crash must leave fewer workers");
+    const std::string departing = "membership change after step " + std::to_string(change.step) + ": the departing ranks ";
+    require(std::is_sorted(change.departing.begin(), change.departing.end()) &&
+                std::adjacent_find(change.departing.begin(), change.departing.end()) == change.departing.end(),
+            departing + "must ascend, each once");
+    require(std::all_of(change.departing.begin(), change.departing.end(), [&](int r) { return r >= 0 && r < workers; }),
+            departing + "must be ranks of the " + std::to_string(workers) + " workers before it");
+    require(change.departing.empty() ||
+                static_cast<std::size_t>(change.workers) + change.departing.size() >= static_cast<std::size_t>(workers),
+            departing + "are fewer than the change from " + std::to_string(workers) + " to " +
+                std::to_string(change.workers) + " workers removes");
     last = change.step;
     workers = change.workers;
     most_at_once = std::max(most_at_once, workers);
@@ -224,6 +248,10 @@ job_result run_in_process(const model& prototype, std::shared_ptr<const dataset>
       if (!state || state->steps != change->step)
         throw std::runtime_error("no state was kept at step " + std::to_string(change->step) +
                                  (crash_report.empty() ? "" : " (the epoch failed: " + crash_report + ")"));
+      // The survivors keep their own momenta in their order; joiners start from their mean (elastic_state).
+      const std::vector<int> departing = departing_ranks(*change, workers);
+      for (auto rank = departing.rbegin(); rank != departing.rend(); ++rank)
+        if (static_cast<std::size_t>(*rank) < state->momenta.size()) state->momenta.erase(state->momenta.begin() + *rank);
       workers = change->workers;
     }
   }

@@ -68,9 +68,12 @@ void bind_settings(py::module_& m) {
                                    "include/accord/config.hpp's topology_options).");
   settings_class<membership_change>(m, "MembershipChange",
                                     "After `step` optimizer steps the job has `workers` workers; `crash`: one "
-                                    "dies mid-round (JobConfig.membership, in one process).")
-      .def(py::init([](std::uint64_t step, int workers, bool crash) { return membership_change{step, workers, crash}; }),
-           py::arg("step"), py::arg("workers"), py::arg("crash") = false);
+                                    "dies mid-round; `departing`: the ranks that go (default: the last ones) "
+                                    "(JobConfig.membership, in one process).")
+      .def(py::init([](std::uint64_t step, int workers, bool crash, std::vector<int> departing) {
+             return membership_change{step, workers, crash, std::move(departing)};
+           }),
+           py::arg("step"), py::arg("workers"), py::arg("crash") = false, py::arg("departing") = std::vector<int>{});
   settings_class<parameter_group>(m, "ParameterGroup",
                                   "A range of the flat parameters with its own learning-rate and weight-decay "
                                   "scales, or values the app keeps (role averaged | broadcast) "

@@ -86,7 +86,7 @@ TEST_CASE("the field count sees a field whatever its type") {
     std::function<void(const std::string&)> callback;
   };
   CHECK(aggregate_fields<settings>() == 7);
-  CHECK(aggregate_fields<membership_change>() == 3);
+  CHECK(aggregate_fields<membership_change>() == 4);
 }
 
 TEST_CASE("describe prints every field, one line each, nested structs field by field") {
@@ -94,7 +94,7 @@ TEST_CASE("describe prints every field, one line each, nested structs field by f
   config.algorithm = "ddp";
   config.beta1 = 0.5f;
   config.speed_factors = {1, 4};
-  config.membership = {{10, 3, false}, {20, 2, true}};
+  config.membership = {{10, 3, false, {0}}, {20, 2, true}};
   config.topology_settings.local_steps = 4;
   const std::string text = describe(config);
   for_each_field<job_config>([&](const auto& f) {
@@ -107,7 +107,8 @@ TEST_CASE("describe prints every field, one line each, nested structs field by f
   CHECK(text.starts_with("algorithm = \"ddp\"\ntopology = \"ring\"\ntopology_settings.group_size = 0\n"));
   for (const char* line : {"topology_settings.local_steps = 4", "topology_settings.outer_learning_rate = 0.7",
                            "speed_factors = [1, 4]", "beta1 = 0.5", "beta2 = unset", "estimate_precision = \"\"",
-                           "membership = [{step = 10, workers = 3, crash = false}, {step = 20, workers = 2, crash = true}]",
+                           "membership = [{step = 10, workers = 3, crash = false, departing = [0]}, {step = 20, workers = 2, crash = true, "
+                           "departing = []}]",
                            "stop_requested = unset", "on_checkpoint_written = unset", "epsilon = 1e-08"})
     CHECK_MESSAGE(text.find(std::string("\n") + line + "\n") != std::string::npos, line);
 

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "cluster/membership_log.hpp"
+#include "recovery/checkpoint.hpp"
 #include "quadratic_model.hpp"
 
 #include <cstdio>
@@ -179,27 +180,89 @@ TEST_CASE("a replay between processes merges an undone epoch's events into the r
 }
 
 TEST_CASE("a job in one process records its scripted changes, their replay is the same job, bit for bit") {
-  const std::string path = "membership_log_in_process.log";
-  std::remove(path.c_str());
+  // Distributed Lion's momenta are each worker's own: its replay must make the same ranks depart.
+  for (const char* algorithm : {"acco", "dlion-mavo"}) {
+    INFO(algorithm);
+    const std::string path = "membership_log_in_process.log";
+    std::remove(path.c_str());
+    job_config job;
+    job.algorithm = algorithm;
+    job.workers = 4;
+    job.steps = 10;
+    job.micro_batch = 2;
+    job.max_accumulation = 1;
+    job.eval_examples = 3;
+    job.membership = {{2, 3, false, {1}}, {4, 5, false}, {7, 2, true}};
+    job.membership_log = path;
+    const job_result recorded = testing::run_quadratic(job);
+    const membership_replay replay = replay_of(read_membership_log(path), path, job.workers, job.steps);
+    CHECK(replay.workers == 4);
+    REQUIRE(replay.changes.size() == job.membership.size());
+    for (std::size_t i = 0; i < replay.changes.size(); ++i) {
+      CHECK(replay.changes[i].step == job.membership[i].step);
+      CHECK(replay.changes[i].workers == job.membership[i].workers);
+      CHECK(replay.changes[i].crash == job.membership[i].crash);
+    }
+    CHECK(replay.changes[0].departing == std::vector<int>{1});
+    CHECK(replay.changes[1].departing.empty());
+    CHECK(replay.changes[2].departing == std::vector<int>{2, 3, 4});  // unnamed: the last ones
+    job.membership = replay.changes;
+    job.membership_log.clear();
+    CHECK(testing::run_quadratic(job).parameters == recorded.parameters);
+  }
+}
+
+TEST_CASE("in one process, Distributed Lion's survivors keep their own momenta in their order") {
+  const std::string path = "membership_log_momenta.ck";
   job_config job;
-  job.algorithm = "acco";
+  job.algorithm = "dlion-mavo";
   job.workers = 4;
-  job.steps = 10;
+  job.steps = 4;
   job.micro_batch = 2;
   job.max_accumulation = 1;
   job.eval_examples = 3;
-  job.membership = {{2, 3, false}, {4, 5, false}, {7, 2, true}};
-  job.membership_log = path;
-  const job_result recorded = testing::run_quadratic(job);
-  const membership_replay replay = replay_of(read_membership_log(path), path, job.workers, job.steps);
-  CHECK(replay.workers == 4);
-  REQUIRE(replay.changes.size() == job.membership.size());
-  for (std::size_t i = 0; i < replay.changes.size(); ++i) {
-    CHECK(replay.changes[i].step == job.membership[i].step);
-    CHECK(replay.changes[i].workers == job.membership[i].workers);
-    CHECK(replay.changes[i].crash == job.membership[i].crash);
-  }
-  job.membership = replay.changes;
-  job.membership_log.clear();
-  CHECK(testing::run_quadratic(job).parameters == recorded.parameters);
+  job.checkpoint_path = path;
+  const auto momenta_after = [&](std::vector<membership_change> changes) {
+    job.membership = std::move(changes);
+    testing::run_quadratic(job);
+    return read_checkpoint(path).momenta;
+  };
+  // The momenta of the survivors of a change at step 3, where the state after step 3 (momenta
+  // 0 1 2 3 of the fixed job) goes on for one step.
+  job.steps = 3;
+  const std::vector<std::vector<float>> before = momenta_after({});
+  REQUIRE(before.size() == 4);
+  REQUIRE(before[1] != before[2]);
+  job.steps = 4;
+  job.learning_rate = 0;  // momenta move, parameters stay: each survivor's next momentum follows its own
+  const std::vector<std::vector<float>> without_1 = momenta_after({{3, 3, false, {1}}});
+  const std::vector<std::vector<float>> without_3 = momenta_after({{3, 3, false}});
+  REQUIRE(without_1.size() == 3);
+  REQUIRE(without_3.size() == 3);
+  CHECK(without_1[0] == without_3[0]);  // rank 0 is rank 0 either way
+  CHECK(without_1[1] != without_3[1]);  // rank 1 of the next epoch: rank 2 before, or rank 1
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a replay in one process makes the members the log names depart, by their place in the epoch") {
+  const std::string text = churned_log +
+                           R"log({"event":"lost","epoch":4,"step":401,"rank":0,"host":"127.0.0.1","role":"coordinator","cause":"connection closed"}
+{"event":"epoch","epoch":5,"step":400,"workers":2,"after_loss":true}
+)log";
+  const membership_replay replay = replay_of(parse_membership_log(text, "churn.log"), "churn.log", 4, 800);
+  REQUIRE(replay.changes.size() == 4);
+  CHECK(replay.changes[0].departing == std::vector<int>{2});  // rank 2 of 0 1 2 3
+  CHECK(replay.changes[1].departing == std::vector<int>{2});  // rank 3 of 0 1 3
+  CHECK(replay.changes[2].departing.empty());                 // a joiner after 0 1
+  CHECK(replay.changes[3].departing == std::vector<int>{0});  // the coordinator, rank 0 of 0 1 joiner
+  // A log of epochs only says how many: the last ones depart.
+  const membership_replay counted = replay_of(parse_membership_log(R"log({"event":"job","workers":4,"steps":100}
+{"event":"epoch","epoch":2,"step":10,"workers":3,"after_loss":true}
+)log", "x"), "x", 4, 100);
+  REQUIRE(counted.changes.size() == 1);
+  CHECK(counted.changes[0].departing.empty());
+  // A member that departs twice is no member the second time.
+  CHECK(error_of(churned_log + R"log({"event":"left","epoch":4,"step":401,"rank":2,"role":"worker"}
+{"event":"epoch","epoch":5,"step":401,"workers":2,"after_loss":false}
+)log") == "churn.log: rank 2 departs after step 401 but is no member then");
 }

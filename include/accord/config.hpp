@@ -57,6 +57,10 @@ struct membership_change {
   std::uint64_t step = 0;  // after this many optimizer steps
   int workers = 0;         // the worker count from then on
   bool crash = false;      // a worker dies mid-round instead of leaving (workers must shrink)
+  // The ranks of the epoch before that depart (ascending); the survivors keep their order, and
+  // joiners come after them. Empty: the last ranks depart. Matters for per-worker state only
+  // (Distributed Lion's momenta); a replayed log names them.
+  std::vector<int> departing = {};
 };
 
 // A range of the flat parameters the optimizer treats apart (job_config::parameter_groups), as

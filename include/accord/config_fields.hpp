@@ -59,6 +59,7 @@ struct fields_of<membership_change> {
       ACCORD_FIELD(membership_change, step),
       ACCORD_FIELD(membership_change, workers),
       ACCORD_FIELD(membership_change, crash),
+      ACCORD_FIELD(membership_change, departing),
   };
 };
 
