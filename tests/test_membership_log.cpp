@@ -4,6 +4,7 @@
 #include "cluster/membership_log.hpp"
 #include "recovery/checkpoint.hpp"
 #include "quadratic_model.hpp"
+#include "test_job.hpp"
 
 #include <cstdio>
 #include <stdexcept>
@@ -30,6 +31,12 @@ const std::string churned_log =
 
 {"event":"joined","epoch":3,"step":338,"rank":-1,"host":"127.0.0.1","role":"worker","cause":"said hello"}
 {"event":"epoch","epoch":4,"step":338,"workers":3,"after_loss":false}
+)log";
+
+// The churned run, then its coordinator killed (after step 401, kept 400).
+const std::string coordinator_lost_log = churned_log +
+                                         R"log({"event":"lost","epoch":4,"step":401,"rank":0,"host":"127.0.0.1","role":"coordinator","cause":"connection closed"}
+{"event":"epoch","epoch":5,"step":400,"workers":2,"after_loss":true}
 )log";
 
 }  // namespace
@@ -104,11 +111,7 @@ TEST_CASE("a log that does not fit the job, or is not a log, is one line naming 
 }
 
 TEST_CASE("a churned run's member events become the departures and joins of a replay between processes") {
-  const std::string text = churned_log +
-                           R"log({"event":"lost","epoch":4,"step":401,"rank":0,"host":"127.0.0.1","role":"coordinator","cause":"connection closed"}
-{"event":"epoch","epoch":5,"step":400,"workers":2,"after_loss":true}
-)log";
-  const process_replay replay = process_replay_of(parse_membership_log(text, "churn.log"), "churn.log", 4, 800);
+  const process_replay replay = process_replay_of(parse_membership_log(coordinator_lost_log, "churn.log"), "churn.log", 4, 800);
   CHECK(replay.workers == 4);
   CHECK(replay.joiners() == 1);
   REQUIRE(replay.changes.size() == 4);
@@ -185,13 +188,7 @@ TEST_CASE("a job in one process records its scripted changes, their replay is th
     INFO(algorithm);
     const std::string path = "membership_log_in_process.log";
     std::remove(path.c_str());
-    job_config job;
-    job.algorithm = algorithm;
-    job.workers = 4;
-    job.steps = 10;
-    job.micro_batch = 2;
-    job.max_accumulation = 1;
-    job.eval_examples = 3;
+    job_config job = testing::test_job(algorithm, 4, 10).micro_batches_per_round(1);
     job.membership = {{2, 3, false, {1}}, {4, 5, false}, {7, 2, true}};
     job.membership_log = path;
     const job_result recorded = testing::run_quadratic(job);
@@ -214,13 +211,7 @@ TEST_CASE("a job in one process records its scripted changes, their replay is th
 
 TEST_CASE("in one process, Distributed Lion's survivors keep their own momenta in their order") {
   const std::string path = "membership_log_momenta.ck";
-  job_config job;
-  job.algorithm = "dlion-mavo";
-  job.workers = 4;
-  job.steps = 4;
-  job.micro_batch = 2;
-  job.max_accumulation = 1;
-  job.eval_examples = 3;
+  job_config job = testing::test_job("dlion-mavo", 4, 4).micro_batches_per_round(1);
   job.checkpoint_path = path;
   const auto momenta_after = [&](std::vector<membership_change> changes) {
     job.membership = std::move(changes);
@@ -245,11 +236,7 @@ TEST_CASE("in one process, Distributed Lion's survivors keep their own momenta i
 }
 
 TEST_CASE("a replay in one process makes the members the log names depart, by their place in the epoch") {
-  const std::string text = churned_log +
-                           R"log({"event":"lost","epoch":4,"step":401,"rank":0,"host":"127.0.0.1","role":"coordinator","cause":"connection closed"}
-{"event":"epoch","epoch":5,"step":400,"workers":2,"after_loss":true}
-)log";
-  const membership_replay replay = replay_of(parse_membership_log(text, "churn.log"), "churn.log", 4, 800);
+  const membership_replay replay = replay_of(parse_membership_log(coordinator_lost_log, "churn.log"), "churn.log", 4, 800);
   REQUIRE(replay.changes.size() == 4);
   CHECK(replay.changes[0].departing == std::vector<int>{2});  // rank 2 of 0 1 2 3
   CHECK(replay.changes[1].departing == std::vector<int>{2});  // rank 3 of 0 1 3
