@@ -87,6 +87,8 @@ struct membership_state {
   bool replay_waiting = false;             // for a due joiner (said once)
   // Since when this side, without a majority of the last epoch's members, waits for them.
   std::optional<std::chrono::steady_clock::time_point> waiting_since;
+  // Since when the waiting side has its majority back while others it waited for are still away.
+  std::optional<std::chrono::steady_clock::time_point> majority_back_since;
   std::string yielded_to;  // the control port of the coordinator this side gave way to
 };
 
@@ -522,6 +524,7 @@ void start_epoch(self_pointer self, std::vector<member*> order, std::optional<st
   auto& s = self->state;
   settle_losses(self, true);
   s.waiting_since.reset();
+  s.majority_back_since.reset();
   const int before = s.epoch_workers;
   ++s.epoch;
   s.epoch_workers = static_cast<int>(order.size());
@@ -638,6 +641,9 @@ std::string seconds_text(std::chrono::steady_clock::duration d) {
   return text;
 }
 
+// How long the others lost with a waiting side's majority may take to come back once it is back.
+constexpr auto returning_grace = std::chrono::milliseconds(1000);
+
 // How often a waiting side asks the lost members' standbys where the job is.
 constexpr auto majority_probe_interval = std::chrono::milliseconds(1000);
 
@@ -682,6 +688,18 @@ void try_form(self_pointer self) {
       if (!count.confirming) wait_for_majority(self);  // a death being confirmed may still make one
       return;
     }
+  }
+  // Members lost together often come back together (a partition heals, stopped processes wake):
+  // once a waiting side has its majority back, the others it waited for get a moment to return as
+  // members instead of as joiners (a state transfer and an epoch more each).
+  if (s.waiting_since &&
+      std::any_of(s.members.begin(), s.members.end(), [&](const auto& entry) { return returnable(s, entry.second); })) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!s.majority_back_since) {
+      s.majority_back_since = now;
+      self->delayed_send(self, returning_grace, majority_atom::value, s.epoch);
+    }
+    if (now - *s.majority_back_since < returning_grace) return;
   }
   if (s.setup.replay && !apply_replayed_change(self)) return;
   std::vector<member*> staying, leaving;
@@ -1104,8 +1122,12 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
       [self](majority_atom, std::uint64_t epoch) {
         auto& s = self->state;
         if (!s.waiting_since || epoch != s.epoch || s.now != phase::forming) return;
-        // A majority answers again but has not asked for the epoch yet: a later loss waits afresh.
         if (has_majority(count_majority(s))) {
+          if (s.majority_back_since) {  // the others' moment to come back ran out
+            try_form(self);
+            return;
+          }
+          // A majority answers again but has not asked for the epoch yet: a later loss waits afresh.
           s.waiting_since.reset();
           return;
         }

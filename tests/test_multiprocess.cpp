@@ -1044,13 +1044,15 @@ namespace {
 
 // A 4-process elastic job (DDP, --log-dir) whose ranks 2 and 3 are SIGSTOPped together after
 // step 40: the coordinator's side holds 2 of the last epoch's 4 members, no majority. Once rank
-// 0's log shows `until` they get SIGCONT (also when it never shows, so that the job ends).
+// 0's log shows `until` they get SIGCONT (also when it never shows, so that the job ends), rank 3
+// `second_wakes_later` after rank 2.
 struct stopped_pair {
   run_output job;
   std::string metrics;
   bool started = false, seen = false;
 };
-stopped_pair run_with_pair_stopped(const std::string& name, const std::string& more_flags, const std::string& until) {
+stopped_pair run_with_pair_stopped(const std::string& name, const std::string& more_flags, const std::string& until,
+                                   std::chrono::milliseconds second_wakes_later = {}) {
   stopped_pair out;
   out.metrics = name + ".jsonl";
   const std::string logs = name + ".logs", pids = name + ".pid.";
@@ -1071,7 +1073,9 @@ stopped_pair run_with_pair_stopped(const std::string& name, const std::string& m
       if (!out.seen && text.find("accord-train: no majority") != std::string::npos) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    for (const int rank : {2, 3}) kill(read_pid(pids + std::to_string(rank)), SIGCONT);
+    kill(read_pid(pids + "2"), SIGCONT);
+    std::this_thread::sleep_for(second_wakes_later);
+    kill(read_pid(pids + "3"), SIGCONT);
   }
   job_thread.join();
   return out;
@@ -1081,9 +1085,12 @@ stopped_pair run_with_pair_stopped(const std::string& name, const std::string& m
 
 TEST_CASE("an elastic job of 4 whose ranks 2 and 3 stop for a while keeps its state on the coordinator's side (2 of "
           "4, no majority), trains nothing, and goes on from the kept step once they wake, replicas identical") {
-  // Woken once the coordinator's side waits (--majority-wait 60), as a healed partition would be.
+  // Woken once the coordinator's side waits (--majority-wait 60), as a healed partition would be;
+  // rank 3 a moment after rank 2, whose return alone makes a majority: rank 3 still comes back as
+  // a member, not as a joiner.
   const std::string waits = "membership: rank 0 (127.0.0.1), coordinator, waits for a majority at step ";
-  const stopped_pair run = run_with_pair_stopped("majority_back", " --majority-wait 60", waits);
+  const stopped_pair run =
+      run_with_pair_stopped("majority_back", " --majority-wait 60", waits, std::chrono::milliseconds(300));
   INFO(run.job.text);
   REQUIRE(run.started);
   CHECK(run.seen);
@@ -1093,7 +1100,7 @@ TEST_CASE("an elastic job of 4 whose ranks 2 and 3 stop for a while keeps its st
   CHECK(run.job.text.find("2 of the last epoch's 4 members are reachable, 0 known dead") != std::string::npos);
   CHECK(run.job.text.find("no majority") == std::string::npos);
   CHECK(run.job.text.find(", worker, back at step ") != std::string::npos);
-  CHECK(run.job.text.find("[rank 0] membership: epoch 2, 4 -> ") != std::string::npos);
+  CHECK(run.job.text.find("[rank 0] membership: epoch 2, 4 -> 4 workers") != std::string::npos);
   CHECK(run.job.text.find("[rank 0] done: ") != std::string::npos);
   CHECK(run.job.text.find("replicas identical") != std::string::npos);
   const auto checksums = transfer_checksums(run.job.text);
