@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "transport/block_quantize.hpp"
+#include "transport/wire_precision.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -119,7 +120,8 @@ TEST_CASE("sign2 blocks: ± the mean |x| of the values above the block's mean |x
         CAPTURE(first + i);
         const float x = values[first + i];
         const bool large = std::fabs(x) > mean;
-        CHECK(std::fabs(decoded[first + i]) == doctest::Approx(level_sum[large] / level_count[large]).epsilon(1e-5));
+        // The level travels as bf16: within 2^-9 of itself.
+        CHECK(std::fabs(decoded[first + i]) == doctest::Approx(level_sum[large] / level_count[large]).epsilon(0x1p-9));
         CHECK(std::signbit(decoded[first + i]) == std::signbit(x));
         error += std::pow(decoded[first + i] - x, 2);
         sign_error += std::pow(signs[first + i] - x, 2);
@@ -133,8 +135,8 @@ TEST_CASE("sign2 blocks: ± the mean |x| of the values above the block's mean |x
   values[0] = -1.f, values[64] = 3.f, values[65] = -0.5f, values[255] = 0.25f;  // mean 4.75 / 256
   std::vector<sign2_block> record(1);
   quantize(values, std::span<sign2_block>(record));
-  CHECK(record[0].levels[1] == doctest::Approx(4.75f / 4));
-  CHECK(record[0].levels[0] == 0.f);
+  CHECK(from_bf16(record[0].levels[1]) == doctest::Approx(4.75f / 4).epsilon(0x1p-9));
+  CHECK(from_bf16(record[0].levels[0]) == 0.f);
   CHECK(record[0].codes[0] == (3 | 2 << 2));
   CHECK(record[0].codes[1] == (3 << 2));
   CHECK(record[0].codes[63] == (2 << 6));
@@ -168,7 +170,7 @@ TEST_CASE("sign3 blocks: sign2's two groups each split again at their own mean |
         const float x = values[first + i];
         const int group = group_of(std::fabs(x));
         const double level = mean_of([&](double m) { return group_of(m) == group; });
-        CHECK(std::fabs(decoded[first + i]) == doctest::Approx(level).epsilon(1e-5));
+        CHECK(std::fabs(decoded[first + i]) == doctest::Approx(level).epsilon(0x1p-9));
         CHECK(std::signbit(decoded[first + i]) == std::signbit(x));
         error += std::pow(decoded[first + i] - x, 2);
         sign2_error += std::pow(halves[first + i] - x, 2);
@@ -185,10 +187,10 @@ TEST_CASE("sign3 blocks: sign2's two groups each split again at their own mean |
   // 1, level 0.75, and 2, 3, level 2.5).
   std::vector<sign3_block> record(1);
   quantize(values, std::span<sign3_block>(record));
-  CHECK(record[0].levels[0] == doctest::Approx(0.1f));
-  CHECK(record[0].levels[1] == doctest::Approx(0.12f));
-  CHECK(record[0].levels[2] == doctest::Approx(0.75f));
-  CHECK(record[0].levels[3] == doctest::Approx(2.5f));
+  CHECK(from_bf16(record[0].levels[0]) == doctest::Approx(0.1f).epsilon(0x1p-9));
+  CHECK(from_bf16(record[0].levels[1]) == doctest::Approx(0.12f).epsilon(0x1p-9));
+  CHECK(from_bf16(record[0].levels[2]) == doctest::Approx(0.75f).epsilon(0x1p-9));
+  CHECK(from_bf16(record[0].levels[3]) == doctest::Approx(2.5f).epsilon(0x1p-9));
   // Values 0 and 65 (negative, group 2): c = 5; 33 and 64 (group 3): c = 6; 255 (group 1): c = 2.
   CHECK(record[0].codes[0] == (1 | 2 << 2));  // values 0 and 64
   CHECK(record[0].codes[1] == (1 << 2));      // value 65

@@ -1,5 +1,7 @@
 #include "transport/block_quantize.hpp"
 
+#include "transport/half_precision_bits.hpp"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
