@@ -257,7 +257,7 @@ void add_training_options(flag_sections& sections, const job_config& d) {
        "ACCO's estimate rounds (they commit no state), as --wire-precision: fp32 | bf16 | fp16 | int8 | fp8 | "
        "fp4 | sign | sign2 | sign3 or P,Q (blocks of 256 values with an fp32 scale each: int8 codes, 8- or "
        "4-bit logarithmic codes, 1-bit signs scaled by the block's mean |x|, or a sign and 1 (sign2) or 2 "
-       "(sign3) bits of magnitude from splits at means, with 2 or 4 levels; parameters travel as the "
+       "(sign3) bits of magnitude from splits at means, with 2 or 4 bf16 levels; parameters travel as the "
        "difference from the current ones) (empty: as --wire-precision)")
       ("compute-precision", po::value<std::string>()->default_value(d.compute_precision),
        "GPU workers' matrix products: fp32 | bf16 (bf16 operands, fp32 accumulation, fp32 master weights "

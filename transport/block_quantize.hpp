@@ -23,9 +23,10 @@
 //   a sign and two magnitude bits per value, four levels (each group's mean |x|). 3.25 bits per
 //   value, and 0.11 (Gaussian) to 0.16 (Laplacian) of sign's squared error, a third of sign2's:
 //   for a parameter change, whose coding error stays in the replica.
-//   The levels travel as bf16 (fp32's range, 8 significant bits): rounding a level by up to 2^-9
-//   of itself adds at most 4·10^-6 of its square to a value's squared error, against 10^-2 and
-//   more from the split itself, and error feedback re-sends it; fp32 levels would cost sign3
+//   The levels travel as bf16 (fp32's range, 8 significant bits): a level is its group's mean, so
+//   rounding it by up to 2^-9 of itself adds at most 4·10^-6 of its square per value to the
+//   group's squared error, against 10^-2 and more from the split itself, and error feedback
+//   re-sends it; fp32 levels would cost sign3
 //   0.25 bits per value more (which ACCO under 8 bits/param/step cannot pay).
 // A block holding any non-finite value gets a NaN scale and decodes as all-NaN: quantization
 // never hides a NaN or an infinity. The last block of a span may be short; its record still
