@@ -21,7 +21,7 @@ void keep_step(communicator_setup& s, const std::vector<float>& parameters, std:
   kept.rank = s.link->rank();
   kept.steps = step_of_round(s.pipe, round) + 1;
   kept.own = s.rule->snapshot();
-  // Elastic recovery restarts from the kept compute copy; with error feedback (int8, fp8, fp4, sign, sign2) it is
+  // Elastic recovery restarts from the kept compute copy; with error feedback (int8, fp8, fp4, sign, sign2, sign3) it is
   // not a function of the masters, which are kept beside it.
   if (kept.own.feedback.empty()) kept.own.master.clear();
   if (s.replicate && kept.world > 1) kept.copies = replicate_to_buddies(*s.link, kept.own, parameters.size());

@@ -179,7 +179,7 @@ void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress
       c.momenta.push_back(state.values);
       continue;
     }
-    // Error feedback (int8, fp8, fp4, sign, sign2): each owner's range of the residuals summed over workers, and
+    // Error feedback (int8, fp8, fp4, sign, sign2, sign3): each owner's range of the residuals summed over workers, and
     // the replica, which the masters below replace in c.parameters.
     if (!state.feedback.empty()) {
       if (c.feedback.empty()) {

@@ -125,7 +125,7 @@ public:
     std::fill(residual_.begin() + static_cast<std::ptrdiff_t>(own_.end), residual_.end(), 0.f);
   }
 
-  // Block-quantized rounds (int8, fp8, fp4, sign, sign2) have no device collectives: such rounds stay on the host.
+  // Block-quantized rounds (int8, fp8, fp4, sign, sign2, sign3) have no device collectives: such rounds stay on the host.
   // Parameter groups and clipping have no kernels: rounds with them stay on the host.
   bool has_device_form() const override {
     return (config_.kind == "adamw" || config_.kind == "lion") && !block_quantized(precision_.estimate.gradients) &&

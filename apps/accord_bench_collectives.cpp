@@ -30,7 +30,7 @@
 // seconds (user + system of every rank's process, medians) per byte of the buffer do not depend
 // on how busy the machine is, unlike bandwidths.
 //
-// --feedback-kernels instead times, on one core of this process, the CPU side of int8, fp8, fp4, sign and sign2
+// --feedback-kernels instead times, on one core of this process, the CPU side of int8, fp8, fp4, sign, sign2 and sign3
 // real rounds with error feedback (transport/block_quantize.hpp) in ns per parameter: encoding
 // fused with the residual update (quantize_with_feedback), the all-gather's encoding of a change
 // (quantize_difference) and decoding fused with the accumulate (add_dequantized), at 1M and 16M
@@ -339,6 +339,7 @@ int run_feedback_kernels(int repetitions) {
       time_feedback_kernels<fp4_block>("fp4", target, parameters, repetitions);
       time_feedback_kernels<sign_block>("sign", target, parameters, repetitions);
       time_feedback_kernels<sign2_block>("sign2", target, parameters, repetitions);
+      time_feedback_kernels<sign3_block>("sign3", target, parameters, repetitions);
     }
   }
   force_baseline_kernels(false);

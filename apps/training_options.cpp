@@ -248,17 +248,17 @@ void add_training_options(flag_sections& sections, const job_config& d) {
        "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited");
   sections.precision.add_options()
       ("wire-precision", po::value<std::string>()->default_value(d.wire_precision),
-       "what gradients and parameters travel as: fp32 | bf16 | fp16 | int8 | fp8 | fp4 | sign | sign2, or P,Q "
-       "for gradients P and parameters Q among the block codes (e.g. fp4,sign2); sums in fp32, fp32 master "
-       "weights and optimizer state; int8, fp8, fp4, sign and sign2: blocks of 256 with error feedback, for "
-       "ddp, dpu, acco and lion on the ring; fp8 and fp4 keep small values' relative precision, which AdamW "
-       "needs; Distributed Lion's votes are 1 bit regardless")
+       "what gradients and parameters travel as: fp32 | bf16 | fp16 | int8 | fp8 | fp4 | sign | sign2 | sign3, "
+       "or P,Q for gradients P and parameters Q among the block codes (e.g. fp4,sign3); sums in fp32, fp32 "
+       "master weights and optimizer state; int8, fp8, fp4, sign, sign2 and sign3: blocks of 256 with error "
+       "feedback, for ddp, dpu, acco and lion on the ring; fp8 and fp4 keep small values' relative precision, "
+       "which AdamW needs; Distributed Lion's votes are 1 bit regardless")
       ("estimate-precision", po::value<std::string>()->default_value(d.estimate_precision),
        "ACCO's estimate rounds (they commit no state), as --wire-precision: fp32 | bf16 | fp16 | int8 | fp8 | "
-       "fp4 | sign | sign2 or P,Q (blocks of 256 values with an fp32 scale each: int8 codes, 8- or 4-bit "
-       "logarithmic codes, 1-bit signs scaled by the block's mean |x|, or sign2's sign and above-the-mean bit "
-       "with two levels; parameters travel as the difference from the current ones) (empty: as "
-       "--wire-precision)")
+       "fp4 | sign | sign2 | sign3 or P,Q (blocks of 256 values with an fp32 scale each: int8 codes, 8- or "
+       "4-bit logarithmic codes, 1-bit signs scaled by the block's mean |x|, or a sign and 1 (sign2) or 2 "
+       "(sign3) bits of magnitude from splits at means, with 2 or 4 bf16 levels; parameters travel as the "
+       "difference from the current ones) (empty: as --wire-precision)")
       ("compute-precision", po::value<std::string>()->default_value(d.compute_precision),
        "GPU workers' matrix products: fp32 | bf16 (bf16 operands, fp32 accumulation, fp32 master weights "
        "and gradients; --device cuda only)");

@@ -86,7 +86,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   compute->stream = {rank, workers, plan.micro_batch, plan.data_position};
   compute->parameters = make_tensor(plan.initial, local.meter);
   // A resumed 16-bit job computes with the rounded copy of its masters, as it did before.
-  // (With int8, fp8, fp4, sign or sign2 the replica itself was resumed: its masters are not a rounding of it.)
+  // (With int8, fp8, fp4, sign, sign2 or sign3 the replica itself was resumed: its masters are not a rounding of it.)
   if (plan.resume && plan.algo->aggregate == aggregation::sharded_optimizer &&
       !block_quantized(plan.precision.real.parameters))
     round_to_wire(plan.precision.real.parameters, *compute->parameters);

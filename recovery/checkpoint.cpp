@@ -231,8 +231,8 @@ checkpoint parse(std::istream& in, std::uint64_t size, const std::string& name) 
     c.feedback = r.text("error-feedback precision");
     if (!c.feedback.empty()) {
       if (c.feedback != "int8" && c.feedback != "fp8" && c.feedback != "fp4" && c.feedback != "sign" &&
-          c.feedback != "sign2")
-        r.fail("unknown error-feedback precision '" + c.feedback + "' (expected int8|fp8|fp4|sign|sign2)");
+          c.feedback != "sign2" && c.feedback != "sign3")
+        r.fail("unknown error-feedback precision '" + c.feedback + "' (expected int8|fp8|fp4|sign|sign2|sign3)");
       const auto residuals = r.scalar<std::uint64_t>("error-feedback residuals");
       if (residuals != count)
         r.fail("the error-feedback residuals (" + c.feedback + ") hold " + std::to_string(residuals) + " values for " +

@@ -16,7 +16,7 @@
 //   f32 × slots × parameter_count        slot after slot (AdamW m then v; Lion m; SGD momentum)
 //   u32 momenta                        Distributed Lion: each worker's own momentum
 //   f32 × momenta × parameter_count
-//   u32 length + bytes                 error-feedback wire precision: "" (none), "int8", "fp8", "fp4", "sign", "sign2"
+//   u32 length + bytes                 error-feedback wire precision: "" (none), "int8", "fp8", "fp4", "sign", "sign2", "sign3"
 //   when not "":
 //     u64 count                        parameter_count
 //     f32 × count                      residuals: by element, the sum over workers of what their

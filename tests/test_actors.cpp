@@ -437,13 +437,13 @@ TEST_CASE("ACCO with int8 and sign estimates trains on the quadratic, replicas a
   }
 }
 
-TEST_CASE("int8, fp8, fp4, sign and sign2 real rounds with error feedback keep replicas bit-identical over many rounds, also with unequal workers" *
+TEST_CASE("int8, fp8, fp4, sign, sign2 and sign3 real rounds with error feedback keep replicas bit-identical over many rounds, also with unequal workers" *
           doctest::test_suite("pipeline")) {
   // As the fp32/bf16 test above: uncapped accumulation on an emulated link, so the micro-batch
   // counts differ between workers and rounds; the replica check runs after every round.
   const std::size_t width = 1500;
   for (const std::string algorithm : {"ddp", "dpu", "acco", "lion"})
-    for (const std::string precision : {"int8", "fp8", "fp4", "sign", "fp4,sign", "fp4,sign2"}) {
+    for (const std::string precision : {"int8", "fp8", "fp4", "sign", "fp4,sign", "fp4,sign2", "fp4,sign3"}) {
       CAPTURE(algorithm);
       CAPTURE(precision);
       const job_result result = run_uneven(algorithm, precision, 25, 5, width);
@@ -460,6 +460,7 @@ TEST_CASE("int8, fp8, fp4, sign and sign2 real rounds with error feedback keep r
       const auto record_bits = [](const std::string& code) {
         return 8.0 * (code == "sign"    ? sizeof(sign_block)
                       : code == "sign2" ? sizeof(sign2_block)
+                      : code == "sign3" ? sizeof(sign3_block)
                       : code == "fp4"   ? sizeof(fp4_block)
                                         : sizeof(int8_block));
       };
@@ -550,10 +551,10 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   refused(job, "votes on Lion directions");
   job = sgd_job("acco", 2, 2);
   job.wire_precision = "fp2";
-  refused(job, "wire precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2)");
+  refused(job, "wire precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)");
   job = sgd_job("acco", 2, 2);
   job.estimate_precision = "int4";
-  refused(job, "estimate precision: 'int4' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2)");
+  refused(job, "estimate precision: 'int4' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)");
   for (const char* algorithm : {"dlion-mavo", "dlion-avg", "acco-dlion"}) {
     job = sgd_job(algorithm, 2, 2);
     job.optimizer.clear();
@@ -690,7 +691,7 @@ TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint, versio
   refused(with_crc(forged), "the error-feedback residuals (sign) hold 4 values for 3 parameters");
   forged = whole;
   forged.replace(section + 4, 4, "int4");
-  refused(with_crc(forged), "unknown error-feedback precision 'int4' (expected int8|fp8|fp4|sign|sign2)");
+  refused(with_crc(forged), "unknown error-feedback precision 'int4' (expected int8|fp8|fp4|sign|sign2|sign3)");
 
   // Version 2: the same file without the section (and version 2 in its header).
   c.feedback.clear();
@@ -906,14 +907,14 @@ TEST_CASE("with a 16-bit wire a checkpoint holds the fp32 master weights and res
   CHECK(run_job(net, data, data, job).parameters == uninterrupted.parameters);
 }
 
-TEST_CASE("with int8, fp8, fp4, sign or sign2 on the wire a checkpoint holds the residuals, masters and replica, and resumes bit-identically" *
+TEST_CASE("with int8, fp8, fp4, sign, sign2 or sign3 on the wire a checkpoint holds the residuals, masters and replica, and resumes bit-identically" *
           doctest::test_suite("pipeline")) {
   // A snapshot folds each worker's residuals into their ranges' owners (docs/algorithms.md), so
   // the run to compare with writes its checkpoints at the same steps.
   const std::size_t width = 700;
   quadratic net(width);
   auto data = std::make_shared<waves>(width);
-  for (const std::string precision : {"int8", "fp8", "fp4", "sign", "sign2"}) {
+  for (const std::string precision : {"int8", "fp8", "fp4", "sign", "sign2", "sign3"}) {
     CAPTURE(precision);
     job_config job = adamw_ddp_job();
     job.wire_precision = precision;

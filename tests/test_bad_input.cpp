@@ -221,7 +221,7 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--algo dlion-mavo --wire-precision int8" + tiny, "wire precision: 'int8' means nothing for dlion-mavo"},
       {train, "--algo acco-dlion --wire-precision sign" + tiny, "wire precision: 'sign' means nothing for acco-dlion"},
       {train, "--algo ddp --wire-precision sign --topology gossip" + tiny, "wire precision: 'sign' is for the ring topology"},
-      {train, "--wire-precision int4" + tiny, "--wire-precision: 'int4' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2)"},
+      {train, "--wire-precision int4" + tiny, "--wire-precision: 'int4' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)"},
       {train, "--algo dlion-avg --wire-precision fp8" + tiny, "wire precision: 'fp8' means nothing for dlion-avg"},
       {train, "--estimate-precision int2" + tiny, "--estimate-precision: 'int2'"},
       {train, "--beta1 1" + tiny, "beta1"},

@@ -1,8 +1,9 @@
 // Block quantization (transport/block_quantize.hpp): error bounds per block, the scaled sign and
-// its two-level form (sign2), non-finite blocks, short and empty spans, and the argument checks.
+// its two- and four-level forms (sign2, sign3), non-finite blocks, short and empty spans, and the argument checks.
 #include <doctest/doctest.h>
 
 #include "transport/block_quantize.hpp"
+#include "transport/wire_precision.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -119,7 +120,8 @@ TEST_CASE("sign2 blocks: ± the mean |x| of the values above the block's mean |x
         CAPTURE(first + i);
         const float x = values[first + i];
         const bool large = std::fabs(x) > mean;
-        CHECK(std::fabs(decoded[first + i]) == doctest::Approx(level_sum[large] / level_count[large]).epsilon(1e-5));
+        // The level travels as bf16: within 2^-9 of itself.
+        CHECK(std::fabs(decoded[first + i]) == doctest::Approx(level_sum[large] / level_count[large]).epsilon(0x1p-9));
         CHECK(std::signbit(decoded[first + i]) == std::signbit(x));
         error += std::pow(decoded[first + i] - x, 2);
         sign_error += std::pow(signs[first + i] - x, 2);
@@ -133,13 +135,72 @@ TEST_CASE("sign2 blocks: ± the mean |x| of the values above the block's mean |x
   values[0] = -1.f, values[64] = 3.f, values[65] = -0.5f, values[255] = 0.25f;  // mean 4.75 / 256
   std::vector<sign2_block> record(1);
   quantize(values, std::span<sign2_block>(record));
-  CHECK(record[0].large == doctest::Approx(4.75f / 4));
-  CHECK(record[0].small == 0.f);
+  CHECK(from_bf16(record[0].levels[1]) == doctest::Approx(4.75f / 4).epsilon(0x1p-9));
+  CHECK(from_bf16(record[0].levels[0]) == 0.f);
   CHECK(record[0].codes[0] == (3 | 2 << 2));
   CHECK(record[0].codes[1] == (3 << 2));
   CHECK(record[0].codes[63] == (2 << 6));
   CHECK(record[0].codes[2] == 0);
   check_non_finite_and_zero_blocks<sign2_block>();
+}
+
+TEST_CASE("sign3 blocks: sign2's two groups each split again at their own mean |x|, four levels, a third of sign2's error") {
+  for (std::size_t count : {1ul, 5ul, 64ul, 65ul, 256ul, 300ul, 1024ul}) {
+    CAPTURE(count);
+    std::vector<float> values = sample(count);
+    // Laplacian-like magnitudes too (many small values, a few large), where sign2 leaves most.
+    for (std::size_t i = 0; i < count; i += 2) values[i] = values[i] * values[i] * values[i] * 8.f;
+    const std::vector<float> decoded = round_trip<sign3_block>(values);
+    const std::vector<float> halves = round_trip<sign2_block>(values);
+    for (std::size_t first = 0; first < count; first += quantization_block) {
+      const std::size_t n = std::min(quantization_block, count - first);
+      const auto mean_of = [&](auto in_group) {
+        double sum = 0, members = 0;
+        for (std::size_t i = 0; i < n; ++i)
+          if (in_group(std::fabs(values[first + i]))) sum += std::fabs(values[first + i]), members += 1;
+        return members ? sum / members : 0.0;
+      };
+      const double mean = mean_of([](double) { return true; });
+      const double small = mean_of([&](double m) { return m <= mean; });
+      const double large = mean_of([&](double m) { return m > mean; });
+      const auto group_of = [&](double m) { return m <= mean ? (m <= small ? 0 : 1) : (m <= large ? 2 : 3); };
+      double error = 0, sign2_error = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        CAPTURE(first + i);
+        const float x = values[first + i];
+        const int group = group_of(std::fabs(x));
+        const double level = mean_of([&](double m) { return group_of(m) == group; });
+        CHECK(std::fabs(decoded[first + i]) == doctest::Approx(level).epsilon(0x1p-9));
+        CHECK(std::signbit(decoded[first + i]) == std::signbit(x));
+        error += std::pow(decoded[first + i] - x, 2);
+        sign2_error += std::pow(halves[first + i] - x, 2);
+      }
+      if (n >= 64) CHECK(error < 0.5 * sign2_error);
+    }
+  }
+  // Codes c = negative + 2·group: bits 0-1 of value i in bits 2(i/64), 2(i/64)+1 of codes[i%64]
+  // (as sign2's), bit 2 in bit i/32 of high[i%32].
+  std::vector<float> values(256, 0.1f);
+  values[0] = -1.f, values[33] = 2.f, values[64] = 3.f, values[65] = -0.5f, values[255] = 0.12f;
+  // Mean 31.72 / 256 = 0.1239: at or below it 251 values 0.1 and one 0.12 (mean 0.10008, split
+  // into 0.1, level 0.1, and 0.12, level 0.12); above it 0.5, 1, 2, 3 (mean 1.625, split into 0.5,
+  // 1, level 0.75, and 2, 3, level 2.5).
+  std::vector<sign3_block> record(1);
+  quantize(values, std::span<sign3_block>(record));
+  CHECK(from_bf16(record[0].levels[0]) == doctest::Approx(0.1f).epsilon(0x1p-9));
+  CHECK(from_bf16(record[0].levels[1]) == doctest::Approx(0.12f).epsilon(0x1p-9));
+  CHECK(from_bf16(record[0].levels[2]) == doctest::Approx(0.75f).epsilon(0x1p-9));
+  CHECK(from_bf16(record[0].levels[3]) == doctest::Approx(2.5f).epsilon(0x1p-9));
+  // Values 0 and 65 (negative, group 2): c = 5; 33 and 64 (group 3): c = 6; 255 (group 1): c = 2.
+  CHECK(record[0].codes[0] == (1 | 2 << 2));  // values 0 and 64
+  CHECK(record[0].codes[1] == (1 << 2));      // value 65
+  CHECK(record[0].codes[33] == 2);
+  CHECK(record[0].codes[63] == (2 << 6));  // value 255
+  CHECK(record[0].codes[2] == 0);
+  CHECK(record[0].high[0] == (1 | 1 << 2));       // values 0 and 64
+  CHECK(record[0].high[1] == (1 << 1 | 1 << 2));  // values 33 and 65
+  CHECK(record[0].high[31] == 0);                 // value 255 is group 1
+  check_non_finite_and_zero_blocks<sign3_block>();
 }
 
 TEST_CASE("a block holding a NaN or an infinity decodes as all-NaN, the other blocks are untouched") {
@@ -226,6 +287,7 @@ TEST_CASE("error feedback, fused: a record decodes to scale·x + e minus the new
     check_code(fp4_block{});
     check_code(sign_block{});
     check_code(sign2_block{});
+    check_code(sign3_block{});
   }
 }
 
@@ -250,6 +312,7 @@ TEST_CASE("quantize_difference encodes values − base as quantize of the writte
     check_code(fp4_block{});
     check_code(sign_block{});
     check_code(sign2_block{});
+    check_code(sign3_block{});
   }
 }
 
@@ -276,18 +339,19 @@ TEST_CASE("with error feedback the sum of decoded vectors stays within one resid
       worst = std::max(worst, std::fabs(decoded_sum[i] - static_cast<double>(rounds) * g[i]));
     return worst;
   };
-  for (const std::string code : {"int8", "fp8", "fp4", "sign", "sign2"}) {
+  for (const std::string code : {"int8", "fp8", "fp4", "sign", "sign2", "sign3"}) {
     CAPTURE(code);
-    const bool sign = code == "sign" || code == "sign2";
+    const bool sign = code == "sign" || code == "sign2" || code == "sign3";
     const auto gap = [&](bool feedback, int rounds) {
       return code == "sign"    ? largest_gap(sign_block{}, feedback, rounds)
              : code == "sign2" ? largest_gap(sign2_block{}, feedback, rounds)
+             : code == "sign3" ? largest_gap(sign3_block{}, feedback, rounds)
              : code == "fp8" ? largest_gap(fp8_block{}, feedback, rounds)
              : code == "fp4" ? largest_gap(fp4_block{}, feedback, rounds)
                              : largest_gap(int8_block{}, feedback, rounds);
     };
     // The largest error of one record: int8 half a step, fp8 2^-4 of the value, fp4 a third of
-    // it, sign (and sign2) up to the block's largest |x|. The residual of scaled signs settles at a few of
+    // it, sign (and sign2, sign3) up to the block's largest |x|. The residual of scaled signs settles at a few of
     // those (it is bounded, not one record's error).
     const double one_round = sign ? 0.13 : code == "fp8" ? 0.13 / 16 * 1.01 : code == "fp4" ? 0.13 / 3 * 1.01 : 0.13 / 254 * 1.01;
     const double with_50 = gap(true, 50), with_1000 = gap(true, 1000);
@@ -401,14 +465,15 @@ TEST_CASE("the AVX2 kernels and the baseline ones compute the same bits") {
   const std::string where = avx2 ? "run here" : "are not available here: the comparison is trivial";
   MESSAGE("AVX2 kernels " << where);
   const auto fast_int8 = run(int8_block{}), fast_fp8 = run(fp8_block{}), fast_fp4 = run(fp4_block{}),
-             fast_sign = run(sign_block{}), fast_sign2 = run(sign2_block{});
+             fast_sign = run(sign_block{}), fast_sign2 = run(sign2_block{}), fast_sign3 = run(sign3_block{});
   force_baseline_kernels(true);
   const auto slow_int8 = run(int8_block{}), slow_fp8 = run(fp8_block{}), slow_fp4 = run(fp4_block{}),
-             slow_sign = run(sign_block{}), slow_sign2 = run(sign2_block{});
+             slow_sign = run(sign_block{}), slow_sign2 = run(sign2_block{}), slow_sign3 = run(sign3_block{});
   force_baseline_kernels(false);
   CHECK(fast_int8 == slow_int8);
   CHECK(fast_fp8 == slow_fp8);
   CHECK(fast_fp4 == slow_fp4);
   CHECK(fast_sign == slow_sign);
   CHECK(fast_sign2 == slow_sign2);
+  CHECK(fast_sign3 == slow_sign3);
 }

@@ -1,4 +1,4 @@
-// Error-feedback compressed real rounds (--wire-precision int8|fp8|fp4|sign|sign2) at the level of the sharded
+// Error-feedback compressed real rounds (--wire-precision int8|fp8|fp4|sign|sign2|sign3) at the level of the sharded
 // update rule, one thread per rank over an in-process fabric: the sum of what the rounds deliver
 // tracks the sum of the true gradients (bounded gap, not growing), replicas stay bit-identical,
 // an ACCO estimate round commits no residual, and residuals fold into their owners' ranges at a
@@ -110,7 +110,7 @@ double gap_to_exact(const std::vector<float>& parameters, int world, std::uint64
 
 }  // namespace
 
-TEST_CASE("error feedback: what int8, fp8, fp4, sign and sign2 rounds deliver tracks the exact gradients, the gap bounded, not growing") {
+TEST_CASE("error feedback: what int8, fp8, fp4, sign, sign2 and sign3 rounds deliver tracks the exact gradients, the gap bounded, not growing") {
   // Plain SGD: θ_T − θ_exact = −η (Σ_w e_w) − (master − replica), both one round's quantization
   // error at most. Without the residuals the sign codes' error (± the block's mean |x| for
   // values that differ within it) would add up every round: after 400 rounds the gap would be
@@ -118,7 +118,7 @@ TEST_CASE("error feedback: what int8, fp8, fp4, sign and sign2 rounds deliver tr
   const float lr = 0.05f;
   const int world = 3;
   for (const wire_precision wire : {wire_precision::int8, wire_precision::fp8, wire_precision::fp4, wire_precision::sign,
-                                     wire_precision::sign2}) {
+                                     wire_precision::sign2, wire_precision::sign3}) {
     CAPTURE(precision_name(wire));
     const feedback_run run = run_sgd(world, wire, 400, {50, 400}, lr);
     for (int rank = 1; rank < world; ++rank) CHECK(run.parameters[1][rank] == run.parameters[1][0]);
@@ -128,6 +128,7 @@ TEST_CASE("error feedback: what int8, fp8, fp4, sign and sign2 rounds deliver tr
     // One round's worth of gradient (|g| <= 0.112) is 0.0056 here.
     const double bound = wire == wire_precision::sign    ? 0.02
                          : wire == wire_precision::sign2 ? 6e-3
+                         : wire == wire_precision::sign3 ? 6e-3
                          : wire == wire_precision::fp4   ? 5e-3
                          : wire == wire_precision::fp8 ? 1e-3
                                                        : 2e-4;
@@ -151,7 +152,7 @@ TEST_CASE("an estimate round reads the residuals and commits nothing: the real r
   // not run.
   const int world = 3;
   for (const wire_precision wire : {wire_precision::int8, wire_precision::fp8, wire_precision::fp4, wire_precision::sign,
-                                     wire_precision::sign2}) {
+                                     wire_precision::sign2, wire_precision::sign3}) {
     for (const wire_precision estimate : {wire, wire_precision::bf16}) {
       CAPTURE(precision_name(wire));
       CAPTURE(precision_name(estimate));
@@ -208,7 +209,7 @@ TEST_CASE("at a snapshot the residuals fold into their owners' ranges, and resto
   const int world = 3;
   const float lr = 0.05f;
   for (const wire_precision wire : {wire_precision::int8, wire_precision::fp8, wire_precision::fp4, wire_precision::sign,
-                                     wire_precision::sign2}) {
+                                     wire_precision::sign2, wire_precision::sign3}) {
     CAPTURE(precision_name(wire));
     const std::vector<float> initial = initial_parameters();
     std::vector<std::vector<float>> before(world), replicas(world);

@@ -308,14 +308,16 @@ TEST_CASE("wire precision: bf16 and fp16 round to nearest even, keep NaN and ove
   CHECK(round_wires_name(parse_round_wires("fp4,sign", "w")) == "fp4,sign");
   CHECK(parse_round_wires("fp4,sign2", "--wire-precision") == round_wires(wire_precision::fp4, wire_precision::sign2));
   CHECK(round_wires_name(parse_round_wires("sign2", "w")) == "sign2");
+  CHECK(parse_round_wires("fp4,sign3", "--wire-precision") == round_wires(wire_precision::fp4, wire_precision::sign3));
+  CHECK(round_wires_name(parse_round_wires("sign,sign3", "w")) == "sign,sign3");
   CHECK(round_wires_name(parse_round_wires("fp8,fp8", "w")) == "fp8");
   CHECK_THROWS_WITH_AS(parse_round_wires("bf16,sign", "--wire-precision"),
                        "--wire-precision: 'bf16,sign' (gradients and parameters may differ only among "
-                       "int8|fp8|fp4|sign|sign2; fp32|bf16|fp16 apply to both)",
+                       "int8|fp8|fp4|sign|sign2|sign3; fp32|bf16|fp16 apply to both)",
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(parse_round_wires("fp4,", "--wire-precision"),
-                       "--wire-precision: 'fp4,' (expected P or P,Q, each fp32|bf16|fp16|int8|fp8|fp4|sign|sign2)",
+                       "--wire-precision: 'fp4,' (expected P or P,Q, each fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)",
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(parse_wire_precision("fp2", "--wire-precision"),
-                       "--wire-precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2)", std::invalid_argument);
+                       "--wire-precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)", std::invalid_argument);
 }

@@ -914,11 +914,13 @@ inline void check_block_quantized(const transport_factory& make) {
   check_block_quantized_code<fp4_block>(make, wire_precision::fp4);
   check_block_quantized_code<sign_block>(make, wire_precision::sign);
   check_block_quantized_code<sign2_block>(make, wire_precision::sign2);
+  check_block_quantized_code<sign3_block>(make, wire_precision::sign3);
   check_error_feedback_code<int8_block>(make, wire_precision::int8);
   check_error_feedback_code<fp8_block>(make, wire_precision::fp8);
   check_error_feedback_code<fp4_block>(make, wire_precision::fp4);
   check_error_feedback_code<sign_block>(make, wire_precision::sign);
   check_error_feedback_code<sign2_block>(make, wire_precision::sign2);
+  check_error_feedback_code<sign3_block>(make, wire_precision::sign3);
 }
 
 // The whole suite against one backend configuration.

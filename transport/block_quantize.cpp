@@ -1,5 +1,7 @@
 #include "transport/block_quantize.hpp"
 
+#include "transport/half_precision_bits.hpp"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -9,6 +11,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace accord {
 namespace {
@@ -70,6 +73,10 @@ void quantize_with_feedback(std::span<const float> values, float scale, std::spa
                             std::span<sign2_block> blocks, bool commit) {
   ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
 }
+void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
+                            std::span<sign3_block> blocks, bool commit) {
+  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
+}
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<int8_block> blocks) {
   ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
 }
@@ -85,12 +92,18 @@ void quantize_difference(std::span<const float> values, std::span<const float> b
 void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign2_block> blocks) {
   ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
 }
+void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign3_block> blocks) {
+  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
+}
 
 void quantize(std::span<const float> values, std::span<int8_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
 void quantize(std::span<const float> values, std::span<fp8_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
 void quantize(std::span<const float> values, std::span<fp4_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
 void quantize(std::span<const float> values, std::span<sign_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
 void quantize(std::span<const float> values, std::span<sign2_block> blocks) {
+  ACCORD_KERNEL(quantize_blocks(values, blocks));
+}
+void quantize(std::span<const float> values, std::span<sign3_block> blocks) {
   ACCORD_KERNEL(quantize_blocks(values, blocks));
 }
 
@@ -107,6 +120,9 @@ void add_dequantized(std::span<const sign_block> blocks, std::span<const float> 
   ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
 }
 void add_dequantized(std::span<const sign2_block> blocks, std::span<const float> base, std::span<float> out) {
+  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
+}
+void add_dequantized(std::span<const sign3_block> blocks, std::span<const float> base, std::span<float> out) {
   ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
 }
 

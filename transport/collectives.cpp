@@ -293,7 +293,7 @@ void reduce_scatter_records(transport& t, std::span<float> data, std::uint64_t t
                                });
 }
 
-// Block-quantized reduce-scatter (int8, fp8, fp4, sign, sign2): the shards travel as they are.
+// Block-quantized reduce-scatter (int8, fp8, fp4, sign, sign2, sign3): the shards travel as they are.
 template <class Block>
 void quantized_reduce_scatter(transport& t, std::span<float> data, std::uint64_t tag) {
   reduce_scatter_records<Block>(
@@ -363,6 +363,8 @@ void with_block_type(wire_precision precision, Body body) {
     body.template operator()<fp4_block>();
   else if (precision == wire_precision::sign2)
     body.template operator()<sign2_block>();
+  else if (precision == wire_precision::sign3)
+    body.template operator()<sign3_block>();
   else
     body.template operator()<sign_block>();
 }

@@ -127,7 +127,7 @@ public:
   // `precision`: what the floats travel as. A 16-bit reduce-scatter rounds each rank's values
   // once, sends each shard straight to its owner, and the owner sums in fp32 in a fixed order;
   // a 16-bit all-gather rounds each owner's shard once and every rank, the owner included,
-  // ends with the rounded values. int8, fp8, fp4, sign and sign2 (block-quantized,
+  // ends with the rounded values. int8, fp8, fp4, sign, sign2 and sign3 (block-quantized,
   // transport/block_quantize.hpp, for ACCO's estimate rounds) work the same way in
   // reduce_scatter, with each shard quantized on its own; all_gather and all_reduce refuse them
   // (std::invalid_argument): parameters travel quantized only as a difference, through
@@ -142,7 +142,7 @@ public:
   // Every rank contributes its shard_of(...) of `data`; afterwards all of `data` is filled.
   virtual void all_gather(std::span<float> data, wire_precision precision = wire_precision::fp32);
   // all_gather where `base` (as long as `data`) holds values every rank already has, the same
-  // bits everywhere: int8, fp8, fp4, sign and sign2 send each owner's quantized data - base, and
+  // bits everywhere: int8, fp8, fp4, sign, sign2 and sign3 send each owner's quantized data - base, and
   // every rank, the owner included, ends with base + the decoded difference (bit-identical
   // replicas); the other precisions ignore `base` and are all_gather. Written once over
   // post_send/post_recv/wait, so every backend runs it as it is.

@@ -45,16 +45,18 @@ std::string_view precision_name(wire_precision precision) {
     case wire_precision::fp8: return "fp8";
     case wire_precision::fp4: return "fp4";
     case wire_precision::sign2: return "sign2";
+    case wire_precision::sign3: return "sign3";
   }
   return "?";
 }
 
 wire_precision parse_wire_precision(std::string_view text, std::string_view what) {
   for (wire_precision p : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16, wire_precision::int8,
-                           wire_precision::fp8, wire_precision::fp4, wire_precision::sign, wire_precision::sign2})
+                           wire_precision::fp8, wire_precision::fp4, wire_precision::sign, wire_precision::sign2,
+                           wire_precision::sign3})
     if (text == precision_name(p)) return p;
   throw std::invalid_argument(std::string(what) + ": '" + std::string(text) +
-                              "' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2)");
+                              "' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)");
 }
 
 round_wires parse_round_wires(std::string_view text, std::string_view what) {
@@ -65,13 +67,13 @@ round_wires parse_round_wires(std::string_view text, std::string_view what) {
       return parse_wire_precision(precision, what);
     } catch (const std::invalid_argument&) {
       throw std::invalid_argument(std::string(what) + ": '" + std::string(text) +
-                                  "' (expected P or P,Q, each fp32|bf16|fp16|int8|fp8|fp4|sign|sign2)");
+                                  "' (expected P or P,Q, each fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)");
     }
   };
   const round_wires wires(part(text.substr(0, comma)), part(text.substr(comma + 1)));
   if (wires.gradients != wires.parameters && !(block_quantized(wires.gradients) && block_quantized(wires.parameters)))
     throw std::invalid_argument(std::string(what) + ": '" + std::string(text) +
-                                "' (gradients and parameters may differ only among int8|fp8|fp4|sign|sign2; "
+                                "' (gradients and parameters may differ only among int8|fp8|fp4|sign|sign2|sign3; "
                                 "fp32|bf16|fp16 apply to both)");
   return wires;
 }
@@ -84,7 +86,7 @@ std::string round_wires_name(const round_wires& wires) {
 
 bool block_quantized(wire_precision precision) {
   return precision == wire_precision::int8 || precision == wire_precision::fp8 || precision == wire_precision::fp4 ||
-         precision == wire_precision::sign || precision == wire_precision::sign2;
+         precision == wire_precision::sign || precision == wire_precision::sign2 || precision == wire_precision::sign3;
 }
 
 std::uint16_t to_bf16(float value) { return bf16_bits(value); }

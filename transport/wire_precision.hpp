@@ -3,7 +3,7 @@
 // even, NaN kept a quiet NaN, fp16 overflowing to ±inf). The conversions are written out in
 // integer arithmetic, so every backend and every machine rounds a value to the same bits.
 // Collectives convert once when a value goes on the wire and sum in fp32 on arrival
-// (transport/collectives.cpp). int8, fp8, fp4, sign and sign2 are block-quantized codes (transport/
+// (transport/collectives.cpp). int8, fp8, fp4, sign, sign2 and sign3 are block-quantized codes (transport/
 // block_quantize.hpp) for ACCO's estimate rounds and, with error feedback, real rounds: a
 // reduce-scatter of gradients, and parameters as the difference from what every rank already
 // holds (transport::all_gather_delta).
@@ -15,19 +15,19 @@
 
 namespace accord {
 
-enum class wire_precision { fp32, bf16, fp16, int8, sign, fp8, fp4, sign2 };
+enum class wire_precision { fp32, bf16, fp16, int8, sign, fp8, fp4, sign2, sign3 };
 
-// "fp32" | "bf16" | "fp16" | "int8" | "fp8" | "fp4" | "sign" | "sign2".
+// "fp32" | "bf16" | "fp16" | "int8" | "fp8" | "fp4" | "sign" | "sign2" | "sign3".
 std::string_view precision_name(wire_precision precision);
 // Throws std::invalid_argument naming `what` (e.g. "--wire-precision") and the bad text.
 wire_precision parse_wire_precision(std::string_view text, std::string_view what);
-// int8, fp8, fp4, sign and sign2: values travel in blocks with a scale each (transport/block_quantize.hpp).
+// int8, fp8, fp4, sign, sign2 and sign3: values travel in blocks with a scale each (transport/block_quantize.hpp).
 bool block_quantized(wire_precision precision);
 
 // What a round's two collectives travel as: the gradients' reduce-scatter and the updated
 // parameters' all-gather. Adam normalises each gradient coordinate, so gradients need small
 // values' relative precision (fp8, fp4); a parameter change is already normalised, and its
-// error feedback (master − replica) lets it travel as signs (sign, or sign2's two levels).
+// error feedback (master − replica) lets it travel as signs (sign, or sign2's two levels and sign3's four).
 struct round_wires {
   wire_precision gradients = wire_precision::fp32;
   wire_precision parameters = wire_precision::fp32;
@@ -39,7 +39,7 @@ struct round_wires {
 };
 
 // "P" (both collectives) or "P,Q" (gradients P, parameters Q). P and Q may differ only among the
-// block codes (int8, fp8, fp4, sign, sign2): a 16-bit or fp32 all-gather rounds the master weights
+// block codes (int8, fp8, fp4, sign, sign2, sign3): a 16-bit or fp32 all-gather rounds the master weights
 // instead of carrying error feedback. Throws std::invalid_argument naming `what` and the text.
 round_wires parse_round_wires(std::string_view text, std::string_view what);
 // The flag's form of `wires`: "P" where both are P, else "P,Q".
