@@ -53,77 +53,27 @@ bool force_baseline_kernels(bool force) {
 #endif
 }
 
-void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
-                            std::span<int8_block> blocks, bool commit) {
-  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
-}
-void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
-                            std::span<fp8_block> blocks, bool commit) {
-  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
-}
-void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
-                            std::span<fp4_block> blocks, bool commit) {
-  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
-}
-void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
-                            std::span<sign_block> blocks, bool commit) {
-  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
-}
-void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
-                            std::span<sign2_block> blocks, bool commit) {
-  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
-}
-void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,
-                            std::span<sign3_block> blocks, bool commit) {
-  ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));
-}
-void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<int8_block> blocks) {
-  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
-}
-void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<fp8_block> blocks) {
-  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
-}
-void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<fp4_block> blocks) {
-  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
-}
-void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign_block> blocks) {
-  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
-}
-void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign2_block> blocks) {
-  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
-}
-void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<sign3_block> blocks) {
-  ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));
-}
-
-void quantize(std::span<const float> values, std::span<int8_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
-void quantize(std::span<const float> values, std::span<fp8_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
-void quantize(std::span<const float> values, std::span<fp4_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
-void quantize(std::span<const float> values, std::span<sign_block> blocks) { ACCORD_KERNEL(quantize_blocks(values, blocks)); }
-void quantize(std::span<const float> values, std::span<sign2_block> blocks) {
-  ACCORD_KERNEL(quantize_blocks(values, blocks));
-}
-void quantize(std::span<const float> values, std::span<sign3_block> blocks) {
-  ACCORD_KERNEL(quantize_blocks(values, blocks));
-}
-
-void add_dequantized(std::span<const int8_block> blocks, std::span<const float> base, std::span<float> out) {
-  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
-}
-void add_dequantized(std::span<const fp8_block> blocks, std::span<const float> base, std::span<float> out) {
-  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
-}
-void add_dequantized(std::span<const fp4_block> blocks, std::span<const float> base, std::span<float> out) {
-  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
-}
-void add_dequantized(std::span<const sign_block> blocks, std::span<const float> base, std::span<float> out) {
-  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
-}
-void add_dequantized(std::span<const sign2_block> blocks, std::span<const float> base, std::span<float> out) {
-  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
-}
-void add_dequantized(std::span<const sign3_block> blocks, std::span<const float> base, std::span<float> out) {
-  ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));
-}
+// Each block code's entry points hand over to the kernels of this machine's target.
+#define ACCORD_BLOCK_CODE(block)                                                                                   \
+  void quantize_with_feedback(std::span<const float> values, float scale, std::span<float> residual,               \
+                              std::span<block> blocks, bool commit) {                                              \
+    ACCORD_KERNEL(quantize_feedback_blocks(values, scale, residual, blocks, commit));                              \
+  }                                                                                                                \
+  void quantize_difference(std::span<const float> values, std::span<const float> base, std::span<block> blocks) {  \
+    ACCORD_KERNEL(quantize_difference_blocks(values, base, blocks));                                               \
+  }                                                                                                                \
+  void quantize(std::span<const float> values, std::span<block> blocks) {                                          \
+    ACCORD_KERNEL(quantize_blocks(values, blocks));                                                                \
+  }                                                                                                                \
+  void add_dequantized(std::span<const block> blocks, std::span<const float> base, std::span<float> out) {         \
+    ACCORD_KERNEL(add_dequantized_blocks(blocks, base, out));                                                      \
+  }
+ACCORD_BLOCK_CODE(int8_block)
+ACCORD_BLOCK_CODE(fp8_block)
+ACCORD_BLOCK_CODE(fp4_block)
+ACCORD_BLOCK_CODE(sign_block)
+ACCORD_BLOCK_CODE(sign2_block)
+ACCORD_BLOCK_CODE(sign3_block)
+#undef ACCORD_BLOCK_CODE
 
 }  // namespace accord

@@ -1,6 +1,6 @@
 #pragma once
-// Block quantization (`--estimate-precision int8|fp8|fp4|sign|sign2|sign3|sign3` for ACCO's estimate
-// rounds, `--wire-precision int8|fp8|fp4|sign|sign2|sign3|sign3` for real rounds with error feedback):
+// Block quantization (`--estimate-precision int8|fp8|fp4|sign|sign2|sign3` for ACCO's estimate
+// rounds, `--wire-precision int8|fp8|fp4|sign|sign2|sign3` for real rounds with error feedback):
 // values in blocks of 256, each block one fp32 scale (sign2: two bf16 levels, sign3: four) plus a
 // code per value.
 // - int8: scale = max|x| / 127, code = x / scale rounded to nearest (ties to even), in [-127, 127].
