@@ -1,5 +1,7 @@
 #include "recovery/checkpoint.hpp"
 
+#include "transport/wire_precision.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +20,15 @@ namespace {
 
 constexpr char magic[8] = {'A', 'C', 'C', 'O', 'R', 'D', 'C', 'K'};
 constexpr std::uint32_t version = 3;
+
+// A name of a block code, whose rounds carry error-feedback residuals.
+bool carries_feedback(const std::string& name) {
+  try {
+    return block_quantized(parse_wire_precision(name, "error-feedback precision"));
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
 constexpr std::uint32_t oldest_readable = 2;  // version 2: no error-feedback section
 constexpr std::size_t chunk_bytes = 1 << 20;
 constexpr std::uint32_t max_slots = 8;
@@ -230,9 +241,8 @@ checkpoint parse(std::istream& in, std::uint64_t size, const std::string& name) 
   if (v >= 3) {
     c.feedback = r.text("error-feedback precision");
     if (!c.feedback.empty()) {
-      if (c.feedback != "int8" && c.feedback != "fp8" && c.feedback != "fp4" && c.feedback != "sign" &&
-          c.feedback != "sign2" && c.feedback != "sign3")
-        r.fail("unknown error-feedback precision '" + c.feedback + "' (expected int8|fp8|fp4|sign|sign2|sign3)");
+      if (!carries_feedback(c.feedback))
+        r.fail("unknown error-feedback precision '" + c.feedback + "' (expected " + precision_names(true) + ")");
       const auto residuals = r.scalar<std::uint64_t>("error-feedback residuals");
       if (residuals != count)
         r.fail("the error-feedback residuals (" + c.feedback + ") hold " + std::to_string(residuals) + " values for " +

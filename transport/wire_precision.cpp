@@ -3,6 +3,7 @@
 #include "transport/half_precision_bits.hpp"
 
 #include <stdexcept>
+#include <string>
 
 namespace accord {
 namespace {
@@ -23,6 +24,11 @@ using half_precision::bf16_bits;
 using half_precision::bf16_value;
 using half_precision::fp16_bits;
 using half_precision::fp16_value;
+
+// Every precision, in the order the messages name them.
+constexpr wire_precision every_precision[] = {wire_precision::fp32, wire_precision::bf16,  wire_precision::fp16,
+                                              wire_precision::int8, wire_precision::fp8,   wire_precision::fp4,
+                                              wire_precision::sign, wire_precision::sign2, wire_precision::sign3};
 
 // One conversion pair per 16-bit precision, picked once per span rather than per element.
 template <class Body>
@@ -51,12 +57,9 @@ std::string_view precision_name(wire_precision precision) {
 }
 
 wire_precision parse_wire_precision(std::string_view text, std::string_view what) {
-  for (wire_precision p : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16, wire_precision::int8,
-                           wire_precision::fp8, wire_precision::fp4, wire_precision::sign, wire_precision::sign2,
-                           wire_precision::sign3})
+  for (const wire_precision p : every_precision)
     if (text == precision_name(p)) return p;
-  throw std::invalid_argument(std::string(what) + ": '" + std::string(text) +
-                              "' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)");
+  throw std::invalid_argument(std::string(what) + ": '" + std::string(text) + "' (expected " + precision_names(false) + ")");
 }
 
 round_wires parse_round_wires(std::string_view text, std::string_view what) {
@@ -67,14 +70,14 @@ round_wires parse_round_wires(std::string_view text, std::string_view what) {
       return parse_wire_precision(precision, what);
     } catch (const std::invalid_argument&) {
       throw std::invalid_argument(std::string(what) + ": '" + std::string(text) +
-                                  "' (expected P or P,Q, each fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)");
+                                  "' (expected P or P,Q, each " + precision_names(false) + ")");
     }
   };
   const round_wires wires(part(text.substr(0, comma)), part(text.substr(comma + 1)));
   if (wires.gradients != wires.parameters && !(block_quantized(wires.gradients) && block_quantized(wires.parameters)))
     throw std::invalid_argument(std::string(what) + ": '" + std::string(text) +
-                                "' (gradients and parameters may differ only among int8|fp8|fp4|sign|sign2|sign3; "
-                                "fp32|bf16|fp16 apply to both)");
+                                "' (gradients and parameters may differ only among " + precision_names(true) +
+                                "; fp32|bf16|fp16 apply to both)");
   return wires;
 }
 
@@ -82,6 +85,16 @@ std::string round_wires_name(const round_wires& wires) {
   std::string name(precision_name(wires.gradients));
   if (wires.parameters != wires.gradients) name.append(",").append(precision_name(wires.parameters));
   return name;
+}
+
+std::string precision_names(bool block_codes_only) {
+  std::string names;
+  for (const wire_precision p : every_precision)
+    if (!block_codes_only || block_quantized(p)) {
+      if (!names.empty()) names += '|';
+      names += precision_name(p);
+    }
+  return names;
 }
 
 bool block_quantized(wire_precision precision) {

@@ -23,6 +23,8 @@ std::string_view precision_name(wire_precision precision);
 wire_precision parse_wire_precision(std::string_view text, std::string_view what);
 // int8, fp8, fp4, sign, sign2 and sign3: values travel in blocks with a scale each (transport/block_quantize.hpp).
 bool block_quantized(wire_precision precision);
+// "fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3", or the block codes' names only, for messages.
+std::string precision_names(bool block_codes_only);
 
 // What a round's two collectives travel as: the gradients' reduce-scatter and the updated
 // parameters' all-gather. Adam normalises each gradient coordinate, so gradients need small
