@@ -228,6 +228,10 @@ void add_training_options(flag_sections& sections, const job_config& d) {
       ("estimate-accumulation", number_flag<std::size_t>(0, most_examples, d.estimate_accumulation),
        "acco, acco-dlion: micro-batches at least while an estimate round is in flight (--accumulation then "
        "counts those while a real round is; a cap keeps --max-accumulation's headroom) (0: as --accumulation)")
+      ("global-batch", number_flag<std::uint64_t>(0, most, d.global_batch),
+       "examples per step over all workers, kept when workers come and go: a smaller or larger epoch "
+       "shares that many among its workers (each at least one micro-batch; DeepSpeed elasticity's habit). "
+       "A whole number of workers' --micro-batch x micro-batches per step (0: follows the worker count)")
       ("dpu-warmup", number_flag<std::uint64_t>(0, most, d.dpu_warmup), "DPU: synchronous rounds before overlapping")
       ("optimizer", po::value<std::string>(), "adamw | lion | sgd (default: the algorithm's)")
       ("lr", number_flag(number_range<float>{0, most_learning_rate, true}), "peak learning rate (default: adamw 3e-3, lion 3e-4, sgd 0.05)")
@@ -360,6 +364,7 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   job.accumulation = flags["accumulation"].as<std::size_t>();
   job.max_accumulation = flags["max-accumulation"].as<std::size_t>();
   job.estimate_accumulation = flags["estimate-accumulation"].as<std::size_t>();
+  job.global_batch = flags["global-batch"].as<std::uint64_t>();
   job.dpu_warmup = flags["dpu-warmup"].as<std::uint64_t>();
   job.seed = flags["seed"].as<std::uint64_t>();
   if (flags.count("optimizer")) job.optimizer = flags["optimizer"].as<std::string>();

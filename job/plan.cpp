@@ -4,6 +4,7 @@
 #include "cluster/fingerprint.hpp"
 #include "gpu/compute_precision.hpp"
 #include "models/memory.hpp"
+#include "topologies/asynchronous/workers.hpp"
 #include "transport/link_model.hpp"
 
 #include <algorithm>
@@ -180,7 +181,42 @@ void start_from(job_plan& plan, const model& prototype, checkpoint c, const std:
   plan.initial = r.feedback.empty() ? r.parameters : r.replica;  // error feedback: masters come with the shards
 }
 
+// The worker count a global batch is sized for: it must be a whole number of workers' batches.
+int batch_workers_of(const job_config& config, const job_plan& plan) {
+  if (config.global_batch == 0) return 0;
+  const std::uint64_t per_step = plan.accumulation + (plan.algo->pipe == pipeline::acco ? plan.estimate_accumulation : 0);
+  const std::uint64_t per_worker = per_step * plan.micro_batch;
+  const std::string batch = "global batch " + std::to_string(config.global_batch) + ": ";
+  require(config.global_batch % per_worker == 0,
+          batch + "not a whole number of workers' batches of " + std::to_string(per_worker) +
+              " examples (--micro-batch " + std::to_string(plan.micro_batch) + " x " + std::to_string(per_step) +
+              " micro-batches per step)");
+  require(config.global_batch / per_worker <= 65535, batch + "more than 65535 workers' batches of " +
+                                                        std::to_string(per_worker) + " examples");
+  require(!as_asynchronous(*plan.topo), batch + "--topology " + config.topology +
+                                            " has no global batch (its workers apply gradients on their own)");
+  return static_cast<int>(config.global_batch / per_worker);
+}
+
 }  // namespace
+
+job_settings::micro_batch_counts job_settings::micro_batches_of(int rank) const {
+  if (batch_workers == 0 || batch_workers == workers) return {accumulation, max_accumulation, estimate_accumulation, estimate_max_accumulation};
+  // rank's share of batch_workers × per_worker among `workers`; the last ranks take the
+  // remainder (rank 0's process often coordinates too), and everyone at least one.
+  const auto share = [&](std::size_t per_worker) {
+    const std::uint64_t total = per_worker * static_cast<std::uint64_t>(batch_workers);
+    const std::uint64_t n = static_cast<std::uint64_t>(workers), r = static_cast<std::uint64_t>(rank);
+    return static_cast<std::size_t>(std::max<std::uint64_t>(1, total / n + (r >= n - total % n ? 1 : 0)));
+  };
+  micro_batch_counts counts;
+  counts.least = share(accumulation);
+  counts.most = max_accumulation ? counts.least + (max_accumulation - accumulation) : 0;
+  counts.estimate_least = share(estimate_accumulation);
+  counts.estimate_most =
+      estimate_max_accumulation ? counts.estimate_least + (estimate_max_accumulation - estimate_accumulation) : 0;
+  return counts;
+}
 
 job_plan plan_job(const model& prototype, const dataset& train, const job_config& config, bool elastic) {
   validate(config);
@@ -234,6 +270,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.estimate_accumulation = config.estimate_accumulation ? config.estimate_accumulation : config.accumulation;
   plan.estimate_max_accumulation =  // the same headroom over the least
       config.max_accumulation ? config.max_accumulation - config.accumulation + plan.estimate_accumulation : 0;
+  plan.batch_workers = batch_workers_of(config, plan);
   plan.dpu_warmup = config.dpu_warmup;
   plan.eval_interval = config.eval_interval;
   plan.eval_examples = config.eval_examples;

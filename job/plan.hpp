@@ -84,6 +84,9 @@ struct job_settings {
   std::size_t max_accumulation = 0;
   std::size_t estimate_accumulation = 1;
   std::size_t estimate_max_accumulation = 0;
+  // The worker count the global batch is sized for (job_config::global_batch; 0: none, each
+  // worker takes the counts above whatever the worker count).
+  int batch_workers = 0;
   std::uint64_t dpu_warmup = 0;
 
   std::uint64_t eval_interval = 0;
@@ -103,6 +106,13 @@ struct job_settings {
   // Between processes: the settings every process must agree on (cluster/fingerprint.hpp); empty
   // in one process.
   std::string fingerprint;
+
+  // Worker `rank`'s micro-batch counts in an epoch of `workers`: the counts above, or with a
+  // global batch its share of batch_workers workers' (caps keep their headroom over the least).
+  struct micro_batch_counts {
+    std::size_t least = 1, most = 0, estimate_least = 1, estimate_most = 0;
+  };
+  micro_batch_counts micro_batches_of(int rank) const;
 
   bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
   double speed_factor(int rank) const {

@@ -133,10 +133,11 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.first_round = plan.first_round;
   accumulation.rounds = plan.rounds;
   accumulation.dpu_warmup = plan.dpu_warmup;
-  accumulation.accumulation = plan.accumulation;
-  accumulation.max_accumulation = plan.max_accumulation;
-  accumulation.estimate_accumulation = plan.estimate_accumulation;
-  accumulation.estimate_max_accumulation = plan.estimate_max_accumulation;
+  const job_settings::micro_batch_counts counts = plan.micro_batches_of(rank);
+  accumulation.accumulation = counts.least;
+  accumulation.max_accumulation = counts.most;
+  accumulation.estimate_accumulation = counts.estimate_least;
+  accumulation.estimate_max_accumulation = counts.estimate_most;
   accumulation.parameter_count = plan.initial.size();
   accumulation.parameters = compute->parameters;
   accumulation.fetch_sums = compute->resident && !compute->memory;

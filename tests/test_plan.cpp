@@ -141,6 +141,17 @@ TEST_CASE("plan_job itself refuses a bad link, precision or topology setting wit
          j.topology_settings.gossip_graph = "star";
        },
        "--gossip-graph: 'star' (expected ring|exponential|complete)"},
+      {"acco", [](job_config& j) { j.global_batch = 6; },
+       "global batch 6: not a whole number of workers' batches of 4 examples (--micro-batch 2 x 2 micro-batches "
+       "per step)"},
+      {"ddp", [](job_config& j) { j.global_batch = 2 * 65536; },
+       "global batch 131072: more than 65535 workers' batches of 2 examples"},
+      {"ddp",
+       [](job_config& j) {
+         j.topology = "parameter-server";
+         j.global_batch = 8;
+       },
+       "global batch 8: --topology parameter-server has no global batch (its workers apply gradients on their own)"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
@@ -202,6 +213,47 @@ TEST_CASE("an epoch's plan derives from the job's plan") {
   CHECK_FALSE(continued.resume.has_value());
   CHECK(continued.precision.real == wire_precision::bf16);
   CHECK(continued.topo == plan.topo);
+}
+
+TEST_CASE("a global batch is shared among an epoch's workers, the last ranks taking the remainder") {
+  const quadratic net(dim);
+  const waves data(dim);
+  job_config job = small_job("acco");
+  job.accumulation = 2;
+  job.max_accumulation = 3;
+  job.estimate_accumulation = 1;
+  job.global_batch = 4 * 2 * 3;  // 4 workers' micro-batch of 2 x (1 + 2) per step
+  const job_plan plan = plan_job(net, data, job);
+  CHECK(plan.batch_workers == 4);
+  const auto counts = [&](int workers, int rank) { return plan.continued(0, 0, plan.initial, workers).micro_batches_of(rank); };
+  // 4 workers: as configured.
+  CHECK(counts(4, 0).least == 2);
+  CHECK(counts(4, 3).most == 3);
+  CHECK(counts(4, 3).estimate_least == 1);
+  CHECK(counts(4, 3).estimate_most == 2);
+  // 3 workers share 8 real and 4 estimate micro-batches; caps keep their headroom of one.
+  std::size_t real = 0, estimate = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    real += counts(3, rank).least;
+    estimate += counts(3, rank).estimate_least;
+    CHECK(counts(3, rank).most == counts(3, rank).least + 1);
+    CHECK(counts(3, rank).estimate_most == counts(3, rank).estimate_least + 1);
+  }
+  CHECK(real == 8);
+  CHECK(estimate == 4);
+  CHECK(counts(3, 0).least == 2);
+  CHECK(counts(3, 2).least == 3);
+  CHECK(counts(3, 0).estimate_least == 1);
+  CHECK(counts(3, 2).estimate_least == 2);
+  // 6 workers: 4 estimate micro-batches cannot go round, each takes one at least.
+  CHECK(counts(6, 0).estimate_least == 1);
+  CHECK(counts(6, 5).least == 2);
+  CHECK(counts(6, 0).least == 1);
+  // Without a global batch every worker keeps the configured counts.
+  job.global_batch = 0;
+  const job_plan following = plan_job(net, data, job);
+  CHECK(following.batch_workers == 0);
+  CHECK(following.continued(0, 0, following.initial, 3).micro_batches_of(2).least == 2);
 }
 
 TEST_CASE("app_job plans where it starts: what the job's place refuses fails start(), before any thread") {

@@ -106,6 +106,13 @@ struct job_config {
   // hides behind fewer, the real round behind more: step max(e·c, M_e) + max(a·c, M). The cap
   // keeps its headroom: at most max_accumulation − accumulation + this (when capped).
   std::size_t estimate_accumulation = 0;
+  // Examples per optimizer step over all workers, kept when workers come and go (as DeepSpeed's
+  // elasticity keeps train_batch_size): it fixes the worker count W0 the batch is sized for
+  // (global_batch / (micro_batch × micro-batches per step)), and an epoch of W workers shares
+  // W0 workers' micro-batches among its own, the last ranks taking one more where they do not
+  // divide, each at least one. 0: every worker takes `accumulation`, so the batch follows the
+  // worker count (torchrun's and torchft's habit). Not for asynchronous topologies.
+  std::uint64_t global_batch = 0;
   std::uint64_t dpu_warmup = 0;      // DPU: synchronous rounds before overlapping
   std::uint64_t seed = 1;
 
