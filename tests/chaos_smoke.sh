@@ -15,6 +15,8 @@ trap 'rm -rf "$out"' EXIT
   --spare-coordinator --prefix acs --build "$build_dir" --out "$out" >"$out/table.txt" 2>&1 ||
   { cat "$out/table.txt"; tail -n 30 "$out"/*.log; exit 1; }
 cat "$out/table.txt"
-grep -q '^goodput (tokens/s' "$out/table.txt" && grep -q '^replicas  *identical' "$out/table.txt" &&
+grep -q '^goodput (tokens/s' "$out/table.txt" && grep -Eq "^goodput against the faulted run's own pace +[0-9.]+%" "$out/table.txt" &&
+  grep -Eq '^pace of 3-rank steps \(fault-free / faulted\) +[0-9]+ / [0-9]+ tokens/s' "$out/table.txt" &&
+  grep -q '^replicas  *identical' "$out/table.txt" &&
   grep -q '^hangs  *0' "$out/table.txt" && grep -q '"goodput": ' "$out/table.txt" &&
   grep -Eq '^[0-9.]+ (kill|stop) slot [0-9]' "$out/faulted-faults.log"
