@@ -1178,6 +1178,8 @@ struct agent_state {
   std::optional<std::uint64_t> member;
   bool asked_to_leave = false;
   std::optional<std::string> master_lost;
+  // The coordinator said the job is over: its process may exit before this one, which is no loss.
+  bool job_over = false;
   heartbeat_contact coordinator_contact;  // the coordinator's heartbeats and this agent's, echoed
   relayed<std::uint64_t> hellos;
   relayed<epoch_plan> plans;
@@ -1238,7 +1240,7 @@ void stop_relaying(agent_pointer self, const std::string& why) {
 // next coordinator (job/between_processes.cpp).
 void coordinator_gone(agent_pointer self, const std::string& cause) {
   auto& s = self->state;
-  if (s.master_lost) return;
+  if (s.master_lost || s.job_over) return;
   if (s.setup.standby && s.replica.epoch > 0) {
     for (const replica_member& m : s.replica.members)
       if (m.id == s.replica.coordinator && s.setup.on_event)
@@ -1278,7 +1280,7 @@ member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setu
       },
       [self](heartbeat_atom) {
         auto& s = self->state;
-        if (s.master_lost) return;
+        if (s.master_lost || s.job_over) return;
         self->send(s.setup.membership, heartbeat_atom::value, *s.member,
                    heartbeat_time(std::chrono::steady_clock::now()), s.coordinator_contact.heard_sent);
         // The coordinator's heartbeats are judged as it judges the members'.
@@ -1324,7 +1326,7 @@ member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setu
         auto& s = self->state;
         return relay(self, s.plans,
                      self->request(s.setup.membership, caf::infinite, epoch_atom::value, std::move(request)),
-                     [](const epoch_plan&) {});
+                     [self](const epoch_plan& plan) { self->state.job_over = self->state.job_over || plan.finished; });
       },
       [self](wait_atom, coordinator_actor coordinator) {
         return relay(self, self->state.waits, self->request(coordinator, caf::infinite, wait_atom::value),

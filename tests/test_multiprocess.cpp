@@ -916,6 +916,8 @@ void check_failover(const failover_job& failover, const std::string& name, const
     CHECK(text.find(rank + std::string("membership: rank 0 (127.0.0.1), coordinator, lost at step ") + "") !=
           std::string::npos);
   CHECK(text.find(cause) != std::string::npos);
+  // Only rank 0 was lost: the new coordinator's process ending with the job is no loss.
+  CHECK_FALSE(std::regex_search(text, std::regex(R"(membership: (rank [1-9]|member [0-9]+) \([^)]*\), coordinator, lost)")));
   CHECK(text.find("[rank 1] membership: epoch 2, 4 -> 3 workers from step ") != std::string::npos);
   // The survivors' final parameters agree (the new coordinator compares every replica's hash),
   // and the optimizer state crossed the re-sharding unchanged.
@@ -943,6 +945,20 @@ TEST_CASE("an elastic job whose coordinator is killed elects a new one, goes on 
         std::string::npos);
   CHECK(failover.joiner.status == 0);
   CHECK(failover.job.text.find("3 -> 4 workers") != std::string::npos);
+}
+
+TEST_CASE("an elastic parameter server or gossip job whose coordinator is killed elects a new one and goes on from "
+          "the kept steps") {
+  // Rank 0's process also hands out the asynchronous topologies' gradient tickets: they move too.
+  for (const std::string topology : {"parameter-server --max-staleness 2", "gossip --gossip-rate 1"}) {
+    CAPTURE(topology);
+    const std::string name = "failover_" + topology.substr(0, topology.find(' '));
+    const failover_job failover =
+        run_with_coordinator_loss(name, failover_flags + " --algo ddp --keep-interval 10 --topology " + topology, false,
+                                  false);
+    check_failover(failover, name, "coordinator, lost at step");
+    CHECK(failover.job.text.find("connection closed (killed") != std::string::npos);
+  }
 }
 
 TEST_CASE("an elastic job whose coordinator hangs finds it by its heartbeats and elects a new one") {
