@@ -973,6 +973,23 @@ TEST_CASE("with int8, fp8, fp4, sign, sign2 or sign3 on the wire a checkpoint ho
   CHECK(run_job(net, data, data, job).replicas_identical);
 }
 
+namespace {
+
+// A 10-step job of 4 workers, one micro-batch per round, whose worker set the churn tests change.
+job_config churn_job(const std::string& algorithm) {
+  job_config job;
+  job.algorithm = algorithm;
+  job.workers = 4;
+  job.steps = 10;
+  job.micro_batch = 2;
+  job.max_accumulation = 1;
+  job.cosine = false;
+  job.eval_examples = 3;
+  return job;
+}
+
+}  // namespace
+
 TEST_CASE("error-feedback residuals survive workers leaving, joining and crashing: deterministic, nothing lost" *
           doctest::test_suite("pipeline")) {
   const std::size_t width = 600;
@@ -981,15 +998,8 @@ TEST_CASE("error-feedback residuals survive workers leaving, joining and crashin
   for (const auto& [algorithm, precision] :
        {std::pair<std::string, std::string>{"ddp", "int8"}, {"dpu", "fp8"}, {"acco", "sign"}}) {
     CAPTURE(algorithm);
-    job_config job;
-    job.algorithm = algorithm;
+    job_config job = churn_job(algorithm);
     job.wire_precision = precision;
-    job.workers = 4;
-    job.steps = 10;
-    job.micro_batch = 2;
-    job.max_accumulation = 1;
-    job.cosine = false;
-    job.eval_examples = 3;
     job.membership = {{2, 3, false}, {4, 5, false}, {7, 2, true}};
     const job_result first = run_job(net, data, data, job);
     CHECK(first.replicas_identical);
@@ -1007,14 +1017,7 @@ TEST_CASE("a global batch is kept when workers leave, join and crash: the same m
   for (const char* algorithm : {"ddp", "acco"}) {
     CAPTURE(algorithm);
     const bool acco = std::string(algorithm) == "acco";
-    job_config job;
-    job.algorithm = algorithm;
-    job.workers = 4;
-    job.steps = 10;
-    job.micro_batch = 2;
-    job.max_accumulation = 1;
-    job.cosine = false;
-    job.eval_examples = 3;
+    job_config job = churn_job(algorithm);
     job.global_batch = acco ? 16 : 8;  // 4 workers' one micro-batch per round (ACCO: two rounds a step)
     // 4 → 3 (leave) → 5 (join: each at least one) → 2 (crash).
     job.membership = {{2, 3, false}, {4, 5, false}, {7, 2, true}};
@@ -1070,14 +1073,7 @@ TEST_CASE("workers leave, join and crash in a running job: deterministic, nothin
   auto data = std::make_shared<waves>(width);
   for (const char* algorithm : {"acco", "dlion-mavo"}) {
     CAPTURE(algorithm);
-    job_config job;
-    job.algorithm = algorithm;
-    job.workers = 4;
-    job.steps = 10;
-    job.micro_batch = 2;
-    job.max_accumulation = 1;
-    job.cosine = false;
-    job.eval_examples = 3;
+    job_config job = churn_job(algorithm);
     // 4 → 3 (leave) → 5 (join) → 2 (crash: a worker dies mid-round, three others leave with it).
     job.membership = {{2, 3, false}, {4, 5, false}, {7, 2, true}};
     job.metrics_path = std::string("churn_") + algorithm + ".jsonl";
