@@ -181,6 +181,11 @@ void start_from(job_plan& plan, const model& prototype, checkpoint c, const std:
   plan.initial = r.feedback.empty() ? r.parameters : r.replica;  // error feedback: masters come with the shards
 }
 
+// A cap on micro-batches (0: none) set over `cap_least` keeps its headroom over `least`.
+std::size_t keep_headroom(std::size_t cap, std::size_t cap_least, std::size_t least) {
+  return cap ? cap - cap_least + least : 0;
+}
+
 // The worker count a global batch is sized for: it must be a whole number of workers' batches.
 int batch_workers_of(const job_config& config, const job_plan& plan) {
   if (config.global_batch == 0) return 0;
@@ -201,7 +206,7 @@ int batch_workers_of(const job_config& config, const job_plan& plan) {
 }  // namespace
 
 job_settings::micro_batch_counts job_settings::micro_batches_of(int rank) const {
-  if (batch_workers == 0 || batch_workers == workers) return {accumulation, max_accumulation, estimate_accumulation, estimate_max_accumulation};
+  if (batch_workers == 0) return {accumulation, max_accumulation, estimate_accumulation, estimate_max_accumulation};
   // rank's share of batch_workers × per_worker among `workers`; the last ranks take the
   // remainder (rank 0's process often coordinates too), and everyone at least one.
   const auto share = [&](std::size_t per_worker) {
@@ -211,10 +216,9 @@ job_settings::micro_batch_counts job_settings::micro_batches_of(int rank) const 
   };
   micro_batch_counts counts;
   counts.least = share(accumulation);
-  counts.most = max_accumulation ? counts.least + (max_accumulation - accumulation) : 0;
+  counts.most = keep_headroom(max_accumulation, accumulation, counts.least);
   counts.estimate_least = share(estimate_accumulation);
-  counts.estimate_most =
-      estimate_max_accumulation ? counts.estimate_least + (estimate_max_accumulation - estimate_accumulation) : 0;
+  counts.estimate_most = keep_headroom(estimate_max_accumulation, estimate_accumulation, counts.estimate_least);
   return counts;
 }
 
@@ -268,8 +272,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.accumulation = config.accumulation;
   plan.max_accumulation = config.max_accumulation;
   plan.estimate_accumulation = config.estimate_accumulation ? config.estimate_accumulation : config.accumulation;
-  plan.estimate_max_accumulation =  // the same headroom over the least
-      config.max_accumulation ? config.max_accumulation - config.accumulation + plan.estimate_accumulation : 0;
+  plan.estimate_max_accumulation = keep_headroom(config.max_accumulation, config.accumulation, plan.estimate_accumulation);
   plan.batch_workers = batch_workers_of(config, plan);
   plan.dpu_warmup = config.dpu_warmup;
   plan.eval_interval = config.eval_interval;
