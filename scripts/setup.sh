@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what accord needs on Debian 12 (only what is missing), then configures and builds.
-# Sourced by scripts/train and scripts/test; BUILD_DIR and CMAKE_ARGS may be set by the caller.
+# Sourced by scripts/train and scripts/test; BUILD_DIR, CMAKE_ARGS and BUILD_TARGETS (space-separated;
+# default: everything) may be set by the caller.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -27,4 +28,4 @@ export CCACHE_BASEDIR="$ROOT" CCACHE_NOHASHDIR=1
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
 fi
-cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+cmake --build "$BUILD_DIR" --parallel "$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
