@@ -97,6 +97,32 @@ void require_wire_precision(const algorithm& algo, const round_precision& precis
                                 " moves its parameters otherwise); its collectives take fp32|bf16|fp16");
 }
 
+round_wires recommended_wires(const algorithm& algo, const std::string& topology) {
+  const bool block_codes = algo.aggregate == aggregation::sharded_optimizer && topology == "ring";
+  return block_codes && algo.pipe == pipeline::acco ? wire_precision::fp8 : wire_precision::fp32;
+}
+
+std::optional<round_wires> parse_wires_or_auto(std::string_view text, std::string_view what) {
+  if (text == "auto") return std::nullopt;
+  try {
+    return parse_round_wires(text, what);
+  } catch (const std::invalid_argument& bad) {
+    throw std::invalid_argument(std::string(bad.what()) + " or auto");
+  }
+}
+
+round_precision resolve_wire_precision(const algorithm& algo, const std::string& topology, std::string_view wire,
+                                       std::string_view estimate) {
+  const auto wires = [&](std::string_view text, std::string_view what) {
+    return parse_wires_or_auto(text, what).value_or(recommended_wires(algo, topology));
+  };
+  round_precision precision;
+  precision.real = wires(wire, "wire precision");
+  precision.estimate = estimate.empty() ? precision.real : wires(estimate, "estimate precision");
+  require_wire_precision(algo, precision, topology);
+  return precision;
+}
+
 std::string feedback_precision(const round_precision& precision) {
   return block_quantized(precision.real.gradients) ? std::string(precision_name(precision.real.gradients)) : std::string();
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,17 @@ const algorithm& find_algorithm(std::string_view name);
 // their collectives take fp32|bf16|fp16); Distributed Lion's votes are 1 bit whatever the wire;
 // block-quantized estimates are refused by the hierarchical topology.
 void require_wire_precision(const algorithm& algo, const round_precision& precision, const std::string& topology);
+// job_config::wire_precision and estimate_precision as the rounds' precisions: "auto" is the
+// measured best for the algorithm and topology (recommended_wires), an empty estimate precision
+// the real one. Throws std::invalid_argument naming the setting for a bad name.
+round_precision resolve_wire_precision(const algorithm& algo, const std::string& topology, std::string_view wire,
+                                       std::string_view estimate);
+// What "auto" means: fp8 on both of ACCO's rounds on the ring (within 0.4% of DDP fp32's final
+// loss over 10 seeds at a third of fp32's bytes: docs/results/2026-12-06-compressed-rounds.md),
+// fp32 everywhere else (DDP as torch DDP: exact unless asked).
+round_wires recommended_wires(const algorithm& algo, const std::string& topology);
+// A precision setting's text: nullopt for "auto", else parse_round_wires's (its error names auto too).
+std::optional<round_wires> parse_wires_or_auto(std::string_view text, std::string_view what);
 // The precision whose error-feedback residuals a sharded rule keeps: the real one's name when it
 // is block-quantized, else "".
 std::string feedback_precision(const round_precision& precision);

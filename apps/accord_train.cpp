@@ -27,10 +27,6 @@ job_config default_job() {
   job.steps = 300;
   job.micro_batch = 8;
   job.link = "200mbit,100us";
-  // Estimates in bf16 cost ACCO no loss; bf16 parameters did; int8 estimates ended 1.8% from DDP
-  // in the median of 12 seeds, within seed noise of bf16 but outside the 1% bar (README: wire precision).
-  job.wire_precision = "fp32";
-  job.estimate_precision = "bf16";
   job.eval_interval = 50;
   job.metrics_path = "";
   return job;

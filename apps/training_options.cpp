@@ -1,5 +1,6 @@
 #include "apps/training_options.hpp"
 
+#include "algorithms/algorithm.hpp"
 #include "cluster/membership_log.hpp"
 #include "data/fashion_mnist.hpp"
 #include "data/text.hpp"
@@ -252,7 +253,8 @@ void add_training_options(flag_sections& sections, const job_config& d) {
        "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited");
   sections.precision.add_options()
       ("wire-precision", po::value<std::string>()->default_value(d.wire_precision),
-       "what gradients and parameters travel as: fp32 | bf16 | fp16 | int8 | fp8 | fp4 | sign | sign2 | sign3, "
+       "what gradients and parameters travel as: auto (fp8 on both of ACCO's rounds on the ring, the measured "
+       "best; fp32 otherwise) | fp32 (exact) | bf16 | fp16 | int8 | fp8 | fp4 | sign | sign2 | sign3, "
        "or P,Q for gradients P and parameters Q among the block codes (e.g. fp4,sign3); sums in fp32, fp32 "
        "master weights and optimizer state; int8, fp8, fp4, sign, sign2 and sign3: blocks of 256 with error "
        "feedback, for ddp, dpu, acco and lion on the ring; fp8 and fp4 keep small values' relative precision, "
@@ -380,9 +382,10 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   job.min_lr_ratio = flags["min-lr-ratio"].as<float>();
   job.link = flags["link"].as<std::string>();
   job.wire_precision = flags["wire-precision"].as<std::string>();
-  parse_round_wires(job.wire_precision, "--wire-precision");
   job.estimate_precision = flags["estimate-precision"].as<std::string>();
-  if (!job.estimate_precision.empty()) parse_round_wires(job.estimate_precision, "--estimate-precision");
+  // The algorithm and topology resolve "auto" (job/plan.cpp); the names are checked here.
+  parse_wires_or_auto(job.wire_precision, "--wire-precision");
+  if (!job.estimate_precision.empty()) parse_wires_or_auto(job.estimate_precision, "--estimate-precision");
   job.compute_precision = flags["compute-precision"].as<std::string>();
   const compute_precision precision = parse_compute_precision(job.compute_precision, "--compute-precision");
   job.eval_interval = flags["eval-interval"].as<std::uint64_t>();

@@ -244,11 +244,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.link = link_model::parse(config.link);
   const std::string& inter_link = config.topology_settings.inter_link;
   plan.inter_link = inter_link.empty() ? plan.link : link_model::parse(inter_link);
-  plan.precision.real = parse_round_wires(config.wire_precision, "wire precision");
-  plan.precision.estimate = config.estimate_precision.empty()
-                                ? plan.precision.real
-                                : parse_round_wires(config.estimate_precision, "estimate precision");
-  require_wire_precision(*plan.algo, plan.precision, config.topology);
+  plan.precision = resolve_wire_precision(*plan.algo, config.topology, config.wire_precision, config.estimate_precision);
   plan.compute = parse_compute_precision(config.compute_precision, "compute precision");
   require(plan.compute == compute_precision::fp32 || !prototype.memory().on_host(),
           "compute precision bf16 is for GPU workers; this model runs on the cpu, in fp32");

@@ -390,6 +390,7 @@ TEST_CASE("bf16 and fp16 on the wire: half the bits per parameter, the loss of f
   job.max_accumulation = 1;
   job.learning_rate = 1e-2f;
   job.algorithm = "acco";
+  job.wire_precision = "fp32";
   const job_result exact = run_small_gpt(job);
   for (const char* precision : {"bf16", "fp16"}) {
     CAPTURE(precision);
@@ -551,7 +552,7 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   refused(job, "votes on Lion directions");
   job = sgd_job("acco", 2, 2);
   job.wire_precision = "fp2";
-  refused(job, "wire precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)");
+  refused(job, "wire precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3) or auto");
   job = sgd_job("acco", 2, 2);
   job.estimate_precision = "int4";
   refused(job, "estimate precision: 'int4' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)");

@@ -1,7 +1,7 @@
 #pragma once
 // The small jobs the tests run, built in one place: a test names its algorithm, workers and
 // steps, then only what it changes. Every test job has micro-batches of 3 examples and a
-// held-out set of 3; micro_batches_per_round fixes the count per round (or ACCO stage), which
+// held-out set of 3 and exact (fp32) rounds; micro_batches_per_round fixes the count per round (or ACCO stage), which
 // makes a job deterministic.
 #include <accord/job.hpp>
 
@@ -19,6 +19,7 @@ public:
     job_.steps = steps;
     job_.micro_batch = 3;
     job_.eval_examples = 3;
+    job_.wire_precision = "fp32";  // exact rounds: what the tests compare against (auto has its own test)
   }
   // Exactly `n` micro-batches per round: no worker takes more while a round is in flight.
   test_job& micro_batches_per_round(std::size_t n) {

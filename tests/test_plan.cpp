@@ -90,6 +90,33 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
   CHECK(plan_job(net, data, job).precision.estimate == wire_precision::int8);
 }
 
+TEST_CASE("wire precision auto is the measured best: fp8 on ACCO's ring rounds, exact rounds everywhere else") {
+  const quadratic net(dim);
+  const waves data(dim);
+  const auto precision_of = [&](const std::string& algorithm, const std::string& topology, const std::string& wire,
+                                const std::string& estimate) {
+    job_config job = small_job(algorithm);
+    job.topology = topology;
+    if (topology == "hierarchical") job.topology_settings.group_size = 2;
+    job.wire_precision = wire;
+    job.estimate_precision = estimate;
+    return plan_job(net, data, job).precision;
+  };
+  CHECK(job_config{}.wire_precision == "auto");
+  CHECK(precision_of("acco", "ring", "auto", "").real == wire_precision::fp8);
+  CHECK(precision_of("acco", "ring", "auto", "").estimate == wire_precision::fp8);
+  CHECK(precision_of("ddp", "ring", "auto", "").real == wire_precision::fp32);
+  CHECK(precision_of("ddp", "ring", "auto", "").estimate == wire_precision::fp32);
+  CHECK(precision_of("dlion-mavo", "ring", "auto", "").real == wire_precision::fp32);
+  // The block codes are the ring's sharded optimizer's: ACCO elsewhere stays exact.
+  CHECK(precision_of("acco", "hierarchical", "auto", "").real == wire_precision::fp32);
+  // Exact rounds are one setting away, and auto fills only what is left to it.
+  CHECK(precision_of("acco", "ring", "fp32", "").estimate == wire_precision::fp32);
+  CHECK(precision_of("acco", "ring", "fp32", "auto").estimate == wire_precision::fp8);
+  CHECK(precision_of("acco", "ring", "auto", "bf16").real == wire_precision::fp8);
+  CHECK(precision_of("acco", "ring", "auto", "bf16").estimate == wire_precision::bf16);
+}
+
 TEST_CASE("plan_job itself refuses a bad link, precision or topology setting with one line") {
   const quadratic net(dim);
   const waves data(dim);
@@ -110,9 +137,9 @@ TEST_CASE("plan_job itself refuses a bad link, precision or topology setting wit
        },
        "link spec '1gbit,': trailing comma" + link_examples},
       {"acco", [](job_config& j) { j.wire_precision = "fp2"; },
-       "wire precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)"},
+       "wire precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3) or auto"},
       {"acco", [](job_config& j) { j.estimate_precision = "fp2"; },
-       "estimate precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)"},
+       "estimate precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3) or auto"},
       {"dlion-mavo", [](job_config& j) { j.wire_precision = "int8"; },
        "wire precision: 'int8' means nothing for dlion-mavo, whose votes travel as 1 bit whatever the wire (leave it fp32)"},
       {"acco",

@@ -141,11 +141,13 @@ struct job_config {
   const elementwise_optimizer* app_optimizer = nullptr;
 
   std::string link = "unlimited";    // in-process link model, e.g. "1gbit,50us"
-  // What gradients and parameters travel as in every collective: fp32 | bf16 | fp16. Sums are
-  // taken in fp32 and master weights and optimizer state stay fp32 on the shard; the compute
-  // copy of the parameters every worker uses is the rounded one. Sign votes (Distributed Lion)
-  // are 1 bit whatever this says.
-  std::string wire_precision = "fp32";
+  // What gradients and parameters travel as in every collective: fp32 | bf16 | fp16, the block
+  // codes int8 | fp8 | fp4 | sign | sign2 | sign3 or P,Q (sharded optimizers on the ring), or
+  // auto: the measured best, fp8 on both of ACCO's rounds on the ring and fp32 everywhere else
+  // (DDP exact, as torch DDP). Sums are taken in fp32 and master weights and optimizer state stay
+  // fp32 on the shard; the compute copy of the parameters every worker uses is the rounded one.
+  // Sign votes (Distributed Lion) are 1 bit whatever this says. fp32: exact rounds.
+  std::string wire_precision = "auto";
   // ACCO's estimate rounds, which commit no state, may travel with fewer bits (empty: as
   // wire_precision).
   std::string estimate_precision;
