@@ -4,11 +4,15 @@ worker per process under accord-launch or torchrun, over UCX:
 
     PYTHONPATH=build/python build/apps/accord-launch -n 2 -- /usr/bin/python3 examples/torch_gpt/train.py
 
-Alone (no RANK in the environment) it trains --workers replicas on threads of this process.
+By default the script keeps its own loop, as a DDP user does (--loop own: accord.torch.Job,
+forward, loss.backward(), job.step(loss) per micro-batch, its own stream of windows); --loop accord
+lets accord drive it (accord.torch.train asks for each micro-batch). Alone (no RANK in the
+environment) it trains --workers replicas on threads of this process (--loop accord only).
 Evaluations are deferred to after the last round (accord's defer_evaluation), so the clock (the
 metrics' "seconds") holds training only.
 """
 import argparse
+import itertools
 import os
 import sys
 
@@ -29,9 +33,13 @@ def parse_arguments():
                         help="overlapped algorithms: at most this many micro-batches per stage (0: no cap)")
     parser.add_argument("--estimate-accumulation", type=int, default=0,
                         help="ACCO: micro-batches while an estimate round flies (0: as --accumulation)")
-    parser.add_argument("--wire-precision", default="fp32", help="fp32 | bf16 | fp16 | int8 | fp8 | sign")
+    parser.add_argument("--wire-precision", default="auto",
+                        help="auto (fp8 rounds for ACCO, fp32 otherwise) | fp32 | bf16 | fp16 | int8 | fp8 | sign ...")
     parser.add_argument("--estimate-precision", default="", help="ACCO's estimate rounds (empty: as --wire-precision)")
     parser.add_argument("--workers", type=int, default=2, help="replicas on threads when alone (no RANK)")
+    parser.add_argument("--loop", choices=("own", "accord"), default="own",
+                        help="own: this script's loop with accord.torch.Job (as a DDP user's); accord: "
+                             "accord.torch.train drives it")
     args = parser.parse_args()
     gpt.check_arguments(parser, args)
     if args.max_accumulation < 0 or args.estimate_accumulation < 0:
@@ -58,14 +66,18 @@ def main():
         return gpt.loss_of(net, tokens, targets).item()
 
     launched = accord.process_group() is not None
-    result = accord.torch.train(
-        model, loss_fn, evaluate=evaluate, algorithm=args.algo, steps=args.steps, micro_batch=args.micro_batch,
+    settings = dict(
+        evaluate=evaluate, algorithm=args.algo, steps=args.steps, micro_batch=args.micro_batch,
         accumulation=args.accumulation, max_accumulation=args.max_accumulation,
         estimate_accumulation=args.estimate_accumulation, wire_precision=args.wire_precision,
         estimate_precision=args.estimate_precision, learning_rate=args.learning_rate, beta1=0.9, beta2=0.95,
         epsilon=1e-8, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, min_lr_ratio=0.1,
         max_gradient_norm=args.max_gradient_norm, eval_interval=args.eval_interval, defer_evaluation=True,
-        metrics_path=args.metrics, seed=args.seed, **({} if launched else {"workers": args.workers}))
+        metrics_path=args.metrics, seed=args.seed)
+    if args.loop == "accord":
+        result = accord.torch.train(model, loss_fn, **settings, **({} if launched else {"workers": args.workers}))
+    else:
+        result = own_loop(model, corpus, sent, settings, args)
     sent.write(args.steps)  # result.steps: rank 0 has them, the other ranks none
     for step in result.steps:
         if step.eval_loss >= 0:
@@ -76,6 +88,22 @@ def main():
               f"{result.seconds:.1f} s, {result.bits_per_parameter_per_step:.1f} bits/param/step, "
               f"replicas identical: {result.replicas_identical}")
     return 0
+
+
+def own_loop(model, corpus, sent, settings, args):
+    """The loop a DDP user writes: micro-batch i of this rank reads its windows from stream
+    position (i * workers + rank) * micro_batch (as train_torch.py and a DistributedSampler
+    stride), runs forward and backward, and hands the gradient to accord; the job says when its
+    steps are done."""
+    job = accord.torch.Job(model, **settings)
+    for index in itertools.count():
+        sent.start()
+        position = (index * job.workers + job.rank) * args.micro_batch
+        loss = gpt.loss_of(model, *corpus.micro_batch(position, args.micro_batch))
+        loss.backward()
+        if not job.step(loss):
+            break
+    return job.finish()
 
 
 if __name__ == "__main__":
