@@ -95,10 +95,9 @@ struct job_shape {
   double workers = 1;  // in this process
 };
 
-// The bulk of the bytes a job needs in one process: per worker four parameter-sized buffers
-// (its replica, the gradient being filled, the one on the wire, a spare) and one model
-// instance's activations, plus the initial parameters and the evaluator's model; optimizer
-// state and data come on top. (A 4-worker 3.3M-parameter GPT at micro-batch 64 x 128 tokens:
+// The bulk of the bytes a job needs in one process: the workers' parameter-sized buffers
+// (worker_buffer_bytes) and one model instance's activations each, plus the evaluator's;
+// optimizer state and data come on top. (A 4-worker 3.3M-parameter GPT at micro-batch 64 x 128 tokens:
 // 4.3 GB estimated, 3.6 GB resident before its first evaluation.)
 double job_bytes(const job_shape& s) {
   const double parameters =
@@ -106,7 +105,7 @@ double job_bytes(const job_shape& s) {
   const double activations = !s.activations_on_host ? 0
                              : s.language_model     ? gpt_activation_bytes(s.gpt, s.micro_batch)
                                                     : mlp_activation_bytes(s.mlp, s.micro_batch);
-  return (s.workers + 1) * activations + (4 * s.workers + 1) * sizeof(float) * parameters;
+  return (s.workers + 1) * activations + worker_buffer_bytes(parameters, s.workers);
 }
 
 // Refuses a job that cannot fit in this machine's memory, naming the size flag whose smallest

@@ -57,8 +57,7 @@ void validate(const job_config& c) {
 
 
 void require_worker_memory(const model& prototype, int workers) {
-  const double parameters = static_cast<double>(prototype.parameter_count());
-  require_memory((4.0 * workers + 1) * sizeof(float) * parameters,
+  require_memory(worker_buffer_bytes(static_cast<double>(prototype.parameter_count()), workers),
                  "workers: " + std::to_string(workers) + " of a model with " +
                      std::to_string(prototype.parameter_count()) + " parameters");
 }

@@ -35,6 +35,10 @@ std::string format_bytes(double bytes) {
   return text;
 }
 
+double worker_buffer_bytes(double parameters, double workers) {
+  return (4 * workers + 1) * sizeof(float) * parameters;
+}
+
 void require_memory(double needed_bytes, const std::string& what) {
   const double available = available_memory_bytes();
   if (needed_bytes > available)

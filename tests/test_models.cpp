@@ -607,6 +607,8 @@ TEST_CASE("memory estimates: parameter counts from the config match the models, 
   CHECK(std::isfinite(gpt_activation_bytes(absurd, 1e6)));
   CHECK(gpt_parameter_estimate(absurd) > 1e20);
 
+  // 4 workers of a 1000-parameter model: 4 fp32 buffers each and the initial parameters.
+  CHECK(worker_buffer_bytes(1000, 4) == 17 * 4 * 1000);
   CHECK(available_memory_bytes() > 0);
   CHECK_NOTHROW(require_memory(1, "a byte"));
   CHECK_THROWS_WITH_AS(require_memory(1e30, "--width 7"), doctest::Contains("--width 7: needs about 1.0e+12 EB"),
