@@ -178,7 +178,9 @@ struct status_server::state {
     one("counter", "elapsed_seconds_total", "seconds since the job started, at the last step", m.seconds);
     one("gauge", "train_loss", "mean training loss of the last step", m.train_loss);
     if (!eval.empty()) one("gauge", "eval_loss", "latest held-out loss", eval.back()[1]);
-    one("gauge", "bits_per_parameter", "bits sent per parameter and worker in the last step", m.bits_per_parameter);
+    // Bytes, Prometheus' base unit (promtool's lint refuses bits): the progress line's bits/param over 8.
+    one("gauge", "sent_bytes_per_parameter", "bytes sent per parameter and worker in the last step",
+        m.bits_per_parameter / 8);
     one("gauge", "communication_hidden_ratio", "fraction of the last step's communication time hidden behind compute",
         m.hidden_fraction);
     one("gauge", "learning_rate", "learning rate of the last step", m.learning_rate);

@@ -9,7 +9,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 PACKAGES=(build-essential ccache cmake pkg-config libcaf-dev doctest-dev libucx-dev ucx-utils
   libboost-dev libboost-program-options-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev libxxhash-dev
   dataset-fashion-mnist fortunes clang python3-matplotlib chromium python3-dev pybind11-dev python3-torch
-  python3-numpy python3-pip python3-setuptools)
+  python3-numpy python3-pip python3-setuptools prometheus)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -415,6 +415,17 @@ TEST_CASE("--status-port serves the live page, its figures and Prometheus metric
   CHECK(sample(metrics, "accord_items_total") >= steps_done * 32);
   CHECK(sample(metrics, "accord_sent_bytes_total") > 0);
   CHECK(sample(metrics, "accord_cpu_seconds_total{role=\"compute\"}") > 0);
+  CHECK(sample(metrics, "accord_sent_bytes_per_parameter") > 0);
+  // Prometheus' own linter (promtool, Debian's prometheus package, installed by scripts/setup.sh)
+  // passes on the body with nothing to say.
+  {
+    const std::string body_path = "status_metrics.prom";
+    std::ofstream(body_path) << metrics.substr(metrics.find("\r\n\r\n") + 4);
+    const accord::testing::run_output lint = accord::testing::run("promtool check metrics < " + body_path);
+    INFO(lint.text);
+    CHECK(lint.status == 0);
+    CHECK(lint.text.empty());
+  }
   const std::string later = http_get(job.port, "/metrics");
   for (const char* counter : {"accord_steps_total", "accord_items_total", "accord_sent_bytes_total"})
     CHECK(sample(later, counter) >= sample(metrics, counter));
