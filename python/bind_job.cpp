@@ -121,7 +121,8 @@ public:
         const std::string why = e.what();
         throw py::value_error("status_port=" + std::to_string(*status_port) + why.substr(why.find(':')));
       }
-      py::print("status page: http://127.0.0.1:" + std::to_string(status_->port()) + "/ (Prometheus: /metrics)",
+      const std::string host = group && !group->host.empty() ? group->host : "127.0.0.1";
+      py::print("status page: http://" + host + ":" + std::to_string(status_->port()) + "/ (Prometheus: /metrics)",
                 py::arg("flush") = true);
     }
     if (log_interval > 0 && leads) progress_.emplace(config.steps, log_interval, std::move(log_unit));

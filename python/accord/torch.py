@@ -19,11 +19,11 @@ or the app keeps its own loop and DataLoader, as with DistributedDataParallel:
             break
     result = job.finish()
 
-In one process train() runs `workers` replicas of the model on threads (a Job is one worker);
-under accord-launch or torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) each process is one
-worker, over UCX. The model's float32 CPU parameters, their gradients and its floating-point
-buffers are views of flat float32 buffers, which accord writes and reads in place: the model
-sees every new parameter without a copy. A CUDA module's flat buffers are on its device when
+In one process train() runs `workers` replicas of the model on threads (a Job's worker(i) are
+its replicas, for the app's own threads); under accord-launch or torchrun (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) each process is one worker, over UCX. The model's float32 CPU
+parameters, their gradients and its floating-point buffers are views of flat float32 buffers,
+which accord writes and reads in place: the model sees every new parameter without a copy. A CUDA module's flat buffers are on its device when
 accord was built with CUDA (accord keeps that worker's parameters and gradient sums there), else
 on the host. bfloat16 and float16 modules (also mixed with float32) compute with their own
 dtype: accord keeps float32 master weights and optimizer state, widens their gradients and
