@@ -96,8 +96,10 @@ class job_handle {
 public:
   job_handle(py::handle initial_parameters, job_config config, std::string signature,
              std::optional<process_group> group, py::object on_step, py::object evaluate, std::string data,
-             py::object optimizer, std::optional<int> status_port, std::uint64_t log_interval, std::string log_unit)
-      : on_step_(std::move(on_step)), evaluate_(std::move(evaluate)), optimizer_(std::move(optimizer)) {
+             py::object optimizer, std::optional<int> status_port, std::uint64_t log_interval, std::string log_unit,
+             py::object on_checkpoint)
+      : on_step_(std::move(on_step)), evaluate_(std::move(evaluate)), optimizer_(std::move(optimizer)),
+        on_checkpoint_(std::move(on_checkpoint)) {
     const std::string description = config.algorithm + ", " + std::to_string(config.workers) + " workers, " +
                                     signature + ", " + data;
     app_model model = app_model_of(initial_parameters, std::move(signature), std::move(data));
@@ -129,6 +131,10 @@ public:
     if (group && (status_ || progress_))
       group->on_event = [this](const std::string& line) { on_event(line); };
 
+    if (!on_checkpoint_.is_none())
+      config.on_checkpoint_written = [this](const std::string& path, std::uint64_t step) {
+        on_checkpoint_written(path, step);
+      };
     auto step_callback = [this](const step_metrics& step) { on_coordinator_step(step); };
     py::gil_scoped_release unlocked;
     auto job = group ? app_job::start_process(std::move(model), config, *group, std::move(step_callback))
@@ -190,7 +196,14 @@ private:
     if ((line.empty() && on_step_.is_none()) || interpreter_finalizing()) return;
     py::gil_scoped_acquire locked;
     if (!line.empty()) py::print(line, py::arg("flush") = true);
-    if (!on_step_.is_none()) call_on_step(step);
+    if (!on_step_.is_none()) call_stopping_on_error("on_step", on_step_, step);
+  }
+
+  // On the coordinator's thread, after each checkpoint file is written (rank 0's between processes).
+  void on_checkpoint_written(const std::string& path, std::uint64_t step) {
+    if (interpreter_finalizing()) return;
+    py::gil_scoped_acquire locked;
+    call_stopping_on_error("on_checkpoint", on_checkpoint_, path, step);
   }
 
   // A membership event between processes, as accord-train shows it.
@@ -208,13 +221,15 @@ private:
     if (const auto used = app_rates_.find(m.step); used != app_rates_.end()) m.learning_rate = used->second;
   }
 
-  void call_on_step(const step_metrics& step) {
+  // callback(args...) with the GIL held; an error stops the job after this step, and wait()
+  // raises it.
+  template <class... Args>
+  void call_stopping_on_error(const char* name, const py::object& callback, const Args&... args) {
     try {
-      on_step_(step);
+      callback(args...);
     } catch (py::error_already_set& error) {
-      // The job stops after this step; wait() raises the app's error.
       std::lock_guard lock(mutex_);
-      if (callback_error_.empty()) callback_error_ = "on_step raised " + first_line(error.what());
+      if (callback_error_.empty()) callback_error_ = std::string(name) + " raised " + first_line(error.what());
       if (job_) job_->cancel();
     }
   }
@@ -260,7 +275,7 @@ private:
     }
   }
 
-  py::object on_step_, evaluate_, optimizer_;
+  py::object on_step_, evaluate_, optimizer_, on_checkpoint_;
   elementwise_optimizer app_optimizer_;  // job_config::app_optimizer, calling optimizer_
   std::mutex mutex_;
   std::unique_ptr<app_job> job_;
@@ -346,11 +361,12 @@ void bind_job(py::module_& m) {
   py::class_<job_handle, std::shared_ptr<job_handle>>(m, "Job",
                                                       "A running job whose micro-batches the app computes.")
       .def(py::init<py::handle, job_config, std::string, std::optional<process_group>, py::object, py::object,
-                    std::string, py::object, std::optional<int>, std::uint64_t, std::string>(),
+                    std::string, py::object, std::optional<int>, std::uint64_t, std::string, py::object>(),
            py::arg("parameters"), py::arg("config"), py::arg("signature"), py::arg("group") = py::none(),
            py::arg("on_step") = py::none(), py::arg("evaluate") = py::none(),
            py::arg("data") = "the app's own data", py::arg("optimizer") = py::none(),
            py::arg("status_port") = py::none(), py::arg("log_interval") = 0, py::arg("log_unit") = "ex",
+           py::arg("on_checkpoint") = py::none(),
            "Starts a job over the flat float32 initial `parameters` (copied; a CUDA tensor puts the "
            "job's parameters and gradient sums on its device). Without `group`, all "
            "config.workers workers run in this process; with one, this process's worker of a job "
@@ -363,7 +379,8 @@ void bind_job(py::module_& m) {
            "learning rate it used, which the step's StepMetrics then reports. `status_port` (0: a free "
            "one): accord-train's status page and Prometheus /metrics, served where this process leads the "
            "job. `log_interval`: accord-train's progress line every this many steps (0: none), its "
-           "throughput in `log_unit`/s.")
+           "throughput in `log_unit`/s. on_checkpoint(path, step) is called from the coordinator after "
+           "each checkpoint file is written (config.on_checkpoint_written).")
       .def_static("check", &check_job, py::arg("parameters"), py::arg("config"), py::arg("signature"),
                   py::arg("group") = py::none(), py::arg("evaluates") = false,
                   py::arg("data") = "the app's own data", py::arg("optimizer") = py::none(),

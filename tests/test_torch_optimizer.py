@@ -10,7 +10,8 @@ param groups and clipping (registered with ctest, one test per case):
                        equals torch, and the optimizer's state_dict() then torch's
   acco_resumes         ACCO with torch's AdamW trains (the loss falls; evaluated on accord's
                        evaluator thread meanwhile); a DDP Job resumed from state_dict() equals the
-                       straight run bit for bit, optimizer state included; an ACCO one resumed
+                       straight run bit for bit, optimizer state included; the optimizer's
+                       state_dict() holds the last checkpoint's state; an ACCO one resumed
                        twice from one state ends bit for bit the same; it resumes with 2 workers
   refusals             LBFGS, SparseAdam, a per-tensor-norm optimizer, a stepped one, one lacking
                        a trainable parameter, settings it owns, D-Lion or local-sgd with it: one
@@ -19,6 +20,7 @@ param groups and clipping (registered with ctest, one test per case):
                        hand with the groups' rates and decays after torch's clip_grad_norm_; ACCO-
                        D-Lion with them trains on 2 workers
 Run: PYTHONPATH=build/python /usr/bin/python3 tests/test_torch_optimizer.py CASE"""
+import copy
 import os
 import sys
 import tempfile
@@ -163,12 +165,14 @@ def elementwise_classes():
               f"{largest:.1e}), its state_dict() too")
 
 
-def run_job(algorithm, steps, x, y, state=None):
+def run_job(algorithm, steps, x, y, state=None, **settings):
     """A one-worker Job with torch's AdamW over the app's loop (ACCO: one micro-batch per stage, so
-    that it is deterministic), from `state` when given: the model and the Job."""
+    that it is deterministic), from `state` when given: the model (its optimizer as
+    `net.optimizer`) and the Job."""
     net = model()
+    net.optimizer = grouped(*ADAMW[:1], net, **ADAMW[1])
     job = accord.torch.Job(net, group=None, algorithm=algorithm, steps=steps, micro_batch=8, max_accumulation=1,
-                           optimizer=grouped(*ADAMW[:1], net, **ADAMW[1]), max_gradient_norm=0.5, eval_interval=0)
+                           optimizer=net.optimizer, max_gradient_norm=0.5, eval_interval=0, **settings)
     if state is not None:
         job.load_state_dict(state)
     while (request := job.request) is not None:
@@ -194,13 +198,34 @@ def acco_resumes():
 
     # DDP: 4 steps, then 4 resumed from its state_dict(), are the 8 straight ones.
     straight, straight_job = run_job("ddp", 8, x, y)
-    _, half_job = run_job("ddp", 4, x, y)
+    half, half_job = run_job("ddp", 4, x, y)
+    half_state = copy.deepcopy(half.optimizer.state_dict()["state"])
     resumed, resumed_job = run_job("ddp", 8, x, y, half_job.state_dict())
     for mine, theirs in zip(resumed.parameters(), straight.parameters()):
         assert torch.equal(mine, theirs), "4 + 4 resumed steps differ from 8 straight ones"
     ending = straight_job.state_dict()["optimizer"]
     assert ending.shape[0] == 2 and numpy.array_equal(resumed_job.state_dict()["optimizer"], ending)
     print("ddp with torch's AdamW: 4 + 4 resumed steps == 8 straight ones bit for bit, exp_avg and exp_avg_sq too")
+
+    # The optimizer's state_dict() follows the checkpoints accord writes: after step 5 of a job
+    # checkpointed every 4 steps it is the 4-step job's final state; at the end, the last one.
+    net, seen = model(), []
+    optimizer = grouped(*ADAMW[:1], net, **ADAMW[1])
+    job = accord.torch.Job(net, group=None, algorithm="ddp", steps=8, micro_batch=8, max_accumulation=1,
+                           optimizer=optimizer, max_gradient_norm=0.5, eval_interval=0, checkpoint_interval=4,
+                           on_step=lambda m: seen.append(copy.deepcopy(optimizer.state_dict()["state"]))
+                           if m.step == 5 else None)
+    while (request := job.request) is not None:
+        mean_loss(net, x, y, request.first_position, request.examples).backward()
+        job.step(0.0)
+    job.finish()
+    for mine, theirs in ((seen[0], half_state), (optimizer.state_dict()["state"],
+                                                               straight.optimizer.state_dict()["state"])):
+        assert mine.keys() == theirs.keys() and all(
+            torch.equal(mine[i][key], theirs[i][key]) for i in theirs for key in theirs[i]), (mine, theirs)
+    assert seen[0][0]["step"] == 4 and optimizer.state_dict()["state"][0]["step"] == 8, seen[0][0]["step"]
+    print("the torch optimizer's state_dict() holds the state of accord's last checkpoint: step 4's during "
+          "step 5, step 8's at the end")
 
     # ACCO drops the micro-batches in flight at a checkpoint, so its resumed run is not the straight
     # one; resumed twice from one state, it is the same bit for bit.

@@ -10,6 +10,7 @@ checkpoints, buddy backups and re-sharding carry it: a tensor of one value per e
 slot, a number (NAdam's mu_product) a slot holding it at every element of its group, and the
 step count is accord's (docs/python.md, "A torch.optim optimizer").
 """
+import collections
 import inspect
 
 import torch
@@ -89,21 +90,20 @@ class ShardOptimizer:
     def load_state(self, slots, steps, offsets):
         """The app's optimizer's state as torch keeps it, from accord's gathered `slots` (a row
         per slot over the flat parameters) after `steps` steps: its state_dict() then holds
-        them. `offsets`: (parameter, its first flat position)."""
+        them. `offsets`: (parameter, its first flat position). The state is replaced at once,
+        so a state_dict() the app's thread takes meanwhile sees the old one or the new."""
         slots = torch.from_numpy(slots)
         at = {id(p): offset for p, offset in offsets}
-        self.optimizer.state.clear()
-        if steps == 0:
-            return
+        state = collections.defaultdict(dict)
         for index, group in enumerate(self.optimizer.param_groups):
             for p in group["params"]:
-                if id(p) not in at:
-                    continue  # frozen: accord holds none of it
-                state = self._state_of(index, slots[:, at[id(p)]:at[id(p)] + p.numel()].clone(), steps)
+                if steps == 0 or id(p) not in at:  # not stepped yet, or frozen: accord holds none of it
+                    continue
+                state[p] = self._state_of(index, slots[:, at[id(p)]:at[id(p)] + p.numel()].clone(), steps)
                 for key, _, number in self.group_slots[index]:
                     if number is None:  # one value per element, shaped as the parameter
-                        state[key] = state[key].view_as(p)
-                self.optimizer.state[p] = state
+                        state[p][key] = state[p][key].view_as(p)
+        self.optimizer.state = state
 
     def _state_of(self, index, values, steps_done):
         """Torch's state of a run after `steps_done` steps, its tensors views of accord's slots."""

@@ -343,12 +343,21 @@ class _Start:
     def launch(self):
         self.job = accord.Job(self.flats[0].parameters, self.config, signature(self.module), group=self.group,
                               on_step=self.on_step, evaluate=self.evaluate_at, optimizer=self.shard_optimizer,
-                              status_port=self.status_port, log_interval=self.log_interval, log_unit=self.log_unit)
+                              status_port=self.status_port, log_interval=self.log_interval, log_unit=self.log_unit,
+                              on_checkpoint=self._optimizer_state_from if self.shard_optimizer is not None else None)
+
+    def _optimizer_state_from(self, path, step):
+        """The torch optimizer's state becomes the checkpoint's, gathered from the shards: after
+        each checkpoint accord writes (at the end, and every checkpoint_interval steps), on the
+        coordinator's thread (rank 0's, between processes)."""
+        with open(path, "rb") as f:
+            state = accord.read_checkpoint(f.read(), path)
+        self.shard_optimizer.load_state(state["optimizer"], state["optimizer_step"], self.flats[0].trained_offsets())
 
     def finish(self, errors=()):
-        """The JobResult, its final parameters and buffers in every local model, the torch
-        optimizer's state the checkpoint's. Every local worker's thread may call it: the first
-        waits, the others get the same result (or failure)."""
+        """The JobResult, its final parameters and buffers in every local model. Every local
+        worker's thread may call it: the first waits, the others get the same result (or
+        failure)."""
         with self._finishing:
             if self._result is None and self._failure is None:
                 try:
@@ -367,11 +376,6 @@ class _Start:
             for flat in self.flats:
                 flat.parameters.copy_(torch.from_numpy(result.parameters))
                 flat.to_module()
-        path = self.config.checkpoint_path
-        if self.shard_optimizer is not None and path and os.path.exists(path):  # rank 0's, between processes
-            with open(path, "rb") as f:
-                state = accord.read_checkpoint(f.read(), path)
-            self.shard_optimizer.load_state(state["optimizer"], state["optimizer_step"], self.flats[0].trained_offsets())
         return result
 
     def stop_on_interrupt(self):
