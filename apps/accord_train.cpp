@@ -1,5 +1,6 @@
 // accord-train: data-parallel training with actors in one process. With no flags it trains the
 // byte-level GPT on the fortunes corpus with ACCO on 4 workers over an emulated link.
+#include "observe/progress_line.hpp"
 #include "observe/status_server.hpp"
 #include "apps/training_options.hpp"
 #include "gpu/device.hpp"
@@ -32,39 +33,9 @@ job_config default_job() {
   return job;
 }
 
-std::string format_rate(double per_second) {
-  char text[32];
-  if (per_second >= 1e6)
-    std::snprintf(text, sizeof text, "%.2fM", per_second / 1e6);
-  else if (per_second >= 1e3)
-    std::snprintf(text, sizeof text, "%.1fk", per_second / 1e3);
-  else
-    std::snprintf(text, sizeof text, "%.0f", per_second);
-  return text;
-}
-
 std::string format_megabytes(std::size_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f MB", static_cast<double>(bytes) / 1e6);
-  return text;
-}
-
-std::string format_loss(double loss) {
-  char text[16];
-  std::snprintf(text, sizeof text, "%.4f", loss);
-  return text;
-}
-
-// "42s", "3m07s", "2h05m": time left at the pace so far.
-std::string format_duration(double seconds) {
-  char text[32];
-  const long long whole = std::llround(std::max(0.0, seconds));
-  if (whole < 60)
-    std::snprintf(text, sizeof text, "%llds", whole);
-  else if (whole < 3600)
-    std::snprintf(text, sizeof text, "%lldm%02llds", whole / 60, whole % 60);
-  else
-    std::snprintf(text, sizeof text, "%lldh%02lldm", whole / 3600, whole / 60 % 60);
   return text;
 }
 
@@ -263,12 +234,10 @@ int main(int argc, char** argv) {
     } else if (flags.count("status-port") && !may_coordinate) {
       warn_ignored(flags, "accord-train", {{"status-port", "on a rank other than 0 (rank 0 serves the job's page)"}});
     }
-    double last_eval = -1;
     int last_workers = job.workers;
     bool resumed_reported = false;
-    std::optional<step_metrics> first_seen;  // the pace is measured from the first step this run saw
+    progress_log lines(job.steps, log_interval, language_model ? "tok" : "img");
     auto progress = [&](const step_metrics& m) {
-          if (!first_seen) first_seen = m;
           if (!status && flags.count("status-port")) serve_status();
           // Between processes the membership actor's own lines tell of each change.
           if (status) status->on_step(m);
@@ -280,25 +249,15 @@ int main(int argc, char** argv) {
             if (status) status->on_event(line);
             last_workers = m.workers;
           }
-          if (m.eval_loss >= 0) last_eval = m.eval_loss;
           if (!job.resume_path.empty() && !resumed_reported && log_interval) {
             std::printf("resumed from step %llu (%s)\n", static_cast<unsigned long long>(m.step - 1),
                         job.resume_path.c_str());
             resumed_reported = true;
           }
-          const bool last = m.step == job.steps;
-          if (!log_interval || (m.step % log_interval != 0 && m.step != 1 && !last)) return;
-          const double steps_done = static_cast<double>(m.step - first_seen->step);
-          const std::string eta =
-              steps_done > 0 ? " | ETA " + format_duration((m.seconds - first_seen->seconds) / steps_done *
-                                                           static_cast<double>(job.steps - m.step))
-                             : "";
-          std::printf("step %5llu/%llu | loss %.4f | eval %s | %s %s/s | %.1f bits/param | hidden %3.0f%% | %.1fs%s\n",
-                      static_cast<unsigned long long>(m.step), static_cast<unsigned long long>(job.steps),
-                      m.train_loss, last_eval >= 0 ? format_loss(last_eval).c_str() : "   -  ",
-                      format_rate(m.items_per_second).c_str(), language_model ? "tok" : "img",
-                      m.bits_per_parameter, 100 * m.hidden_fraction, m.seconds, eta.c_str());
-          std::fflush(stdout);
+          if (const std::string line = lines.on_step(m); !line.empty()) {
+            std::printf("%s\n", line.c_str());
+            std::fflush(stdout);
+          }
         };
     job_result result;
     if (place) {

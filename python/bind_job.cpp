@@ -1,20 +1,26 @@
 // accord.Job and accord.Worker: <accord/worker.hpp>'s app_job and worker for Python apps.
 // Every call that may block (next, submit, wait, the job's end) releases the GIL, so a job's
 // workers can be driven from Python threads; accord's threads take the GIL only to call the
-// app's on_step, evaluate and optimizer (its step, on each worker's communicator thread).
+// app's on_step, evaluate and optimizer (its step, on each worker's communicator thread), and to
+// print the progress line. The status page (status_port) is accord-train's, served from C++.
 #include "bindings.hpp"
 #include "float_buffer.hpp"
 
 #include <accord/worker.hpp>
 
 #include "gpu/device.hpp"
+#include "job/app_plan.hpp"
+#include "observe/progress_line.hpp"
+#include "observe/status_server.hpp"
 #include "recovery/checkpoint.hpp"
 
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <mutex>
 
 namespace py = pybind11;
@@ -39,39 +45,97 @@ void require_usable(const memory_location& where) {
 // A Python error's message without the traceback pybind11 appends.
 std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
 
+// The app's model of flat float32 `initial_parameters` (copied; a CUDA tensor puts the job on
+// its device), as Job and Job.check make it.
+app_model app_model_of(py::handle initial_parameters, std::string signature, std::string data) {
+  const float_buffer initial(initial_parameters, "parameters", false);
+  app_model model;
+  model.signature = std::move(signature);
+  model.data = std::move(data);
+  model.memory = initial.where();  // parameters on a CUDA device: the model lives there
+  if (!model.memory.on_host()) require_usable(model.memory);
+  model.initial_parameters.resize(initial.size());
+  copy_values(initial.span(), model.initial_parameters);
+  return model;
+}
+
+// The app's optimizer's name and slots, as accord plans with them (its step set apart).
+elementwise_optimizer app_optimizer_of(const py::object& optimizer) {
+  elementwise_optimizer app;
+  app.name = optimizer.attr("name").cast<std::string>();
+  app.slots = optimizer.attr("slots").cast<std::size_t>();
+  return app;
+}
+
+// What Job(...) would refuse, without starting it: ValueError naming the problem.
+void check_job(py::handle parameters, job_config config, std::string signature, std::optional<process_group> group,
+               bool evaluates, std::string data, py::object optimizer) {
+  app_model model = app_model_of(parameters, std::move(signature), data);
+  if (evaluates) model.evaluate = [](std::span<const float>) { return -1.0; };  // the plan only asks whether
+  elementwise_optimizer app;
+  if (!optimizer.is_none()) {
+    app = app_optimizer_of(optimizer);
+    app.step = [](std::uint64_t, std::span<float>, std::span<const float>, std::span<float>, std::uint64_t, float) {
+      // never called: planning only asks that there is one
+    };
+    config.app_optimizer = &app;
+  }
+  py::gil_scoped_release unlocked;
+  const app_parameters prototype(std::make_shared<const app_model>(std::move(model)));
+  const std::size_t local_workers = group ? 1 : static_cast<std::size_t>(std::max(config.workers, 0));
+  plan_app_job(prototype, std::make_shared<app_data>(std::move(data)), config, local_workers,
+               group ? &*group : nullptr);
+}
+
 // A running job and the app's callbacks. The C++ callbacks reach the Python ones through this
 // object (never by holding Python objects themselves), so nothing Python is released without
-// the GIL.
+// the GIL. Every step the coordinator reports goes to the status page (status_port, where this
+// process leads the job) and the progress line (every log_interval steps) before on_step; with
+// the app's optimizer, its learning rate is the one that optimizer's step used.
 class job_handle {
 public:
   job_handle(py::handle initial_parameters, job_config config, std::string signature,
              std::optional<process_group> group, py::object on_step, py::object evaluate, std::string data,
-             py::object optimizer)
-      : on_step_(std::move(on_step)), evaluate_(std::move(evaluate)), optimizer_(std::move(optimizer)) {
-    const float_buffer initial(initial_parameters, "parameters", false);
-    app_model model;
-    model.signature = std::move(signature);
-    model.data = std::move(data);
-    model.memory = initial.where();  // parameters on a CUDA device: the model lives there
-    model.initial_parameters.resize(initial.size());
-    if (!model.memory.on_host()) require_usable(model.memory);
-    copy_values(initial.span(), model.initial_parameters);
+             py::object optimizer, std::optional<int> status_port, std::uint64_t log_interval, std::string log_unit,
+             py::object on_checkpoint)
+      : on_step_(std::move(on_step)), evaluate_(std::move(evaluate)), optimizer_(std::move(optimizer)),
+        on_checkpoint_(std::move(on_checkpoint)) {
+    const std::string description = config.algorithm + ", " + std::to_string(config.workers) + " workers, " +
+                                    signature + ", " + data;
+    app_model model = app_model_of(initial_parameters, std::move(signature), std::move(data));
     if (!evaluate_.is_none())
       model.evaluate = [this](std::span<const float> parameters) { return call_evaluate(parameters); };
-    std::function<void(const step_metrics&)> step_callback;
-    if (!on_step_.is_none()) step_callback = [this](const step_metrics& step) { call_on_step(step); };
     parameter_count_ = model.initial_parameters.size();
     memory_ = model.memory;
     if (!optimizer_.is_none()) {
-      app_optimizer_.name = optimizer_.attr("name").cast<std::string>();
-      app_optimizer_.slots = optimizer_.attr("slots").cast<std::size_t>();
+      app_optimizer_ = app_optimizer_of(optimizer_);
       app_optimizer_.step = [this](std::uint64_t begin, std::span<float> parameters, std::span<const float> gradients,
                                    std::span<float> state, std::uint64_t step, float learning_rate_factor) {
         call_optimizer(begin, parameters, gradients, state, step, learning_rate_factor);
       };
       config.app_optimizer = &app_optimizer_;
     }
+    const bool leads = !group || (!group->join && group->rank == 0);
+    if (status_port && leads) {
+      try {
+        status_ = std::make_unique<status_server>(*status_port, description, config.steps);
+      } catch (const std::runtime_error& e) {
+        const std::string why = e.what();
+        throw py::value_error("status_port=" + std::to_string(*status_port) + why.substr(why.find(':')));
+      }
+      const std::string host = group && !group->host.empty() ? group->host : "127.0.0.1";
+      py::print("status page: http://" + host + ":" + std::to_string(status_->port()) + "/ (Prometheus: /metrics)",
+                py::arg("flush") = true);
+    }
+    if (log_interval > 0 && leads) progress_.emplace(config.steps, log_interval, std::move(log_unit));
+    if (group && (status_ || progress_))
+      group->on_event = [this](const std::string& line) { on_event(line); };
 
+    if (!on_checkpoint_.is_none())
+      config.on_checkpoint_written = [this](const std::string& path, std::uint64_t step) {
+        on_checkpoint_written(path, step);
+      };
+    auto step_callback = [this](const step_metrics& step) { on_coordinator_step(step); };
     py::gil_scoped_release unlocked;
     auto job = group ? app_job::start_process(std::move(model), config, *group, std::move(step_callback))
                      : app_job::start(std::move(model), config, std::move(step_callback));
@@ -108,8 +172,12 @@ public:
       result = job_->wait();
     }
     if (!callback_error_.empty()) throw std::runtime_error(callback_error_);
+    for (step_metrics& m : result->steps) use_app_rate(m);
     return std::move(*result);
   }
+
+  // The status page's port; None without one.
+  std::optional<int> status_port() const { return status_ ? std::optional(status_->port()) : std::nullopt; }
 
   // The parameters a worker's next() last copied into the app's buffer, and where.
   struct copy_state {
@@ -119,15 +187,49 @@ public:
   copy_state& copied(std::size_t index) { return copied_.at(index); }
 
 private:
-  void call_on_step(const step_metrics& step) {
+  // On the coordinator's thread, for every step.
+  void on_coordinator_step(const step_metrics& reported) {
+    step_metrics step = reported;
+    use_app_rate(step);
+    if (status_) status_->on_step(step);
+    const std::string line = progress_ ? progress_->on_step(step) : "";
+    if ((line.empty() && on_step_.is_none()) || interpreter_finalizing()) return;
+    py::gil_scoped_acquire locked;
+    if (!line.empty()) py::print(line, py::arg("flush") = true);
+    if (!on_step_.is_none()) call_stopping_on_error("on_step", on_step_, step);
+  }
+
+  // On the coordinator's thread, after each checkpoint file is written (rank 0's between processes).
+  void on_checkpoint_written(const std::string& path, std::uint64_t step) {
     if (interpreter_finalizing()) return;
     py::gil_scoped_acquire locked;
+    call_stopping_on_error("on_checkpoint", on_checkpoint_, path, step);
+  }
+
+  // A membership event between processes, as accord-train shows it.
+  void on_event(const std::string& line) {
+    if (status_) status_->on_event(line);
+    if (!progress_ || interpreter_finalizing()) return;
+    py::gil_scoped_acquire locked;
+    py::print(line, py::arg("flush") = true);
+  }
+
+  // The app's optimizer sets its own rates (a torch scheduler changes them): the step reports
+  // the one its update used.
+  void use_app_rate(step_metrics& m) {
+    std::lock_guard lock(rates_mutex_);
+    if (const auto used = app_rates_.find(m.step); used != app_rates_.end()) m.learning_rate = used->second;
+  }
+
+  // callback(args...) with the GIL held; an error stops the job after this step, and wait()
+  // raises it.
+  template <class... Args>
+  void call_stopping_on_error(const char* name, const py::object& callback, const Args&... args) {
     try {
-      on_step_(step);
+      callback(args...);
     } catch (py::error_already_set& error) {
-      // The job stops after this step; wait() raises the app's error.
       std::lock_guard lock(mutex_);
-      if (callback_error_.empty()) callback_error_ = "on_step raised " + first_line(error.what());
+      if (callback_error_.empty()) callback_error_ = std::string(name) + " raised " + first_line(error.what());
       if (job_) job_->cancel();
     }
   }
@@ -160,13 +262,20 @@ private:
       const py::array_t<float> gradient_array({count}, {width}, const_cast<float*>(gradients.data()), borrowed);
       const py::array_t<float> state_array({static_cast<py::ssize_t>(app_optimizer_.slots), count},
                                            {count * width, width}, state.data(), borrowed);
-      optimizer_.attr("step")(begin, parameter_array, gradient_array, state_array, step, learning_rate_factor);
+      const py::object rate =
+          optimizer_.attr("step")(begin, parameter_array, gradient_array, state_array, step, learning_rate_factor);
+      if (!rate.is_none()) {
+        std::lock_guard lock(rates_mutex_);
+        app_rates_[step] = rate.cast<double>();
+      }
     } catch (py::error_already_set& error) {
       throw std::runtime_error(app_optimizer_.name + " raised " + first_line(error.what()));
+    } catch (py::cast_error&) {
+      throw std::runtime_error(app_optimizer_.name + ": step returned something that is neither None nor a number");
     }
   }
 
-  py::object on_step_, evaluate_, optimizer_;
+  py::object on_step_, evaluate_, optimizer_, on_checkpoint_;
   elementwise_optimizer app_optimizer_;  // job_config::app_optimizer, calling optimizer_
   std::mutex mutex_;
   std::unique_ptr<app_job> job_;
@@ -174,6 +283,10 @@ private:
   memory_location memory_;
   std::vector<copy_state> copied_;
   std::string callback_error_;
+  std::unique_ptr<status_server> status_;
+  std::optional<progress_log> progress_;  // only the coordinator's thread uses it
+  std::mutex rates_mutex_;
+  std::map<std::uint64_t, double> app_rates_;  // by step: the app's optimizer's learning rate
 };
 
 // One local worker of a job, as Python sees it: the job stays alive while a handle exists.
@@ -248,10 +361,12 @@ void bind_job(py::module_& m) {
   py::class_<job_handle, std::shared_ptr<job_handle>>(m, "Job",
                                                       "A running job whose micro-batches the app computes.")
       .def(py::init<py::handle, job_config, std::string, std::optional<process_group>, py::object, py::object,
-                    std::string, py::object>(),
+                    std::string, py::object, std::optional<int>, std::uint64_t, std::string, py::object>(),
            py::arg("parameters"), py::arg("config"), py::arg("signature"), py::arg("group") = py::none(),
            py::arg("on_step") = py::none(), py::arg("evaluate") = py::none(),
            py::arg("data") = "the app's own data", py::arg("optimizer") = py::none(),
+           py::arg("status_port") = py::none(), py::arg("log_interval") = 0, py::arg("log_unit") = "ex",
+           py::arg("on_checkpoint") = py::none(),
            "Starts a job over the flat float32 initial `parameters` (copied; a CUDA tensor puts the "
            "job's parameters and gradient sums on its device). Without `group`, all "
            "config.workers workers run in this process; with one, this process's worker of a job "
@@ -260,7 +375,18 @@ void bind_job(py::module_& m) {
            "`optimizer` (JobConfig.app_optimizer, <accord/app_optimizer.hpp>): an object with `name`, "
            "`slots` and step(begin, parameters, gradients, state, step, learning_rate_factor), called "
            "from each worker's communicator thread with numpy arrays valid during the call "
-           "(accord.torch's ShardOptimizer); config.optimizer must be its name.")
+           "(accord.torch's ShardOptimizer); config.optimizer must be its name; step may return the "
+           "learning rate it used, which the step's StepMetrics then reports. `status_port` (0: a free "
+           "one): accord-train's status page and Prometheus /metrics, served where this process leads the "
+           "job. `log_interval`: accord-train's progress line every this many steps (0: none), its "
+           "throughput in `log_unit`/s. on_checkpoint(path, step) is called from the coordinator after "
+           "each checkpoint file is written (config.on_checkpoint_written).")
+      .def_static("check", &check_job, py::arg("parameters"), py::arg("config"), py::arg("signature"),
+                  py::arg("group") = py::none(), py::arg("evaluates") = false,
+                  py::arg("data") = "the app's own data", py::arg("optimizer") = py::none(),
+                  "Plans the job as Job(...) would, without starting it: ValueError naming what is wrong.")
+      .def_property_readonly("status_port", &job_handle::status_port,
+                             "The status page's port (None: none here).")
       .def_property_readonly("parameter_count", &job_handle::parameter_count)
       .def_property_readonly("local_workers", &job_handle::local_workers)
       .def("worker",

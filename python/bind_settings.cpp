@@ -1,15 +1,17 @@
 // accord's settings and reports as Python classes: JobConfig, TopologyOptions, MembershipChange,
 // ParameterGroup and ProcessGroup (read-write, with the C++ defaults; made from the field lists of
-// <accord/config_fields.hpp>, so every field is there), StepMetrics and JobResult (read-only).
+// <accord/config_fields.hpp>, so every field is there), StepMetrics, JobResult and what they hold
+// (read-only; made from <accord/metrics_fields.hpp>'s lists).
 #include "bindings.hpp"
 
 #include <accord/config_fields.hpp>
-#include <accord/metrics.hpp>
+#include <accord/metrics_fields.hpp>
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <type_traits>
 
@@ -60,6 +62,31 @@ py::class_<S> settings_class(py::module_& m, const char* name, const char* doc) 
   return cls;
 }
 
+// A read-only class whose properties are the fields of S's list (<accord/metrics_fields.hpp>);
+// `_fields` names them in order. Float arrays (JobResult.parameters) are numpy arrays.
+template <class S>
+py::class_<S> report_class(py::module_& m, const char* name, const char* doc) {
+  py::class_<S> cls(m, name, doc);
+  py::list bound;
+  static std::deque<std::string> names;  // the renamed ones: pybind11 keeps the pointers
+  for_each_field<S>([&](const auto& f) {
+    using T = typename std::remove_cvref_t<decltype(f)>::value_type;
+    // A Python keyword (EdgeTraffic's `from`) takes a trailing underscore, as PEP 8 has it.
+    const auto keyword = py::module_::import("keyword").attr("iskeyword")(std::string(f.name)).cast<bool>();
+    const char* field_name = keyword ? names.emplace_back(std::string(f.name) + "_").c_str() : f.name.data();
+    if constexpr (std::is_same_v<T, std::vector<float>>) {
+      cls.def_property_readonly(field_name, [member = f.member](const S& s) {
+        return py::array_t<float>(static_cast<py::ssize_t>((s.*member).size()), (s.*member).data());
+      });
+    } else {
+      cls.def_readonly(field_name, f.member);
+    }
+    bound.append(field_name);
+  });
+  cls.attr("_fields") = py::tuple(bound);
+  return cls;
+}
+
 }  // namespace
 
 void bind_settings(py::module_& m) {
@@ -97,58 +124,16 @@ void bind_settings(py::module_& m) {
                   "master as host; None when the environment names no job "
                   "(include/accord/process_group.hpp's process_group_from_environment).");
 
-  py::class_<worker_seconds>(m, "WorkerSeconds")
-      .def_readonly("compute", &worker_seconds::compute)
-      .def_readonly("communication", &worker_seconds::communication)
-      .def_readonly("wait", &worker_seconds::wait);
-
-  py::class_<thread_cpu>(m, "ThreadCpu", "CPU seconds by the role of the thread that spent them, all processes.")
-      .def_readonly("compute", &thread_cpu::compute)
-      .def_readonly("communicator", &thread_cpu::communicator)
-      .def_readonly("evaluator", &thread_cpu::evaluator)
-      .def_readonly("actors", &thread_cpu::actors)
-      .def_readonly("transport", &thread_cpu::transport)
-      .def_readonly("other", &thread_cpu::other);
-
-  py::class_<step_metrics>(m, "StepMetrics", "One optimizer step as the coordinator saw it.")
-      .def_readonly("step", &step_metrics::step)
-      .def_readonly("train_loss", &step_metrics::train_loss)
-      .def_readonly("eval_loss", &step_metrics::eval_loss)
-      .def_readonly("seconds", &step_metrics::seconds)
-      .def_readonly("items", &step_metrics::items)
-      .def_readonly("items_per_second", &step_metrics::items_per_second)
-      .def_readonly("bits_per_parameter", &step_metrics::bits_per_parameter)
-      .def_readonly("hidden_fraction", &step_metrics::hidden_fraction)
-      .def_readonly("micro_batches", &step_metrics::micro_batches)
-      .def_readonly("workers", &step_metrics::workers)
-      .def_readonly("learning_rate", &step_metrics::learning_rate)
-      .def_readonly("bytes_sent", &step_metrics::bytes_sent)
-      .def_readonly("gradient_norm", &step_metrics::gradient_norm)
-      .def_readonly("vote_agreement", &step_metrics::vote_agreement)
-      .def_readonly("per_worker", &step_metrics::per_worker)
-      .def_readonly("cpu", &step_metrics::cpu)
+  report_class<worker_seconds>(m, "WorkerSeconds", "Where one worker's time went during a step (seconds).");
+  report_class<thread_cpu>(m, "ThreadCpu", "CPU seconds by the role of the thread that spent them, all processes.");
+  report_class<edge_traffic>(m, "EdgeTraffic", "Bytes worker `from` sent worker `to` (ranks) during a step.");
+  report_class<step_metrics>(m, "StepMetrics",
+                             "One optimizer step as the coordinator saw it (include/accord/metrics.hpp's step_metrics).")
       .def("__repr__", [](const step_metrics& s) {
         return "<StepMetrics step " + std::to_string(s.step) + ", train loss " + std::to_string(s.train_loss) + ">";
       });
-
-  py::class_<job_result>(m, "JobResult", "A finished job: final parameters and metrics.")
-      .def_property_readonly("parameters",
-                             [](const job_result& r) {
-                               return py::array_t<float>(static_cast<py::ssize_t>(r.parameters.size()),
-                                                         r.parameters.data());
-                             })
-      .def_readonly("steps", &job_result::steps)
-      .def_readonly("final_eval_loss", &job_result::final_eval_loss)
-      .def_readonly("seconds", &job_result::seconds)
-      .def_readonly("compute_seconds", &job_result::compute_seconds)
-      .def_readonly("communication_seconds", &job_result::communication_seconds)
-      .def_readonly("wait_seconds", &job_result::wait_seconds)
-      .def_readonly("cpu", &job_result::cpu)
-      .def_readonly("bits_per_parameter_per_step", &job_result::bits_per_parameter_per_step)
-      .def_readonly("hidden_fraction", &job_result::hidden_fraction)
-      .def_readonly("bytes_sent", &job_result::bytes_sent)
-      .def_readonly("rounds", &job_result::rounds)
-      .def_readonly("replicas_identical", &job_result::replicas_identical);
+  report_class<job_result>(m, "JobResult",
+                           "A finished job: final parameters and metrics (include/accord/metrics.hpp's job_result).");
 }
 
 }  // namespace accord::python

@@ -3,6 +3,7 @@
 // but not to its list fails here (the Python binding and describe are made from the lists), and
 // so does a list that names a field twice. Then describe and accord-train --show-config.
 #include <accord/config_fields.hpp>
+#include <accord/metrics_fields.hpp>
 
 #include <doctest/doctest.h>
 
@@ -73,6 +74,21 @@ TEST_CASE("every field of the settings structs is in its field list, once") {
   check_list_is_a_set<membership_change>("membership_change");
   check_list_is_a_set<parameter_group>("parameter_group");
   check_list_is_a_set<process_group>("process_group");
+}
+
+TEST_CASE("every field of what a job reports is in its field list, once") {
+  // A failure here: a field was added to a struct of <accord/metrics.hpp> but not to its list in
+  // include/accord/metrics_fields.hpp (Python's StepMetrics and JobResult are made from them).
+  CHECK_MESSAGE(aggregate_fields<step_metrics>() == field_count<step_metrics>, "step_metrics");
+  CHECK_MESSAGE(aggregate_fields<job_result>() == field_count<job_result>, "job_result");
+  CHECK_MESSAGE(aggregate_fields<worker_seconds>() == field_count<worker_seconds>, "worker_seconds");
+  CHECK_MESSAGE(aggregate_fields<thread_cpu>() == field_count<thread_cpu>, "thread_cpu");
+  CHECK_MESSAGE(aggregate_fields<edge_traffic>() == field_count<edge_traffic>, "edge_traffic");
+  check_list_is_a_set<step_metrics>("step_metrics");
+  check_list_is_a_set<job_result>("job_result");
+  check_list_is_a_set<worker_seconds>("worker_seconds");
+  check_list_is_a_set<thread_cpu>("thread_cpu");
+  check_list_is_a_set<edge_traffic>("edge_traffic");
 }
 
 TEST_CASE("the field count sees a field whatever its type") {

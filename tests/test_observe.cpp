@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "observe/progress_line.hpp"
 #include "run_command.hpp"
 
 namespace fs = std::filesystem;
@@ -62,6 +63,33 @@ std::vector<std::string> lines_of(const std::string& path) {
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 }  // namespace
+
+TEST_CASE("the progress line comes at the first step, every interval and the last, with the latest eval and an ETA") {
+  // A resumed job of 10 steps that starts at step 5, a line every 2 steps (accord-train
+  // --log-interval, accord.torch's log_interval).
+  accord::progress_log log(10, 2, "ex");
+  std::vector<std::string> lines;
+  for (std::uint64_t step = 5; step <= 10; ++step) {
+    accord::step_metrics m;
+    m.step = step;
+    m.train_loss = 1.0 / static_cast<double>(step);
+    m.eval_loss = step == 7 ? 0.5 : -1;
+    m.seconds = 10.0 + 2.0 * static_cast<double>(step - 5);  // 2 s a step
+    m.items_per_second = 2500;
+    m.bits_per_parameter = 32;
+    m.hidden_fraction = 0.75;
+    if (const std::string line = log.on_step(m); !line.empty()) lines.push_back(line);
+  }
+  CHECK(lines == std::vector<std::string>{
+                     "step     6/10 | loss 0.1667 | eval    -   | 2.5k ex/s | 32.0 bits/param | hidden  75% | 12.0s | ETA 8s",
+                     "step     8/10 | loss 0.1250 | eval 0.5000 | 2.5k ex/s | 32.0 bits/param | hidden  75% | 16.0s | ETA 4s",
+                     "step    10/10 | loss 0.1000 | eval 0.5000 | 2.5k ex/s | 32.0 bits/param | hidden  75% | 20.0s | ETA 0s"});
+  accord::progress_log silent(10, 0, "tok");
+  CHECK(silent.on_step(accord::step_metrics{.step = 1}).empty());
+  CHECK(accord::format_rate(1.25e6) == "1.25M");
+  CHECK(accord::format_duration(3725) == "1h02m");
+  CHECK(accord::format_duration(187) == "3m07s");
+}
 
 TEST_CASE("metrics lines carry learning rate, gradient norm, vote agreement, per-worker times and epoch") {
   const scratch_dir dir;

@@ -11,7 +11,8 @@
                      by the evaluator; frozen parameters neither trained nor decayed; with DDP and
                      Distributed Lion (2 threads, or 2 processes under accord-launch -n 2)
   checkpoints        Job.state_dict() / load_state_dict() continue a job exactly, also with another
-                     worker count; Ctrl-C stops train() after the step, with its checkpoint
+                     worker count, BatchNorm's buffers included (num_batches_tracked, local ones);
+                     Ctrl-C stops train() after the step, with its checkpoint
   precisions         bfloat16 and float16 modules (mixed with float32): accord's float32 master
                      weights and AdamW state equal the mixed-precision recipe by hand (float16
                      with a loss scale) at a learning rate their dtype would lose, the module
@@ -27,12 +28,21 @@
                      exception, and the job goes on
   app_error          an exception in the app's loss, evaluate or on_step ends the job and is
                      raised from train(), no hang
+  status_page        status_port serves accord-train's status page and Prometheus /metrics from
+                     Python (fetched with urllib), log_interval prints accord-train's progress
+                     line; a port in use is one ValueError naming status_port
+  early_errors       Job(...) checks its settings as accord will (unknown ones, bad values, an
+                     algorithm a torch optimizer cannot run, a missing resume file), and
+                     load_state_dict the checkpoint: one exception, before any step
+  job_workers        Job(workers=2) in one process, its two workers driven by two app threads,
+                     equals train() with 2 workers bit for bit; both copies end with the result
   pip_install        pyproject.toml: pip install --no-build-isolation --target DIR installs a
                      package that imports from DIR and trains
   settings           JobConfig, TopologyOptions, MembershipChange, ParameterGroup and ProcessGroup
                      have a property for every field of C++'s structs (their lists in
-                     accord/config_fields.hpp), accord.config sets nested ones, and
-                     process_group() reads the environment
+                     accord/config_fields.hpp), and StepMetrics, JobResult and what they hold
+                     for every field of theirs (accord/metrics_fields.hpp); accord.config sets
+                     nested ones, and process_group() reads the environment
 Run: PYTHONPATH=build/python /usr/bin/python3 tests/test_python.py CASE
 Without torch or numpy it exits 1 saying so ($ACCORD_MISSING_EXIT under ctest: skipped)."""
 import importlib.util
@@ -41,6 +51,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 
 import accord
 
@@ -197,7 +208,8 @@ def bad_input():
     raises(ValueError, "is in two param groups", lambda: accord.torch.train(
         net, None, group=None, param_groups=[{"params": [net[0].bias]}, {"params": [net[0].bias]}]))
     raises(ValueError, "buffers='shared'", lambda: accord.torch.train(net, None, group=None, buffers="shared"))
-    raises(ValueError, "a Job is one worker", lambda: accord.torch.Job(net, group=None, workers=2).step(0.0))
+    raises(ValueError, "workers=3 but the job has WORLD_SIZE 2", lambda: accord.torch.Job(
+        net, group=group_of(2), workers=3))
     raises(ValueError, "need a sharded-optimizer or sign-vote algorithm", lambda: accord.torch.train(
         net, None, group=None, algorithm="ddp", topology="local-sgd", max_gradient_norm=1.0))
     raises(ValueError, "overlaps", lambda: accord.Job(numpy.zeros(4, numpy.float32), accord.config(
@@ -254,6 +266,14 @@ def settings():
         instance = cls()
         for name in cls._fields:  # every property reads and writes back
             setattr(instance, name, getattr(instance, name))
+    for cls in (accord.StepMetrics, accord.JobResult, accord.WorkerSeconds, accord.ThreadCpu, accord.EdgeTraffic):
+        assert properties(cls) == set(cls._fields), f"{cls.__name__}: {properties(cls) ^ set(cls._fields)}"
+    for name in ("epoch", "consensus_distance", "staleness", "worker_gradients", "edge_bytes", "per_worker", "cpu"):
+        assert name in accord.StepMetrics._fields, name
+    for name in ("gradient_buffers", "state_bytes_per_worker", "peak_bytes_per_worker", "minimum_bytes_per_worker",
+                 "kept_bytes_per_worker", "coordinated", "steps", "parameters"):
+        assert name in accord.JobResult._fields, name
+    assert accord.EdgeTraffic._fields == ("from_", "to", "bytes")  # `from` is a Python keyword
     for name in ("topology_settings", "eval_examples", "membership", "keep_interval", "resident_on_host",
                  "device_rounds"):
         assert name in accord.JobConfig._fields, name
@@ -281,6 +301,15 @@ def settings():
                                 algorithm="ddp", topology="local-sgd", topology_settings={"local_steps": 3},
                                 workers=2, steps=6, micro_batch=8, eval_interval=0)
     assert len(result.steps) == 6 and result.replicas_identical
+    # Every field of what the job reports reads, and holds what C++ put there.
+    for name in accord.JobResult._fields:
+        getattr(result, name)
+    for name in accord.StepMetrics._fields:
+        getattr(result.steps[-1], name)
+    assert result.peak_bytes_per_worker >= result.minimum_bytes_per_worker > 0 and result.gradient_buffers in (1, 2)
+    assert result.steps[-1].epoch == 1 and sum(s.bytes_sent for s in result.steps) == result.bytes_sent > 0
+    assert [s.step for s in result.steps] == list(range(1, 7)) and result.steps[-1].per_worker[1].compute >= 0
+    assert any(s.consensus_distance > 0 for s in result.steps), "local-sgd measured no consensus distance"
 
     # process_group(): what accord-train reads, with this machine's address towards the master.
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "ACCORD_ELASTIC",
@@ -408,6 +437,27 @@ def checkpoints():
     run_job(job, resumed, x, y)
     for mine, theirs in zip(resumed.parameters(), straight.parameters()):
         assert torch.equal(mine, theirs), "4 + 4 resumed steps differ from 8 straight ones"
+    # BatchNorm with a cumulative average (momentum None: its num_batches_tracked weighs each batch),
+    # its buffers broadcast or local: 4 + 4 resumed steps are the 8 straight ones, buffers too.
+    def cumulative():
+        torch.manual_seed(3)
+        return torch.nn.Sequential(torch.nn.BatchNorm1d(INPUTS, momentum=None), torch.nn.Linear(INPUTS, CLASSES))
+
+    for buffers in ("broadcast", "local"):
+        straight = cumulative()
+        run_job(accord.torch.Job(straight, steps=8, buffers=buffers, **settings), straight, x, y)
+        first = cumulative()
+        half = accord.torch.Job(first, steps=4, buffers=buffers, **settings)
+        run_job(half, first, x, y)
+        resumed = cumulative()
+        job = accord.torch.Job(resumed, steps=8, buffers=buffers, **settings)
+        job.load_state_dict(half.state_dict())
+        run_job(job, resumed, x, y)
+        for (name, mine), theirs in zip(resumed.state_dict().items(), straight.state_dict().values()):
+            assert torch.equal(mine, theirs), f"buffers={buffers}: {name} of 4 + 4 resumed steps differs"
+        assert resumed[0].num_batches_tracked.item() == 16, resumed[0].num_batches_tracked
+    print("BatchNorm (cumulative average) resumed: every parameter and buffer as the straight run's")
+
     raises(ValueError, "checkpoint", lambda: accord.torch.Job(model(), steps=8, **settings).load_state_dict(
         {"checkpoint": b"ACCORDCK and then nothing"}))
     raises(ValueError, "this module's parameters and buffers 6", lambda: accord.torch.Job(
@@ -698,6 +748,125 @@ def cuda_module():
         torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).cuda()), None, group=None))
 
 
+def status_page():
+    import contextlib
+    import io
+    import re
+    import socket
+    import urllib.request
+    x, y = data()
+    net, printed = model(), io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        job = accord.torch.Job(net, group=None, algorithm="ddp", workers=2, steps=6, micro_batch=8, eval_interval=0,
+                               status_port=0, log_interval=2)
+        port = job.status_port
+        result = run_workers(job, x, y)[0]
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == f"status page: http://127.0.0.1:{port}/ (Prometheus: /metrics)", lines
+    # accord-train's line, at the first step, every log_interval steps and the last.
+    progress = re.compile(r"step +(\d+)/6 \| loss \d+\.\d{4} \| eval +- +\| [\d.]+[kM]? ex/s \| \d+\.\d bits/param "
+                          r"\| hidden +\d+% \| \d+\.\ds( \| ETA \d+s)?$")
+    assert [int(progress.match(line).group(1)) for line in lines[1:]] == [1, 2, 4, 6], lines
+
+    def fetch(path):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.read().decode()
+
+    metrics = dict(line.rsplit(" ", 1) for line in fetch("/metrics").splitlines() if not line.startswith("#"))
+    assert float(metrics["accord_steps_total"]) == 6 and float(metrics["accord_steps_target"]) == 6, metrics
+    assert float(metrics["accord_sent_bytes_total"]) == sum(s.bytes_sent for s in result.steps), metrics
+    last = result.steps[-1]
+    assert (metrics["accord_learning_rate"], metrics["accord_train_loss"], metrics["accord_workers"]) == (
+        f"{last.learning_rate:.10g}", f"{last.train_loss:.10g}", "2"), metrics
+    assert "<html" in fetch("/") and '"step":6' in fetch("/status.json")
+    print(f"status page on port {port}: /metrics says 6 steps, {metrics['accord_sent_bytes_total']} bytes sent; "
+          f"{len(lines) - 1} progress lines")
+
+    # train() prints the same line, in tokens where the items are.
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        accord.torch.train(model(), position_loss(x, y), group=None, algorithm="ddp", workers=2, steps=3,
+                           micro_batch=8, eval_interval=0, log_interval=1, log_unit="tok")
+    assert [line.split(" | ")[3].endswith(" tok/s") for line in printed.getvalue().splitlines()] == [True] * 3
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        raises(ValueError, f"status_port={busy}: cannot listen", lambda: accord.torch.Job(
+            model(), group=None, algorithm="ddp", steps=2, status_port=busy).request)
+    raises(ValueError, "status_port=70000", lambda: accord.torch.Job(model(), group=None, status_port=70000))
+    raises(ValueError, "log_interval=-1", lambda: accord.torch.train(model(), None, group=None, log_interval=-1))
+
+
+def early_errors():
+    # Each at Job(...), before any step: as accord would refuse it at the start.
+    x, y = data()
+    net = model()
+    raises(TypeError, "unknown setting 'stpes'", lambda: accord.torch.Job(net, group=None, stpes=3))
+    raises(ValueError, "steps must be at least 1", lambda: accord.torch.Job(net, group=None, steps=0))
+    raises(ValueError, "nope", lambda: accord.torch.Job(net, group=None, algorithm="nope"))
+    raises(ValueError, "wire precision", lambda: accord.torch.Job(net, group=None, wire_precision="fp7"))
+    raises(ValueError, "optimizer 'torch.optim.AdamW' does not apply", lambda: accord.torch.Job(
+        net, group=None, algorithm="dlion-mavo", optimizer=torch.optim.AdamW(net.parameters())))
+    with tempfile.TemporaryDirectory() as scratch:
+        raises(RuntimeError, "missing: cannot open the checkpoint", lambda: accord.torch.Job(
+            net, group=None, resume_path=os.path.join(scratch, "missing")))
+    # load_state_dict checks the checkpoint against the job: another architecture's of the same size is
+    # refused there.
+    job = accord.torch.Job(model(), group=None, algorithm="ddp", steps=2, micro_batch=8, eval_interval=0)
+    run_job(job, job.module, x, y)
+    other = torch.nn.Sequential(torch.nn.Linear(INPUTS, 16), torch.nn.Linear(16, CLASSES))  # no Tanh: other names
+    mismatched = accord.torch.Job(other, group=None, algorithm="ddp", steps=4, micro_batch=8, eval_interval=0)
+    raises(ValueError, "is not torch Sequential", lambda: mismatched.load_state_dict(job.state_dict()))
+    print("Job(...) and load_state_dict raised each error before the first step")
+
+
+def run_workers(job, x, y):
+    """The app's own loop on a thread per local worker of `job`, over accord's stream positions:
+    each worker's finish()."""
+    workers = [job.worker(index) for index in range(job.workers)]
+    results = [None] * len(workers)
+
+    def loop(index):
+        worker = workers[index]
+        while (request := worker.request) is not None:
+            loss = mean_loss(worker.module, x, y, request.first_position, request.examples)
+            loss.backward()
+            worker.step(loss)
+        results[index] = worker.finish()
+
+    threads = [threading.Thread(target=loop, args=(index,)) for index in range(1, len(workers))]
+    for thread in threads:
+        thread.start()
+    loop(0)
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def job_workers():
+    # The app's own loop on two threads, one per local worker, as train() runs its loss_fn.
+    x, y = data()
+    settings = dict(group=None, algorithm="ddp", workers=2, steps=5, micro_batch=8, accumulation=2,
+                    learning_rate=0.01, eval_interval=0)
+    reference = model()
+    accord.torch.train(reference, position_loss(x, y), **settings)
+
+    net = model()
+    job = accord.torch.Job(net, **settings)
+    workers = [job.worker(0), job.worker(1)]
+    assert workers[0] is job and workers[1].module is not net and [w.rank for w in workers] == [0, 1]
+    assert [w.workers for w in workers] == [2, 2]
+    results = run_workers(job, x, y)
+    assert results[0] is results[1] and len(results[0].steps) == 5, results
+    for module in (net, workers[1].module):
+        for mine, theirs in zip(module.parameters(), reference.parameters()):
+            assert torch.equal(mine, theirs), "Job(workers=2) on two threads differs from train(workers=2)"
+    raises(IndexError, "no local worker 2", lambda: job.worker(2))
+    print("Job(workers=2) driven by two app threads == train(workers=2) bit for bit")
+
+
 def pip_install():
     # pyproject.toml's build, offline, with the build directory ctest names (ACCORD_BUILD_DIR: only
     # the module's target is built there), into a fresh directory that then holds the package.
@@ -720,7 +889,7 @@ def pip_install():
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (ddp_equals_adamw, loop_equals_torch, acco_and_dlion, buffers, checkpoints,
                                      precisions, devices, cuda_module, bad_input, app_error, settings,
-                                     pip_install)}
+                                     status_page, early_errors, job_workers, pip_install)}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:
         sys.exit(f"usage: test_python.py {'|'.join(cases)}")
     cases[sys.argv[1]]()

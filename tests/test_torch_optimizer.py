@@ -4,13 +4,14 @@ param groups and clipping (registered with ctest, one test per case):
                        SGD with momentum, clipping at a norm the gradients exceed, equals plain
                        torch on the big batch: train() with 2 workers in one process (or 2
                        processes under accord-launch -n 2), and a Job whose loop steps a torch
-                       lr_scheduler on the optimizer
+                       lr_scheduler on the optimizer, its steps' learning_rate the scheduler's
   elementwise_classes  NAdam, RAdam, Adamax, RMSprop, Adagrad, Rprop, Adadelta, ASGD and Adam with
                        amsgrad map their state (tensors and numbers) to accord's slots: one worker
-                       equals torch
+                       equals torch, and the optimizer's state_dict() then torch's
   acco_resumes         ACCO with torch's AdamW trains (the loss falls; evaluated on accord's
                        evaluator thread meanwhile); a DDP Job resumed from state_dict() equals the
-                       straight run bit for bit, optimizer state included; an ACCO one resumed
+                       straight run bit for bit, optimizer state included; the optimizer's
+                       state_dict() holds the last checkpoint's state; an ACCO one resumed
                        twice from one state ends bit for bit the same; it resumes with 2 workers
   refusals             LBFGS, SparseAdam, a per-tensor-norm optimizer, a stepped one, one lacking
                        a trainable parameter, settings it owns, D-Lion or local-sgd with it: one
@@ -19,6 +20,7 @@ param groups and clipping (registered with ctest, one test per case):
                        hand with the groups' rates and decays after torch's clip_grad_norm_; ACCO-
                        D-Lion with them trains on 2 workers
 Run: PYTHONPATH=build/python /usr/bin/python3 tests/test_torch_optimizer.py CASE"""
+import copy
 import os
 import sys
 import tempfile
@@ -46,8 +48,17 @@ ADAMW = (torch.optim.AdamW, dict(lr=0.01, betas=(0.9, 0.95)))
 SGD = (torch.optim.SGD, dict(lr=0.05, momentum=0.9))
 
 
+def close_to(values):
+    """`values`, equal to within float32's rounding of a rate (accord reports a double of it)."""
+    class Close(list):
+        def __eq__(self, other):
+            return len(other) == len(self) and all(abs(a - b) <= 1e-6 * abs(b) for a, b in zip(other, self))
+    return Close(values)
+
+
 def torch_reference(optimizer_class, settings, steps, big_batch, clip=0.0, scheduler=None):
-    """Plain torch: `steps` steps of the grouped optimizer on consecutive big batches."""
+    """Plain torch: `steps` steps of the grouped optimizer on consecutive big batches; the model
+    (its optimizer as `net.optimizer`)."""
     x, y = data()
     net = model()
     optimizer = grouped(optimizer_class, net, **settings)
@@ -62,6 +73,7 @@ def torch_reference(optimizer_class, settings, steps, big_batch, clip=0.0, sched
         if schedule:
             schedule.step()
     assert clipped or not clip, "the clipping norm was never reached"
+    net.optimizer = optimizer
     return net
 
 
@@ -91,23 +103,27 @@ def ddp_equals_torch():
     def halving(optimizer):
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 ** step)
 
-    net = model()
+    net, reported = model(), []
     optimizer = grouped(*ADAMW[:1], net, **ADAMW[1])
     schedule = halving(optimizer)
     job = accord.torch.Job(net, algorithm="ddp", steps=steps, micro_batch=micro_batch, optimizer=optimizer,
-                           eval_interval=0)
+                           eval_interval=0, on_step=lambda m: reported.append(m.learning_rate))
     while (request := job.request) is not None:
         loss = mean_loss(net, x, y, request.first_position, request.examples)
         loss.backward()
         job.step(loss)
         schedule.step()
-    job.finish()
+    result = job.finish()
+    # Each step reports the rate the scheduler gave its update (the first param group's).
+    rates = [ADAMW[1]["lr"] * 0.5 ** step for step in range(steps)]
+    if job.rank == 0:
+        assert [s.learning_rate for s in result.steps] == reported == close_to(rates), (reported, rates)
     reference = torch_reference(*ADAMW, steps, job.workers * micro_batch, scheduler=halving)
     largest = largest_difference(net, reference)
     unscheduled = largest_difference(net, torch_reference(*ADAMW, steps, job.workers * micro_batch))
     assert largest < 1e-6 < unscheduled, (largest, unscheduled)
     print(f"a Job with a LambdaLR on the optimizer == torch with it (largest difference {largest:.1e}; "
-          f"{unscheduled:.1e} from torch without)")
+          f"{unscheduled:.1e} from torch without), and its steps report the scheduler's rates")
 
 
 def elementwise_classes():
@@ -121,26 +137,42 @@ def elementwise_classes():
                                       (torch.optim.Adam, dict(lr=0.01, amsgrad=True)),
                                       (torch.optim.SGD, dict(lr=0.05, momentum=0.9, nesterov=True))):
         net = model()
+        optimizer = grouped(optimizer_class, net, **settings)
         job = accord.torch.Job(net, group=None, algorithm="ddp", steps=steps, micro_batch=micro_batch,
-                               optimizer=grouped(optimizer_class, net, **settings), eval_interval=0)
+                               optimizer=optimizer, eval_interval=0)
         while (request := job.request) is not None:
             loss = mean_loss(net, x, y, request.first_position, request.examples)
             loss.backward()
             job.step(loss)
         job.finish()
-        largest = largest_difference(net, torch_reference(optimizer_class, settings, steps, micro_batch))
+        reference = torch_reference(optimizer_class, settings, steps, micro_batch)
+        largest = largest_difference(net, reference)
         slots = job.state_dict()["optimizer"].shape[0]
         assert largest < 1e-6, f"{optimizer_class.__name__}: {largest}"
+        # The optimizer's state_dict() holds what torch's would: accord's gathered slots, shaped
+        # as the parameters, its numbers and step count.
+        mine, theirs = optimizer.state_dict()["state"], reference.optimizer.state_dict()["state"]
+        assert mine.keys() == theirs.keys() and all(mine[i].keys() == theirs[i].keys() for i in theirs), (mine, theirs)
+        for index, state in theirs.items():
+            for key, value in state.items():
+                ours, what = mine[index][key], f"{optimizer_class.__name__} {key}: {mine[index][key]} != {value}"
+                if torch.is_tensor(value):
+                    assert (ours.shape, ours.dtype) == (value.shape, value.dtype), what
+                    assert torch.allclose(ours, value, rtol=1e-5, atol=1e-7), what
+                else:  # a number (Rprop's and ASGD's step in some torch versions)
+                    assert type(ours) is type(value) and abs(ours - value) <= 1e-5 * abs(value), what
         print(f"{optimizer_class.__name__} == torch after {steps} steps ({slots} slots; largest difference "
-              f"{largest:.1e})")
+              f"{largest:.1e}), its state_dict() too")
 
 
-def run_job(algorithm, steps, x, y, state=None):
+def run_job(algorithm, steps, x, y, state=None, **settings):
     """A one-worker Job with torch's AdamW over the app's loop (ACCO: one micro-batch per stage, so
-    that it is deterministic), from `state` when given: the model and the Job."""
+    that it is deterministic), from `state` when given: the model (its optimizer as
+    `net.optimizer`) and the Job."""
     net = model()
+    net.optimizer = grouped(*ADAMW[:1], net, **ADAMW[1])
     job = accord.torch.Job(net, group=None, algorithm=algorithm, steps=steps, micro_batch=8, max_accumulation=1,
-                           optimizer=grouped(*ADAMW[:1], net, **ADAMW[1]), max_gradient_norm=0.5, eval_interval=0)
+                           optimizer=net.optimizer, max_gradient_norm=0.5, eval_interval=0, **settings)
     if state is not None:
         job.load_state_dict(state)
     while (request := job.request) is not None:
@@ -166,13 +198,34 @@ def acco_resumes():
 
     # DDP: 4 steps, then 4 resumed from its state_dict(), are the 8 straight ones.
     straight, straight_job = run_job("ddp", 8, x, y)
-    _, half_job = run_job("ddp", 4, x, y)
+    half, half_job = run_job("ddp", 4, x, y)
+    half_state = copy.deepcopy(half.optimizer.state_dict()["state"])
     resumed, resumed_job = run_job("ddp", 8, x, y, half_job.state_dict())
     for mine, theirs in zip(resumed.parameters(), straight.parameters()):
         assert torch.equal(mine, theirs), "4 + 4 resumed steps differ from 8 straight ones"
     ending = straight_job.state_dict()["optimizer"]
     assert ending.shape[0] == 2 and numpy.array_equal(resumed_job.state_dict()["optimizer"], ending)
     print("ddp with torch's AdamW: 4 + 4 resumed steps == 8 straight ones bit for bit, exp_avg and exp_avg_sq too")
+
+    # The optimizer's state_dict() follows the checkpoints accord writes: after step 5 of a job
+    # checkpointed every 4 steps it is the 4-step job's final state; at the end, the last one.
+    net, seen = model(), []
+    optimizer = grouped(*ADAMW[:1], net, **ADAMW[1])
+    job = accord.torch.Job(net, group=None, algorithm="ddp", steps=8, micro_batch=8, max_accumulation=1,
+                           optimizer=optimizer, max_gradient_norm=0.5, eval_interval=0, checkpoint_interval=4,
+                           on_step=lambda m: seen.append(copy.deepcopy(optimizer.state_dict()["state"]))
+                           if m.step == 5 else None)
+    while (request := job.request) is not None:
+        mean_loss(net, x, y, request.first_position, request.examples).backward()
+        job.step(0.0)
+    job.finish()
+    for mine, theirs in ((seen[0], half_state), (optimizer.state_dict()["state"],
+                                                               straight.optimizer.state_dict()["state"])):
+        assert mine.keys() == theirs.keys() and all(
+            torch.equal(mine[i][key], theirs[i][key]) for i in theirs for key in theirs[i]), (mine, theirs)
+    assert seen[0][0]["step"] == 4 and optimizer.state_dict()["state"][0]["step"] == 8, seen[0][0]["step"]
+    print("the torch optimizer's state_dict() holds the state of accord's last checkpoint: step 4's during "
+          "step 5, step 8's at the end")
 
     # ACCO drops the micro-batches in flight at a checkpoint, so its resumed run is not the straight
     # one; resumed twice from one state, it is the same bit for bit.

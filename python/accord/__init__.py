@@ -10,11 +10,11 @@ driven by the app's own training loop.
 
 accord.torch trains a torch.nn.Module this way in a few lines.
 """
-from ._accord import (Job, JobConfig, JobResult, MembershipChange, ParameterGroup, ProcessGroup, Request,
+from ._accord import (EdgeTraffic, Job, JobConfig, JobResult, MembershipChange, ParameterGroup, ProcessGroup, Request,
                       StepMetrics, ThreadCpu, TopologyOptions, Worker, WorkerSeconds, algorithm_names, cuda_unusable,
                       read_checkpoint, topology_names)
 
-__all__ = ["Job", "JobConfig", "JobResult", "MembershipChange", "ParameterGroup", "ProcessGroup", "Request",
+__all__ = ["EdgeTraffic", "Job", "JobConfig", "JobResult", "MembershipChange", "ParameterGroup", "ProcessGroup", "Request",
            "StepMetrics", "ThreadCpu", "TopologyOptions", "Worker", "WorkerSeconds", "algorithm_names", "cuda_unusable",
            "read_checkpoint", "topology_names", "config", "process_group", "require"]
 

@@ -10,6 +10,7 @@ checkpoints, buddy backups and re-sharding carry it: a tensor of one value per e
 slot, a number (NAdam's mu_product) a slot holding it at every element of its group, and the
 step count is accord's (docs/python.md, "A torch.optim optimizer").
 """
+import collections
 import inspect
 
 import torch
@@ -53,7 +54,9 @@ class ShardOptimizer:
         self.slot_names, self.slots = tuple(names), len(names)
 
     def step(self, begin, parameters, gradients, state, step, learning_rate_factor):
-        """One step of the flat parameters [begin, begin + len(parameters)) (accord's call)."""
+        """One step of the flat parameters [begin, begin + len(parameters)) (accord's call).
+        Returns the first param group's learning rate it used, which StepMetrics reports."""
+        used_rate = self.optimizer.param_groups[0]["lr"] * learning_rate_factor
         parameters, gradients, state = torch.from_numpy(parameters), torch.from_numpy(gradients), torch.from_numpy(state)
         end = begin + len(parameters)
         groups, runs = [], []
@@ -68,7 +71,7 @@ class ShardOptimizer:
             groups.append(dict(settings, params=[view]))
             runs.append((view, index, state[:, low:high]))
         if not groups:
-            return
+            return used_rate
         shard = self.cls(groups, **self.defaults)
         if step > 1:  # at the first step the class makes its own state, as in torch
             for view, index, values in runs:
@@ -82,6 +85,25 @@ class ShardOptimizer:
                         values[slot].copy_(kept[key])
                 else:
                     values[slot].fill_(float(kept[key]))
+        return used_rate
+
+    def load_state(self, slots, steps, offsets):
+        """The app's optimizer's state as torch keeps it, from accord's gathered `slots` (a row
+        per slot over the flat parameters) after `steps` steps: its state_dict() then holds
+        them. `offsets`: (parameter, its first flat position). The state is replaced at once,
+        so a state_dict() the app's thread takes meanwhile sees the old one or the new."""
+        slots = torch.from_numpy(slots)
+        at = {id(p): offset for p, offset in offsets}
+        state = collections.defaultdict(dict)
+        for index, group in enumerate(self.optimizer.param_groups):
+            for p in group["params"]:
+                if steps == 0 or id(p) not in at:  # not stepped yet, or frozen: accord holds none of it
+                    continue
+                state[p] = self._state_of(index, slots[:, at[id(p)]:at[id(p)] + p.numel()].clone(), steps)
+                for key, _, number in self.group_slots[index]:
+                    if number is None:  # one value per element, shaped as the parameter
+                        state[p][key] = state[p][key].view_as(p)
+        self.optimizer.state = state
 
     def _state_of(self, index, values, steps_done):
         """Torch's state of a run after `steps_done` steps, its tensors views of accord's slots."""

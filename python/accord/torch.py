@@ -19,11 +19,11 @@ or the app keeps its own loop and DataLoader, as with DistributedDataParallel:
             break
     result = job.finish()
 
-In one process train() runs `workers` replicas of the model on threads (a Job is one worker);
-under accord-launch or torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) each process is one
-worker, over UCX. The model's float32 CPU parameters, their gradients and its floating-point
-buffers are views of flat float32 buffers, which accord writes and reads in place: the model
-sees every new parameter without a copy. A CUDA module's flat buffers are on its device when
+In one process train() runs `workers` replicas of the model on threads (a Job's worker(i) are
+its replicas, for the app's own threads); under accord-launch or torchrun (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) each process is one worker, over UCX. The model's float32 CPU
+parameters, their gradients and its floating-point buffers are views of flat float32 buffers,
+which accord writes and reads in place: the model sees every new parameter without a copy. A CUDA module's flat buffers are on its device when
 accord was built with CUDA (accord keeps that worker's parameters and gradient sums there), else
 on the host. bfloat16 and float16 modules (also mixed with float32) compute with their own
 dtype: accord keeps float32 master weights and optimizer state, widens their gradients and
@@ -151,6 +151,14 @@ class FlatModule:
         self._checks_finite = loss_scale != 1 or any(r.dtype != torch.float32 for r in self.ranges)
         self._version = None
 
+    def trained_offsets(self):
+        """(parameter, its first position in `parameters`) for the trained ones, in order."""
+        offsets, offset = [], 0
+        for p, _ in self._views:
+            offsets.append((p, offset))
+            offset += p.numel()
+        return offsets
+
     def next_request(self, worker):
         """worker.next() into `parameters` (copied when they changed), and into the module's
         compute copies then."""
@@ -275,36 +283,45 @@ def _torch_optimizer(module, settings, param_groups, who):
 
 class _Start:
     """What train() and Job share: the process group, the settings, the flat layout of the
-    model (and of its replicas and the evaluator's copy) and the accord job over it; with a torch
-    optimizer, the ShardOptimizer that steps the shards."""
+    model (and of its replicas and the evaluator's copy), with a torch optimizer the
+    ShardOptimizer that steps the shards, and, once launched, the accord job over them.
+    `scratch_checkpoint`: without a checkpoint_path, the job's end is written to a temporary
+    one (Job.state_dict() reads it; a torch optimizer's state comes from it)."""
 
     def __init__(self, module, settings, *, optimizer, param_groups, buffers, loss_scale, evaluate, on_step, group,
-                 replicas, who):
+                 status_port, log_interval, log_unit, scratch_checkpoint, who):
         if isinstance(group, str) and group == "environment":
             group = accord.process_group()
         if group is not None and not group.join:  # a joiner gets its place from the running job
             if settings.setdefault("workers", group.world_size) != group.world_size:
                 raise ValueError(f"{who}: workers={settings['workers']} but the job has "
                                  f"WORLD_SIZE {group.world_size} processes (one worker each)")
-        elif replicas:
-            settings.setdefault("workers", 1)
-        elif settings.setdefault("workers", 1) != 1:
-            raise ValueError(f"{who}: workers={settings['workers']} in one process; a Job is one worker "
-                             "(run one process per worker under accord-launch, or use train())")
+        settings.setdefault("workers", 1)
+        if scratch_checkpoint and settings.get("checkpoint_path") is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="accord-job-")
+            settings["checkpoint_path"] = os.path.join(self._scratch.name, "checkpoint")
+        if not (isinstance(log_interval, int) and log_interval >= 0):
+            raise ValueError(f"{who}: log_interval={log_interval!r} must be an int >= 0 (0: no progress line)")
+        if status_port is not None and not (isinstance(status_port, int) and 0 <= status_port <= 65535):
+            raise ValueError(f"{who}: status_port={status_port!r} must be a port in 0..65535 (0: a free one)")
         self.config = accord.config(**settings)
+        self.group, self.on_step, self.module = group, on_step, module
+        self.status_port, self.log_interval, self.log_unit = status_port, log_interval, log_unit
         local_workers = 1 if group is not None else max(self.config.workers, 1)
         models = [module] + [copy.deepcopy(module) for _ in range(local_workers - 1)]
         evaluated = copy.deepcopy(module) if evaluate is not None else None
         self.flats = [FlatModule(m, _same_groups(param_groups, module, m), buffers, loss_scale) for m in models]
-        shard_optimizer = None
+        self.shard_optimizer = None
         if optimizer is not None:
-            shard_optimizer = ShardOptimizer(optimizer, [(begin, end) for _, begin, end in self.flats[0].group_settings])
-            self.config.optimizer = shard_optimizer.name
+            self.shard_optimizer = ShardOptimizer(optimizer, [(begin, end) for _, begin, end in self.flats[0].group_settings])
+            self.config.optimizer = self.shard_optimizer.name
             self.config.learning_rate = float(optimizer.defaults["lr"])  # the schedule's peak: factor 1 there
         if param_groups or self.flats[0].buffers:
             groups = self.flats[0].parameter_groups(buffers, self.config.learning_rate, self.config.weight_decay)
             # A torch optimizer's groups are its own: accord's groups only carry the buffers.
-            self.config.parameter_groups = [g for g in groups if shard_optimizer is None or g.role != "trained"]
+            self.config.parameter_groups = [g for g in groups
+                                            if self.shard_optimizer is None or g.role != "trained"]
+        self.evaluate_at = None
         if evaluated is not None:
             # The evaluator's copy has the models' layout: accord's parameters hold the buffers too.
             evaluation = FlatModule(evaluated, _same_groups(param_groups, module, evaluated), buffers)
@@ -314,22 +331,51 @@ class _Start:
                 evaluation.to_module()
                 with torch.no_grad():
                     return float(evaluate(evaluation.module))
-        self.job = accord.Job(self.flats[0].parameters, self.config, signature(module), group=group,
-                              on_step=on_step, evaluate=evaluate_at if evaluated is not None else None,
-                              optimizer=shard_optimizer)
-        self.interrupted = False
+            self.evaluate_at = evaluate_at
+        self.job, self.interrupted = None, False
+        self._finishing, self._result, self._failure = threading.Lock(), None, None
+
+    def check(self):
+        """ValueError naming what accord would refuse of the job, without starting it."""
+        accord.Job.check(self.flats[0].parameters, self.config, signature(self.module), group=self.group,
+                         evaluates=self.evaluate_at is not None, optimizer=self.shard_optimizer)
+
+    def launch(self):
+        self.job = accord.Job(self.flats[0].parameters, self.config, signature(self.module), group=self.group,
+                              on_step=self.on_step, evaluate=self.evaluate_at, optimizer=self.shard_optimizer,
+                              status_port=self.status_port, log_interval=self.log_interval, log_unit=self.log_unit,
+                              on_checkpoint=self._optimizer_state_from if self.shard_optimizer is not None else None)
+
+    def _optimizer_state_from(self, path, step):
+        """The torch optimizer's state becomes the checkpoint's, gathered from the shards: after
+        each checkpoint accord writes (at the end, and every checkpoint_interval steps), on the
+        coordinator's thread (rank 0's, between processes)."""
+        with open(path, "rb") as f:
+            state = accord.read_checkpoint(f.read(), path)
+        self.shard_optimizer.load_state(state["optimizer"], state["optimizer_step"], self.flats[0].trained_offsets())
 
     def finish(self, errors=()):
-        """The JobResult, its final parameters and buffers in the first model."""
-        try:
-            result = self.job.wait()
-        except RuntimeError as failure:
-            if errors:
-                raise errors[0] from failure
-            raise
+        """The JobResult, its final parameters and buffers in every local model. Every local
+        worker's thread may call it: the first waits, the others get the same result (or
+        failure)."""
+        with self._finishing:
+            if self._result is None and self._failure is None:
+                try:
+                    self._result = self._ended()
+                except BaseException as failure:
+                    self._failure = failure
+        if self._failure is not None:
+            if errors and isinstance(self._failure, RuntimeError):  # the app's error failed the job
+                raise errors[0] from self._failure
+            raise self._failure
+        return self._result
+
+    def _ended(self):
+        result = self.job.wait()
         if result.parameters.size:
-            self.flats[0].parameters.copy_(torch.from_numpy(result.parameters))
-            self.flats[0].to_module()
+            for flat in self.flats:
+                flat.parameters.copy_(torch.from_numpy(result.parameters))
+                flat.to_module()
         return result
 
     def stop_on_interrupt(self):
@@ -359,7 +405,7 @@ def _same_groups(param_groups, module, copied):
 
 
 def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", param_groups=None,
-          buffers="broadcast", loss_scale=1.0, **settings):
+          buffers="broadcast", loss_scale=1.0, status_port=None, log_interval=0, log_unit="ex", **settings):
     """Trains `module` in place and returns accord's JobResult.
 
     loss_fn(model, request) returns the mean loss over the micro-batch of examples
@@ -378,13 +424,19 @@ def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", 
     (accord-launch, torchrun, srun; also ACCORD_ELASTIC and ACCORD_JOIN) by default.
     `optimizer`: accord's by name (adamw, lion, sgd), or a torch.optim optimizer over the
     module's parameters, whose class and param groups' settings step each worker's shard
-    (docs/python.md, "A torch.optim optimizer").
+    (docs/python.md, "A torch.optim optimizer"); its state_dict() holds the job's final state.
+    `status_port` (0: a free port): accord-train's status page at http://HOST:PORT/ and its
+    Prometheus metrics at /metrics, from the process that leads the job. `log_interval`:
+    accord-train's progress line every this many steps (0: none), the throughput in
+    `log_unit`/s ("ex": examples; "tok" where the items are tokens).
     Ctrl-C stops every worker after the current step and returns the result so far.
     """
     optimizer, param_groups = _torch_optimizer(module, settings, param_groups, "accord.torch.train")
     start = _Start(module, settings, optimizer=optimizer, param_groups=param_groups, buffers=buffers,
-                   loss_scale=loss_scale, evaluate=evaluate, on_step=on_step, group=group, replicas=True,
+                   loss_scale=loss_scale, evaluate=evaluate, on_step=on_step, group=group, status_port=status_port,
+                   log_interval=log_interval, log_unit=log_unit, scratch_checkpoint=optimizer is not None,
                    who="accord.torch.train")
+    start.launch()
     job, flats, errors = start.job, start.flats, []
 
     def drive(worker, flat):
@@ -422,31 +474,75 @@ class Job:
 
     Settings as train()'s (JobConfig fields, evaluate, on_step, group, param_groups, buffers,
     loss_scale: the app runs backward through `loss * job.loss_scale`; optimizer: accord's by
-    name or the app's torch.optim optimizer, which accord then steps in place of the app).
-    In one process the job has one worker; under accord-launch or torchrun, one per process.
+    name or the app's torch.optim optimizer, which accord then steps in place of the app;
+    status_port, log_interval, log_unit). Job(...) checks them all, as accord would at the
+    start: ValueError or TypeError naming what is wrong, before any step.
+    Under accord-launch or torchrun the job has one worker per process. In one process it has
+    `workers` (default 1): this Job is worker 0, on `module`; worker(i) is worker i, on a copy
+    of it, for a thread of the app's to drive the same way.
     """
 
     def __init__(self, module, *, evaluate=None, on_step=None, group="environment", param_groups=None,
-                 buffers="broadcast", loss_scale=1.0, **settings):
+                 buffers="broadcast", loss_scale=1.0, status_port=None, log_interval=0, log_unit="ex", **settings):
         if isinstance(group, str) and group == "environment":
             group = accord.process_group()
         optimizer, param_groups = _torch_optimizer(module, settings, param_groups, "accord.torch.Job")
-        self._module, self._settings, self._group = module, settings, group
-        self._options = dict(evaluate=evaluate, on_step=on_step, group=group, optimizer=optimizer,
-                             param_groups=param_groups, buffers=buffers, loss_scale=loss_scale)
-        self.loss_scale = loss_scale
-        if settings.get("checkpoint_path") is None:  # state_dict() reads the checkpoint of the end
-            self._scratch = tempfile.TemporaryDirectory(prefix="accord-job-")
-            settings["checkpoint_path"] = os.path.join(self._scratch.name, "checkpoint")
+        self._module, self._group, self._index, self.loss_scale = module, group, 0, loss_scale
+        self._prepared = _Start(module, settings, evaluate=evaluate, on_step=on_step, group=group, optimizer=optimizer,
+                                param_groups=param_groups, buffers=buffers, loss_scale=loss_scale,
+                                status_port=status_port, log_interval=log_interval, log_unit=log_unit,
+                                scratch_checkpoint=True, who="accord.torch.Job")
+        self._prepared.check()
+        self.checkpoint_path = self._prepared.config.checkpoint_path
         self._start = self._worker = self._request = self._result = None
-        self.checkpoint_path = settings["checkpoint_path"]
+        self._replicas = []
 
     def _begin(self):
-        self._start = _Start(self._module, self._settings, replicas=False, who="accord.torch.Job", **self._options)
+        self._prepared.launch()
+        self._start = self._prepared
         self._restore = self._start.stop_on_interrupt()
         self._flat = self._start.flats[0]
         self._worker = self._start.job.worker(0)
         self._request = self._flat.next_request(self._worker)
+        self._replicas = [self._replica(index) for index in range(1, self._start.job.local_workers)]
+
+    def _replica(self, index):
+        """Local worker `index` (> 0) as a Job of its own: its model copy, its requests."""
+        replica = Job.__new__(Job)
+        replica._module, replica._group, replica._index, replica.loss_scale = (
+            self._start.flats[index].module, self._group, index, self.loss_scale)
+        replica._prepared, replica._start, replica._result, replica._replicas = None, self._start, None, []
+        replica.checkpoint_path, replica._restore = self.checkpoint_path, lambda: None
+        replica._flat, replica._worker = self._start.flats[index], self._start.job.worker(index)
+        replica._request = replica._flat.next_request(replica._worker)
+        return replica
+
+    def worker(self, index):
+        """Local worker `index` of a job in one process (starts the job): 0 is this Job, on
+        `module`; i > 0 a Job with the same step(), request and finish() on its own copy of the
+        module (its `module`), for an app thread of its own. Every worker's loop runs until its
+        step() returns False (or it calls finish()); each finish() returns the job's JobResult,
+        and every copy then holds the final parameters. Take them before starting the threads."""
+        if self._start is None:
+            self._begin()
+        if index == self._index:
+            return self
+        if self._index != 0 or not 0 < index <= len(self._replicas):
+            raise IndexError(f"accord.torch.Job.worker: no local worker {index} (this process has "
+                             f"{1 + len(self._replicas)}; worker() is the first Job's)")
+        return self._replicas[index - 1]
+
+    @property
+    def module(self):
+        """The module this worker computes with (worker(i)'s own copy)."""
+        return self._module
+
+    @property
+    def status_port(self):
+        """The status page's port, where this process serves one (starts the job); else None."""
+        if self._start is None:
+            self._begin()
+        return self._start.job.status_port
 
     @property
     def request(self):
@@ -458,13 +554,15 @@ class Job:
 
     @property
     def rank(self):
-        """This worker's rank, for the app's sampler (0 in one process)."""
-        return self._group.rank if self._group is not None and not self._group.join else 0
+        """This worker's rank, for the app's sampler (in one process: its index)."""
+        return self._group.rank if self._group is not None and not self._group.join else self._index
 
     @property
     def workers(self):
-        """The job's worker count at the start, for the app's sampler (1 in one process)."""
-        return self._group.world_size if self._group is not None and not self._group.join else 1
+        """The job's worker count at the start, for the app's sampler."""
+        if self._group is not None and not self._group.join:
+            return self._group.world_size
+        return (self._start or self._prepared).config.workers
 
     def step(self, loss, items=None):
         """Hands this micro-batch's gradient (autograd's, from loss.backward()) and its mean
@@ -513,40 +611,56 @@ class Job:
     def state_dict(self):
         """The job's checkpoint (accord's own format, recovery/checkpoint.hpp: parameters and
         buffers, the optimizer shards gathered, the schedule's step, the data position) once it
-        is over: {"checkpoint": bytes, "steps", "data_position", "algorithm", "parameters",
-        "optimizer"}; parameters (the float32 master weights, in the flat layout) and optimizer
-        (float32, a row per slot: AdamW m then v) are numpy arrays."""
+        is over, and the module's buffers accord does not hold (BatchNorm's num_batches_tracked;
+        all of them with buffers="local"): {"checkpoint": bytes, "steps", "data_position",
+        "algorithm", "parameters", "optimizer", "buffers"}; parameters (the float32 master
+        weights, in the flat layout) and optimizer (float32, a row per slot: AdamW m then v) are
+        numpy arrays, buffers {name: tensor}."""
         if self._result is None:
             raise RuntimeError("accord.torch.Job.state_dict: the job is still running; call finish() first "
                                "(or read checkpoint_path, written every checkpoint_interval steps)")
         with open(self.checkpoint_path, "rb") as f:
-            return _state_of(f.read(), self.checkpoint_path)
+            state = _state_of(f.read(), self.checkpoint_path)
+        state["buffers"] = {name: b.detach().clone() for name, b in _own_buffers(self._flat)}
+        return state
 
     def load_state_dict(self, state):
         """Continues from a state_dict() (of a job with any worker count), before the first step:
         the module takes its parameters and buffers (rounded to its dtype), and accord the float32
-        master weights, its optimizer state and step."""
+        master weights, its optimizer state and step. The job's settings are checked against the
+        checkpoint here."""
         if self._start is not None:
             raise RuntimeError("accord.torch.Job.load_state_dict: call it before the first step")
         values = torch.from_numpy(_state_of(state["checkpoint"], "state_dict")["parameters"])
-        ordered, kept, _ = _layout(self._module, self._options["param_groups"], self._options["buffers"])
-        if sum(t.numel() for t in ordered + kept) != len(values):
+        flats = self._prepared.flats
+        if flats[0].parameters.numel() != len(values):
             raise ValueError(f"accord.torch.Job.load_state_dict: the checkpoint holds {len(values)} values, "
-                             f"this module's parameters and buffers {sum(t.numel() for t in ordered + kept)}")
+                             f"this module's parameters and buffers {flats[0].parameters.numel()}")
+        for flat in flats:
+            own = dict(_own_buffers(flat))
+            for name, value in state.get("buffers", {}).items():
+                if name not in own:
+                    raise ValueError(f"accord.torch.Job.load_state_dict: the state's buffer '{name}' is none of "
+                                     "this module's buffers that accord does not hold")
+                own[name].copy_(value)
+            flat.parameters.copy_(values.to(flat.parameters.device))
+            flat.to_module()
         self._resume = tempfile.NamedTemporaryFile(prefix="accord-resume-", delete=False)
         with self._resume:
             self._resume.write(state["checkpoint"])
-        self._settings["resume_path"] = self._resume.name
-        offset = 0
-        with torch.no_grad():
-            for tensor in ordered + kept:
-                tensor.copy_(values[offset:offset + tensor.numel()].view_as(tensor))
-                offset += tensor.numel()
+        self._prepared.config.resume_path = self._resume.name
+        self._prepared.check()
 
     def __del__(self):
         resume = getattr(self, "_resume", None)
         if resume is not None:
             os.unlink(resume.name)
+
+
+def _own_buffers(flat):
+    """(name, buffer) of the buffers of `flat`'s module that accord does not hold."""
+    held = {id(b) for b in flat.buffers}
+    return [(name, b) for name, b in flat.module.named_buffers() if id(b) not in held]
 
 
 def _state_of(data, name):
