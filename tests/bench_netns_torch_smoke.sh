@@ -23,3 +23,6 @@ cat "$out/table.txt"
 echo "$runs" | tr ';' '\n' | while read -r run; do
   grep -q "^| $run |" "$out/table.txt" || { echo "no row for '$run'"; exit 1; }
 done
+# Loss at equal wall-clock: a column, and a loss in the baseline's own row.
+grep -q "| eval at torch-ddp's end |" "$out/table.txt" || { echo "no loss-at-equal-wall-clock column"; exit 1; }
+grep -Eq "^\| torch-ddp \|.* [0-9]+\.[0-9]{4} \| [0-9.]+ \|$" "$out/table.txt" || { echo "the baseline's row has no loss at its own end"; exit 1; }
