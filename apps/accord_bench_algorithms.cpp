@@ -34,13 +34,7 @@ int main(int argc, char** argv) {
         "--estimate-accumulation E, E per estimate stage and the rest per real stage.");
     if (!parsed) return 0;  // --help
     const po::variables_map& flags = *parsed;
-    const std::vector<std::string> known = algorithm_names();
-    std::string expected;
-    for (const auto& name : known) expected += (expected.empty() ? "" : "|") + name;
-    const std::vector<std::string> names = list_items("--algos", flags["algos"].as<std::string>(), expected);
-    for (const auto& name : names)
-      if (std::find(known.begin(), known.end(), name) == known.end())
-        throw std::invalid_argument("--algos: '" + name + "' is not " + expected);
+    const std::vector<std::string> names = algorithm_list(flags["algos"].as<std::string>());
     warn_ignored(flags, "accord-bench-algorithms", {{"algo", "here (--algos lists the algorithms)"}});
     warn_ignored_training_flags(flags, "accord-bench-algorithms");
     const training_setup setup = make_training_setup(flags);  // model and data serve every algorithm

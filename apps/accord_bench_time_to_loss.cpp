@@ -15,16 +15,6 @@ using namespace accord;
 
 namespace {
 
-std::vector<std::string> parse_algorithms(const std::string& list) {
-  const std::vector<std::string> known = algorithm_names();
-  std::vector<std::string> names = split_list(list);
-  if (names.empty()) throw std::invalid_argument("--algos: expected at least one algorithm");
-  for (const auto& name : names)
-    if (std::find(known.begin(), known.end(), name) == known.end())
-      throw std::invalid_argument("--algos: unknown algorithm '" + name + "'");
-  return names;
-}
-
 // Two positive losses, or empty for "auto".
 std::vector<double> parse_targets(const std::string& list) {
   if (list == "auto") return {};
@@ -93,7 +83,7 @@ int main(int argc, char** argv) {
         "the speed-up over the baseline, final eval loss, bits/param/step, peak memory/minimum.");
     if (!parsed) return 0;  // --help
     const po::variables_map& flags = *parsed;
-    const std::vector<std::string> names = parse_algorithms(flags["algos"].as<std::string>());
+    const std::vector<std::string> names = algorithm_list(flags["algos"].as<std::string>());
     const int repetitions = flags["repetitions"].as<int>();
     if (repetitions < 1) throw std::invalid_argument("--repetitions must be at least 1");
     const double comm_ratio = flags["comm-ratio"].as<double>();

@@ -34,6 +34,17 @@ job_config with_equal_tokens(job_config job, const std::string& algorithm) {
   return job;
 }
 
+std::vector<std::string> algorithm_list(const std::string& list) {
+  const std::vector<std::string> known = algorithm_names();
+  std::string expected;
+  for (const auto& name : known) expected += (expected.empty() ? "" : "|") + name;
+  const std::vector<std::string> names = list_items("--algos", list, expected);
+  for (const auto& name : names)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw std::invalid_argument("--algos: unknown algorithm '" + name + "' (expected " + expected + ")");
+  return names;
+}
+
 std::vector<std::string> split_list(const std::string& list, char separator) {
   std::vector<std::string> items;
   std::stringstream in(list);

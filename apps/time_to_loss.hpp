@@ -29,6 +29,10 @@ void check_stage_split(const std::vector<std::string>& algorithms, const job_con
 // stages (estimate_stage, then the rest).
 job_config with_equal_tokens(job_config job, const std::string& algorithm);
 
+// The algorithms an --algos list names, each known (else std::invalid_argument naming the flag,
+// the item and the known names; an empty list or item is refused too).
+std::vector<std::string> algorithm_list(const std::string& list);
+
 // The items of a `separator`-separated list, as written (empty items kept).
 std::vector<std::string> split_list(const std::string& list, char separator = ',');
 

@@ -87,6 +87,7 @@ const std::string bench_gpu = ACCORD_BENCH_GPU_BINARY;
 const std::string bench_collectives = ACCORD_BENCH_COLLECTIVES_BINARY;
 const std::string bench_topologies = ACCORD_BENCH_TOPOLOGIES_BINARY;
 const std::string bench_time_to_loss = ACCORD_BENCH_TIME_TO_LOSS_BINARY;
+const std::string bench_own_loop = ACCORD_BENCH_OWN_LOOP_BINARY;
 
 // A job small enough that the refusals that come after loading the data stay quick.
 const std::string tiny = " --width 16 --heads 2 --layers 1 --context 8 --steps 2";
@@ -371,7 +372,7 @@ TEST_CASE("the benchmarks refuse bad flags naming them") {
   const std::vector<bad_case> cases = {
       {bench_algorithms, "--algos ''", "--algos"},
       {bench_algorithms, "--algos ddp,,acco", "--algos"},
-      {bench_algorithms, "--algos nope", "--algos: 'nope'"},
+      {bench_algorithms, "--algos nope", "--algos: unknown algorithm 'nope' (expected ddp|"},
       {bench_algorithms, "--steps -1", "--steps"},
       {bench_algorithms, "--width 1000000", "--width"},
       {bench_algorithms, "extra", "'extra'"},
@@ -405,6 +406,11 @@ TEST_CASE("the benchmarks refuse bad flags naming them") {
       {bench_time_to_loss, "--targets 3.0", "--targets"},
       {bench_time_to_loss, "--algos ddp,nope", "--algos"},
       {bench_time_to_loss, "--repetitions 0", "--repetitions"},
+      {bench_own_loop, "--algos ddp,nope", "--algos: unknown algorithm 'nope'"},
+      {bench_own_loop, "--repetitions 0", "--repetitions 0: expected 1 to 100"},
+      {bench_own_loop, "--repetitions 1000", "--repetitions 1000: expected 1 to 100"},
+      {bench_own_loop, "--algos ddp,acco --accumulation 3", "--accumulation must be even"},
+      {bench_own_loop, "--steps 0", "--steps"},
       {bench_time_to_loss, "--algos ddp,acco --accumulation 3", "--accumulation must be even"},
       {bench_time_to_loss, "--algos ddp,acco --accumulation 4 --estimate-accumulation 4",
        "--estimate-accumulation must be below --accumulation"},

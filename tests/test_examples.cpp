@@ -37,6 +37,22 @@ TEST_CASE("own loop: the app's gradients train with every pipeline, in one proce
   }
 }
 
+TEST_CASE("own loop's benchmark: the app's loop and accord's train the same model to the same loss") {
+  const auto bench = run(std::string(ACCORD_BENCH_OWN_LOOP_BINARY) +
+                         " --algos ddp,acco --steps 4 --repetitions 1 --width 32 --layers 1 --context 16 --micro-batch 2");
+  CAPTURE(bench.text);
+  REQUIRE(bench.status == 0);
+  for (const char* algorithm : {"ddp", "acco"}) {
+    CAPTURE(algorithm);
+    // algorithm, accord ms, own loop ms, ratio, final loss both ways, then the breakdown.
+    std::smatch row;
+    REQUIRE(std::regex_search(bench.text, row,
+                              std::regex(std::string("\\n") + algorithm +
+                                         " +[0-9.]+ +[0-9.]+ +[0-9.]+ +([0-9.]+) +([0-9.]+) +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\\n")));
+    CHECK(std::stod(row[1].str()) == doctest::Approx(std::stod(row[2].str())).epsilon(1e-3));
+  }
+}
+
 TEST_CASE("custom rule: signSGD with error feedback, registered by name, trains on two pipelines") {
   const auto out = run(ACCORD_EXAMPLE_CUSTOM_RULE);
   CAPTURE(out.text);
