@@ -87,6 +87,8 @@ public:
     }
     job_config config = c;
     if (!app->evaluate) config.eval_interval = 0;  // nothing to evaluate with: only the end's (-1)
+    // The app's loop counts steps as torch does: a fixed number of its micro-batches each.
+    if (config.accumulation_mode.empty()) config.accumulation_mode = "fixed";
     plan = plan_for(prototype, data, config, local_workers);
     hooks = hooks_of(config, {});
     for (std::size_t i = 0; i < local_workers; ++i) {
@@ -170,6 +172,8 @@ worker& app_job::local_worker(std::size_t index) {
                             std::to_string(runner_->workers.size()) + ")");
   return *runner_->workers[index];
 }
+
+std::string app_job::step_counting() const { return runner_->plan.step_counting(); }
 
 void app_job::cancel() { runner_->stop = true; }
 
