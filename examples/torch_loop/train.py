@@ -38,18 +38,16 @@ def main(argv=None):
     groups = [{"params": [p for n, p in model.named_parameters() if n.endswith("bias")], "weight_decay": 0.0},
               {"params": [p for n, p in model.named_parameters() if not n.endswith("bias")]}]
     optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    # A step is `accumulation` batches (DDP's default 1; ACCO's 2, one per stage): the job says so at its start.
     job = accord.torch.Job(model, optimizer=optimizer, algorithm=args.algorithm, steps=args.steps, micro_batch=args.batch,
-                           max_gradient_norm=0.5)
+                           max_gradient_norm=0.5)  # a step: ddp 1 batch, acco 2 (one per stage), as the job says
     loader = DataLoader(dataset(), batch_size=args.batch, sampler=DistributedSampler(dataset(), job.workers, job.rank, False))
-    with job:  # when the loader runs out first, the model keeps the last completed step
-        for batch, (x, y) in enumerate(loader):
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            if not job.step(loss):
-                break
-            print(f"batch {batch + 1} loss {loss.item():.4f}")
-    return model, job.finish()
+    for step, (x, y) in enumerate(loader):
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        if not job.step(loss):
+            break
+        print(f"step {step + 1} loss {loss.item():.4f}")
+    return model, job.finish()  # the loader ran out first: the model keeps the last completed step
 
 
 if __name__ == "__main__":
