@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -58,11 +59,15 @@ void drive_epoch(worker& w, const waves& data, std::size_t micro_batches) {
   CHECK_FALSE(w.next());
 }
 
-job_result run_epoch_loop(const job_config& config, const waves& data, std::size_t micro_batches) {
+// Worker 0 may have less data than the others (`first_worker` micro-batches).
+job_result run_epoch_loop(const job_config& config, const waves& data, std::size_t micro_batches,
+                          std::optional<std::size_t> first_worker = std::nullopt) {
   auto job = app_job::start(quadratic_app(dim, data), config);
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < job->local_workers(); ++i)
-    threads.emplace_back([&, i] { drive_epoch(job->local_worker(i), data, micro_batches); });
+    threads.emplace_back([&, i] {
+      drive_epoch(job->local_worker(i), data, i == 0 && first_worker ? *first_worker : micro_batches);
+    });
   for (auto& t : threads) t.join();
   return job->wait();
 }
@@ -135,6 +140,11 @@ TEST_CASE("an app's epoch of N micro-batches makes N / accumulation steps, every
       CHECK(kept.optimizer == expected.optimizer);
       CHECK(kept.momenta == expected.momenta);
       CHECK(kept.data_position == micro_batches * 3 * 3);  // what the app consumed: 3 workers' micro-batches of 3
+      // Worker 0's data runs out after the 3rd step, the others' later: all end at step 3.
+      const job_result uneven = run_epoch_loop(fixed, data, micro_batches, 12);
+      CHECK(uneven.steps.size() == 3);
+      CHECK(uneven.parameters == reference.parameters);
+      CHECK(uneven.replicas_identical);
     }
   }
   std::filesystem::remove(scratch + "-ended");
