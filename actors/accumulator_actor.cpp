@@ -28,6 +28,8 @@ struct accumulator_state {
   bool fetching = false;               // the sum comes back from a resident compute actor
   bool fetched = false;                // `accumulated` holds the sum of every micro-batch it was lent for
   bool finished = false;
+  bool app_ended = false;              // the app submits no more micro-batches (worker::end)
+  tensor completed;                    // app-driven: the parameters of the last completed step
   std::optional<round_result> arrived;  // the in-flight round's result, not yet applied
   std::vector<tensor> spares;          // buffers to reuse, so a worker allocates no more than three
   double compute_seconds = 0;
@@ -88,6 +90,10 @@ void on_gradient(self_pointer self, gradient_result& g) {
   s.compute_seconds += g.seconds;
   s.consumed = g.position;
   s.accumulated = std::move(g.sum);
+  if (g.ended) {  // the next round ends the job without a step
+    s.app_ended = true;
+    return advance(self);
+  }
   if (!s.finished && !std::isfinite(g.loss))
     fail(self, divergence(s, s.round, "the training loss is not finite"));
   if (!s.finished) {
@@ -126,6 +132,7 @@ void launch_round(self_pointer self) {
   request.estimate = is_estimate_round(setup.pipe, s.round);
   request.learning_rate = setup.learning_rate(step_of_round(setup.pipe, s.round));
   request.local = s.totals;
+  request.local.ended = s.app_ended ? 1 : 0;
   request.snapshot = setup.wants_snapshot && setup.wants_snapshot(s.round);
   request.keep = setup.wants_kept && setup.wants_kept(s.round);
   // Compute only reads its parameters until this round's result swaps them, so the round may
@@ -172,6 +179,8 @@ void finish_round(self_pointer self) {
   s.arrived.reset();
   s.in_flight = false;
   stop_idling(s);
+  const bool ended = r.global.ended > 0;
+  if (ended) r.parameters = s.completed;  // the round stepped nothing: the job ends where it stood
 
   if (!std::all_of(r.parameters->begin(), r.parameters->end(), [](float p) { return std::isfinite(p); })) {
     fail(self, divergence(s, r.round, "the parameters are not finite after the update"));
@@ -205,6 +214,12 @@ void finish_round(self_pointer self) {
     return;
   }
 
+  // A completed step's parameters replace the last ones kept; those go back to the spares
+  // unless compute still holds them (it returns them below).
+  if (s.setup.app_driven && !is_estimate_round(s.setup.pipe, r.round)) {
+    tensor previous = std::exchange(s.completed, r.parameters);
+    if (previous != s.parameters) s.spares.push_back(std::move(previous));
+  }
   // Between two micro-batches (compute is idle now): the new parameters take effect. The next
   // round launches once the old ones are back, so that it reuses their buffer.
   s.swapping = true;
@@ -212,11 +227,22 @@ void finish_round(self_pointer self) {
   self->request(s.setup.compute, caf::infinite, params_atom::value, std::move(r.parameters))
       .then(
           [self](tensor& old) {
-            self->state.spares.push_back(std::move(old));
+            // ACCO's θ_t stays kept while θ̃ computes.
+            if (old != self->state.completed) self->state.spares.push_back(std::move(old));
             self->state.swapping = false;
             advance(self);
           },
           [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });
+}
+
+// Micro-batches round `round` waits for before it launches: a synchronous round its
+// accumulation; an overlapped one, which fills up while in flight, anything — with fixed steps
+// what the stage before it takes (ACCO's real round: the estimate stage's), so that the first
+// round takes as many as the later ones.
+std::size_t launch_after(const accumulator_setup& setup, std::uint64_t round, bool overlap, std::size_t least) {
+  if (!overlap) return least;
+  if (!setup.fixed_steps) return 1;
+  return is_estimate_round(setup.pipe, round + 1) ? setup.estimate_accumulation : setup.accumulation;
 }
 
 // The one place that decides what the worker does next.
@@ -230,18 +256,23 @@ void advance(self_pointer self) {
   const bool estimate = is_estimate_round(setup.pipe, s.round);
   const std::size_t least = estimate ? setup.estimate_accumulation : setup.accumulation;
   const std::size_t most = estimate ? setup.estimate_max_accumulation : setup.max_accumulation;
+  // With fixed steps nothing is computed while the job's last round is in flight: no round
+  // would use it (the app's loop sees its last step end with its last micro-batch).
+  const bool unused = setup.fixed_steps && s.round + 1 == setup.rounds;
   if (!s.in_flight) {
     // Overlapped rounds launch as soon as there is anything to send and fill up while in
-    // flight; synchronous rounds launch once the accumulation is complete.
-    if (s.since_launch >= (overlap ? 1 : least)) {
+    // flight; synchronous rounds launch once the accumulation is complete. Once the app has
+    // ended, the next round tells every worker so.
+    if (s.app_ended || s.since_launch >= launch_after(setup, s.round, overlap, least)) {
       if (setup.fetch_sums && !s.fetched) return fetch_sum(self);  // advances again once back
       launch_round(self);
     }
-  } else if (s.arrived && (!overlap || s.since_launch >= least)) {
+  } else if (s.arrived && (!overlap || s.app_ended || unused || s.since_launch >= least)) {
     finish_round(self);
     return;
   }
-  const bool capped = most && s.since_launch >= most;
+  const bool capped = unused || (most && s.since_launch >= most);
+  if (s.app_ended) return;  // nothing more to compute
   if (!s.in_flight || (overlap && !capped))
     request_micro_batch(self);
   else if (!s.idle_since)
@@ -252,6 +283,7 @@ accumulator_actor::behavior_type accumulator_behavior(self_pointer self, accumul
   self->state.setup = std::move(setup);
   self->state.round = self->state.setup.first_round;
   self->state.parameters = std::move(self->state.setup.parameters);
+  if (self->state.setup.app_driven) self->state.completed = self->state.parameters;
   return {
       [self](start_atom) {
         self->state.cpu_at_start = thread_cpu_seconds(self->state.setup.rank, self->state.setup.reports_shared_threads);

@@ -27,6 +27,11 @@ struct accumulator_setup {
   // ACCO's estimate rounds count their own micro-batches (job_config::estimate_accumulation).
   std::size_t estimate_accumulation = 1;
   std::size_t estimate_max_accumulation = 0;
+  // job_settings::fixed_steps: the first overlapped round waits for a full stage as later ones do.
+  bool fixed_steps = false;
+  // The app computes the micro-batches and may end (worker::end): the accumulator keeps the last
+  // completed step's parameters (ACCO: θ_t while θ̃ computes), which the ending round hands back.
+  bool app_driven = false;
   std::size_t parameter_count = 0;
   tensor parameters;                  // what the compute actor starts with
   // The compute actor is resident (compute_setup::resident): a lent sum's host values are stale

@@ -13,6 +13,7 @@ worker::state::outcome worker::state::accumulate(std::shared_ptr<const void> own
   std::unique_lock lock(mutex_);
   if (!failure_.empty()) throw std::runtime_error(failure_);
   if (closed_) return {};
+  if (ended_) return {.ended = true};
   parameters_owner_ = std::move(owner);
   sum_ = sum;
   request_ = micro_batch_request{parameters.on_host() ? parameters.values : std::span<const float>(), parameters,
@@ -21,7 +22,7 @@ worker::state::outcome worker::state::accumulate(std::shared_ptr<const void> own
   pending_ = true;
   answered_ = false;
   changed_.notify_all();
-  changed_.wait(lock, [this] { return answered_ || !pending_ || !failure_.empty(); });
+  changed_.wait(lock, [this] { return answered_ || !pending_ || !failure_.empty() || ended_; });
   if (answered_) {  // submit() waits for the add, however the request ends
     std::exception_ptr add_failed;
     lock.unlock();
@@ -37,10 +38,11 @@ worker::state::outcome worker::state::accumulate(std::shared_ptr<const void> own
     if (add_failed) std::rethrow_exception(add_failed);
   }
   const bool answered = pending_ && answered_;
+  const bool ended = pending_ && !answered_ && ended_;
   pending_ = false;
   sum_ = {};
   if (!answered && !failure_.empty()) throw std::runtime_error(failure_);
-  return answered ? answer_ : outcome{};
+  return answered ? answer_ : outcome{.ended = ended};
 }
 
 void worker::state::add_gradient() {
@@ -76,8 +78,8 @@ void worker::state::finish() {
 
 std::optional<micro_batch_request> worker::state::next() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [this] { return (pending_ && !answered_) || finished_ || !failure_.empty(); });
-  if (finished_ || !failure_.empty()) return std::nullopt;
+  changed_.wait(lock, [this] { return (pending_ && !answered_) || finished_ || ended_ || !failure_.empty(); });
+  if (finished_ || ended_ || !failure_.empty()) return std::nullopt;
   handed_out_ = true;
   handed_serial_ = serial_;
   const micro_batch_request request = request_;
@@ -134,6 +136,13 @@ void worker::state::fail(const std::string& why) {
   changed_.notify_all();
 }
 
+void worker::state::end() {
+  std::lock_guard lock(mutex_);
+  ended_ = true;
+  handed_out_ = false;  // a request handed out stays unanswered
+  changed_.notify_all();
+}
+
 worker::worker(std::shared_ptr<state> s) : state_(std::move(s)) {}
 worker::~worker() = default;
 std::optional<micro_batch_request> worker::next() { return state_->next(); }
@@ -144,6 +153,7 @@ void worker::on_parameters(std::function<void(std::span<const float>, std::uint6
   state_->on_parameters(std::move(callback));
 }
 void worker::fail(const std::string& why) { state_->fail(why); }
+void worker::end() { state_->end(); }
 int worker::rank() const { return state_->rank(); }
 
 }  // namespace accord

@@ -25,11 +25,12 @@ public:
   // Compute actor's thread: waits for the app's gradient of the micro-batch at stream
   // positions [first_position, +examples) and adds it into `sum`. `parameters` stay valid while
   // `owner` lives (the app may still read them after the compute actor has gone). A request
-  // released before the app answered (the epoch or job ended) contributes nothing. Throws the
-  // app's failure.
+  // released before the app answered (the epoch or job ended) contributes nothing, and so does
+  // one the app ended instead of answering (outcome::ended). Throws the app's failure.
   struct outcome {
     double loss = 0;
     double items = 0;
+    bool ended = false;  // the app will answer no more (worker::end): nothing was added
   };
   outcome accumulate(std::shared_ptr<const void> owner, device_span<const float> parameters, std::uint64_t index,
                      std::uint64_t first_position, std::size_t examples, device_span<float> sum);
@@ -47,6 +48,7 @@ public:
   void submit(device_span<const float> gradient, double items, double loss);
   void on_parameters(std::function<void(std::span<const float>, std::uint64_t)> callback);
   void fail(const std::string& why);
+  void end();
   int rank() const { return rank_; }
 
 private:
@@ -72,6 +74,7 @@ private:
   std::unique_ptr<kernels> adder_;  // the compute actor's, for sum_'s memory
   bool closed_ = false;
   bool finished_ = false;
+  bool ended_ = false;  // the app called end()
   std::string failure_;
   std::uint64_t version_ = 0;       // of the compute actor's parameters
   std::uint64_t seen_version_ = 0;  // the app's callback has heard of

@@ -52,20 +52,23 @@ communicator_actor::behavior_type communicator_behavior(
           const bool change = (s.change_epoch && s.layout > 0 && s.change_epoch->load() >= s.layout) ||
                               (s.end_steps > 0 && step + 1 >= s.end_steps) ||
                               (s.stop_requested && s.stop_requested->load());
-          double totals[4] = {request.local.micro_batches, request.local.loss_sum, request.local.items,
-                              change ? 1.0 : 0.0};
+          double totals[5] = {request.local.micro_batches, request.local.loss_sum, request.local.items,
+                              change ? 1.0 : 0.0, request.local.ended};
           {
             const trace_span phase("all-reduce totals");
             s.link->all_reduce(std::span<double>(totals));
           }
-          const round_totals global{totals[0], totals[1], totals[2], totals[3]};
-          if (s.collectives) {
+          const round_totals global{totals[0], totals[1], totals[2], totals[3], totals[4]};
+          // A worker's app ended: nothing is applied, the buffer goes back as it came, and the
+          // accumulator answers with the last completed step's parameters.
+          const bool ended = global.ended > 0;
+          if (!ended && s.collectives) {
             // The accumulator's last writes to the buffer (zeroing, ACCO's copy) come first, on the device.
             s.memory->order_on(request.buffer, s.collectives->stream());
             s.rule->apply_on_device(*s.collectives, s.memory->buffer_of(request.buffer).values, request.local, global,
                                     request.learning_rate, step, request.estimate);
             s.memory->download(request.buffer);  // hash, divergence check, reports
-          } else {
+          } else if (!ended) {
             s.rule->apply(*s.link, *request.buffer, request.local, global, request.learning_rate, step,
                           request.estimate,
                           request.current ? std::span<const float>(*request.current) : std::span<const float>());
@@ -73,16 +76,16 @@ communicator_actor::behavior_type communicator_behavior(
           round_result result;
           result.round = request.round;
           result.global = global;
-          result.last_of_epoch = global.changes > 0 && !request.estimate;
+          result.last_of_epoch = ended || (global.changes > 0 && !request.estimate);
           result.observations = s.rule->observations();
-          const bool keeping = s.keeper && (request.keep || result.last_of_epoch);
+          const bool keeping = s.keeper && !ended && (request.keep || result.last_of_epoch);
           if (keeping || request.snapshot || result.last_of_epoch) s.rule->settle(*s.link);
           if (keeping) {
             keep_step(s, *request.buffer, request.round);
             result.kept = true;
           }
           if (s.topology) result.consensus_distance = s.topology->consensus_distance;
-          if (s.hash_interval && request.round % s.hash_interval == 0 && (!s.topology || s.topology->replicas_agree))
+          if (!ended && s.hash_interval && request.round % s.hash_interval == 0 && (!s.topology || s.topology->replicas_agree))
             result.parameter_hash = hash_parameters(*request.buffer);
           // The last round of an epoch or of a stopped job is where a checkpoint is due.
           if (request.snapshot || result.last_of_epoch) result.state = s.rule->snapshot();

@@ -107,12 +107,13 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
                               static_cast<std::int64_t>(s.position));
         const auto start = std::chrono::steady_clock::now();
         double loss = 0, items = 0;
+        bool ended = false;
         try {  // a failing model or data set fails this worker with its message, not the process
           const working_memory at = working_memory_of(self->state, sum);
           if (s.app) {
             const auto answer = s.app->accumulate(at.owner, at.parameters, s.position,
                                                   s.stream.first_position(s.position), s.stream.size, at.sum);
-            loss = answer.loss, items = answer.items;
+            loss = answer.loss, items = answer.items, ended = answer.ended;
           } else {
             const batch input = s.data->examples(s.stream.first_position(s.position), s.stream.size);
             loss = s.net->accumulate_gradients_at(at.parameters, input, at.sum);
@@ -121,13 +122,12 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, e.what());
         }
-        ++s.position;
+        if (!ended) ++s.position;
         const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
         if (s.speed_factor > 1.0)  // a slower device: take speed_factor times as long
           std::this_thread::sleep_for(took * (s.speed_factor - 1.0));
         const std::chrono::duration<double> total = std::chrono::steady_clock::now() - start;
-        return gradient_result{std::move(sum), loss, items, total.count(),
-                               s.position};
+        return gradient_result{std::move(sum), loss, items, total.count(), s.position, ended};
       },
       [self](params_atom, tensor& parameters) -> caf::result<tensor> {
         auto& s = *self->state.setup;

@@ -58,6 +58,7 @@ struct coordinator_state {
   std::deque<step_metrics> pending;  // completed steps waiting for their evaluation
   std::map<std::uint64_t, double> evaluations;
   int evaluations_running = 0;
+  std::uint64_t last_evaluated_step = 0;  // the last step evaluate() was asked for
   std::vector<std::pair<std::uint64_t, tensor>> deferred;  // (step, parameters) to evaluate at the end
   std::uint64_t completed_rounds = 0;
   std::optional<metrics_file> metrics;
@@ -135,6 +136,7 @@ void flush_steps(self_pointer self) {
 
 void evaluate(self_pointer self, std::uint64_t step, tensor parameters) {
   auto& s = self->state;
+  s.last_evaluated_step = std::max(s.last_evaluated_step, step);
   if (s.setup.defer_evaluation && s.completed_rounds < s.setup.rounds) {
     // An unmetered copy: waiting evaluations are not the workers' memory.
     s.deferred.emplace_back(step, std::make_shared<std::vector<float>>(*parameters));
@@ -161,13 +163,43 @@ std::uint64_t data_position(const coordinator_state& s, const round_progress& pr
          progress.fewest_consumed * static_cast<std::uint64_t>(s.setup.workers) * s.setup.micro_batch;
 }
 
+// Optimizer steps done once `round` completed: an ending round (round_totals::ended) stepped nothing.
+std::uint64_t steps_through(pipeline pipe, std::uint64_t round, const round_totals& global) {
+  return step_of_round(pipe, round) + (global.ended > 0 ? 0 : 1);
+}
+
+// A worker's app ended (worker::end): the round before was the job's last step. Its final
+// parameters are evaluated unless that step's were.
+void end_without_step(self_pointer self, std::uint64_t round, const round_progress& progress) {
+  auto& s = self->state;
+  s.setup.rounds = round + 1;
+  const std::uint64_t steps = steps_through(s.setup.pipe, round, progress.global);
+  if (progress.parameters && steps > s.last_evaluated_step) {
+    ++s.evaluations_running;
+    s.last_evaluated_step = steps;
+    self->request(s.setup.evaluator, caf::infinite, evaluate_atom::value, progress.parameters)
+        .then(
+            [self](double loss) {
+              --self->state.evaluations_running;
+              if (loss >= 0) self->state.setup.result->final_eval_loss = loss;
+              flush_steps(self);
+            },
+            [self](caf::error& e) {
+              --self->state.evaluations_running;
+              fail_job(self, "evaluator: " + describe(self->system(), e));
+            });
+  }
+  for (auto& [step, parameters] : std::exchange(s.deferred, {})) evaluate(self, step, std::move(parameters));
+  flush_steps(self);
+}
+
 // Reassembles the workers' states into one checkpoint: sharded optimizer slots go back to
 // their place in the flat buffer, Distributed Lion momenta are kept one per worker.
 void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress& progress) {
   auto& s = self->state;
   const std::size_t n = s.setup.parameter_count;
   checkpoint c;
-  c.steps = step_of_round(s.setup.pipe, round) + 1;
+  c.steps = steps_through(s.setup.pipe, round, progress.global);
   c.data_position = data_position(s, progress);
   c.signature = s.setup.signature;
   c.algorithm = s.setup.algorithm;
@@ -221,6 +253,7 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
       return;
     }
   }
+  if (progress.global.ended > 0) return end_without_step(self, round, progress);
   if (is_estimate_round(s.setup.pipe, round)) return;  // its traffic counts towards the step
   if (progress.kept && s.setup.on_kept) s.setup.on_kept(step_of_round(s.setup.pipe, round) + 1, data_position(s, progress));
 

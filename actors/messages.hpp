@@ -26,7 +26,7 @@ using wait_atom = caf::atom_constant<caf::atom("wait")>;
 // do: a report's parameters are attached only by rank 0, which shares the coordinator's process.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_totals& x) {
-  return f(caf::meta::type_name("round_totals"), x.micro_batches, x.loss_sum, x.items, x.changes);
+  return f(caf::meta::type_name("round_totals"), x.micro_batches, x.loss_sum, x.items, x.changes, x.ended);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_stats& x) {

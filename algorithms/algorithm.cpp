@@ -97,8 +97,8 @@ void require_wire_precision(const algorithm& algo, const round_precision& precis
                                 " moves its parameters otherwise); its collectives take fp32|bf16|fp16");
 }
 
-round_wires recommended_wires(const algorithm& algo, const std::string& topology) {
-  const bool block_codes = algo.aggregate == aggregation::sharded_optimizer && topology == "ring";
+round_wires recommended_wires(const algorithm& algo, const std::string& topology, bool app_kept_values) {
+  const bool block_codes = algo.aggregate == aggregation::sharded_optimizer && topology == "ring" && !app_kept_values;
   return block_codes && algo.pipe == pipeline::acco ? wire_precision::fp8 : wire_precision::fp32;
 }
 
@@ -112,9 +112,9 @@ std::optional<round_wires> parse_wires_or_auto(std::string_view text, std::strin
 }
 
 round_precision resolve_wire_precision(const algorithm& algo, const std::string& topology, std::string_view wire,
-                                       std::string_view estimate) {
+                                       std::string_view estimate, bool app_kept_values) {
   const auto wires = [&](std::string_view text, std::string_view what) {
-    return parse_wires_or_auto(text, what).value_or(recommended_wires(algo, topology));
+    return parse_wires_or_auto(text, what).value_or(recommended_wires(algo, topology, app_kept_values));
   };
   round_precision precision;
   precision.real = wires(wire, "wire precision");

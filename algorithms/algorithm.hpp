@@ -60,11 +60,12 @@ void require_wire_precision(const algorithm& algo, const round_precision& precis
 // measured best for the algorithm and topology (recommended_wires), an empty estimate precision
 // the real one. Throws std::invalid_argument naming the setting for a bad name.
 round_precision resolve_wire_precision(const algorithm& algo, const std::string& topology, std::string_view wire,
-                                       std::string_view estimate);
+                                       std::string_view estimate, bool app_kept_values);
 // What "auto" means: fp8 on both of ACCO's rounds on the ring (within 0.4% of DDP fp32's final
 // loss over 10 seeds at a third of fp32's bytes: docs/results/2026-12-06-compressed-rounds.md),
-// fp32 everywhere else (DDP as torch DDP: exact unless asked).
-round_wires recommended_wires(const algorithm& algo, const std::string& topology);
+// fp32 everywhere else (DDP as torch DDP: exact unless asked) and where parameter groups hold
+// values the app keeps (BatchNorm's statistics, averaged or broadcast), which block codes cannot carry.
+round_wires recommended_wires(const algorithm& algo, const std::string& topology, bool app_kept_values);
 // A precision setting's text: nullopt for "auto", else parse_round_wires's (its error names auto too).
 std::optional<round_wires> parse_wires_or_auto(std::string_view text, std::string_view what);
 // The precision whose error-feedback residuals a sharded rule keeps: the real one's name when it

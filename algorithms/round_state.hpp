@@ -43,6 +43,7 @@ struct gradient_result {
   double items = 0;
   double seconds = 0;            // compute time including any emulated slowdown
   std::uint64_t position = 0;    // data stream counter after this micro-batch
+  bool ended = false;            // no micro-batch: the app's data ran out (worker::end)
 };
 
 // Contributions summed over workers by the communicator before the update.
@@ -53,6 +54,9 @@ struct round_totals {
   // Workers that know of a membership change waiting for the next epoch: summed in the same
   // all-reduce, so every worker agrees on which step is the epoch's last.
   double changes = 0;
+  // Workers whose app's data ran out (worker::end): the round steps nothing (no update on a
+  // partial gradient) and ends the job, every worker keeping the last completed step.
+  double ended = 0;
 };
 
 // What a round's update saw on one worker, for the metrics (the coordinator adds up workers).

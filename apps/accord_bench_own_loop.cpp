@@ -121,7 +121,9 @@ int main(int argc, char** argv) {
                 "ratio", "final loss", "(own loop)", "compute ms", "app fwd/bwd", "app submit", "app next");
     for (const auto& name : names) {
       job_config job = with_equal_tokens(setup.job, name);
-      job.max_accumulation = job.accumulation;  // fixed micro-batches per round: both ways train alike
+      // Micro-batches per round (ACCO: per stage) as run_job counts them, capped: both ways train alike.
+      job.accumulation_mode = "growing";
+      job.max_accumulation = job.accumulation;
       job.eval_interval = 0;
       std::vector<double> accord_ms, own_ms, compute_ms, fwd_ms, submit_ms, next_ms;
       double accord_loss = 0, own_loss = 0;

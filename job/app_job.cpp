@@ -104,6 +104,8 @@ worker& app_job::local_worker(std::size_t index) {
   return *runner_->workers[index];
 }
 
+std::string app_job::step_counting() const { return runner_->plan.step_counting(); }
+
 void app_job::cancel() { runner_->stop = true; }
 
 job_result app_job::wait() {

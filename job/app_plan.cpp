@@ -46,6 +46,8 @@ job_plan plan_app_job(const app_parameters& prototype, const std::shared_ptr<con
   }
   job_config config = c;
   if (!app.evaluate) config.eval_interval = 0;  // nothing to evaluate with: only the end's (-1)
+  // The app's loop counts steps as torch does: a fixed number of its micro-batches each.
+  if (config.accumulation_mode.empty()) config.accumulation_mode = "fixed";
   return group ? plan_between_processes(prototype, data, config, *group, local_workers)
                : plan_in_process(prototype, data, config, local_workers);
 }

@@ -185,6 +185,42 @@ std::size_t keep_headroom(std::size_t cap, std::size_t cap_least, std::size_t le
   return cap ? cap - cap_least + least : 0;
 }
 
+// job_config's micro-batch counts per round, as job_config::accumulation_mode counts them.
+void plan_micro_batches(job_plan& plan, const job_config& config) {
+  const std::string& mode = config.accumulation_mode;
+  require(mode.empty() || mode == "fixed" || mode == "growing",
+          "accumulation mode '" + mode + "' is not one of fixed, growing");
+  plan.fixed_steps = mode == "fixed";
+  if (!plan.fixed_steps) {
+    plan.accumulation = config.accumulation;
+    plan.max_accumulation = config.max_accumulation;
+    plan.estimate_accumulation = config.estimate_accumulation ? config.estimate_accumulation : config.accumulation;
+    plan.estimate_max_accumulation = keep_headroom(config.max_accumulation, config.accumulation, plan.estimate_accumulation);
+    return;
+  }
+  const std::string fixed = "accumulation mode fixed: ";
+  require(config.max_accumulation == 0 || config.max_accumulation == config.accumulation,
+          fixed + "a step takes exactly accumulation (" + std::to_string(config.accumulation) +
+              ") micro-batches; max_accumulation (" + std::to_string(config.max_accumulation) +
+              ") caps a growing one (accumulation mode growing)");
+  if (plan.algo->pipe != pipeline::acco) {
+    plan.accumulation = plan.max_accumulation = config.accumulation;
+    plan.estimate_accumulation = plan.estimate_max_accumulation = config.accumulation;  // unused
+    return;
+  }
+  // ACCO's step: E micro-batches at θ_t while its estimate round is in flight, A at θ̃ while its
+  // real round is; together the step's accumulation.
+  require(config.accumulation >= 2, fixed + plan.algo->name + " splits a step's micro-batches between its " +
+                                        "estimate and real stages: accumulation must be at least 2 (got " +
+                                        std::to_string(config.accumulation) + ")");
+  const std::size_t estimates = config.estimate_accumulation ? config.estimate_accumulation : config.accumulation / 2;
+  require(estimates < config.accumulation, fixed + "estimate accumulation (" + std::to_string(estimates) +
+                                               ") must leave the real stage a micro-batch of the step's " +
+                                               std::to_string(config.accumulation));
+  plan.estimate_accumulation = plan.estimate_max_accumulation = estimates;
+  plan.accumulation = plan.max_accumulation = config.accumulation - estimates;
+}
+
 // The worker count a global batch is sized for: it must be a whole number of workers' batches.
 int batch_workers_of(const job_config& config, const job_plan& plan) {
   if (config.global_batch == 0) return 0;
@@ -221,6 +257,22 @@ job_settings::micro_batch_counts job_settings::micro_batches_of(int rank) const 
   return counts;
 }
 
+std::string job_settings::step_counting() const {
+  const bool acco = algo->pipe == pipeline::acco;
+  const std::size_t per_step = accumulation + (acco ? estimate_accumulation : 0);
+  const std::string examples = " micro-batch" + std::string(per_step == 1 ? "" : "es") + " of " +
+                               std::to_string(micro_batch) + " examples per worker";
+  const std::string stages = acco ? " (" + algo->name + ": " + std::to_string(estimate_accumulation) +
+                                        " at the estimate stage, " + std::to_string(accumulation) + " at the real stage)"
+                                  : "";
+  if (fixed_steps || algo->pipe == pipeline::synchronous)
+    return "accord: a step is " + std::to_string(per_step) + examples + stages + ", so N micro-batches make N / " +
+           std::to_string(per_step) + " steps; " + std::to_string(steps) + " steps";
+  return "accord: a step is at least " + std::to_string(per_step) + examples + stages +
+         (max_accumulation ? ", at most " + std::to_string(max_accumulation) + " per stage" : "") +
+         ", growing while a round is in flight (accumulation mode growing); " + std::to_string(steps) + " steps";
+}
+
 job_plan plan_job(const model& prototype, const dataset& train, const job_config& config, bool elastic) {
   validate(config);
   job_plan plan;
@@ -243,7 +295,10 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.link = link_model::parse(config.link);
   const std::string& inter_link = config.topology_settings.inter_link;
   plan.inter_link = inter_link.empty() ? plan.link : link_model::parse(inter_link);
-  plan.precision = resolve_wire_precision(*plan.algo, config.topology, config.wire_precision, config.estimate_precision);
+  const bool app_kept_values = std::any_of(config.parameter_groups.begin(), config.parameter_groups.end(),
+                                           [](const parameter_group& g) { return g.role != "trained"; });
+  plan.precision = resolve_wire_precision(*plan.algo, config.topology, config.wire_precision, config.estimate_precision,
+                                          app_kept_values);
   plan.compute = parse_compute_precision(config.compute_precision, "compute precision");
   require(plan.compute == compute_precision::fp32 || !prototype.memory().on_host(),
           "compute precision bf16 is for GPU workers; this model runs on the cpu, in fp32");
@@ -264,10 +319,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.resident_on_host = config.resident_on_host;
   plan.device_rounds = config.device_rounds;
   plan.micro_batch = config.micro_batch;
-  plan.accumulation = config.accumulation;
-  plan.max_accumulation = config.max_accumulation;
-  plan.estimate_accumulation = config.estimate_accumulation ? config.estimate_accumulation : config.accumulation;
-  plan.estimate_max_accumulation = keep_headroom(config.max_accumulation, config.accumulation, plan.estimate_accumulation);
+  plan_micro_batches(plan, config);
   plan.batch_workers = batch_workers_of(config, plan);
   plan.dpu_warmup = config.dpu_warmup;
   plan.eval_interval = config.eval_interval;

@@ -84,6 +84,9 @@ struct job_settings {
   std::size_t max_accumulation = 0;
   std::size_t estimate_accumulation = 1;
   std::size_t estimate_max_accumulation = 0;
+  // job_config::accumulation_mode "fixed": every round takes exactly its stage's count (the caps
+  // equal the leasts), and the first overlapped round waits for a full stage too.
+  bool fixed_steps = false;
   // The worker count the global batch is sized for (job_config::global_batch; 0: none, each
   // worker takes the counts above whatever the worker count).
   int batch_workers = 0;
@@ -113,6 +116,8 @@ struct job_settings {
     std::size_t least = 1, most = 0, estimate_least = 1, estimate_most = 0;
   };
   micro_batch_counts micro_batches_of(int rank) const;
+  // One line saying how steps are counted ("a step is 4 micro-batches of 16 examples per worker ...").
+  std::string step_counting() const;
 
   bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
   double speed_factor(int rank) const {

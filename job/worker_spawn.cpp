@@ -133,6 +133,8 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.first_round = plan.first_round;
   accumulation.rounds = plan.rounds;
   accumulation.dpu_warmup = plan.dpu_warmup;
+  accumulation.fixed_steps = plan.fixed_steps;
+  accumulation.app_driven = spec.app != nullptr;
   const job_settings::micro_batch_counts counts = plan.micro_batches_of(rank);
   accumulation.accumulation = counts.least;
   accumulation.max_accumulation = counts.most;

@@ -162,6 +162,7 @@ public:
                             " memory, the job's parameters are in " + describe_location(memory_) + " memory");
   }
   std::size_t local_workers() const { return job_->local_workers(); }
+  std::string step_counting() const { return job_->step_counting(); }
   worker& local_worker(std::size_t index) { return job_->local_worker(index); }
   void cancel() { job_->cancel(); }
 
@@ -356,6 +357,10 @@ void bind_job(py::module_& m) {
            "computed: synchronize its stream first). Read at once; it may be reused.")
       .def("fail", [](const worker_handle& w, const std::string& why) { w.get().fail(why); }, py::arg("why"),
            "The app's computation failed: the job fails with this message.")
+      .def("end", [](const worker_handle& w) { w.get().end(); },
+           "The app's data ran out (or its loop stops early): this worker submits no more micro-batches. "
+           "The job ends after the last step whose micro-batches every worker submitted, with no "
+           "optimizer step on a partial gradient; next() returns None from now on.")
       .def_property_readonly("rank", [](const worker_handle& w) { return w.get().rank(); });
 
   py::class_<job_handle, std::shared_ptr<job_handle>>(m, "Job",
@@ -389,6 +394,8 @@ void bind_job(py::module_& m) {
                              "The status page's port (None: none here).")
       .def_property_readonly("parameter_count", &job_handle::parameter_count)
       .def_property_readonly("local_workers", &job_handle::local_workers)
+      .def_property_readonly("step_counting", &job_handle::step_counting,
+                             "One line saying how the job counts steps (JobConfig.accumulation_mode).")
       .def("worker",
            [](const std::shared_ptr<job_handle>& job, std::size_t index) {
              job->local_worker(index);  // IndexError for a worker this process does not have

@@ -115,6 +115,12 @@ TEST_CASE("wire precision auto is the measured best: fp8 on ACCO's ring rounds, 
   CHECK(precision_of("acco", "ring", "fp32", "auto").estimate == wire_precision::fp8);
   CHECK(precision_of("acco", "ring", "auto", "bf16").real == wire_precision::fp8);
   CHECK(precision_of("acco", "ring", "auto", "bf16").estimate == wire_precision::bf16);
+  // Values the app keeps (BatchNorm's statistics) need exact or 16-bit rounds: auto gives fp32.
+  job_config kept = small_job("acco");
+  kept.parameter_groups = {parameter_group{.begin = 0, .end = 4}, parameter_group{.begin = 4, .end = dim, .role = "averaged"}};
+  CHECK(plan_job(net, data, kept).precision.real == wire_precision::fp32);
+  kept.parameter_groups.back().role = "trained";
+  CHECK(plan_job(net, data, kept).precision.real == wire_precision::fp8);
 }
 
 TEST_CASE("plan_job itself refuses a bad link, precision or topology setting with one line") {

@@ -10,6 +10,10 @@
   buffers            BatchNorm's running statistics broadcast from rank 0, averaged or local, seen
                      by the evaluator; frozen parameters neither trained nor decayed; with DDP and
                      Distributed Lion (2 threads, or 2 processes under accord-launch -n 2)
+  epochs             the app's epoch loop with a Job (ddp, acco, dlion-mavo): N batches make
+                     N / accumulation steps on every run; when the data runs out mid-step, or the
+                     loop raises, the module keeps the last step's parameters and BatchNorm
+                     statistics, those of a job of exactly that many steps
   checkpoints        Job.state_dict() / load_state_dict() continue a job exactly, also with another
                      worker count, BatchNorm's buffers included (num_batches_tracked, local ones);
                      Ctrl-C stops train() after the step, with its checkpoint
@@ -401,6 +405,63 @@ def buffers():
         assert torch.equal(frozen, before), "a frozen parameter changed under weight decay"
         assert result.replicas_identical
         print(f"{algorithm}, buffers={mode}: running mean {net[0].running_mean[0].item():g}, frozen bias unchanged")
+
+
+def batch_normed_model():
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(INPUTS, 16), torch.nn.BatchNorm1d(16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, CLASSES))
+
+
+def epochs():
+    # The app's own epoch loop over its batches (a DataLoader's, here a list), one Job worker.
+    x, y = data()
+    micro_batch, accumulation = 8, 4
+    batches = [examples(x, y, i * micro_batch, micro_batch) for i in range(EXAMPLES // micro_batch)]
+
+    def module_state(net):  # (BatchNorm's num_batches_tracked counts forwards: the module's own)
+        return [t.detach().clone() for t in itertools.chain(net.parameters(), net.buffers()) if t.is_floating_point()]
+
+    def epoch_loop(algorithm, count, epochs, steps=1000, fail_at=None):
+        # `epochs` passes over the first `count` batches; an exception at batch `fail_at`.
+        net, seen = batch_normed_model(), 0
+        settings = dict(optimizer="adamw", learning_rate=0.01) if algorithm != "dlion-mavo" else {}
+        job = accord.torch.Job(net, group=None, algorithm=algorithm, steps=steps, micro_batch=micro_batch,
+                               accumulation=accumulation, cosine=False, eval_interval=0, **settings)
+        try:
+            with job:
+                for _ in range(epochs):
+                    for xb, yb in batches[:count]:
+                        torch.nn.functional.cross_entropy(net(xb), yb).backward()
+                        seen += 1
+                        if seen == fail_at:
+                            raise KeyError("the app's loop failed")
+                        if not job.step(torch.zeros(())):
+                            # The last step() left the final parameters and buffers in the module.
+                            final = module_state(net)
+                            assert all(torch.equal(a, b) for a, b in zip(final, module_state(net)))
+                            return job.finish(), net, final
+        except KeyError:
+            pass
+        return job.finish(), net, module_state(net)
+
+    for algorithm in ("ddp", "acco", "dlion-mavo"):
+        # Two epochs of 10 batches: 20 / 4 = 5 steps, on every run.
+        runs = [epoch_loop(algorithm, 10, 2) for _ in range(2)]
+        assert [len(result.steps) for result, _, _ in runs] == [5, 5], [len(r.steps) for r, _, _ in runs]
+        assert numpy.array_equal(runs[0][0].parameters, runs[1][0].parameters), algorithm
+        # 22 batches (5 steps and half of one), the data running out or the loop raising: the module
+        # keeps the 5th step's parameters and BatchNorm statistics, as a job of 5 steps leaves them.
+        exact, _, expected = epoch_loop(algorithm, 20, 1, steps=5)
+        assert len(exact.steps) == 5
+        for ended, net, kept in (epoch_loop(algorithm, 22, 1), epoch_loop(algorithm, 30, 1, fail_at=23)):
+            assert len(ended.steps) == 5, (algorithm, len(ended.steps))
+            assert numpy.array_equal(ended.parameters, exact.parameters), algorithm
+            assert all(torch.equal(a, b) for a, b in zip(kept, expected)), f"{algorithm}: the module is off step 5"
+            assert net[1].running_var.min() > 0.01, f"{algorithm}: BatchNorm's running variance {net[1].running_var}"
+        loss = mean_loss(net.eval(), x, y, 0, EXAMPLES).item()
+        print(f"{algorithm}: 2 epochs of 10 batches made 5 steps twice; ended after 22 batches or an exception at "
+              f"the 23rd, the module holds step 5's parameters and statistics (held-out loss {loss:.4f})")
 
 
 def position_loss(x, y):
@@ -887,7 +948,7 @@ def pip_install():
 
 
 if __name__ == "__main__":
-    cases = {f.__name__: f for f in (ddp_equals_adamw, loop_equals_torch, acco_and_dlion, buffers, checkpoints,
+    cases = {f.__name__: f for f in (ddp_equals_adamw, loop_equals_torch, acco_and_dlion, buffers, epochs, checkpoints,
                                      precisions, devices, cuda_module, bad_input, app_error, settings,
                                      status_page, early_errors, job_workers, pip_install)}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:

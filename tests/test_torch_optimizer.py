@@ -166,12 +166,12 @@ def elementwise_classes():
 
 
 def run_job(algorithm, steps, x, y, state=None, **settings):
-    """A one-worker Job with torch's AdamW over the app's loop (ACCO: one micro-batch per stage, so
-    that it is deterministic), from `state` when given: the model (its optimizer as
+    """A one-worker Job with torch's AdamW over the app's loop (its fixed steps: DDP one
+    micro-batch, ACCO one per stage), from `state` when given: the model (its optimizer as
     `net.optimizer`) and the Job."""
     net = model()
     net.optimizer = grouped(*ADAMW[:1], net, **ADAMW[1])
-    job = accord.torch.Job(net, group=None, algorithm=algorithm, steps=steps, micro_batch=8, max_accumulation=1,
+    job = accord.torch.Job(net, group=None, algorithm=algorithm, steps=steps, micro_batch=8,
                            optimizer=net.optimizer, max_gradient_norm=0.5, eval_interval=0, **settings)
     if state is not None:
         job.load_state_dict(state)

@@ -7,8 +7,12 @@
 #include "quadratic_model.hpp"
 #include "test_job.hpp"
 
+#include "recovery/checkpoint.hpp"
+
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -22,9 +26,11 @@ namespace {
 
 constexpr std::size_t dim = 5;
 
+// Fixed steps on both sides, so that run_job (growing by default) compares with app_job.
 job_config small_job(const std::string& algorithm) {
   job_config job = test_job(algorithm, 3, 5).micro_batches_per_round(2).evaluate(2, 6);
   job.blas_threads = 1;
+  job.accumulation_mode = "fixed";
   return job;
 }
 
@@ -37,6 +43,33 @@ void drive(worker& w, const waves& data) {
     const double loss = net.forward_backward(request->parameters, input, gradient);
     w.submit(gradient, static_cast<double>(input.items()), loss);
   }
+}
+
+// The app's epoch loop on each worker: its `micro_batches` (its data set), then end().
+void drive_epoch(worker& w, const waves& data, std::size_t micro_batches) {
+  quadratic net(dim);
+  std::vector<float> gradient(dim);
+  for (std::size_t done = 0; done < micro_batches; ++done) {
+    const auto request = w.next();
+    REQUIRE(request);
+    const batch input = data.examples(request->first_position, request->examples);
+    w.submit(gradient, static_cast<double>(input.items()), net.forward_backward(request->parameters, input, gradient));
+  }
+  w.end();
+  CHECK_FALSE(w.next());
+}
+
+// Worker 0 may have less data than the others (`first_worker` micro-batches).
+job_result run_epoch_loop(const job_config& config, const waves& data, std::size_t micro_batches,
+                          std::optional<std::size_t> first_worker = std::nullopt) {
+  auto job = app_job::start(quadratic_app(dim, data), config);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < job->local_workers(); ++i)
+    threads.emplace_back([&, i] {
+      drive_epoch(job->local_worker(i), data, i == 0 && first_worker ? *first_worker : micro_batches);
+    });
+  for (auto& t : threads) t.join();
+  return job->wait();
 }
 
 job_result run_app_job(app_model m, const job_config& config, const waves& data,
@@ -71,6 +104,60 @@ TEST_CASE("app-driven DDP, DPU, ACCO and Distributed Lion equal run_job on the s
     CHECK(driven.final_eval_loss == doctest::Approx(reference.final_eval_loss).epsilon(1e-6));
     CHECK(driven.replicas_identical);
   }
+}
+
+TEST_CASE("an app's epoch of N micro-batches makes N / accumulation steps, every run, ending at the last full step") {
+  const waves data(dim);
+  const std::string scratch = std::filesystem::temp_directory_path() / "accord-test-epoch-loop";
+  for (const char* algorithm : {"ddp", "acco", "dlion-mavo", "dpu"}) {
+    job_config fixed = test_job(algorithm, 3, 1000).evaluate(0, 6).constant_rate();
+    fixed.optimizer = std::string(algorithm) == "dlion-mavo" ? "" : "adamw";  // AdamW moves even on a zero gradient
+    fixed.accumulation = 4;  // ACCO: 2 micro-batches at the estimate stage, 2 at the real stage
+    fixed.blas_threads = 1;
+    // 3 whole steps; then a step cut short in ACCO's real stage (2 more) and in its estimate stage (3 more).
+    for (const std::size_t micro_batches : {12, 14, 15}) {
+      CAPTURE(algorithm);
+      CAPTURE(micro_batches);
+      job_config ended = fixed;
+      ended.checkpoint_path = scratch + "-ended";
+      const job_result first = run_epoch_loop(ended, data, micro_batches);
+      const job_result again = run_epoch_loop(ended, data, micro_batches);
+      const checkpoint kept = read_checkpoint(ended.checkpoint_path);
+      CHECK(first.steps.size() == 3);
+      CHECK(again.steps.size() == 3);
+      CHECK(first.parameters == again.parameters);
+      CHECK(first.replicas_identical);
+      // The same as a job of exactly those steps: no optimizer step on the partial or empty gradient.
+      job_config exact = fixed;
+      exact.steps = 3;
+      exact.checkpoint_path = scratch + "-exact";
+      const job_result reference = run_app_job(quadratic_app(dim, data), exact, data);
+      const checkpoint expected = read_checkpoint(exact.checkpoint_path);
+      CHECK(first.parameters == reference.parameters);
+      CHECK(first.final_eval_loss == reference.final_eval_loss);
+      CHECK(kept.steps == 3);
+      CHECK(kept.parameters == expected.parameters);
+      CHECK(kept.optimizer == expected.optimizer);
+      CHECK(kept.momenta == expected.momenta);
+      CHECK(kept.data_position == micro_batches * 3 * 3);  // what the app consumed: 3 workers' micro-batches of 3
+      // Worker 0's data runs out after the 3rd step, the others' later: all end at step 3.
+      const job_result uneven = run_epoch_loop(fixed, data, micro_batches, 12);
+      CHECK(uneven.steps.size() == 3);
+      CHECK(uneven.parameters == reference.parameters);
+      CHECK(uneven.replicas_identical);
+    }
+  }
+  std::filesystem::remove(scratch + "-ended");
+  std::filesystem::remove(scratch + "-exact");
+}
+
+TEST_CASE("an app that ends before its first step keeps the initial parameters") {
+  const waves data(dim);
+  job_config job = small_job("acco");
+  job.steps = 100;
+  const job_result result = run_epoch_loop(job, data, 1);
+  CHECK(result.steps.empty());
+  CHECK(result.parameters == quadratic_app(dim, data).initial_parameters);
 }
 
 TEST_CASE("new parameters reach the app between two micro-batches, by version and by callback") {

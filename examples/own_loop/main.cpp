@@ -39,7 +39,9 @@ double loss_and_gradient(std::span<const float> w, std::uint64_t first, std::siz
   return loss;
 }
 
-// The app's loop on one worker: compute at the parameters accord hands out, submit, repeat.
+// The app's loop on one worker: compute at the parameters accord hands out, submit, repeat
+// until the job's steps are done. Were its data to run out first (an epoch loop), w.end() would
+// end the job at the last completed step.
 void drive(accord::worker& w) {
   std::vector<float> grad(width);
   while (auto request = w.next()) {
@@ -64,7 +66,7 @@ int main(int argc, char** argv) try {
   config.workers = 2;
   config.steps = 60;
   config.micro_batch = 16;
-  config.max_accumulation = 1;  // a fixed micro-batch count per round: every run is the same
+  config.accumulation = 2;  // micro-batches per step (ACCO: one per stage), on every run
   config.optimizer = config.algorithm.find("dlion") != std::string::npos ? "" : "adamw";  // votes use Lion
   config.learning_rate = config.optimizer.empty() ? 0.03f : 0.05f;  // Lion moves each parameter by at most lr
   config.eval_interval = 0;
@@ -90,6 +92,7 @@ int main(int argc, char** argv) try {
   } else {
     job = accord::app_job::start(model, config);
   }
+  if (job->local_worker(0).rank() == 0) std::printf("%s\n", job->step_counting().c_str());
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < job->local_workers(); ++i) threads.emplace_back(drive, std::ref(job->local_worker(i)));
   for (auto& t : threads) t.join();

@@ -39,7 +39,7 @@ def main(argv=None):
               {"params": [p for n, p in model.named_parameters() if not n.endswith("bias")]}]
     optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
     job = accord.torch.Job(model, optimizer=optimizer, algorithm=args.algorithm, steps=args.steps, micro_batch=args.batch,
-                           max_gradient_norm=0.5, max_accumulation=2)
+                           max_gradient_norm=0.5)  # a step: ddp 1 batch, acco 2 (one per stage), as the job says
     loader = DataLoader(dataset(), batch_size=args.batch, sampler=DistributedSampler(dataset(), job.workers, job.rank, False))
     for step, (x, y) in enumerate(loader):
         loss = F.cross_entropy(model(x), y)
@@ -47,7 +47,7 @@ def main(argv=None):
         if not job.step(loss):
             break
         print(f"step {step + 1} loss {loss.item():.4f}")
-    return model, job.finish()
+    return model, job.finish()  # the loader ran out first: the model keeps the last completed step
 
 
 if __name__ == "__main__":

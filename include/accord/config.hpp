@@ -106,6 +106,16 @@ struct job_config {
   // hides behind fewer, the real round behind more: step max(e·c, M_e) + max(a·c, M). The cap
   // keeps its headroom: at most max_accumulation − accumulation + this (when capped).
   std::size_t estimate_accumulation = 0;
+  // How a step's micro-batches are counted. "fixed": every step takes exactly `accumulation`
+  // micro-batches per worker, as torch DDP's gradient accumulation, so N micro-batches make
+  // N / accumulation steps on every run (ACCO splits them between its stages: estimate_accumulation
+  // at the estimate stage, default half rounded down, the rest at the real stage; at least 2;
+  // max_accumulation 0 or equal to accumulation). "growing": overlapped schedules keep computing
+  // while a round is in flight, at least `accumulation` per round (ACCO: per stage) and at most
+  // max_accumulation, so how many micro-batches a step takes depends on timing. Empty: "fixed"
+  // for an app-driven job (<accord/worker.hpp>, accord.torch.Job), "growing" when accord runs
+  // the loop (run_job, accord-train, accord.torch.train).
+  std::string accumulation_mode;
   // Examples per optimizer step over all workers, kept when workers come and go (as DeepSpeed's
   // elasticity keeps train_batch_size): it fixes the worker count W0 the batch is sized for
   // (global_batch / (micro_batch × micro-batches per step)), and an epoch of W workers shares

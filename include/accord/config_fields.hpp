@@ -89,6 +89,7 @@ struct fields_of<job_config> {
       ACCORD_FIELD(job_config, accumulation),
       ACCORD_FIELD(job_config, max_accumulation),
       ACCORD_FIELD(job_config, estimate_accumulation),
+      ACCORD_FIELD(job_config, accumulation_mode),
       ACCORD_FIELD(job_config, global_batch),
       ACCORD_FIELD(job_config, dpu_warmup),
       ACCORD_FIELD(job_config, seed),

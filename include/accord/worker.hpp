@@ -88,6 +88,13 @@ public:
   void on_parameters(std::function<void(std::span<const float> parameters, std::uint64_t version)> callback);
   // The app's computation failed: the job fails with this message (wait() throws it).
   void fail(const std::string& why);
+  // The app's data ran out, or its loop stops early (an error it handles, Ctrl-C): this worker
+  // submits no more micro-batches, and a request it holds stays unanswered. The job ends after
+  // the last step whose micro-batches every worker submitted: a step in progress is dropped,
+  // with no optimizer step on a partial gradient, and the result's parameters (and
+  // checkpoint) are the last completed step's, the same on every worker. next() returns
+  // nullopt from now on; the other workers' next() once the job is over.
+  void end();
   int rank() const;
 
 private:
@@ -112,6 +119,10 @@ public:
 
   std::size_t local_workers() const;
   worker& local_worker(std::size_t index);
+  // One line saying how the job counts steps, for the app to show at its start: "accord: a step
+  // is 4 micro-batches of 16 examples per worker (acco: 2 at the estimate stage, 2 at the real
+  // stage), so N micro-batches make N / 4 steps; 100 steps" (job_config::accumulation_mode).
+  std::string step_counting() const;
   // Every worker stops after the same step (the checkpoint is written when configured);
   // next() then returns nullopt and wait() the steps done. Safe from any thread.
   void cancel();

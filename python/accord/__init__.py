@@ -1,7 +1,7 @@
 """accord: communication-hiding data-parallel training (ACCO, Distributed Lion, DDP, ...)
 driven by the app's own training loop.
 
-    job = accord.Job(initial_parameters, accord.config(algorithm="acco", workers=2, steps=100),
+    job = accord.Job(initial_parameters, accord.config(algorithm="acco", workers=2, steps=100, accumulation=2),
                      signature="my net")
     worker = job.worker(0)                      # one thread per local worker
     while (request := worker.next(into=params)) is not None:

@@ -11,13 +11,14 @@ accord runs the loop, asking for micro-batches by their position in the data str
 
 or the app keeps its own loop and DataLoader, as with DistributedDataParallel:
 
-    job = accord.torch.Job(model, algorithm="acco", steps=300, micro_batch=32)
-    for x, y in loader:
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        if not job.step(loss):            # the parameters for the next micro-batch are in place
-            break
-    result = job.finish()
+    with accord.torch.Job(model, algorithm="acco", steps=300, micro_batch=32, accumulation=4) as job:
+        for epoch in range(epochs):
+            for x, y in loader:           # each batch one micro-batch; 4 of them make a step
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                if not job.step(loss):    # the parameters for the next micro-batch are in place
+                    break
+    result = job.finish()                 # the module holds the last completed step's weights
 
 In one process train() runs `workers` replicas of the model on threads (a Job's worker(i) are
 its replicas, for the app's own threads); under accord-launch or torchrun (RANK, WORLD_SIZE,
@@ -35,6 +36,7 @@ import itertools
 import math
 import os
 import signal
+import sys
 import tempfile
 import threading
 import warnings
@@ -432,6 +434,7 @@ def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", 
     Ctrl-C stops every worker after the current step and returns the result so far.
     """
     optimizer, param_groups = _torch_optimizer(module, settings, param_groups, "accord.torch.train")
+    settings.setdefault("accumulation_mode", "growing")  # accord runs the loop: ACCO's accumulation grows while a round flies
     start = _Start(module, settings, optimizer=optimizer, param_groups=param_groups, buffers=buffers,
                    loss_scale=loss_scale, evaluate=evaluate, on_step=on_step, group=group, status_port=status_port,
                    log_interval=log_interval, log_unit=log_unit, scratch_checkpoint=optimizer is not None,
@@ -472,6 +475,17 @@ class Job:
     hands the gradient to accord and returns once the parameters for the next micro-batch are
     in the module. ACCO's overlap and delay correction happen inside accord.
 
+    A step is `accumulation` of the app's micro-batches, as torch's gradient accumulation
+    (accumulation_mode="fixed", the default here): N batches make N / accumulation steps on
+    every run, and `steps` counts those. ACCO splits them between its estimate and real stages
+    (estimate_accumulation of them, default half) and needs at least 2 (its default here).
+    accumulation_mode="growing" keeps ACCO's accumulation growing while a round is in flight
+    (at most max_accumulation): fewer, larger steps, a count that depends on timing. The job
+    says at its start how it counts steps (stderr, rank 0). When the data runs out first,
+    finish() (or leaving a `with` block, also on an exception) ends the job at the last completed
+    step: the module keeps that step's parameters and buffers, and no optimizer step is taken on
+    a partial step's gradient.
+
     Settings as train()'s (JobConfig fields, evaluate, on_step, group, param_groups, buffers,
     loss_scale: the app runs backward through `loss * job.loss_scale`; optimizer: accord's by
     name or the app's torch.optim optimizer, which accord then steps in place of the app;
@@ -488,6 +502,9 @@ class Job:
             group = accord.process_group()
         optimizer, param_groups = _torch_optimizer(module, settings, param_groups, "accord.torch.Job")
         self._module, self._group, self._index, self.loss_scale = module, group, 0, loss_scale
+        if (settings.get("accumulation_mode", "fixed") == "fixed" and "accumulation" not in settings
+                and settings.get("algorithm", "acco").startswith("acco")):
+            settings["accumulation"] = 2  # one micro-batch per stage: the least a fixed ACCO step takes
         self._prepared = _Start(module, settings, evaluate=evaluate, on_step=on_step, group=group, optimizer=optimizer,
                                 param_groups=param_groups, buffers=buffers, loss_scale=loss_scale,
                                 status_port=status_port, log_interval=log_interval, log_unit=log_unit,
@@ -503,6 +520,8 @@ class Job:
         self._restore = self._start.stop_on_interrupt()
         self._flat = self._start.flats[0]
         self._worker = self._start.job.worker(0)
+        if self.rank == 0:
+            print(self._start.job.step_counting, file=sys.stderr)
         self._request = self._flat.next_request(self._worker)
         self._replicas = [self._replica(index) for index in range(1, self._start.job.local_workers)]
 
@@ -568,8 +587,9 @@ class Job:
         """Hands this micro-batch's gradient (autograd's, from loss.backward()) and its mean
         `loss` over `items` examples (default: the job's micro_batch) to accord, zeroes the
         gradients, and waits for the parameters of the next micro-batch. False once the job is
-        over (its steps done, or Ctrl-C): call finish(). FloatingPointError (the job fails)
-        naming a bfloat16 or float16 parameter whose gradient is inf or NaN."""
+        over (its steps done, or Ctrl-C): the module then holds the final parameters and buffers,
+        and finish() returns the result. FloatingPointError (the job fails) naming a bfloat16 or
+        float16 parameter whose gradient is inf or NaN."""
         if self._result is not None:
             raise RuntimeError("accord.torch.Job.step: the job is over; call finish()")
         if self._start is None:
@@ -584,29 +604,42 @@ class Job:
             raise
         self._flat.zero_gradients()
         self._request = self._flat.next_request(self._worker)
+        if self._request is None:
+            self.finish()  # the final parameters into the module
         return self._request is not None
 
     def finish(self):
-        """Waits for the end and returns the JobResult; the module holds the final parameters.
-        Called with steps left (the app's data ran out), the job stops after the current step,
-        this worker's remaining micro-batches of it carrying no gradient."""
+        """Waits for the end and returns the JobResult; the module holds the final parameters
+        and buffers. Called with steps left (the app's data ran out, or its loop stopped), the
+        job ends at the last step whose micro-batches every worker submitted: a step in progress
+        is dropped, with no optimizer step on its partial gradient, on every worker."""
         if self._result is not None:
             return self._result
         if self._start is None:
             self._begin()
         if self._request is not None:
-            self._start.job.cancel()
-            # The other workers wait for this one's micro-batches of the current step: they carry
-            # no gradient.
-            self._flat.gradients.zero_()
-            while self._request is not None:
-                self._flat.submit(self._worker, 0.0, 0.0)
-                self._request = self._flat.next_request(self._worker)
+            self._worker.end()
+            self._request = None
         try:
             self._result = self._start.finish()
         finally:
             self._restore()
         return self._result
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        """finish(), also when the loop raised (its error goes on): the module keeps the last
+        completed step."""
+        if error is None:
+            self.finish()
+        elif self._result is None and self._start is not None:
+            try:
+                self.finish()
+            except Exception as failure:  # the job's own failure, from the loop's error
+                error.__context__ = failure
+        return False
 
     def state_dict(self):
         """The job's checkpoint (accord's own format, recovery/checkpoint.hpp: parameters and
