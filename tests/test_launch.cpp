@@ -755,17 +755,22 @@ TEST_CASE("BLAS threads: --blas-threads, then OPENBLAS_NUM_THREADS, then OMP_NUM
   CHECK_THROWS_WITH_AS(choice(0, 1), "LOCAL_WORLD_SIZE='two' is not a positive integer", std::invalid_argument);
   variables = {{"OMP_NUM_THREADS", "-1"}};
   CHECK_THROWS_WITH_AS(choice(0, 1), "OMP_NUM_THREADS='-1' is not a positive integer", std::invalid_argument);
-  // An epoch between processes knows its members' hosts: that count wins over LOCAL_WORLD_SIZE
-  // (a joiner started by hand has none), the variables and the flag over both.
-  variables = {{"LOCAL_WORLD_SIZE", "2"}};
+  // An epoch between processes counts its members by host address. A launcher's LOCAL_WORLD_SIZE
+  // wins over that guess (ranks in network namespaces of one machine each have an address of
+  // their own: 4 of them on 2 cores must not take 2 threads each); the guess serves a joiner
+  // started by hand, which has no LOCAL_WORLD_SIZE. The variables and the flag win over both.
   const auto in_epoch = [&](int requested, int processes_here) {
     const auto c = choose_blas_threads(requested, 1, 16, environment, processes_here);
     return std::to_string(c.threads) + " (" + c.reason + ")";
   };
+  variables = {};
   CHECK(in_epoch(0, 4) == "4 (16 cores / 4 processes here of the job / 1 worker)");
-  CHECK(in_epoch(0, 1) == "16 (16 cores / 1 worker)");
-  CHECK(in_epoch(0, 0) == "8 (16 cores / 2 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
-  CHECK(in_epoch(3, 4) == "3 (--blas-threads)");
+  CHECK(in_epoch(0, 0) == "16 (16 cores / 1 worker)");
+  variables = {{"LOCAL_WORLD_SIZE", "4"}};
+  CHECK(in_epoch(0, 1) == "4 (16 cores / 4 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
+  CHECK(in_epoch(0, 2) == "4 (16 cores / 4 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
+  CHECK(in_epoch(0, 0) == "4 (16 cores / 4 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
+  CHECK(in_epoch(3, 1) == "3 (--blas-threads)");
   variables["OPENBLAS_NUM_THREADS"] = "2";
   CHECK(in_epoch(0, 4) == "2 (OPENBLAS_NUM_THREADS)");
 }
