@@ -855,7 +855,7 @@ void check_rendezvous(self_pointer self) {
   }
   if (waited >= (s.rendezvous_reports + 1) * report_every) {
     ++s.rendezvous_reports;
-    event(self, "membership: waiting for " + whom + " (" + std::to_string(whole_seconds) + " s)");
+    event(self, std::string(rendezvous_wait_line) + whom + " (" + std::to_string(whole_seconds) + " s)");
   }
   const auto next_report = (s.rendezvous_reports + 1) * report_every - waited;
   auto wait = std::chrono::ceil<std::chrono::milliseconds>(

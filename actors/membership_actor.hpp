@@ -40,6 +40,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 namespace accord {
@@ -204,6 +205,9 @@ struct epoch_spec {
   std::uint64_t data_position = 0;
   std::vector<std::string> metrics_events;  // JSON lines for the metrics file, before the epoch's steps
 };
+
+// How the line naming the starting ranks rank 0 still waits for begins (one every 10 s).
+constexpr std::string_view rendezvous_wait_line = "membership: waiting for ";
 
 struct membership_setup {
   int initial_world = 0;

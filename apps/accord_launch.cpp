@@ -206,7 +206,8 @@ struct launch_options {
   std::optional<std::string> log_dir;       // where each worker's output is also written
   int max_restarts = 0;                      // restarts of the group, or with --elastic of failed workers as joiners
   std::optional<std::string> run_id;         // --rdzv-id: the workers' ACCORD_JOB_ID
-  stream_choice redirects, tee;              // which streams of which workers go to --log-dir's files only, or also
+  stream_choice redirects;                   // streams to --log-dir's files only
+  stream_choice tee;                         // streams to --log-dir's files and the console
   std::optional<std::string> replay_log;     // --replay-membership: the membership log every worker replays
   int replay_joiners = 0;                    // the joiners it admits, started here with the ranks
   std::vector<std::string> command;

@@ -478,7 +478,11 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
     setup.total_rounds = origin.rounds;
     setup.origin_steps = origin.resume ? origin.resume->steps : 0;
     setup.origin_data_position = origin.data_position;
-    setup.on_event = group.on_event;
+    // Where nobody hears the events (an app's own loop, Python's accord), rank 0 still names
+    // the starting ranks it waits for, on stderr.
+    setup.on_event = group.on_event ? group.on_event : [](const std::string& line) {
+      if (line.starts_with(rendezvous_wait_line)) std::fprintf(stderr, "accord: %s\n", line.c_str());
+    };
     setup.control = control;
     setup.takeover = takeover;
     setup.takeover_cause = cause;

@@ -326,6 +326,8 @@ class _Start:
         except RuntimeError as failure:
             if errors:
                 raise errors[0] from failure
+            if self.interrupted:  # Ctrl-C before the job started (the rendezvous ended)
+                raise KeyboardInterrupt(str(failure)) from failure
             raise
         if result.parameters.size:
             self.flats[0].parameters.copy_(torch.from_numpy(result.parameters))
