@@ -845,9 +845,10 @@ class supervisor {
     group_restart_pending_ = false;
     stopping_ = false;
     kill_deadline_.reset();
-    if (!options_.master_port && !options_.join_address) master_port_ = find_free_port();
+    if (!options_.master_port) master_port_ = find_free_port();
     for (worker& w : workers_) {
       w.close_streams();
+      w.trace_parts.clear();  // the new start writes the same parts afresh
       try {
         start(w);
       } catch (const std::exception& error) {
