@@ -727,7 +727,7 @@ TEST_CASE("rank 0 names the ranks it waits for and gives up after the rendezvous
   CHECK(out.text.find("accord-train: rendezvous: ranks 1, 2 of 3 did not say hello within 2 s") != std::string::npos);
 }
 
-TEST_CASE("Ctrl-C ends the rendezvous at once: rank 0 stops the job, another waiting rank stops waiting") {
+TEST_CASE("Ctrl-C ends the rendezvous at once: rank 0 stops the job, another waiting rank stops waiting, also under accord-launch") {
   // Rank 0 alone (rank 1 never comes), interrupted once it has printed its first lines: it ends
   // the rendezvous naming whom it waited for, long before the rendezvous timeout.
   const auto master = accord::testing::run_program(
@@ -756,6 +756,15 @@ TEST_CASE("Ctrl-C ends the rendezvous at once: rank 0 stops the job, another wai
   CHECK(waiting.text.find("accord-train: asked to stop while waiting for the job's other ranks (rendezvous)") !=
         std::string::npos);
   CHECK(waiting.text.find("rank 1 status 130") != std::string::npos);
+  // Ctrl-C to accord-launch reaches its waiting worker, which ends at once too.
+  const auto launched = accord::testing::run_program(
+      ACCORD_LAUNCH_BINARY, {"-n", "1", "--world-size", "2", "--master-port", std::to_string(free_port()), "--", train,
+                             "--steps", "1", "--width", "32", "--layers", "1", "--heads", "2", "--context", "16"},
+      {.deadline = std::chrono::seconds(60), .terminate_after_lines = 1, .terminate_signal = SIGINT});
+  INFO(launched.out << launched.err);
+  CHECK(!launched.timed_out);
+  CHECK(launched.exit_status == 128 + SIGINT);
+  CHECK(launched.err.find("[rank 0] accord-train: rendezvous: asked to stop while waiting for rank") != std::string::npos);
 }
 
 TEST_CASE("a worker whose master port accepts but never answers fails naming the handshake") {
