@@ -450,7 +450,11 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
       throw usage_error("--nnodes conflicts with " + world_flags.front() +
                         " (it sets the world size to --nnodes x --nproc-per-node and the rank offset to --node-rank x "
                         "--nproc-per-node)");
-    if (*nodes > 1 && !node_rank) throw usage_error("--nnodes " + std::to_string(*nodes) + " needs --node-rank");
+    if (*nodes > 1 && !node_rank)
+      throw usage_error("--nnodes " + std::to_string(*nodes) + " needs --node-rank" +
+                        (backend ? " (accord-launch does not hand out node ranks at the rendezvous as torchrun's " +
+                                       *backend + " backend does: give each machine its --node-rank)"
+                                 : ""));
     if (node_rank.value_or(0) >= *nodes)
       throw usage_error("--node-rank " + std::to_string(*node_rank) + " must be below --nnodes " +
                         std::to_string(*nodes));

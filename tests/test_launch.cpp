@@ -778,6 +778,9 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
       {{"-n", "2", "--rdzv-backend", "static", "--rdzv-endpoint", "node1", "true"},
        "--rdzv-endpoint expects HOST:PORT with a port in 1..65535, got 'node1'"},
       {{"-n", "2", "--rdzv-id=", "true"}, "--rdzv-id must not be empty"},
+      {{"-n", "2", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1", "true"},
+       "--nnodes 2 needs --node-rank (accord-launch does not hand out node ranks at the rendezvous as torchrun's "
+       "c10d backend does: give each machine its --node-rank)"},
       {{"-n", "2", "--standalone", "--rdzv-endpoint", "node1:29500", "true"},
        "--standalone conflicts with --rdzv-endpoint (it runs the whole job on this machine)"},
       {{"-n", "2", "--standalone", "--nnodes", "2", "--node-rank", "0", "true"},
