@@ -452,9 +452,9 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
                         "--nproc-per-node)");
     if (*nodes > 1 && !node_rank)
       throw usage_error("--nnodes " + std::to_string(*nodes) + " needs --node-rank" +
-                        (backend ? " (accord-launch does not hand out node ranks at the rendezvous as torchrun's " +
-                                       *backend + " backend does: give each machine its --node-rank)"
-                                 : ""));
+                        (backend == "c10d" ? " (accord-launch does not hand out node ranks at the rendezvous as torchrun's "
+                                                 "c10d backend does: give each machine its --node-rank)"
+                                               : ""));
     if (node_rank.value_or(0) >= *nodes)
       throw usage_error("--node-rank " + std::to_string(*node_rank) + " must be below --nnodes " +
                         std::to_string(*nodes));
