@@ -1,8 +1,11 @@
 """Builds the extension accord._accord with the project's CMake (python/CMakeLists.txt) for the
-Python that runs the build; pyproject.toml holds the package's metadata. Only the module's
-target is built, in build/pip (set CMAKE_ARGS for CMake, CMAKE_BUILD_PARALLEL_LEVEL for jobs),
-or in an existing, configured build directory named by ACCORD_BUILD_DIR (not reconfigured)."""
+Python that runs the build, and the accord-launch binary beside it (the package's console script
+runs it); pyproject.toml holds the package's metadata, the version comes from CMakeLists.txt.
+Only the module's target is built, in build/pip (set CMAKE_ARGS for CMake,
+CMAKE_BUILD_PARALLEL_LEVEL for jobs), or in an existing, configured build directory named by
+ACCORD_BUILD_DIR (not reconfigured)."""
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -31,7 +34,15 @@ class CMakeBuild(build_ext):
                      "(python3-dev, pybind11-dev)")
         os.makedirs(output, exist_ok=True)
         self.copy_file(built, output)
+        # The target copies the launcher beside the module (python/CMakeLists.txt).
+        self.copy_file(os.path.join(build_dir, "python", "accord", "accord-launch"), output)
 
 
-setup(ext_modules=[Extension("accord._accord", sources=[])], cmdclass={"build_ext": CMakeBuild},
+def project_version():
+    """The version of CMakeLists.txt's project(), which accord.__version__ reports too."""
+    with open(os.path.join(ROOT, "CMakeLists.txt")) as cmake:
+        return re.search(r"project\(accord VERSION ([0-9.]+)", cmake.read()).group(1)
+
+
+setup(version=project_version(), ext_modules=[Extension("accord._accord", sources=[])], cmdclass={"build_ext": CMakeBuild},
       options={"build": {"build_base": os.path.join("build", "pip")}})

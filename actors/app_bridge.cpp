@@ -76,9 +76,14 @@ void worker::state::finish() {
   changed_.notify_all();
 }
 
+bool worker::state::wait_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [this] { return answerable(); });
+}
+
 std::optional<micro_batch_request> worker::state::next() {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [this] { return (pending_ && !answered_) || finished_ || ended_ || !failure_.empty(); });
+  changed_.wait(lock, [this] { return answerable(); });
   if (finished_ || ended_ || !failure_.empty()) return std::nullopt;
   handed_out_ = true;
   handed_serial_ = serial_;
@@ -146,6 +151,7 @@ void worker::state::end() {
 worker::worker(std::shared_ptr<state> s) : state_(std::move(s)) {}
 worker::~worker() = default;
 std::optional<micro_batch_request> worker::next() { return state_->next(); }
+bool worker::wait_ready(std::chrono::milliseconds timeout) { return state_->wait_ready(timeout); }
 void worker::submit(device_span<const float> gradient, double items, double loss) {
   state_->submit(gradient, items, loss);
 }

@@ -45,6 +45,7 @@ public:
 
   // The app's side (worker's members).
   std::optional<micro_batch_request> next();
+  bool wait_ready(std::chrono::milliseconds timeout);
   void submit(device_span<const float> gradient, double items, double loss);
   void on_parameters(std::function<void(std::span<const float>, std::uint64_t)> callback);
   void fail(const std::string& why);
@@ -54,6 +55,8 @@ public:
 private:
   // Compute actor's thread, the lock released: sum_ += gradient_ on sum_'s memory.
   void add_gradient();
+  // next() answers at once (mutex_ held).
+  bool answerable() const { return (pending_ && !answered_) || finished_ || ended_ || !failure_.empty(); }
 
   const int rank_;
   const memory_location memory_;  // app_model::memory

@@ -77,6 +77,7 @@ struct membership_state {
   std::vector<caf::typed_response_promise<bool>> waiters;  // for every member's release
   std::chrono::steady_clock::time_point epoch_ended_at;    // when the last epoch ended
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+  int rendezvous_reports = 0;  // lines naming the missing starting ranks, one per 10 s
   std::map<std::uint64_t, std::string> dropped;  // member → why the job went on without it
   std::optional<heartbeat_detector> detector;
   bool lost_since_epoch = false;              // a member was lost since the running epoch formed
@@ -826,9 +827,11 @@ void check_restored(self_pointer self, const restored_report& r) {
   event(self, line);
 }
 
-// While the starting ranks say hello: names the missing ones every 10 s, fails after the timeout.
+// While the starting ranks say hello: names the missing ones every 10 s, fails after the
+// timeout, or within a second of this process being asked to stop (Ctrl-C).
 void check_rendezvous(self_pointer self) {
   constexpr auto report_every = std::chrono::seconds(10);
+  constexpr auto stop_poll = std::chrono::milliseconds(200);
   auto& s = self->state;
   if (s.now != phase::starting) return;
   std::vector<int> missing;
@@ -840,15 +843,25 @@ void check_rendezvous(self_pointer self) {
   const auto waited = std::chrono::steady_clock::now() - s.created;
   const auto whole_seconds = std::chrono::duration_cast<std::chrono::seconds>(waited).count();
   const std::string whom = list_ranks(missing) + " of " + std::to_string(s.setup.initial_world);
+  if (s.setup.stop_requested && s.setup.stop_requested->load()) {
+    fail_job(self, "rendezvous: asked to stop while waiting for " + whom);
+    return;
+  }
   if (waited >= s.setup.rendezvous_timeout) {
     fail_job(self, "rendezvous: " + whom + " did not say hello within " +
                        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(s.setup.rendezvous_timeout).count()) +
                        " s (rendezvous timeout); is every rank started, with this MASTER_ADDR and MASTER_PORT?");
     return;
   }
-  if (whole_seconds > 0) event(self, "membership: waiting for " + whom + " (" + std::to_string(whole_seconds) + " s)");
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.setup.rendezvous_timeout - waited);
-  self->delayed_send(self, std::min<std::chrono::milliseconds>(left, report_every), rendezvous_atom::value);
+  if (waited >= (s.rendezvous_reports + 1) * report_every) {
+    ++s.rendezvous_reports;
+    event(self, std::string(rendezvous_wait_line) + whom + " (" + std::to_string(whole_seconds) + " s)");
+  }
+  const auto next_report = (s.rendezvous_reports + 1) * report_every - waited;
+  auto wait = std::chrono::ceil<std::chrono::milliseconds>(
+      std::min<std::chrono::steady_clock::duration>(s.setup.rendezvous_timeout - waited, next_report));
+  if (s.setup.stop_requested) wait = std::min<std::chrono::milliseconds>(wait, stop_poll);
+  self->delayed_send(self, wait, rendezvous_atom::value);
 }
 
 // A survivor's process takes over from the lost coordinator: the replicated members are
@@ -1180,6 +1193,7 @@ struct agent_state {
   std::optional<std::string> master_lost;
   // The coordinator said the job is over: its process may exit before this one, which is no loss.
   bool job_over = false;
+  bool planned = false;  // an epoch plan came: the rendezvous is over
   heartbeat_contact coordinator_contact;  // the coordinator's heartbeats and this agent's, echoed
   relayed<std::uint64_t> hellos;
   relayed<epoch_plan> plans;
@@ -1281,6 +1295,10 @@ member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setu
       [self](heartbeat_atom) {
         auto& s = self->state;
         if (s.master_lost || s.job_over) return;
+        if (!s.planned && s.setup.stop_requested && s.setup.stop_requested->load()) {
+          stop_relaying(self, "asked to stop while waiting for the job's other ranks (rendezvous)");
+          return;
+        }
         self->send(s.setup.membership, heartbeat_atom::value, *s.member,
                    heartbeat_time(std::chrono::steady_clock::now()), s.coordinator_contact.heard_sent);
         // The coordinator's heartbeats are judged as it judges the members'.
@@ -1326,7 +1344,10 @@ member_agent::behavior_type agent_behavior(agent_pointer self, member_agent_setu
         auto& s = self->state;
         return relay(self, s.plans,
                      self->request(s.setup.membership, caf::infinite, epoch_atom::value, std::move(request)),
-                     [self](const epoch_plan& plan) { self->state.job_over = self->state.job_over || plan.finished; });
+                     [self](const epoch_plan& plan) {
+                       self->state.planned = true;
+                       self->state.job_over = self->state.job_over || plan.finished;
+                     });
       },
       [self](wait_atom, coordinator_actor coordinator) {
         return relay(self, self->state.waits, self->request(coordinator, caf::infinite, wait_atom::value),

@@ -35,10 +35,12 @@
 
 #include <accord/job.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 namespace accord {
@@ -204,6 +206,9 @@ struct epoch_spec {
   std::vector<std::string> metrics_events;  // JSON lines for the metrics file, before the epoch's steps
 };
 
+// How the line naming the starting ranks rank 0 still waits for begins (one every 10 s).
+constexpr std::string_view rendezvous_wait_line = "membership: waiting for ";
+
 struct membership_setup {
   int initial_world = 0;
   bool elastic = false;
@@ -213,6 +218,9 @@ struct membership_setup {
   // Until every starting rank said hello: a line naming the missing ones every 10 s, and after
   // this long the job fails naming them.
   std::chrono::milliseconds rendezvous_timeout{300'000};
+  // Set (Ctrl-C, an app's cancel) while the starting ranks say hello: the job fails within a
+  // second, naming the missing ones, instead of waiting for them. May be null.
+  const std::atomic<bool>* stop_requested = nullptr;
   pipeline pipe = pipeline::synchronous;
   std::uint64_t total_rounds = 0;
   std::uint64_t origin_steps = 0;     // where the job starts (> 0 when resumed)
@@ -274,6 +282,10 @@ struct member_agent_setup {
   std::function<void(const std::string&)> on_event;
   caf::actor standby;  // the process's standby_actor (elastic jobs), else invalid
   std::optional<heartbeat_detector_settings> detector;
+  // Set (Ctrl-C, an app's cancel) before the first epoch plan came: the agent stops waiting for
+  // it, and the plan request fails saying so. May be null (rank 0: its membership actor ends the
+  // rendezvous for everyone).
+  const std::atomic<bool>* stop_requested = nullptr;
 };
 member_agent spawn_member_agent(caf::actor_system& system, member_agent_setup setup);
 

@@ -2,9 +2,11 @@
 // forwards their output line by line with a rank prefix, and fails fast: the first worker that
 // fails stops all the others, and its status becomes the launcher's. With --elastic none fails
 // fast: the job goes on without a worker that fails (RANK 0's included: the survivors elect a new
-// coordinator), or with --max-restarts starts one other than RANK 0 again as a joiner. With --join
-// the workers join a running elastic job instead: they get no rank. With --replay-membership it
-// starts a recorded churned job again, its joiners too. Takes torchrun's flags (--nnodes...).
+// coordinator), or with --max-restarts starts one other than RANK 0 again as a joiner (without
+// --elastic, --max-restarts restarts the whole group, as torchrun). With --join the workers join
+// a running elastic job instead: they get no rank. With --replay-membership it starts a recorded
+// churned job again, its joiners too. Takes torchrun's flags (--nnodes, --standalone,
+// --rdzv-backend, -m, --no-python, --tee...); a .py script runs with Python.
 #include "observe/trace_files.hpp"
 #include "apps/flags.hpp"
 #include "cluster/launch_env.hpp"
@@ -54,6 +56,10 @@ constexpr const char* help_text = R"(usage: accord-launch -n N [options] [--] PR
 Starts N copies of PROGRAM on this machine, one per rank, and waits for them. PROGRAM is the
 first argument that is not an option or an option's value, or whatever follows '--'. Options
 take torchrun's spellings too: --nproc_per_node, --node_rank, --rdzv_endpoint, --max_restarts...
+As with torchrun, a PROGRAM ending in .py runs as `PYTHON -u PROGRAM ARGS...` (unless
+--no-python), and with -m PROGRAM names a module: `PYTHON -u -m PROGRAM ARGS...`. PYTHON is
+ACCORD_LAUNCH_PYTHON (the accord-launch that `pip install` puts on PATH sets it to the Python it
+was installed for), else python3 on PATH.
 
 Each worker gets torchrun's variables and accord's own; a worker reads its place in the job from
 them with accord::process_group_from_environment() (<accord/process_group.hpp>), as accord-train
@@ -69,9 +75,12 @@ does, or in Python with accord.process_group():
   ACCORD_TRACE      FILE with --trace; removed from the workers' environment without it
   ACCORD_REPLAY_MEMBERSHIP  FILE with --replay-membership; removed from the workers' environment
                     without it
-  ACCORD_JOB_ID     accord-launch:HOST:PID when this launcher starts the whole job and neither
-                    ACCORD_JOB_ID, TORCHELASTIC_RUN_ID nor SLURM_JOB_ID names it (another job's
-                    workers reaching the same master port are then refused as such)
+  ACCORD_JOB_ID     --rdzv-id's ID; else accord-launch:HOST:PID when this launcher starts the
+                    whole job and neither ACCORD_JOB_ID, TORCHELASTIC_RUN_ID nor SLURM_JOB_ID
+                    names it (another job's workers reaching the same master port are then
+                    refused as such)
+  TORCHELASTIC_RESTART_COUNT  the restarts so far (0 at first), as torchrun sets it
+  TORCHELASTIC_MAX_RESTARTS   --max-restarts
 With --join the workers get ACCORD_JOIN, ACCORD_ELASTIC, LOCAL_RANK and LOCAL_WORLD_SIZE only, and
 RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are removed: a joiner gets its rank from the job.
 Their stdin is /dev/null; each line a worker writes to stdout (stderr) appears on the launcher's
@@ -92,7 +101,16 @@ options:
   -n, --nproc-per-node N   workers to start here (at least 1)
   --nnodes M               machines in the job, N workers each: WORLD_SIZE is M x N (default 1)
   --node-rank K            this machine's place, 0..M-1: its workers are ranks K x N .. K x N + N - 1
-  --rdzv-endpoint HOST:PORT  rank 0's address and port (sets MASTER_ADDR and MASTER_PORT)
+  --rdzv-endpoint HOST:PORT  rank 0's address and port (sets MASTER_ADDR and MASTER_PORT); with
+                           --rdzv-backend c10d, HOST alone means port 29400 (torchrun's c10d port)
+  --rdzv-backend static|c10d  torchrun's rendezvous backends; both mean rank 0's master port at
+                           --rdzv-endpoint (accord assigns no node ranks: give --node-rank)
+  --rdzv-id ID             names the job on every machine (ACCORD_JOB_ID): a worker of another
+                           job reaching the master port is refused as such
+  --standalone             the whole job on this machine at a free port (the default; conflicts
+                           with the options that place workers elsewhere)
+  -m, --module             PROGRAM is a Python module, run as `PYTHON -u -m PROGRAM`
+  --no-python              run PROGRAM as it is, even a .py script (it must be executable)
   --master-addr HOST       rendezvous address of rank 0 (default 127.0.0.1)
   --master-port PORT       rendezvous port, 1..65535 (default: a free port found by binding port 0;
                            required when the job spans machines, as every machine must agree)
@@ -107,9 +125,11 @@ options:
                            (RANK 0's MASTER_ADDR:MASTER_PORT, or any live member's control port),
                            trying the addresses in turn; implies --elastic; conflicts with the
                            options that place workers (--nnodes, --master-port...)
-  --max-restarts R         with --elastic or --join: a worker other than RANK 0 that fails starts
-                           again as a joiner of the job ("[join L]"), R times at most over all of
-                           this machine's workers (default 0); its --log-dir file goes on
+  --max-restarts R         restarts, at most, over all of this machine's workers (default 0).
+                           Without --elastic, as torchrun: a worker that fails stops the others,
+                           then all start again (at a fresh free port unless one was given).
+                           With --elastic or --join: a worker other than RANK 0 that fails starts
+                           again as a joiner of the job ("[join L]"). A --log-dir file goes on
   --trace FILE             every worker (accord-train) records the job's timeline and writes its
                            part beside FILE (FILE.rankR.json, a joiner FILE.join<pid>.json, each
                            on RANK 0's clock); once all have exited, the launcher merges the parts
@@ -126,10 +146,16 @@ options:
   --log-dir DIR            also write each worker's output, without the prefix, to DIR/rank-R.log
                            (a joiner: DIR/join-L.log), stdout and stderr together, line by line,
                            a file per worker created afresh; DIR is created when missing
+  --redirects N            with --log-dir, as torchrun: these streams of each worker (1 stdout,
+                           2 stderr, 3 both, 0 none) go to its file only, the others to the
+                           console only; "L:N,L:N" chooses by local rank
+  --tee N                  with --log-dir: these streams go to the file and to the console
+                           (with --redirects: the streams either names go to the file)
   -h, --help               show this help
   --version                print the version
 
-exit status: 0 when every worker exits 0; the first failed worker's status; 124 on timeout;
+exit status: 0 when every worker exits 0 (after restarts: every worker of the last start); the
+first failed worker's status (with --max-restarts: once no restart is left); 124 on timeout;
 128 + signal when the launcher was interrupted; 2 for bad flags; 127 when PROGRAM cannot be run.
 With --elastic or --join: 0 when at least one worker exited 0, else the status of the last worker
 that failed.
@@ -152,6 +178,20 @@ struct cannot_run_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// torchrun's --redirects / --tee: per local rank, which streams (1 stdout, 2 stderr, 3 both)
+// go to the worker's --log-dir file. "3" names every worker, "0:3,1:2" some.
+struct stream_choice {
+  bool given = false;
+  int every = 0;
+  std::vector<std::pair<int, int>> by_local_rank;
+
+  int of(int local_rank) const {
+    for (const auto& [local, streams] : by_local_rank)
+      if (local == local_rank) return streams;
+    return every;
+  }
+};
+
 struct launch_options {
   int workers = 0;
   int rank_offset = 0;
@@ -164,7 +204,10 @@ struct launch_options {
   std::optional<std::string> join_address;  // HOST:PORT of a running elastic job's RANK 0
   std::optional<std::string> trace_path;    // the merged trace of the workers started here
   std::optional<std::string> log_dir;       // where each worker's output is also written
-  int max_restarts = 0;                      // --elastic: failed workers restarted as joiners, in all
+  int max_restarts = 0;                      // restarts of the group, or with --elastic of failed workers as joiners
+  std::optional<std::string> run_id;         // --rdzv-id: the workers' ACCORD_JOB_ID
+  stream_choice redirects;                   // streams to --log-dir's files only
+  stream_choice tee;                         // streams to --log-dir's files and the console
   std::optional<std::string> replay_log;     // --replay-membership: the membership log every worker replays
   int replay_joiners = 0;                    // the joiners it admits, started here with the ranks
   std::vector<std::string> command;
@@ -195,8 +238,11 @@ double parse_seconds_flag(std::string_view flag, std::string_view text, bool all
 }
 
 // HOST:PORT with a port in 1..65535, as --join and --rdzv-endpoint take it; split at the last colon.
-std::pair<std::string, int> parse_endpoint_flag(std::string_view flag, std::string_view text) {
+// With a `default_port` (torchrun's c10d endpoints) HOST alone means that port.
+std::pair<std::string, int> parse_endpoint_flag(std::string_view flag, std::string_view text,
+                                                std::optional<int> default_port = std::nullopt) {
   const auto colon = text.rfind(':');
+  if (default_port && colon == std::string_view::npos && !text.empty()) return {std::string(text), *default_port};
   int port = 0;
   const bool valid = colon != std::string_view::npos && colon > 0 && [&] {
     const std::string_view digits = text.substr(colon + 1);
@@ -208,13 +254,48 @@ std::pair<std::string, int> parse_endpoint_flag(std::string_view flag, std::stri
   return {std::string(text.substr(0, colon)), port};
 }
 
+// --redirects / --tee: "N" or "L:N,L:N..." with N in 0..3 and L a local rank below `workers`.
+stream_choice parse_stream_choice(const std::string& flag, std::string_view text, int workers) {
+  stream_choice choice;
+  choice.given = true;
+  if (text.find(':') == std::string_view::npos) {
+    choice.every = parse_int_flag(flag, text, 0, 3);
+    return choice;
+  }
+  for (std::string_view rest = text; !rest.empty();) {
+    const auto comma = std::min(rest.find(','), rest.size());
+    const std::string_view part = rest.substr(0, comma);
+    rest.remove_prefix(std::min(comma + 1, rest.size()));
+    const auto colon = part.find(':');
+    if (colon == std::string_view::npos)
+      throw usage_error(flag + " expects N or LOCAL_RANK:N,... with N in 0..3, got '" + std::string(text) + "'");
+    choice.by_local_rank.emplace_back(parse_int_flag(flag + "'s local rank", part.substr(0, colon), 0, workers - 1),
+                                      parse_int_flag(flag, part.substr(colon + 1), 0, 3));
+  }
+  return choice;
+}
+
+// torchrun's way with Python: a .py script (unless --no-python) or -m's module runs with the
+// Python that started the accord-launch console script (ACCORD_LAUNCH_PYTHON, pip install's),
+// else python3 on PATH; unbuffered (-u), so that its lines arrive as it writes them.
+std::vector<std::string> with_python(std::vector<std::string> command, bool module, bool no_python) {
+  if (no_python || !(module || command.front().ends_with(".py"))) return command;
+  const char* chosen = std::getenv("ACCORD_LAUNCH_PYTHON");
+  std::vector<std::string> prefix{chosen != nullptr && *chosen != '\0' ? chosen : "python3", "-u"};
+  if (module) prefix.emplace_back("-m");
+  command.insert(command.begin(), prefix.begin(), prefix.end());
+  return command;
+}
+
 // Returns nullopt for --help and --version, once it has printed them.
 std::optional<launch_options> parse_command_line(int argc, char** argv) {
   launch_options options;
   bool saw_workers = false;
+  bool module = false, no_python = false, standalone = false;
   std::optional<int> nodes, node_rank;
-  std::string max_restarts_flag;                 // as given, for the error without --elastic
-  std::optional<std::string> endpoint_flag;      // --rdzv-endpoint as spelled
+  std::optional<std::string> endpoint_flag, endpoint_text;  // --rdzv-endpoint as spelled, and its value
+  std::optional<std::string> backend;                        // --rdzv-backend
+  std::optional<std::pair<std::string, std::string>> redirects_flag, tee_flag;  // (flag, value) as given
   std::vector<std::string> placement_flags;  // those that --join leaves to the running job
   std::vector<std::string> master_flags;     // --master-addr and --master-port, which --rdzv-endpoint sets too
   std::vector<std::string> world_flags;      // --rank-offset and --world-size, which --nnodes sets too
@@ -271,9 +352,18 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
       placement_flags.emplace_back(flag);
       master_flags.emplace_back(flag);
     } else if (name == "--rdzv-endpoint") {
-      std::tie(options.master_addr, options.master_port) = parse_endpoint_flag(flag, value());
+      endpoint_text = value();
       placement_flags.emplace_back(flag);
       endpoint_flag = flag;
+    } else if (name == "--rdzv-backend") {
+      backend = value();
+      if (*backend != "static" && *backend != "c10d")
+        throw usage_error(std::string(flag) + ": '" + *backend + "' (expected static|c10d)");
+    } else if (name == "--rdzv-id") {
+      options.run_id = value();
+      if (options.run_id->empty()) throw usage_error(std::string(flag) + " must not be empty");
+    } else if (name == "--redirects" || name == "--tee") {
+      (name == "--tee" ? tee_flag : redirects_flag) = std::pair{std::string(flag), std::string(value())};
     } else if (name == "--rank-offset") {
       options.rank_offset = parse_int_flag(flag, value(), 0, 1 << 30);
       placement_flags.emplace_back(flag);
@@ -289,7 +379,6 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
       options.join_address = addresses;
     } else if (name == "--max-restarts") {
       options.max_restarts = parse_int_flag(flag, value(), 0, 1 << 20);
-      max_restarts_flag = std::string(flag) + " " + std::to_string(options.max_restarts);
     } else if (name == "--timeout") {
       options.timeout_seconds = parse_seconds_flag(flag, value(), false);
     } else if (name == "--grace") {
@@ -311,24 +400,48 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
                           (error ? " (" + error.message() + ")" : std::string()));
     } else if (name == "--replay-membership") {
       options.replay_log = value();
-    } else if (name == "--elastic") {
-      if (inline_value) throw usage_error("--elastic takes no value, got '" + std::string(arg) + "'");
-      options.elastic = true;
+    } else if (name == "--elastic" || name == "-m" || name == "--module" || name == "--no-python" ||
+               name == "--standalone") {
+      if (inline_value) throw usage_error(std::string(flag) + " takes no value, got '" + std::string(arg) + "'");
+      (name == "--elastic" ? options.elastic : name == "--no-python" ? no_python
+                                             : name == "--standalone" ? standalone
+                                                                      : module) = true;
     } else {
       throw usage_error("unknown flag '" + std::string(arg) + "' (see --help)");
     }
   }
   if (!saw_workers) throw usage_error("-n N is required (see --help)");
   if (options.command.empty()) throw usage_error("no program to launch (give it after the flags, or after '--')");
+  if (module && no_python) throw usage_error("-m conflicts with --no-python (a module runs with Python)");
+  options.command = with_python(std::move(options.command), module, no_python);
+  if (endpoint_text)
+    std::tie(options.master_addr, options.master_port) =
+        parse_endpoint_flag(*endpoint_flag, *endpoint_text,
+                            backend == "c10d" ? std::optional<int>(29400) : std::nullopt);  // torchrun's c10d port
+  for (auto [flag, choice] : {std::pair{&redirects_flag, &options.redirects}, std::pair{&tee_flag, &options.tee}}) {
+    if (!*flag) continue;
+    if (!options.log_dir) throw usage_error((*flag)->first + " needs --log-dir (its files hold the streams)");
+    *choice = parse_stream_choice((*flag)->first, (*flag)->second, options.workers);
+  }
+  if (standalone) {
+    // torchrun's --standalone: the whole job here, at a free port (also the default).
+    for (const std::string& flag : placement_flags) {
+      std::string name = flag;
+      std::replace(name.begin(), name.end(), '_', '-');
+      if (name != "--nnodes" && name != "--node-rank")
+        throw usage_error("--standalone conflicts with " + flag + " (it runs the whole job on this machine)");
+    }
+    if (nodes.value_or(1) != 1)
+      throw usage_error("--standalone conflicts with --nnodes " + std::to_string(*nodes) +
+                        " (it runs the whole job on this machine)");
+    if (options.join_address) throw usage_error("--standalone conflicts with --join (it starts the whole job)");
+  }
   if (options.join_address) {
     if (!placement_flags.empty())
       throw usage_error("--join conflicts with " + placement_flags.front() +
                         " (joiners get their rank and master from the running job)");
     options.elastic = true;  // a joiner is a worker of an elastic job
   }
-  if (options.max_restarts > 0 && !options.elastic)
-    throw usage_error(max_restarts_flag + " needs --elastic (or --join): without it the first worker that fails "
-                      "stops the job, and a restarted worker joins an elastic job");
   if (endpoint_flag && !master_flags.empty())
     throw usage_error(*endpoint_flag + " conflicts with " + master_flags.front() + " (it sets the master address and port)");
   if (node_rank && !nodes) throw usage_error("--node-rank needs --nnodes");
@@ -337,7 +450,11 @@ std::optional<launch_options> parse_command_line(int argc, char** argv) {
       throw usage_error("--nnodes conflicts with " + world_flags.front() +
                         " (it sets the world size to --nnodes x --nproc-per-node and the rank offset to --node-rank x "
                         "--nproc-per-node)");
-    if (*nodes > 1 && !node_rank) throw usage_error("--nnodes " + std::to_string(*nodes) + " needs --node-rank");
+    if (*nodes > 1 && !node_rank)
+      throw usage_error("--nnodes " + std::to_string(*nodes) + " needs --node-rank" +
+                        (backend == "c10d" ? " (accord-launch does not hand out node ranks at the rendezvous as torchrun's "
+                                                 "c10d backend does: give each machine its --node-rank)"
+                                               : ""));
     if (node_rank.value_or(0) >= *nodes)
       throw usage_error("--node-rank " + std::to_string(*node_rank) + " must be below --nnodes " +
                         std::to_string(*nodes));
@@ -457,7 +574,7 @@ void say(const std::string& line) { write_all(STDERR_FILENO, "accord-launch: " +
 // One worker output stream (its stdout or stderr), cut into whole lines.
 struct output_stream {
   int fd = -1;
-  int destination = STDOUT_FILENO;
+  int destination = STDOUT_FILENO;  // -1: the stream goes to the log only (--redirects)
   std::string prefix;
   std::string pending;  // bytes after the last newline
   int log = -1;         // --log-dir: the worker's file (its stdout and stderr share it), lines unprefixed
@@ -488,7 +605,7 @@ struct output_stream {
   void forward_lines(bool at_end) {
     std::string out, logged;
     const auto forward = [&](std::string_view line) {
-      out.append(prefix).append(line).push_back('\n');
+      if (destination >= 0) out.append(prefix).append(line).push_back('\n');
       if (log >= 0) logged.append(line).push_back('\n');
     };
     std::size_t begin = 0;
@@ -540,11 +657,15 @@ constexpr std::string_view launcher_variables[] = {"RANK", "LOCAL_RANK", "WORLD_
                                                    "ACCORD_ELASTIC", "ACCORD_JOIN", "ACCORD_TRACE",
                                                    "ACCORD_REPLAY_MEMBERSHIP"};
 
-// A joiner learns its master from the job; master_port is for the ranked workers.
-std::vector<std::string> worker_environment(const launch_options& options, const worker& w, int master_port) {
+// A joiner learns its master from the job; master_port is for the ranked workers. `restarts`:
+// the launcher's restarts so far (torchrun's TORCHELASTIC_RESTART_COUNT).
+std::vector<std::string> worker_environment(const launch_options& options, const worker& w, int master_port,
+                                            int restarts) {
   std::vector<std::pair<std::string_view, std::string>> assigned = {
       {"LOCAL_RANK", std::to_string(w.local_rank)},
       {"LOCAL_WORLD_SIZE", std::to_string(options.workers)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restarts)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts)},
   };
   if (w.joiner()) {
     assigned.emplace_back("ACCORD_JOIN", w.join_address);
@@ -558,16 +679,22 @@ std::vector<std::string> worker_environment(const launch_options& options, const
   if (options.trace_path) assigned.emplace_back("ACCORD_TRACE", *options.trace_path);
   if (options.replay_log) assigned.emplace_back("ACCORD_REPLAY_MEMBERSHIP", *options.replay_log);
   // A launcher that starts the whole job names it, so that another job's workers reaching the
-  // same master port are refused as such (unless the environment names the job already).
-  if (!options.join_address && *options.world_size == options.workers && accord::job_id_from_environment().empty()) {
+  // same master port are refused as such (unless the environment names the job already);
+  // --rdzv-id names it on every machine.
+  if (options.run_id) {
+    assigned.emplace_back("ACCORD_JOB_ID", *options.run_id);
+  } else if (!options.join_address && *options.world_size == options.workers &&
+             accord::job_id_from_environment().empty()) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     assigned.emplace_back("ACCORD_JOB_ID", "accord-launch:" + std::string(host) + ":" + std::to_string(getpid()));
   }
-  const auto is_launcher_variable = [](std::string_view entry) {
-    return std::any_of(std::begin(launcher_variables), std::end(launcher_variables), [&](std::string_view name) {
+  const auto is_launcher_variable = [&](std::string_view entry) {
+    const auto names = [&](std::string_view name) {
       return entry.size() > name.size() && entry.starts_with(name) && entry[name.size()] == '=';
-    });
+    };
+    return std::any_of(std::begin(launcher_variables), std::end(launcher_variables), names) ||
+           std::any_of(assigned.begin(), assigned.end(), [&](const auto& set) { return names(set.first); });
   };
   std::vector<std::string> environment;
   for (char** entry = environ; *entry != nullptr; ++entry)
@@ -585,8 +712,11 @@ std::vector<char*> as_pointers(std::vector<std::string>& strings) {
 
 // Forks and execs one worker in its own process group with stdout/stderr on fresh pipes. An exec
 // failure comes back over a close-on-exec pipe as errno and is thrown as cannot_run_error.
+// `console` and `logged` say which of its streams (1 stdout, 2 stderr) reach the launcher's own
+// stdout/stderr, and which its --log-dir file `log`.
 void start_worker(worker& w, const std::string& prefix, const std::string& program,
-                  std::vector<std::string> arguments, std::vector<std::string> environment, int log) {
+                  std::vector<std::string> arguments, std::vector<std::string> environment, int log, int console,
+                  int logged) {
   std::vector<char*> argv = as_pointers(arguments);
   std::vector<char*> envp = as_pointers(environment);
   int out[2], err[2], exec_status[2];
@@ -626,8 +756,8 @@ void start_worker(worker& w, const std::string& prefix, const std::string& progr
   fcntl(err[0], F_SETFL, O_NONBLOCK);
   w.pid = pid;
   w.running = true;
-  w.out = output_stream{out[0], STDOUT_FILENO, prefix, {}, log};
-  w.err = output_stream{err[0], STDERR_FILENO, prefix, {}, log};
+  w.out = output_stream{out[0], (console & 1) != 0 ? STDOUT_FILENO : -1, prefix, {}, (logged & 1) != 0 ? log : -1};
+  w.err = output_stream{err[0], (console & 2) != 0 ? STDERR_FILENO : -1, prefix, {}, (logged & 2) != 0 ? log : -1};
   if (got == static_cast<ssize_t>(sizeof exec_error))
     throw cannot_run_error("cannot run '" + program + "': " + std::strerror(exec_error));
 }
@@ -680,9 +810,15 @@ class supervisor {
   bool is_coordinator(const worker& w) const { return w.rank == 0; }
 
   void start(worker& w) {
+    // Without --redirects or --tee both streams go to the console and to --log-dir's file; with
+    // them, as torchrun: the streams named by either go to the file, those only --redirects
+    // names not to the console.
+    const int redirected = options_.redirects.of(w.local_rank), teed = options_.tee.of(w.local_rank);
+    const bool chosen = options_.redirects.given || options_.tee.given;
     // append rather than "[" + w.label(): GCC 12 gives a false -Wrestrict warning on that.
     start_worker(w, std::string("[").append(w.label()).append("] "), program_, options_.command,
-                 worker_environment(options_, w, master_port_), w.log);
+                 worker_environment(options_, w, master_port_, restarts_done_), w.log,
+                 chosen ? 3 & ~(redirected & ~teed) : 3, chosen ? redirected | teed : 3);
     if (options_.trace_path)
       w.trace_parts.emplace_back(w.label(), accord::trace_part_path(*options_.trace_path,
                                                                     w.joiner() ? "join" + std::to_string(w.pid)
@@ -704,6 +840,27 @@ class supervisor {
     } catch (const std::exception& error) {
       say(error.what());
       return false;
+    }
+  }
+
+  // --max-restarts without --elastic, once the group has stopped: every worker starts again, as
+  // at launch (at a fresh free port unless one was given); a log file goes on.
+  void restart_group() {
+    group_restart_pending_ = false;
+    stopping_ = false;
+    kill_deadline_.reset();
+    if (!options_.master_port) master_port_ = find_free_port();
+    for (worker& w : workers_) {
+      w.close_streams();
+      w.trace_parts.clear();  // the new start writes the same parts afresh
+      try {
+        start(w);
+      } catch (const std::exception& error) {
+        say(error.what());
+        exit_status_ = dynamic_cast<const cannot_run_error*>(&error) != nullptr ? cannot_run_exit : 1;
+        stop(SIGTERM);
+        return;
+      }
     }
   }
 
@@ -768,6 +925,10 @@ class supervisor {
       const bool any_running = std::any_of(workers_.begin(), workers_.end(), [](const worker& w) { return w.running; });
       const bool any_open = std::any_of(workers_.begin(), workers_.end(),
                                         [](const worker& w) { return w.out.open() || w.err.open(); });
+      if (!any_running && group_restart_pending_ && exit_status_ == 0) {
+        restart_group();
+        continue;
+      }
       if (!any_running) {
         // A worker's own children may keep its pipes open; give them the grace period, no more.
         if (!any_open) break;
@@ -827,7 +988,8 @@ class supervisor {
     const auto now = clock_type::now();
     if (job_deadline_ && now >= *job_deadline_) {
       job_deadline_.reset();
-      if (!stopping_) {
+      if (!stopping_ || group_restart_pending_) {  // a group stopping to restart stays stopped
+        group_restart_pending_ = false;
         say("timed out after " + format_seconds(*options_.timeout_seconds) + "; stopping the workers");
         exit_status_ = timeout_exit;
         stop(SIGTERM);
@@ -877,10 +1039,18 @@ class supervisor {
         last_failure_status_ = worker_status;
         continue;
       }
-      say(verdict);
-      exit_status_ = worker_status;
       const auto others = std::count_if(workers_.begin(), workers_.end(), [](const worker& o) { return o.running; });
-      if (others > 0) say("stopping the other " + std::to_string(others) + " worker(s)");
+      if (restarts_done_ < options_.max_restarts) {
+        // torchrun's way: the whole group stops and starts again once none runs (supervise()).
+        ++restarts_done_;
+        group_restart_pending_ = true;
+        say(verdict + "; restarting all " + std::to_string(workers_.size()) + " worker(s) (restart " +
+            std::to_string(restarts_done_) + " of " + std::to_string(options_.max_restarts) + ")");
+      } else {
+        say(verdict);
+        exit_status_ = worker_status;
+        if (others > 0) say("stopping the other " + std::to_string(others) + " worker(s)");
+      }
       stop(SIGTERM);
     }
   }
@@ -905,6 +1075,7 @@ class supervisor {
   int exit_status_ = 0;
   bool stopping_ = false;
   bool interrupted_ = false;
+  bool group_restart_pending_ = false;  // --max-restarts without --elastic: the group stops to start again
   bool any_worker_succeeded_ = false;
   std::optional<int> last_failure_status_;  // of an elastic worker other than RANK 0, or a joiner
   std::optional<clock_type::time_point> job_deadline_;

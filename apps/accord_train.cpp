@@ -330,7 +330,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "accord-train: %s\n", e.what());
     std::fflush(stderr);
-    // After a failed multi-process job a communicator may stay blocked on a dead peer.
-    std::_Exit(2);
+    // After a failed multi-process job a communicator may stay blocked on a dead peer. A job
+    // stopped by a signal before it started (the rendezvous ended) exits as one stopped later.
+    std::_Exit(stop_requested && stop_signal ? 128 + stop_signal.load() : 2);
   }
 }

@@ -29,13 +29,15 @@ blas_threads_choice choose_blas_threads(int requested, int workers_here, int cor
   if (requested > 0) return {requested, "--blas-threads"};
   for (const char* name : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"})
     if (const char* value = environment(name); value && *value) return {positive_value(name, value), name};
+  // The launcher's LOCAL_WORLD_SIZE wins over the job's count by host address: ranks in network
+  // namespaces of one machine have addresses of their own, yet share its cores.
   int processes = 1;
   std::string source = "(LOCAL_WORLD_SIZE)";
-  if (job_processes_here > 0) {
+  if (const char* value = environment("LOCAL_WORLD_SIZE"); value && *value) {
+    processes = positive_value("LOCAL_WORLD_SIZE", value);
+  } else if (job_processes_here > 0) {
     processes = job_processes_here;
     source = "of the job";
-  } else if (const char* value = environment("LOCAL_WORLD_SIZE"); value && *value) {
-    processes = positive_value("LOCAL_WORLD_SIZE", value);
   }
   const int workers = std::max(1, workers_here);
   std::string reason = std::to_string(cores) + " cores / ";

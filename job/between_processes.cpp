@@ -473,11 +473,16 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
     setup.fingerprint = origin.fingerprint;
     setup.job_id = job_id;
     setup.rendezvous_timeout = group.rendezvous_timeout;
+    setup.stop_requested = hooks.stop_requested;
     setup.pipe = origin.algo->pipe;
     setup.total_rounds = origin.rounds;
     setup.origin_steps = origin.resume ? origin.resume->steps : 0;
     setup.origin_data_position = origin.data_position;
-    setup.on_event = group.on_event;
+    // Where nobody hears the events (an app's own loop, Python's accord), rank 0 still names
+    // the starting ranks it waits for, on stderr.
+    setup.on_event = group.on_event ? group.on_event : [](const std::string& line) {
+      if (line.starts_with(rendezvous_wait_line)) std::fprintf(stderr, "accord: %s\n", line.c_str());
+    };
     setup.control = control;
     setup.takeover = takeover;
     setup.takeover_cause = cause;
@@ -596,7 +601,8 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       me.agent = spawn_member_agent(*system, member_agent_setup{me.change_epoch, me.link, group.leave_requested,
                                                                 me.membership, group.on_event,
                                                                 caf::actor_cast<caf::actor>(standby),
-                                                                elastic ? detector : std::nullopt});
+                                                                elastic ? detector : std::nullopt,
+                                                                master ? nullptr : hooks.stop_requested});
       self->request(me.agent, caf::infinite, hello_atom::value, std::move(hello))
           .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
     };

@@ -26,7 +26,8 @@ void size_blas(const job_plan& plan, int local_workers);
 
 // An epoch of a job between processes: this process's one worker shares the cores with the
 // epoch's members on its host (the host parts of their transport `addresses`), so a joiner
-// started by hand does not size itself as if alone. The choice when it changed the thread count.
+// started by hand does not size itself as if alone; LOCAL_WORLD_SIZE, --blas-threads and the
+// BLAS variables win over that count (choose_blas_threads). The choice when it changed the thread count.
 std::optional<blas_threads_choice> size_blas_for_epoch(const job_plan& plan, const std::vector<std::string>& addresses,
                                                        int rank);
 

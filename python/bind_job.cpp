@@ -306,6 +306,7 @@ struct worker_handle {
       target->require_size(job->parameter_count(), "the job's parameters are");
       job->require_job_memory(*target, "into");
     }
+    wait_ready();
     py::gil_scoped_release unlocked;
     auto request = get().next();
     if (request && target) {
@@ -320,6 +321,23 @@ struct worker_handle {
       request->parameters_at = {};
     }
     return request;
+  }
+
+  // Waits (without the GIL) until next() answers at once, in slices between which Python's
+  // signal handlers run (the main thread's: Ctrl-C while rank 0 waits for the others, say). A
+  // handler that raises (KeyboardInterrupt) cancels the job, and its exception propagates.
+  void wait_ready() {
+    constexpr auto slice = std::chrono::milliseconds(100);
+    for (;;) {
+      {
+        py::gil_scoped_release unlocked;
+        if (get().wait_ready(slice)) return;
+      }
+      if (PyErr_CheckSignals() != 0) {
+        job->cancel();
+        throw py::error_already_set();
+      }
+    }
   }
 
   void submit(py::handle gradient, double items, double loss) {

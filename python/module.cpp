@@ -11,6 +11,7 @@
 
 PYBIND11_MODULE(_accord, m) {
   m.doc() = "accord: communication-hiding data-parallel training, driven by the app's own loop";
+  m.attr("__version__") = ACCORD_PROJECT_VERSION;
   accord::python::bind_settings(m);
   accord::python::bind_job(m);
   m.def("algorithm_names", &accord::algorithm_names, "Every algorithm JobConfig.algorithm accepts.");

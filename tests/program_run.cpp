@@ -80,7 +80,7 @@ program_run run_program(const std::string& program, const std::vector<std::strin
     }
     if (options.terminate_after_lines > 0 && !terminated &&
         std::count(result.out.begin(), result.out.end(), '\n') >= options.terminate_after_lines) {
-      kill(pid, SIGTERM);
+      kill(pid, options.terminate_signal);
       terminated = true;
     }
   }

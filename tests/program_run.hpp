@@ -2,6 +2,7 @@
 // Runs a program of apps/ as a child process and collects what it printed: the one subprocess
 // runner every test that starts a real binary shares.
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,9 @@ struct program_options {
   std::vector<std::string> environment_removed = {};
   // Killed (SIGKILL) past this; the run then says timed_out.
   std::chrono::milliseconds deadline = std::chrono::minutes(10);
-  // SIGTERM once the child's stdout holds this many lines (0: never).
+  // terminate_signal (SIGTERM; SIGINT as Ctrl-C) once the child's stdout holds this many lines (0: never).
   int terminate_after_lines = 0;
+  int terminate_signal = SIGTERM;
 };
 
 program_run run_program(const std::string& program, const std::vector<std::string>& arguments,

@@ -455,6 +455,131 @@ TEST_CASE("--log-dir writes each worker's output, unprefixed, to DIR/rank-R.log 
   CHECK(std::count(refused.err.begin(), refused.err.end(), '\n') == 1);
 }
 
+TEST_CASE("as torchrun: a .py script and -m's module run with Python, --no-python runs the program as it is") {
+  // ACCORD_LAUNCH_PYTHON=/bin/echo shows the command line each worker gets.
+  const auto with_python = [](const std::string& python, std::vector<std::string> arguments,
+                              std::vector<std::string> environment = {}) {
+    environment.push_back("ACCORD_LAUNCH_PYTHON=" + python);
+    return testing::run_program(ACCORD_LAUNCH_BINARY, arguments,
+                                {.environment = environment, .environment_removed = {"ACCORD_LAUNCH_PYTHON="}});
+  };
+  const auto sorted_lines = [](const std::string& text) {
+    std::vector<std::string> lines = lines_of(text);
+    std::sort(lines.begin(), lines.end());
+    return lines;
+  };
+  const auto script = with_python("/bin/echo", {"-n", "2", "train.py", "--lr", "1"});
+  CHECK(script.exit_status == 0);
+  CHECK(sorted_lines(script.out) == std::vector<std::string>{"[rank 0] -u train.py --lr 1", "[rank 1] -u train.py --lr 1"});
+  const auto module = with_python("/bin/echo", {"-n", "1", "-m", "pkg.train", "--lr", "1"});
+  CHECK(module.exit_status == 0);
+  CHECK(module.out == "[rank 0] -u -m pkg.train --lr 1\n");
+  CHECK(with_python("/bin/echo", {"-n", "1", "--module", "--", "pkg.train"}).out == "[rank 0] -u -m pkg.train\n");
+
+  const std::string dir = "/tmp/accord_test_launch_python_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const auto write_program = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    std::filesystem::permissions(dir + "/" + name, std::filesystem::perms::owner_all);
+  };
+  // --no-python: the script runs as a program (its #! line).
+  write_program("direct.py", "#!/bin/sh\necho direct $RANK \"$@\"\n");
+  const auto direct = with_python("/bin/echo", {"-n", "1", "--no-python", dir + "/direct.py", "x"});
+  CHECK(direct.exit_status == 0);
+  CHECK(direct.out == "[rank 0] direct 0 x\n");
+  // Without ACCORD_LAUNCH_PYTHON: python3 on PATH, and one clear line where there is none.
+  write_program("python3", "#!/bin/sh\necho python3 \"$@\"\n");
+  const auto from_path = testing::run_program(ACCORD_LAUNCH_BINARY, {"-n", "1", "train.py"},
+                                              {.environment = {"PATH=" + dir}, .environment_removed = {"ACCORD_LAUNCH_PYTHON=", "PATH="}});
+  CHECK(from_path.exit_status == 0);
+  CHECK(from_path.out == "[rank 0] python3 -u train.py\n");
+  std::filesystem::remove_all(dir);
+  const auto no_python = testing::run_program(ACCORD_LAUNCH_BINARY, {"-n", "1", "train.py"},
+                                              {.environment = {"PATH=" + dir}, .environment_removed = {"ACCORD_LAUNCH_PYTHON=", "PATH="}});
+  CHECK(no_python.exit_status == 127);
+  CHECK(no_python.err == "accord-launch: program 'python3' not found in PATH\n");
+}
+
+TEST_CASE("as torchrun: --standalone, --rdzv-backend c10d's endpoint without a port, --rdzv-id naming the job") {
+  const std::string show = "echo $MASTER_ADDR:$MASTER_PORT $(env | grep -c '^ACCORD_JOB_ID=') $ACCORD_JOB_ID";
+  const auto standalone = run_launcher({"--standalone", "--nnodes=1", "--nproc-per-node=2", "sh", "-c", show});
+  CHECK(standalone.exit_status == 0);
+  std::set<std::string> lines;
+  for (const auto& line : lines_of(standalone.out)) lines.insert(line.substr(line.find("] ") + 2));
+  REQUIRE(lines.size() == 1);  // both ranks: one free port, one job named by the launcher
+  CHECK(lines.begin()->starts_with("127.0.0.1:"));
+  CHECK(lines.begin()->find(" 1 accord-launch:") != std::string::npos);
+
+  // The id replaces an inherited ACCORD_JOB_ID rather than adding a second one.
+  const auto c10d = testing::run_program(
+      ACCORD_LAUNCH_BINARY,
+      {"-n", "2", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1", "--rdzv_id=run7", "sh", "-c", show},
+      {.environment = {"ACCORD_JOB_ID=inherited"}, .environment_removed = {"ACCORD_JOB_ID="}});
+  CHECK(c10d.exit_status == 0);
+  std::set<std::string> c10d_lines;
+  for (const auto& line : lines_of(c10d.out)) c10d_lines.insert(line);
+  CHECK(c10d_lines == std::set<std::string>{"[rank 0] 127.0.0.1:29400 1 run7", "[rank 1] 127.0.0.1:29400 1 run7"});
+
+  const auto static_backend =
+      run_launcher({"-n", "1", "--rdzv-backend", "static", "--rdzv-endpoint", "127.0.0.1:29411", "sh", "-c", show});
+  CHECK(static_backend.out.starts_with("[rank 0] 127.0.0.1:29411 1 accord-launch:"));
+}
+
+TEST_CASE("--redirects and --tee choose, as torchrun, which streams go to --log-dir's files and which to the console") {
+  const std::string dir = "/tmp/accord_test_launch_streams_" + std::to_string(::getpid());
+  const auto file_of = [&](int rank) {
+    std::ifstream in(dir + "/rank-" + std::to_string(rank) + ".log");
+    std::multiset<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.insert(line);
+    return lines;
+  };
+  // Every worker's stdout to its file only; rank 0's stderr to its file and the console.
+  const auto result = run_launcher({"-n", "2", "--log-dir", dir, "--redirects", "1", "--tee", "0:2", "--", "sh", "-c",
+                                    "echo out $RANK; echo err $RANK >&2"});
+  CHECK(result.exit_status == 0);
+  CHECK(result.out.empty());
+  std::multiset<std::string> console;
+  for (const auto& line : lines_of(result.err)) console.insert(line);
+  CHECK(console == std::multiset<std::string>{"[rank 0] err 0", "[rank 1] err 1"});
+  CHECK(file_of(0) == std::multiset<std::string>{"out 0", "err 0"});
+  CHECK(file_of(1) == std::multiset<std::string>{"out 1"});
+  // --tee 3 alone: both streams in both places; --redirects 0: the console only.
+  const auto teed = run_launcher({"-n", "1", "--log-dir", dir, "--tee", "3", "--", "sh", "-c", "echo out; echo err >&2"});
+  CHECK(teed.out == "[rank 0] out\n");
+  CHECK(teed.err == "[rank 0] err\n");
+  CHECK(file_of(0) == std::multiset<std::string>{"out", "err"});
+  const auto plain = run_launcher({"-n", "1", "--log-dir", dir, "--redirects", "0", "--", "echo", "console"});
+  CHECK(plain.out == "[rank 0] console\n");
+  CHECK(file_of(0).empty());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("--max-restarts R without --elastic: a failed worker stops the group, which starts again, R times at most") {
+  // As torchrun: rank 1 fails in the first two starts (rank 0 waits to be stopped), the third
+  // start succeeds; each start sees its count in TORCHELASTIC_RESTART_COUNT.
+  const auto result = run_launcher(
+      {"-n", "2", "--max-restarts", "3", "--timeout", "60", "--", "sh", "-c",
+       "echo start $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS; "
+       "if [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then if [ $RANK = 1 ]; then exit 3; fi; exec sleep 1000; fi"});
+  CHECK(result.exit_status == 0);
+  std::multiset<std::string> lines;
+  for (const auto& line : lines_of(result.out)) lines.insert(line);
+  CHECK(lines == std::multiset<std::string>{"[rank 0] start 0 of 3", "[rank 1] start 0 of 3", "[rank 0] start 1 of 3",
+                                            "[rank 1] start 1 of 3", "[rank 0] start 2 of 3", "[rank 1] start 2 of 3"});
+  CHECK(launcher_lines(result.err) ==
+        std::vector<std::string>{"accord-launch: rank 1 exited with status 3; restarting all 2 worker(s) (restart 1 of 3)",
+                                 "accord-launch: rank 1 exited with status 3; restarting all 2 worker(s) (restart 2 of 3)"});
+
+  // Once no restart is left, the failure stops the job with the worker's status.
+  const auto exhausted = run_launcher({"-n", "2", "--max-restarts", "1", "--timeout", "60", "--", "sh", "-c",
+                                       "if [ $RANK = 1 ]; then exit 5; fi; exec sleep 1000"});
+  CHECK(exhausted.exit_status == 5);
+  CHECK(launcher_lines(exhausted.err) ==
+        std::vector<std::string>{"accord-launch: rank 1 exited with status 5; restarting all 2 worker(s) (restart 1 of 1)",
+                                 "accord-launch: rank 1 exited with status 5",
+                                 "accord-launch: stopping the other 1 worker(s)"});
+}
+
 TEST_CASE("a failing worker stops the others and its status becomes the launcher's") {
   SUBCASE("exit status 3; the others sleep until stopped") {
     const auto result = run_launcher({"-n", "3", "--", "sh", "-c",
@@ -649,9 +774,27 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
       {{"-n", "2", "--join", "node1:29500", "--nnodes", "2", "true"},
        "--join conflicts with --nnodes (joiners get their rank and master from the running job)"},
       {{"-n", "2", "--max-restarts", "-1", "--elastic", "true"}, "--max-restarts must be in 0..1048576, got -1"},
-      {{"-n", "2", "--max_restarts", "3", "true"},
-       "--max_restarts 3 needs --elastic (or --join): without it the first worker that fails stops the job, and "
-       "a restarted worker joins an elastic job"},
+      {{"-n", "2", "--rdzv-backend", "etcd", "true"}, "--rdzv-backend: 'etcd' (expected static|c10d)"},
+      {{"-n", "2", "--rdzv-backend", "static", "--rdzv-endpoint", "node1", "true"},
+       "--rdzv-endpoint expects HOST:PORT with a port in 1..65535, got 'node1'"},
+      {{"-n", "2", "--rdzv-id=", "true"}, "--rdzv-id must not be empty"},
+      {{"-n", "2", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node1", "true"},
+       "--nnodes 2 needs --node-rank (accord-launch does not hand out node ranks at the rendezvous as torchrun's "
+       "c10d backend does: give each machine its --node-rank)"},
+      {{"-n", "2", "--standalone", "--rdzv-endpoint", "node1:29500", "true"},
+       "--standalone conflicts with --rdzv-endpoint (it runs the whole job on this machine)"},
+      {{"-n", "2", "--standalone", "--nnodes", "2", "--node-rank", "0", "true"},
+       "--standalone conflicts with --nnodes 2 (it runs the whole job on this machine)"},
+      {{"-n", "2", "--standalone", "--join", "node1:29500", "true"},
+       "--standalone conflicts with --join (it starts the whole job)"},
+      {{"-n", "2", "--standalone=yes", "true"}, "--standalone takes no value, got '--standalone=yes'"},
+      {{"-n", "2", "-m", "--no-python", "pkg.train"}, "-m conflicts with --no-python (a module runs with Python)"},
+      {{"-n", "2", "--tee", "3", "true"}, "--tee needs --log-dir (its files hold the streams)"},
+      {{"-n", "2", "--log-dir", "/tmp", "--redirects", "4", "true"}, "--redirects must be in 0..3, got 4"},
+      {{"-n", "2", "--log-dir", "/tmp", "--redirects", "0:1,2:3", "true"},
+       "--redirects's local rank must be in 0..1, got 2"},
+      {{"-n", "2", "--log-dir", "/tmp", "--tee", "0:1,1", "true"},
+       "--tee expects N or LOCAL_RANK:N,... with N in 0..3, got '0:1,1'"},
       {{"-n", "2", "--master-port", "70000", "--", "true"}, "--master-port must be in 1..65535, got 70000"},
       {{"-n", "2", "--timeout", "-1", "--", "true"}, "--timeout expects a positive number of seconds, got '-1'"},
       {{"-n", "2", "--world-size", "4", "--", "true"},
@@ -700,7 +843,9 @@ TEST_CASE("accord-launch rejects bad command lines with one line and status 2") 
   for (const char* documented : {"--nnodes M", "--node-rank K", "--rdzv-endpoint HOST:PORT", "--max-restarts R",
                                  "--nproc_per_node", "--master-addr", "--master-port", "--rank-offset", "--world-size", "--timeout",
                                  "--grace", "--elastic", "--join HOST:PORT", "ACCORD_ELASTIC", "ACCORD_JOIN",
-                                 "[join L]", "LOCAL_WORLD_SIZE", "SIGKILL", "--trace FILE", "--log-dir DIR"})
+                                 "[join L]", "LOCAL_WORLD_SIZE", "SIGKILL", "--trace FILE", "--log-dir DIR", "--standalone",
+                                 "--rdzv-backend static|c10d", "--rdzv-id ID", "-m, --module", "--no-python",
+                                 "--redirects N", "--tee N", "TORCHELASTIC_RESTART_COUNT", "ACCORD_LAUNCH_PYTHON"})
     CHECK(help.out.find(documented) != std::string::npos);
 }
 
@@ -755,17 +900,22 @@ TEST_CASE("BLAS threads: --blas-threads, then OPENBLAS_NUM_THREADS, then OMP_NUM
   CHECK_THROWS_WITH_AS(choice(0, 1), "LOCAL_WORLD_SIZE='two' is not a positive integer", std::invalid_argument);
   variables = {{"OMP_NUM_THREADS", "-1"}};
   CHECK_THROWS_WITH_AS(choice(0, 1), "OMP_NUM_THREADS='-1' is not a positive integer", std::invalid_argument);
-  // An epoch between processes knows its members' hosts: that count wins over LOCAL_WORLD_SIZE
-  // (a joiner started by hand has none), the variables and the flag over both.
-  variables = {{"LOCAL_WORLD_SIZE", "2"}};
+  // An epoch between processes counts its members by host address. A launcher's LOCAL_WORLD_SIZE
+  // wins over that guess (ranks in network namespaces of one machine each have an address of
+  // their own: 4 of them on 2 cores must not take 2 threads each); the guess serves a joiner
+  // started by hand, which has no LOCAL_WORLD_SIZE. The variables and the flag win over both.
   const auto in_epoch = [&](int requested, int processes_here) {
     const auto c = choose_blas_threads(requested, 1, 16, environment, processes_here);
     return std::to_string(c.threads) + " (" + c.reason + ")";
   };
+  variables = {};
   CHECK(in_epoch(0, 4) == "4 (16 cores / 4 processes here of the job / 1 worker)");
-  CHECK(in_epoch(0, 1) == "16 (16 cores / 1 worker)");
-  CHECK(in_epoch(0, 0) == "8 (16 cores / 2 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
-  CHECK(in_epoch(3, 4) == "3 (--blas-threads)");
+  CHECK(in_epoch(0, 0) == "16 (16 cores / 1 worker)");
+  variables = {{"LOCAL_WORLD_SIZE", "4"}};
+  CHECK(in_epoch(0, 1) == "4 (16 cores / 4 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
+  CHECK(in_epoch(0, 2) == "4 (16 cores / 4 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
+  CHECK(in_epoch(0, 0) == "4 (16 cores / 4 processes here (LOCAL_WORLD_SIZE) / 1 worker)");
+  CHECK(in_epoch(3, 1) == "3 (--blas-threads)");
   variables["OPENBLAS_NUM_THREADS"] = "2";
   CHECK(in_epoch(0, 4) == "2 (OPENBLAS_NUM_THREADS)");
 }

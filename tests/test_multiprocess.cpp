@@ -729,6 +729,46 @@ TEST_CASE("rank 0 names the ranks it waits for and gives up after the rendezvous
   CHECK(out.text.find("accord-train: rendezvous: ranks 1, 2 of 3 did not say hello within 2 s") != std::string::npos);
 }
 
+TEST_CASE("Ctrl-C ends the rendezvous at once: rank 0 stops the job, another waiting rank stops waiting, also under accord-launch") {
+  // Rank 0 alone (rank 1 never comes), interrupted once it has printed its first lines: it ends
+  // the rendezvous naming whom it waited for, long before the rendezvous timeout.
+  const auto master = accord::testing::run_program(
+      train, {"--steps", "1", "--width", "32", "--layers", "1", "--heads", "2", "--context", "16", "--rendezvous-timeout", "300"},
+      {.environment = {"RANK=0", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(free_port())},
+       .deadline = std::chrono::seconds(60), .terminate_after_lines = 1, .terminate_signal = SIGINT});
+  INFO(master.out << master.err);
+  CHECK(!master.timed_out);
+  CHECK(master.exit_status == 128 + SIGINT);
+  // (Its own hello may not have reached its membership actor yet: "ranks 0, 1 of 2" then.)
+  CHECK(master.err.find("accord-train: rendezvous: asked to stop while waiting for rank") != std::string::npos);
+  CHECK(master.err.find("1 of 2\n") != std::string::npos);
+  // Rank 1 has said hello (rank 0's line every 10 s names rank 2 only) and waits for rank 2.
+  // (timeout --foreground passes the SIGINT on once; without it, once more to the group: a second
+  // Ctrl-C, which kills at once.)
+  const std::string place = "WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(free_port());
+  const std::string log = "multiprocess_rendezvous_" + std::to_string(getpid()) + ".log";
+  const run_output waiting = run(
+      "RANK=0 " + place + " timeout 60 " + train + train_flags + " --steps 1 > " + log + " 2>&1 & RANK=1 " + place +
+      " timeout --foreground 60 " + train + train_flags + " --steps 1 & rank1=$!; i=0; until grep -q 'waiting for rank 2 of 3' " + log +
+      "; do sleep 0.2; i=$((i+1)); [ $i -lt 150 ] || break; done; kill -INT $rank1; wait $rank1; echo rank 1 status $?; "
+      "wait; cat " + log);
+  std::remove(log.c_str());
+  INFO(waiting.text);
+  CHECK(waiting.text.find("membership: waiting for rank 2 of 3 (10 s)") != std::string::npos);
+  CHECK(waiting.text.find("accord-train: asked to stop while waiting for the job's other ranks (rendezvous)") !=
+        std::string::npos);
+  CHECK(waiting.text.find("rank 1 status 130") != std::string::npos);
+  // Ctrl-C to accord-launch reaches its waiting worker, which ends at once too.
+  const auto launched = accord::testing::run_program(
+      ACCORD_LAUNCH_BINARY, {"-n", "1", "--world-size", "2", "--master-port", std::to_string(free_port()), "--", train,
+                             "--steps", "1", "--width", "32", "--layers", "1", "--heads", "2", "--context", "16"},
+      {.deadline = std::chrono::seconds(60), .terminate_after_lines = 1, .terminate_signal = SIGINT});
+  INFO(launched.out << launched.err);
+  CHECK(!launched.timed_out);
+  CHECK(launched.exit_status == 128 + SIGINT);
+  CHECK(launched.err.find("[rank 0] accord-train: rendezvous: asked to stop while waiting for rank") != std::string::npos);
+}
+
 TEST_CASE("a worker whose master port accepts but never answers fails naming the handshake") {
   // A listening socket that never accepts: the kernel completes the connection, nobody speaks.
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -41,7 +41,12 @@
   job_workers        Job(workers=2) in one process, its two workers driven by two app threads,
                      equals train() with 2 workers bit for bit; both copies end with the result
   pip_install        pyproject.toml: pip install --no-build-isolation --target DIR installs a
-                     package that imports from DIR and trains
+                     package that imports from DIR and trains, accord.__version__ is CMake's
+                     project version, and its accord-launch console script runs a .py script
+                     with that Python
+  rendezvous_interrupt  rank 0 of 2 without its rank 1 (its own loop's accord.Job, and
+                     accord.torch.train) names rank 1 on stderr every 10 s, and Ctrl-C ends the
+                     wait at once with KeyboardInterrupt (not at the 300 s rendezvous timeout)
   settings           JobConfig, TopologyOptions, MembershipChange, ParameterGroup and ProcessGroup
                      have a property for every field of C++'s structs (their lists in
                      accord/config_fields.hpp), and StepMetrics, JobResult and what they hold
@@ -52,6 +57,7 @@ Without torch or numpy it exits 1 saying so ($ACCORD_MISSING_EXIT under ctest: s
 import importlib.util
 import itertools
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -944,13 +950,69 @@ def pip_install():
         out = subprocess.run([sys.executable, "-c", "import sys; " + check, target], check=True, env=environment,
                              capture_output=True, text=True).stdout
         assert out.strip().endswith(" 2"), out
-        print(f"pip installed and trained from {out.strip()}")
+        # The version is CMake's project version; the console script runs a .py script with this Python.
+        with open(os.path.join(root, "CMakeLists.txt")) as cmake:
+            project_version = re.search(r"project\(accord VERSION ([0-9.]+)", cmake.read()).group(1)
+        version = subprocess.run([sys.executable, "-c", "import accord; print(accord.__version__)"], check=True,
+                                 env=environment, capture_output=True, text=True).stdout.strip()
+        assert version == project_version == accord.__version__, (version, project_version, accord.__version__)
+        script = os.path.join(target, "where.py")
+        with open(script, "w") as out_file:
+            out_file.write("import os, sys; print(os.environ['RANK'], sys.executable)\n")
+        launched = subprocess.run([os.path.join(target, "bin", "accord-launch"), "-n", "2", script], check=True,
+                                  env={k: v for k, v in environment.items() if k != "ACCORD_LAUNCH_PYTHON"},
+                                  capture_output=True,
+                                  text=True).stdout
+        assert sorted(launched.splitlines()) == [f"[rank 0] 0 {sys.executable}", f"[rank 1] 1 {sys.executable}"], \
+            launched
+        print(f"pip installed accord {version} and trained from {out.strip()}; its accord-launch ran {script}")
+
+
+def rendezvous_interrupt():
+    import socket
+    import subprocess
+    import threading
+    own_loop = ("import accord, numpy; job = accord.Job(numpy.zeros(4, dtype=numpy.float32), "
+                "accord.config(algorithm='ddp', workers=2, steps=1), 'four', group=accord.process_group()); "
+                "job.worker(0).next()")
+    torch_train = ("import accord.torch, torch; accord.torch.train(torch.nn.Linear(2, 1), "
+                   "lambda net, q: net(torch.ones(q.examples, 2)).sum(), algorithm='ddp', steps=1)")
+    ranks = []
+    for script in (own_loop, torch_train):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        environment = dict(os.environ, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                           MASTER_PORT=str(port))
+        ranks.append(subprocess.Popen([sys.executable, "-c", script], env=environment, stderr=subprocess.PIPE,
+                                      text=True))
+    for rank in ranks:
+        watchdog = threading.Timer(120, rank.kill)  # a rank that never says whom it waits for
+        watchdog.start()
+        seen = []
+        for line in rank.stderr:
+            seen.append(line)
+            if "accord: membership: waiting for rank 1 of 2 (10 s)" in line:
+                break
+        watchdog.cancel()
+        assert rank.poll() is None, "".join(seen)
+    for rank in ranks:
+        rank.send_signal(signal.SIGINT)
+    for rank in ranks:
+        try:
+            rest = rank.communicate(timeout=20)[1]
+        except subprocess.TimeoutExpired:
+            rank.kill()
+            raise AssertionError("rank 0 still waits 20 s after Ctrl-C") from None
+        assert rank.returncode == -signal.SIGINT, (rank.returncode, rest)
+        assert "KeyboardInterrupt" in rest, rest
+    print("both ranks 0 named rank 1 while waiting and ended at Ctrl-C")
 
 
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (ddp_equals_adamw, loop_equals_torch, acco_and_dlion, buffers, epochs, checkpoints,
                                      precisions, devices, cuda_module, bad_input, app_error, settings,
-                                     status_page, early_errors, job_workers, pip_install)}
+                                     status_page, early_errors, job_workers, pip_install, rendezvous_interrupt)}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:
         sys.exit(f"usage: test_python.py {'|'.join(cases)}")
     cases[sys.argv[1]]()

@@ -10,6 +10,7 @@
 #include "recovery/checkpoint.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -204,6 +205,33 @@ TEST_CASE("an app-driven job is cancelled from the app, every worker stops after
   CHECK(result.steps.size() >= 3);
   CHECK(result.steps.size() < 100);
   CHECK(result.replicas_identical);
+}
+
+TEST_CASE("wait_ready: false while the round waits for the other workers, true once next() answers at once") {
+  const waves data(dim);
+  const job_config job = small_job("ddp");
+  auto running = app_job::start(quadratic_app(dim, data), job);
+  worker& first = running->local_worker(0);
+  quadratic net(dim);
+  std::vector<float> gradient(dim);
+  // Alone, worker 0 answers its round's micro-batches, then waits for the others' gradients.
+  auto request = first.next();
+  int answered = 0;
+  for (; request; request = first.wait_ready(std::chrono::milliseconds(300)) ? first.next() : std::nullopt) {
+    const batch input = data.examples(request->first_position, request->examples);
+    const double loss = net.forward_backward(request->parameters, input, gradient);
+    first.submit(gradient, static_cast<double>(input.items()), loss);
+    REQUIRE(++answered < 100);
+  }
+  CHECK(answered >= 1);
+  std::vector<std::thread> others;
+  for (std::size_t i = 1; i < running->local_workers(); ++i)
+    others.emplace_back([&, i] { drive(running->local_worker(i), data); });
+  drive(first, data);
+  for (auto& t : others) t.join();
+  CHECK(running->wait().steps.size() == job.steps);
+  CHECK(first.wait_ready(std::chrono::milliseconds(0)));  // over: next() answers nullopt at once
+  CHECK(!first.next());
 }
 
 TEST_CASE("app-driven jobs refuse bad input with one line naming it") {

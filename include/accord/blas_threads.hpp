@@ -15,9 +15,10 @@ struct blas_threads_choice {
 // `requested` (--blas-threads) when above 0; else OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS (as
 // torchrun users set them; "4,2" counts as 4); else the cores shared among `workers_here` workers
 // of this process times the processes on this machine, at least 1. Those processes are
-// `job_processes_here` when the job knows them (an epoch of a job between processes: its members'
-// hosts, so that a joiner started by hand shares the cores with the members already here), else
-// LOCAL_WORLD_SIZE (default 1). `environment` reads a variable (null when unset). Throws
+// LOCAL_WORLD_SIZE when a launcher set it (it knows, where host addresses do not: ranks in network
+// namespaces of one machine each have their own), else `job_processes_here` when the job knows
+// them (an epoch of a job between processes: its members' hosts, so that a joiner started by
+// hand shares the cores with the members already here), else 1. `environment` reads a variable (null when unset). Throws
 // std::invalid_argument naming the variable whose value is not a positive integer.
 blas_threads_choice choose_blas_threads(int requested, int workers_here, int cores,
                                         const std::function<const char*(const char*)>& environment,

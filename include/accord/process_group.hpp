@@ -71,7 +71,8 @@ struct process_group {
   // (accord-launch --replay-membership does). Empty: no replay.
   std::string membership_replay;
   // Rank 0: one line per membership event (epochs formed, state restored and verified); every
-  // rank: one line per member lost or leaving (who, its role, the step, the cause).
+  // rank: one line per member lost or leaving (who, its role, the step, the cause). Unset, rank
+  // 0's line naming the starting ranks it waits for (every 10 s) still goes to stderr.
   std::function<void(const std::string&)> on_event;
 };
 

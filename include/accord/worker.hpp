@@ -20,6 +20,7 @@
 #include <accord/device_span.hpp>
 #include <accord/job.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -76,6 +77,10 @@ public:
   // (finished, cancelled or failed: app_job::wait() says which). Keep calling it until then:
   // the other workers of a round wait for this one.
   std::optional<micro_batch_request> next();
+  // Waits at most `timeout` until next() would answer at once (a request, or the job's end);
+  // true when it would. An app that must stay responsive while accord waits (the rendezvous,
+  // the other workers) waits in slices: Python's binding runs its signal handlers in between.
+  bool wait_ready(std::chrono::milliseconds timeout);
   // The gradient of the mean loss over the micro-batch's `items` (examples or tokens), at the
   // parameters of the last next(), and that mean loss. It lives in app_model::memory (a host
   // span converts) with no writes pending on any CUDA stream. Added into the sum before this

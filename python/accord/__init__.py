@@ -10,6 +10,7 @@ driven by the app's own training loop.
 
 accord.torch trains a torch.nn.Module this way in a few lines.
 """
+from ._accord import __version__  # CMake's project version, as pip's
 from ._accord import (EdgeTraffic, Job, JobConfig, JobResult, MembershipChange, ParameterGroup, ProcessGroup, Request,
                       StepMetrics, ThreadCpu, TopologyOptions, Worker, WorkerSeconds, algorithm_names, cuda_unusable,
                       read_checkpoint, topology_names)

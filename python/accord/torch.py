@@ -369,6 +369,8 @@ class _Start:
         if self._failure is not None:
             if errors and isinstance(self._failure, RuntimeError):  # the app's error failed the job
                 raise errors[0] from self._failure
+            if self.interrupted and isinstance(self._failure, RuntimeError):  # Ctrl-C before the job started
+                raise KeyboardInterrupt(str(self._failure)) from self._failure
             raise self._failure
         return self._result
 
