@@ -114,10 +114,11 @@ TEST_CASE("bucketed DDP equals unbucketed DDP bit for bit on the quadratic, with
     CAPTURE(wire);
     job_config job = test_job("ddp", 3, 4).micro_batches_per_round(2).adamw(0.05f);
     job.wire_precision = wire;
-    job.bucket_cap_mb = 0;
-    const job_result whole = run_quadratic_ddp(job);
-    job.bucket_cap_mb = cap_of(26);  // the quadratic finishes its gradients in quarters of 26
+    job.bucket_cap_mb = 0;  // off
     job.trace_path = "gradient_buckets_quadratic.trace.json";
+    const job_result whole = run_quadratic_ddp(job);
+    CHECK(spans_named(job.trace_path, "reduce-scatter bucket") == 0);
+    job.bucket_cap_mb = cap_of(26);  // the quadratic finishes its gradients in quarters of 26
     const job_result bucketed = run_quadratic_ddp(job);
     check_bitwise_equal(bucketed, whole);
     // Each worker's last micro-batch of each step hands out 4 buckets, reduced before the round.
