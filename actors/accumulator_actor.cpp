@@ -107,11 +107,9 @@ void request_micro_batch(self_pointer self) {
   s.fetched = false;
   // The model adds the micro-batch's gradient straight into the sum: no gradient buffer of its own.
   if (!s.accumulated) s.accumulated = take_zeroed(s);
-  // The micro-batch that completes a synchronous round: its finished gradients go out as
-  // buckets while its backward runs (the round launches right after it).
-  if (s.setup.buckets && s.setup.pipe == pipeline::synchronous && !s.in_flight &&
-      s.since_launch + 1 >= s.setup.accumulation)
-    s.setup.buckets->arm(s.round, s.accumulated);
+  // The micro-batch that completes a synchronous round (the only rounds with buckets): its
+  // finished gradients go out as buckets while its backward runs; the round launches right after.
+  if (s.setup.buckets && s.since_launch + 1 >= s.setup.accumulation) s.setup.buckets->arm(s.round, s.accumulated);
   self->request(s.setup.compute, caf::infinite, compute_atom::value, std::move(s.accumulated))
       .then([self](gradient_result& g) { on_gradient(self, g); },
             [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });
