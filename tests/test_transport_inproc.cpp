@@ -358,6 +358,33 @@ TEST_CASE("reduce_scatter_range over buckets in reverse gives reduce_scatter's b
   }
 }
 
+TEST_CASE("grouped collectives reduce a range onto every rank's shard of it") {
+  const std::size_t n = 1001;
+  const shard range{300, 900};
+  for (int world : {3, 4}) {
+    CAPTURE(world);
+    auto endpoints = hierarchical_world(2)(world);
+    std::vector<std::vector<float>> data(world);
+    run_ranks(endpoints, [&](transport& t) {
+      for (std::size_t i = 0; i < n; ++i) data[t.rank()].push_back(testing::small_integer(t.rank(), i));
+      t.reduce_scatter_range(data[t.rank()], range);
+    });
+    for (int rank = 0; rank < world; ++rank) {
+      const shard own = shard_of(n, world, rank);
+      for (std::size_t i = 0; i < n; ++i) {
+        float expected = testing::small_integer(rank, i);  // outside the range: untouched
+        if (i >= range.begin && i < range.end && i >= own.begin && i < own.end) {
+          expected = 0;
+          for (int r = 0; r < world; ++r) expected += testing::small_integer(r, i);
+        } else if (i >= range.begin && i < range.end) {
+          continue;  // scratch
+        }
+        REQUIRE(data[rank][i] == expected);
+      }
+    }
+  }
+}
+
 TEST_CASE("reduce_scatter_range refuses ranges outside the buffer and block-quantized wires") {
   auto endpoints = inproc_fabric(1).endpoints();
   std::vector<float> data(10);
