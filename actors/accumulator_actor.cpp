@@ -86,6 +86,7 @@ void advance(self_pointer self);
 
 void on_gradient(self_pointer self, gradient_result& g) {
   auto& s = self->state;
+  if (s.setup.buckets) s.setup.buckets->disarm();
   s.computing = false;
   s.compute_seconds += g.seconds;
   s.consumed = g.position;
@@ -112,6 +113,9 @@ void request_micro_batch(self_pointer self) {
   s.fetched = false;
   // The model adds the micro-batch's gradient straight into the sum: no gradient buffer of its own.
   if (!s.accumulated) s.accumulated = take_zeroed(s);
+  // The micro-batch that completes a synchronous round (the only rounds with buckets): its
+  // finished gradients go out as buckets while its backward runs; the round launches right after.
+  if (s.setup.buckets && s.since_launch + 1 >= s.setup.accumulation) s.setup.buckets->arm(s.round, s.accumulated);
   self->request(s.setup.compute, caf::infinite, compute_atom::value, std::move(s.accumulated))
       .then([self](gradient_result& g) { on_gradient(self, g); },
             [self](caf::error& e) { fail(self, "compute: " + describe(self->system(), e)); });

@@ -9,6 +9,7 @@
 #include "actors/communicator_actor.hpp"
 #include "actors/compute_actor.hpp"
 #include "actors/coordinator_actor.hpp"
+#include "actors/gradient_buckets.hpp"
 
 #include <functional>
 
@@ -49,6 +50,9 @@ struct accumulator_setup {
   communicator_actor communicator;
   coordinator_actor coordinator;
   std::shared_ptr<memory_meter> meter;
+  // DDP's gradient buckets (null: off): armed for each synchronous round's last micro-batch,
+  // whose model reports its finished gradients to it.
+  std::shared_ptr<bucket_feed> buckets;
 };
 
 accumulator_actor spawn_accumulator_actor(caf::actor_system& system, accumulator_setup setup);

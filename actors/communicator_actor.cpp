@@ -4,13 +4,41 @@
 #include "observe/trace.hpp"
 
 #include <chrono>
+#include <string>
+#include <utility>
 
 namespace accord {
 namespace {
 
 struct communicator_state {
   std::shared_ptr<communicator_setup> setup;
+  // The gradient buckets reduced ahead of the next round: its buffer, their time, and the
+  // error of one that failed (the round reports it).
+  tensor bucketed;
+  double bucket_seconds = 0;
+  std::string bucket_failure;
 };
+
+// A bucket's reduce-scatter, on this thread while the compute thread finishes backward.
+void reduce_bucket(communicator_state& state, const gradient_bucket& bucket) {
+  communicator_setup& s = *state.setup;
+  if (!state.bucket_failure.empty()) return;
+  if (state.bucketed && state.bucketed != bucket.buffer) {
+    state.bucket_failure = "a gradient bucket of round " + std::to_string(bucket.round) +
+                           " came for another buffer than the earlier buckets";
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  set_thread_track(worker_track(s.link->rank(), trace_role::communicator));
+  const trace_span span("reduce-scatter bucket", -1, static_cast<std::int64_t>(bucket.round));
+  try {
+    s.rule->reduce_bucket(*s.link, *bucket.buffer, bucket.range);
+  } catch (const std::exception& e) {
+    state.bucket_failure = e.what();
+  }
+  state.bucketed = bucket.buffer;
+  state.bucket_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // Keeps the state after `round` (a real round: its step is complete); stored only once the
 // buddies' copies arrived, so a death mid-replication leaves the previous generations intact.
@@ -35,8 +63,10 @@ communicator_actor::behavior_type communicator_behavior(
   name_thread(thread_role::communicator, setup->link->rank());  // a detached actor: its own thread
   self->state.setup = std::move(setup);
   return {
+      [self](gradient_bucket& bucket) { reduce_bucket(self->state, bucket); },
       [self](round_request& request) -> caf::result<round_result> {
         auto& s = *self->state.setup;
+        communicator_state& buckets = self->state;
         if (s.crash && request.round == s.crash_round) {
           s.crash();
           return caf::make_error(caf::sec::runtime_error, "rank " + std::to_string(s.link->rank()) +
@@ -44,6 +74,16 @@ communicator_actor::behavior_type communicator_behavior(
                                                               std::to_string(request.round));
         }
         const auto start = std::chrono::steady_clock::now();
+        // The buckets reduced ahead count as this round's communication (hidden behind backward).
+        const double bucket_seconds = std::exchange(buckets.bucket_seconds, 0.0);
+        const tensor bucketed = std::exchange(buckets.bucketed, nullptr);
+        if (const std::string failure = std::exchange(buckets.bucket_failure, {}); !failure.empty())
+          return caf::make_error(caf::sec::runtime_error, "rank " + std::to_string(s.link->rank()) + " round " +
+                                                              std::to_string(request.round) + ": " + failure);
+        if (bucketed && bucketed != request.buffer)
+          return caf::make_error(caf::sec::runtime_error, "rank " + std::to_string(s.link->rank()) + " round " +
+                                                              std::to_string(request.round) +
+                                                              ": its gradient buckets were for another buffer");
         // The update rule's phases below land on this worker's communicator track.
         set_thread_track(worker_track(s.link->rank(), trace_role::communicator));
         const trace_span span(request.estimate ? "estimate round" : "round", -1, static_cast<std::int64_t>(request.round));
@@ -92,7 +132,7 @@ communicator_actor::behavior_type communicator_behavior(
           result.parameters = std::move(request.buffer);
           result.traffic = s.link->stats();
           result.seconds =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+              bucket_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           return result;
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error,

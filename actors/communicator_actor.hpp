@@ -14,7 +14,18 @@
 
 namespace accord {
 
-using communicator_actor = caf::typed_actor<caf::replies_to<round_request>::with<round_result>>;
+// A DDP gradient bucket (actors/gradient_buckets.hpp): `range` of `buffer`, the gradient sum of
+// real round `round`, is final and may be reduced before the round's request arrives. The
+// compute thread sends it while backward writes other ranges of the same buffer; the request
+// comes later (after the micro-batch's result), so every bucket is reduced before its round.
+struct gradient_bucket {
+  std::uint64_t round = 0;
+  shard range;
+  tensor buffer;
+};
+
+using communicator_actor = caf::typed_actor<caf::replies_to<round_request>::with<round_result>,
+                                            caf::reacts_to<gradient_bucket>>;
 
 struct communicator_setup {
   // Shared with the process that built it, which may interrupt() it from another thread.
@@ -50,3 +61,5 @@ communicator_actor spawn_communicator_actor(caf::actor_system& system,
                                             std::shared_ptr<communicator_setup> setup);
 
 }  // namespace accord
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(accord::gradient_bucket)

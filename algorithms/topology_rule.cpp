@@ -57,6 +57,11 @@ public:
   std::size_t state_bytes() const override {
     return algorithm_->state_bytes() + (own_ ? own_->state().values.size() * sizeof(float) : 0);
   }
+  // The ring's round is the algorithm's (worker_spawn buckets only there).
+  bool takes_buckets() const override { return algorithm_->takes_buckets(); }
+  void reduce_bucket(transport& link, std::span<float> buffer, shard range) override {
+    algorithm_->reduce_bucket(link, buffer, range);
+  }
   void settle(transport& link) override { algorithm_->settle(link); }
   std::span<const float> residuals() const override { return algorithm_->residuals(); }
   rule_state snapshot() const override { return algorithm_->snapshot(); }

@@ -20,6 +20,10 @@ void update_rule::apply_on_device(device_collectives&, std::span<float>, const r
   throw std::logic_error("this update rule has no device form; its rounds run on the host");
 }
 
+void update_rule::reduce_bucket(transport&, std::span<float>, shard) {
+  throw std::logic_error("this update rule takes no gradient buckets; its rounds reduce the whole buffer");
+}
+
 namespace {
 
 // torch's clip_grad_norm_: the factor max / (norm + 1e-6) that scales a gradient of this squared
@@ -57,6 +61,16 @@ public:
     }
   }
 
+  // Buckets are reduced before the round's totals are known: not where the buffer is scaled
+  // first (error feedback) or where the app's values are weighed by the totals.
+  bool takes_buckets() const override { return residual_.empty() && kept_.empty(); }
+
+  void reduce_bucket(transport& link, std::span<float> buffer, shard range) override {
+    if (!takes_buckets()) update_rule::reduce_bucket(link, buffer, range);
+    link.reduce_scatter_range(buffer, range, precision_.real.gradients);
+    bucketed_.push_back(range);
+  }
+
   void apply(transport& link, std::span<float> buffer, const round_totals& local,
              const round_totals& global, float learning_rate, std::uint64_t,
              bool estimate, std::span<const float> current) override {
@@ -72,7 +86,7 @@ public:
       if (feedback)
         link.reduce_scatter_feedback(buffer, scale, residual_, wire.gradients, !estimate);
       else
-        link.reduce_scatter(buffer, wire.gradients);
+        reduce_unbucketed(link, buffer, wire.gradients);
     }
     std::optional<trace_span> optimizer_phase(std::in_place, "optimizer step");
     std::span<float> slice = buffer.subspan(own_.begin, own_.size());
@@ -249,6 +263,20 @@ private:
     }
   }
 
+  // The round's reduce-scatter where no bucket reduced the buffer yet: all of it, or the gaps
+  // between the buckets (each element is summed in the same order either way).
+  void reduce_unbucketed(transport& link, std::span<float> buffer, wire_precision wire) {
+    if (bucketed_.empty()) return link.reduce_scatter(buffer, wire);
+    std::sort(bucketed_.begin(), bucketed_.end(), [](const shard& a, const shard& b) { return a.begin > b.begin; });
+    std::size_t end = buffer.size();
+    for (const shard& bucket : bucketed_) {
+      if (bucket.end < end) link.reduce_scatter_range(buffer, {bucket.end, end}, wire);
+      end = std::min(end, bucket.begin);
+    }
+    if (end > 0) link.reduce_scatter_range(buffer, {0, end}, wire);
+    bucketed_.clear();
+  }
+
   // The own shard's master weights and optimizer state (slot after slot, as optimizer_state)
   // in device memory, with copies for estimate rounds.
   struct device_shard {
@@ -266,6 +294,7 @@ private:
   shard own_;
   mutable std::vector<float> master_;  // fp32 master weights of the own shard (stale while device_ holds them)
   std::vector<float> scratch_;  // estimate rounds step a copy of master_
+  std::vector<shard> bucketed_;  // ranges of the next round's buffer its buckets reduced already
   // int8/sign real rounds: this worker's reduce-scatter residual over the whole buffer, in mean
   // gradient units (zero in its own range between rounds: that range never travels compressed).
   std::vector<float> residual_;

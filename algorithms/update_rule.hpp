@@ -48,6 +48,11 @@ public:
   virtual void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals& local,
                                const round_totals& global, float learning_rate, std::uint64_t step,
                                bool estimate);
+  // DDP's gradient buckets (job_config::bucket_cap_mb): a rule that takes them reduces a range
+  // of the next real round's buffer as soon as backward has finished it, before apply; its apply
+  // then reduces only what no bucket covered. Every worker hands the same ranges in the same order.
+  virtual bool takes_buckets() const { return false; }
+  virtual void reduce_bucket(transport& link, std::span<float> buffer, shard range);
   // Before a snapshot (a checkpoint or an elastic kept step: every worker calls it after the
   // same real round) brings state spread over workers into the shape snapshot() takes; a
   // collective. The sharded rule folds its error-feedback residuals into their ranges' owners.

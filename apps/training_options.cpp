@@ -264,6 +264,11 @@ void add_training_options(flag_sections& sections, const job_config& d) {
        "4-bit logarithmic codes, 1-bit signs scaled by the block's mean |x|, or a sign and 1 (sign2) or 2 "
        "(sign3) bits of magnitude from splits at means, with 2 or 4 bf16 levels; parameters travel as the "
        "difference from the current ones) (empty: as --wire-precision)")
+      ("bucket-cap-mb", number_flag(0.0, 10000.0, d.bucket_cap_mb),
+       "DDP's gradient buckets, as torch DDP's bucket_cap_mb: on a round's last micro-batch each run of about "
+       "this many MB of gradients that backward has finished starts its reduce-scatter while backward goes on "
+       "(0: off, the round starts after backward; synchronous sharded rounds on the ring over fp32 or 16-bit "
+       "wires on the host)")
       ("compute-precision", po::value<std::string>()->default_value(d.compute_precision),
        "GPU workers' matrix products: fp32 | bf16 (bf16 operands, fp32 accumulation, fp32 master weights "
        "and gradients; --device cuda only)");
@@ -385,6 +390,7 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   // The algorithm and topology resolve "auto" (job/plan.cpp); the names are checked here.
   parse_wires_or_auto(job.wire_precision, "--wire-precision");
   if (!job.estimate_precision.empty()) parse_wires_or_auto(job.estimate_precision, "--estimate-precision");
+  job.bucket_cap_mb = flags["bucket-cap-mb"].as<double>();
   job.compute_precision = flags["compute-precision"].as<std::string>();
   const compute_precision precision = parse_compute_precision(job.compute_precision, "--compute-precision");
   job.eval_interval = flags["eval-interval"].as<std::uint64_t>();

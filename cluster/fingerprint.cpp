@@ -120,6 +120,7 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--wire-precision", c.wire_precision},
       {"--estimate-precision", c.estimate_precision.empty() ? c.wire_precision : c.estimate_precision},
       {"--compute-precision", c.compute_precision},
+      {"--bucket-cap-mb", number(c.bucket_cap_mb)},  // every worker reduces the same buckets
       // Checkpoints and kept states are snapshots every worker takes in the same round.
       {"--checkpoint", c.checkpoint_path.empty() ? "none" : "set"},
       {"--checkpoint-interval", std::to_string(c.checkpoint_interval)},

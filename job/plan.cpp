@@ -285,6 +285,8 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   shard_runs(plan.optimizer.groups, prototype.parameter_count(), 0, 0);  // refuses bad groups before any actor starts
   require(std::isfinite(config.max_gradient_norm) && config.max_gradient_norm >= 0,
           "max_gradient_norm must be finite and >= 0");
+  require(std::isfinite(config.bucket_cap_mb) && config.bucket_cap_mb >= 0,
+          "bucket_cap_mb must be finite and >= 0 (0: no gradient buckets)");
   make_optimizer(plan.optimizer, 0);  // its own checks (AdamW's betas below 1, ...) before any actor starts
   plan.schedule.kind = config.cosine ? "cosine" : "constant";
   plan.schedule.peak_learning_rate = plan.optimizer.learning_rate;
@@ -318,6 +320,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.membership = config.membership;
   plan.resident_on_host = config.resident_on_host;
   plan.device_rounds = config.device_rounds;
+  plan.bucket_cap_mb = config.bucket_cap_mb;
   plan.micro_batch = config.micro_batch;
   plan_micro_batches(plan, config);
   plan.batch_workers = batch_workers_of(config, plan);

@@ -75,6 +75,7 @@ struct job_settings {
   std::vector<membership_change> membership;  // in one process, in step order
   bool resident_on_host = false;
   bool device_rounds = true;
+  double bucket_cap_mb = 0;                // DDP's gradient buckets (0: off)
 
   // Micro-batches: examples each, how many a round takes at least and at most (0: no cap), and
   // the same for ACCO's estimate rounds (resolved: job_config's 0 means as accumulation, and

@@ -75,6 +75,16 @@ evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local,
   return local.keep(spawn_evaluator_actor(system, prototype.clone(), std::move(eval), plan.eval_examples));
 }
 
+// Buckets where they change nothing but timing: a synchronous rule on the ring that takes them
+// (DDP's sharded optimizer over fp32 or 16-bit wires, no values the app keeps), between workers,
+// with rounds and sums on the host (a resident worker's sum is on its device until the round).
+namespace {
+bool uses_gradient_buckets(const job_plan& plan, const compute_setup& compute, const update_rule& rule) {
+  return bucket_elements(plan.bucket_cap_mb) > 0 && plan.workers > 1 && plan.algo->pipe == pipeline::synchronous &&
+         plan.topology_name == "ring" && !compute.resident && rule.takes_buckets();
+}
+}  // namespace
+
 worker_handles spawn_worker(caf::actor_system& system, local_actors& local, const job_plan& plan,
                             const model& prototype, std::shared_ptr<const dataset> train, const job_hooks& hooks,
                             worker_spec spec) {
@@ -166,11 +176,23 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
     accumulation.on_final_parameters = [&local](const std::vector<float>& p) { local.final_parameters = p; };
     accumulation.reports_shared_threads = true;
   }
+  // DDP's gradient buckets (docs/algorithms.md, DDP): the model's finished gradients go to the
+  // communicator from the compute thread, once it is spawned.
+  auto bucket_receiver = std::make_shared<communicator_actor>();
+  if (uses_gradient_buckets(plan, *compute, *communication->rule)) {
+    accumulation.buckets = std::make_shared<bucket_feed>(
+        bucket_elements(plan.bucket_cap_mb), plan.initial.size(),
+        [bucket_receiver](std::uint64_t round, shard range, const tensor& buffer) {
+          caf::anon_send(*bucket_receiver, gradient_bucket{round, range, buffer});
+        });
+    compute->net->listen_to_gradients([feed = accumulation.buckets](std::size_t begin) { feed->final_from(begin); });
+  }
   worker_handles handles;
   handles.rank = rank;
   handles.compute = accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));
   handles.communicator = accumulation.communicator =
       local.keep(spawn_communicator_actor(system, std::move(communication)));
+  *bucket_receiver = handles.communicator;
   accumulation.coordinator = spec.coordinator;
   accumulation.meter = local.meter;
   handles.accumulator = local.keep(spawn_accumulator_actor(system, std::move(accumulation)));

@@ -254,6 +254,9 @@ double gpt::accumulate_gradients(std::span<const float> parameters, const batch&
   layers::layernorm_backward(d.stream.data(), g + final_ln_gain_, g + final_ln_bias_, d.ln.data(),
                              a.stream.data() + blocks_.size() * rows * C, p + final_ln_gain_,
                              a.final_mean.data(), a.final_rstd.data(), int(rows), C);
+  // The layout runs embeddings, blocks, final layernorm, head: backward finishes it from the end
+  // (a tied head adds into the token embedding, which finishes last anyway).
+  gradients_final_from(final_ln_gain_);
 
   // d.stream holds the gradient of the residual stream; each branch reads it and each
   // layernorm backward adds the branch's contribution, walking the stream back to the input.
@@ -293,9 +296,11 @@ double gpt::accumulate_gradients(std::span<const float> parameters, const batch&
     layers::layernorm_backward(d.stream.data(), g + w.ln1_gain, g + w.ln1_bias, d.ln.data(), in,
                                p + w.ln1_gain, a.ln1_mean.data() + l * rows,
                                a.ln1_rstd.data() + l * rows, int(rows), C);
+    gradients_final_from(w.ln1_gain);  // block l's tensors are contiguous from its first layernorm
   }
   layers::embedding_backward(g + token_embedding_, g + position_embedding_, d.stream.data(),
                              input.tokens.data(), B, T, C);
+  gradients_final_from(0);
   return loss;
 }
 

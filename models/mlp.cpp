@@ -144,12 +144,14 @@ double mlp::accumulate_gradients(std::span<const float> parameters, const batch&
       layers::matmul_backward(nullptr, g + layer.weight, g + layer.bias, doutput_.data(),
                               input.features.data(), p + layer.weight, rows, layer.inputs,
                               layer.outputs);
+      gradients_final_from(0);
       break;
     }
     const float* in = outputs_[i - 1].data();
     dinput_.assign(size_t(rows) * layer.inputs, 0.0f);
     layers::matmul_backward(dinput_.data(), g + layer.weight, g + layer.bias, doutput_.data(), in,
                             p + layer.weight, rows, layer.inputs, layer.outputs);
+    gradients_final_from(layer.weight);  // layers lie in order, each its weight then its bias
     doutput_.assign(dinput_.size(), 0.0f);
     layers::relu_backward(doutput_.data(), dinput_.data(), in, int(dinput_.size()));
   }

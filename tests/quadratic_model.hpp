@@ -36,6 +36,20 @@ public:
       }
     return loss / static_cast<double>(b.examples);
   }
+  // Backward as a layered model's: the gradients are added from the last quarter to the first,
+  // each reported final (DDP's buckets), with the default's bits.
+  double accumulate_gradients(std::span<const float> p, const batch& b, std::span<float> g) override {
+    scratch_.resize(dim_);
+    const double loss = forward_backward(p, b, scratch_);
+    const std::size_t layer = (dim_ + 3) / 4;
+    for (std::size_t end = dim_; end > 0;) {
+      const std::size_t begin = end > layer ? end - layer : 0;
+      for (std::size_t i = begin; i < end; ++i) g[i] += scratch_[i];
+      gradients_final_from(begin);
+      end = begin;
+    }
+    return loss;
+  }
   double evaluate(std::span<const float> p, const batch& b) override {
     std::vector<float> g(dim_);
     return forward_backward(p, b, g);
@@ -44,6 +58,7 @@ public:
 
 private:
   std::size_t dim_;
+  std::vector<float> scratch_;
 };
 
 // f_x(θ) = −⟨θ, x⟩ averaged over the batch: the gradient −mean(x) does not depend on θ, so plain

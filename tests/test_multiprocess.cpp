@@ -85,6 +85,28 @@ TEST_CASE("3 processes over UCX give the same parameters as 3 in-process workers
   }
 }
 
+TEST_CASE("DDP's gradient buckets between 2 processes give the unbucketed in-process parameters bit for bit") {
+  // Buckets of 1000 gradients (small enough for several per layer) on 2 micro-batches per step.
+  const std::string job = " --algo ddp --width 32 --layers 2 --heads 2 --context 16 --micro-batch 4 --accumulation 2"
+                          " --max-accumulation 2 --eval-interval 0 --eval-examples 4 --log-interval 1 --blas-threads 1"
+                          " --steps 3";
+  const run_output distributed =
+      run(launch + "-n 2 -- " + train + job + " --bucket-cap-mb 0.003814697265625 --save-parameters multiprocess_buckets.f32");
+  INFO(distributed.text);
+  REQUIRE(distributed.status == 0);
+  CHECK(distributed.text.find("replicas identical") != std::string::npos);
+  REQUIRE(run(train + " --workers 2" + job + " --bucket-cap-mb 0 --save-parameters multiprocess_buckets_inproc.f32").status ==
+          0);
+  const auto a = read_all("multiprocess_buckets.f32"), b = read_all("multiprocess_buckets_inproc.f32");
+  REQUIRE(a.size() > 0);
+  CHECK(a == b);
+  for (const char* cap : {"-1", "nan"}) {
+    const run_output refused = run(train + job + " --bucket-cap-mb " + cap);
+    CHECK(refused.status != 0);
+    CHECK(refused.text == "accord-train: --bucket-cap-mb: '" + std::string(cap) + "' is not a number in [0, 10000]\n");
+  }
+}
+
 TEST_CASE("two launchers with --nnodes 2 (two machines simulated on loopback) run one job of 4 ranks: the "
           "parameters of 4 in-process workers") {
   const std::string nodes = launch + "--nnodes 2 --nproc-per-node 2 --rdzv-endpoint 127.0.0.1:29573 ";

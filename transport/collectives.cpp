@@ -146,13 +146,14 @@ shard block_of(std::size_t elements, std::size_t unit, int world, int s) {
 // rank r holds the sum of shard r. In step k rank r passes the partial sum of shard r-k-1 to r+1
 // and adds its own values to the partial sum of shard r-k-2 coming from r-1, so shard c is
 // summed in the fixed order c+1, c+2, ..., c whatever the timing.
-template <class T>
-void add_reduce_scatter_steps(const transport& t, std::span<const T> data, std::vector<exchange_step<T>>& steps,
-                              std::vector<shard>& in_blocks) {
+// `owner_block(s)`: the block rank s ends with (its shard, or a bucket's part of it).
+template <class T, class OwnerBlock>
+void add_reduce_scatter_steps(const transport& t, std::span<const T> data, OwnerBlock owner_block,
+                              std::vector<exchange_step<T>>& steps, std::vector<shard>& in_blocks) {
   const int world = t.size(), rank = t.rank();
   for (int step = 0; step + 1 < world; ++step) {
-    const shard out = shard_of(data.size(), world, ring_rank(rank, -step - 1, world));
-    const shard in = shard_of(data.size(), world, ring_rank(rank, -step - 2, world));
+    const shard out = owner_block(ring_rank(rank, -step - 1, world));
+    const shard in = owner_block(ring_rank(rank, -step - 2, world));
     steps.push_back({ring_rank(rank, 1, world), data.subspan(out.begin, out.size()), ring_rank(rank, -1, world), in.size()});
     in_blocks.push_back(in);
   }
@@ -177,11 +178,16 @@ void add_all_gather_steps(const transport& t, std::span<const T> data, std::size
 // all-gather's first step sends, so pieces flow from one into the other without a barrier).
 // Every element is summed once, by its owner, and copied everywhere else, so all ranks end
 // bit-identical.
+// Shard s of `total` elements (shard_of), as a callable for the exchanges below.
+auto even_shards(std::size_t total, int world) {
+  return [total, world](int s) { return shard_of(total, world, s); };
+}
+
 template <class T>
 void ring_collective(transport& t, std::span<T> data, bool reduce, bool gather, std::size_t unit, std::uint64_t tag) {
   std::vector<exchange_step<T>> steps;
   std::vector<shard> in_blocks;
-  if (reduce) add_reduce_scatter_steps<T>(t, data, steps, in_blocks);
+  if (reduce) add_reduce_scatter_steps<T>(t, data, even_shards(data.size(), t.size()), steps, in_blocks);
   const std::size_t reduce_steps = steps.size();
   if (gather) add_all_gather_steps<T>(t, data, unit, steps, in_blocks);
   const std::size_t piece = piece_elements<T>(t, data.size());
@@ -196,9 +202,23 @@ void ring_collective(transport& t, std::span<T> data, bool reduce, bool gather, 
       });
 }
 
-// Shard s of `total` elements (shard_of), as a callable for the exchanges below.
-auto even_shards(std::size_t total, int world) {
-  return [total, world](int s) { return shard_of(total, world, s); };
+// A ring reduce-scatter where rank s ends with the sum of owner_block(s) (blocks of `data` that
+// need not cover it): each block is summed in the same order as in ring_collective (c+1, ..., c).
+template <class OwnerBlock>
+void ring_reduce_scatter(transport& t, std::span<float> data, OwnerBlock owner_block, std::uint64_t tag) {
+  std::vector<exchange_step<float>> steps;
+  std::vector<shard> in_blocks;
+  add_reduce_scatter_steps<float>(t, data, owner_block, steps, in_blocks);
+  std::size_t largest = 0;
+  for (int s = 0; s < t.size(); ++s) largest = std::max(largest, owner_block(s).size());
+  const std::size_t piece = piece_elements<float>(t, data.size());
+  piece_slots<float> scratch(piece, largest);
+  pipelined_exchange<float>(
+      t, tag, steps, true, piece,
+      [&](std::size_t, std::size_t, std::size_t count, std::size_t slot) { return scratch.slot(slot, count); },
+      [&](std::size_t step, std::size_t offset, std::span<const float> piece_in) {
+        add_piece(data.data() + in_blocks[step].begin + offset, piece_in.data(), piece_in.size());
+      });
 }
 
 // Every rank sends block s of `data` (owner_block(s)) to its owner s and receives its own
@@ -227,12 +247,15 @@ void send_shards_to_owners(transport& t, std::span<const T> data, OwnerBlock own
 // 16-bit reduce-scatter: each rank's values are rounded once and go straight to the shard's
 // owner, which adds them to its own fp32 values in fp32 as they arrive (a ring would round
 // every partial sum again). Same bytes per rank as the ring.
-void direct_reduce_scatter(transport& t, std::span<float> data, wire_precision precision, std::uint64_t tag) {
+// `owner_block(s)`: the block of `data` rank s sums (its shard, or a bucket's part of it).
+template <class OwnerBlock>
+void direct_reduce_scatter(transport& t, std::span<float> data, OwnerBlock owner_block, wire_precision precision,
+                           std::uint64_t tag) {
   const std::span<std::uint16_t> wire = kept_storage<std::uint16_t, kept_use::wire>(data.size());
   to_wire(precision, data, wire);
-  const shard mine = shard_of(data.size(), t.size(), t.rank());
+  const shard mine = owner_block(t.rank());
   const std::span<float> sums = data.subspan(mine.begin, mine.size());
-  send_shards_to_owners<std::uint16_t>(t, wire, even_shards(data.size(), t.size()), tag,
+  send_shards_to_owners<std::uint16_t>(t, wire, owner_block, tag,
                                        [&](std::size_t offset, std::span<const std::uint16_t> piece) {
                                          add_from_wire(precision, piece, sums.subspan(offset, piece.size()));
                                        });
@@ -549,7 +572,31 @@ void transport::reduce_scatter(std::span<float> data, wire_precision precision) 
   else if (block_quantized(precision))
     with_block_type(precision, [&]<class Block>() { quantized_reduce_scatter<Block>(*this, data, next_collective_tag()); });
   else
-    direct_reduce_scatter(*this, data, precision, next_collective_tag());
+    direct_reduce_scatter(*this, data, even_shards(data.size(), size()), precision, next_collective_tag());
+}
+
+void transport::reduce_scatter_range(std::span<float> data, shard range, wire_precision precision) {
+  throw_if_interrupted();
+  if (range.begin > range.end || range.end > data.size())
+    throw std::invalid_argument("reduce_scatter_range: range [" + std::to_string(range.begin) + ", " +
+                                std::to_string(range.end) + ") lies outside " + std::to_string(data.size()) +
+                                " values");
+  if (block_quantized(precision))
+    throw std::invalid_argument("reduce_scatter_range: " + std::string(precision_name(precision)) +
+                                " quantizes whole shards, not a range of them");
+  if (size() == 1 || range.size() == 0) return;
+  // Rank s sums its shard of the whole buffer where it overlaps the range (offsets in the range).
+  const auto owner_part = [&, total = data.size(), world = size()](int s) {
+    const shard own = shard_of(total, world, s);
+    const std::size_t begin = std::clamp(own.begin, range.begin, range.end);
+    const std::size_t end = std::clamp(own.end, range.begin, range.end);
+    return shard{begin - range.begin, end - range.begin};
+  };
+  const std::span<float> part = data.subspan(range.begin, range.size());
+  if (precision == wire_precision::fp32)
+    ring_reduce_scatter(*this, part, owner_part, next_collective_tag());
+  else
+    direct_reduce_scatter(*this, part, owner_part, precision, next_collective_tag());
 }
 
 void transport::reduce_scatter_feedback(std::span<float> data, float scale, std::span<float> residual,

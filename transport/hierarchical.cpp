@@ -135,6 +135,10 @@ public:
 
   // Every rank ends with the whole sum, so its own flat shard holds it as reduce_scatter promises.
   void reduce_scatter(std::span<float> data, wire_precision precision) override { all_reduce(data, precision); }
+  void reduce_scatter_range(std::span<float> data, shard range, wire_precision precision) override {
+    if (range.begin > range.end || range.end > data.size()) return transport::reduce_scatter_range(data, range, precision);
+    all_reduce(data.subspan(range.begin, range.size()), precision);
+  }
 
   void all_gather(std::span<float> data, wire_precision precision) override {
     throw_if_interrupted();

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "transport/shard.hpp"
 #include "transport/wire_precision.hpp"
 
 namespace accord {
@@ -139,6 +140,12 @@ public:
   // Afterwards this rank's shard_of(data.size(), size(), rank()) holds the sum over ranks;
   // the rest of `data` is scratch.
   virtual void reduce_scatter(std::span<float> data, wire_precision precision = wire_precision::fp32);
+  // reduce_scatter of data[range) alone (a DDP gradient bucket): afterwards the part of this
+  // rank's shard_of(data.size(), size(), rank()) inside `range` holds the sum over ranks, added
+  // in the order reduce_scatter adds it (fp32 and 16-bit: the same bits as reduce_scatter's),
+  // the rest of `range` is scratch and nothing outside it changes. Block-quantized precisions
+  // quantize whole shards and are refused (std::invalid_argument).
+  virtual void reduce_scatter_range(std::span<float> data, shard range, wire_precision precision = wire_precision::fp32);
   // Every rank contributes its shard_of(...) of `data`; afterwards all of `data` is filled.
   virtual void all_gather(std::span<float> data, wire_precision precision = wire_precision::fp32);
   // all_gather where `base` (as long as `data`) holds values every rank already has, the same

@@ -158,6 +158,13 @@ struct job_config {
   // fp32 on the shard; the compute copy of the parameters every worker uses is the rounded one.
   // Sign votes (Distributed Lion) are 1 bit whatever this says. fp32: exact rounds.
   std::string wire_precision = "auto";
+  // DDP's gradient buckets, as torch DDP's bucket_cap_mb: on a round's last micro-batch, each
+  // run of about this many MB (float32 gradients) that backward has finished starts its
+  // reduce-scatter at once, while backward goes on with the earlier layers (0: off, the round
+  // starts after backward). Synchronous sharded-optimizer rounds on the ring over fp32 or
+  // 16-bit wires on the host only; anything else keeps the whole-buffer round
+  // (docs/algorithms.md, DDP). Models report their finished gradients: model::listen_to_gradients.
+  double bucket_cap_mb = 25;
   // ACCO's estimate rounds, which commit no state, may travel with fewer bits (empty: as
   // wire_precision).
   std::string estimate_precision;

@@ -108,6 +108,7 @@ struct fields_of<job_config> {
       ACCORD_FIELD(job_config, link),
       ACCORD_FIELD(job_config, wire_precision),
       ACCORD_FIELD(job_config, estimate_precision),
+      ACCORD_FIELD(job_config, bucket_cap_mb),
       ACCORD_FIELD(job_config, compute_precision),
       ACCORD_FIELD(job_config, eval_interval),
       ACCORD_FIELD(job_config, eval_examples),

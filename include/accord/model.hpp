@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -78,8 +79,18 @@ public:
     return evaluate(parameters.values, input);
   }
 
-  // An independent instance (own scratch memory) for another compute thread.
+  // An independent instance (own scratch memory) for another compute thread. The listener
+  // below is not copied.
   virtual std::unique_ptr<model> clone() const = 0;
+
+  // Gradient progress, for DDP's buckets (job_config::bucket_cap_mb): a model whose backward
+  // runs from its last parameters to its first calls gradients_final_from(begin) whenever the
+  // gradients [begin, parameter_count()) of the running accumulate call are written for good
+  // (begin decreasing within a call, 0 at its end), so that a worker can start reducing them
+  // while the rest of backward runs. The listener runs on the compute thread, inside the call.
+  // Models that never call it simply have their gradients reduced after backward.
+  using gradient_listener = std::function<void(std::size_t begin)>;
+  void listen_to_gradients(gradient_listener listener) { gradient_listener_ = std::move(listener); }
 
 protected:
   // std::invalid_argument naming the model and the memory it was handed, unless both are host.
@@ -92,7 +103,12 @@ protected:
                                 describe_location(device));
   }
 
+  void gradients_final_from(std::size_t begin) const {
+    if (gradient_listener_) gradient_listener_(begin);
+  }
+
 private:
+  gradient_listener gradient_listener_;
   std::vector<float> accumulate_scratch_;  // the default accumulate_gradients' gradient
 };
 

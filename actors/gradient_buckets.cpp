@@ -1,0 +1,35 @@
+#include "actors/gradient_buckets.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace accord {
+
+std::size_t bucket_elements(double cap_mb) {
+  if (!(cap_mb > 0)) return 0;
+  return std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(cap_mb * 1024 * 1024 / sizeof(float))));
+}
+
+bucket_feed::bucket_feed(std::size_t elements_per_bucket, std::size_t total, send_function send)
+    : elements_per_bucket_(std::max<std::size_t>(1, elements_per_bucket)), total_(total), send_(std::move(send)) {}
+
+void bucket_feed::arm(std::uint64_t round, tensor buffer) {
+  round_ = round;
+  buffer_ = std::move(buffer);
+  unsent_end_ = total_;
+}
+
+void bucket_feed::disarm() {
+  round_.reset();
+  buffer_.reset();
+}
+
+void bucket_feed::final_from(std::size_t begin) {
+  if (!round_) return;
+  begin = std::min(begin, unsent_end_);
+  if (begin == unsent_end_ || (unsent_end_ - begin < elements_per_bucket_ && begin > 0)) return;
+  send_(*round_, {begin, unsent_end_}, buffer_);
+  unsent_end_ = begin;
+}
+
+}  // namespace accord

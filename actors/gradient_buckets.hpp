@@ -1,0 +1,44 @@
+#pragma once
+// DDP's gradient buckets (job_config::bucket_cap_mb, torch DDP's bucket_cap_mb): while backward
+// runs on a synchronous round's last micro-batch, the model reports how far its gradients are
+// final (model::listen_to_gradients, from the last parameters towards the first); each run of at
+// least a bucket's worth goes to the communicator at once, which reduce-scatters it while
+// backward goes on. Plain C++: the accumulator arms the feed, the model's listener drives it on
+// the compute thread, and `send` (a message to the communicator) takes the buckets.
+#include "algorithms/round_state.hpp"
+#include "transport/shard.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+namespace accord {
+
+// Elements in a bucket of `cap_mb` MB of fp32 gradients (at least 1); 0 for 0 (no buckets).
+std::size_t bucket_elements(double cap_mb);
+
+class bucket_feed {
+public:
+  using send_function = std::function<void(std::uint64_t round, shard range, const tensor& buffer)>;
+  bucket_feed(std::size_t elements_per_bucket, std::size_t total, send_function send);
+
+  // The next micro-batch is `round`'s last and adds into `buffer`: its finished gradients go out.
+  void arm(std::uint64_t round, tensor buffer);
+  // Its gradient is back: later micro-batches' reports are ignored. What was not handed out
+  // is reduced by the round itself.
+  void disarm();
+  // The model's listener: [begin, total) is final. Hands out [begin, the unsent end) once it
+  // holds a bucket's worth, and whatever is left once begin is 0. Ignored unless armed.
+  void final_from(std::size_t begin);
+
+private:
+  std::size_t elements_per_bucket_;
+  std::size_t total_;
+  send_function send_;
+  std::optional<std::uint64_t> round_;
+  tensor buffer_;
+  std::size_t unsent_end_ = 0;
+};
+
+}  // namespace accord
