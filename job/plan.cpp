@@ -323,6 +323,10 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.micro_batch = config.micro_batch;
   plan_micro_batches(plan, config);
   plan.batch_workers = batch_workers_of(config, plan);
+  if (config.accumulation_mode == "growing") {
+    const std::uint64_t per_step = plan.accumulation + (plan.algo->pipe == pipeline::acco ? plan.estimate_accumulation : 0);
+    plan.schedule_micro_batches = per_step * static_cast<std::uint64_t>(plan.batch_workers ? plan.batch_workers : plan.workers);
+  }
   plan.dpu_warmup = config.dpu_warmup;
   plan.eval_interval = config.eval_interval;
   plan.eval_examples = config.eval_examples;

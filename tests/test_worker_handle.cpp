@@ -7,6 +7,7 @@
 #include "quadratic_model.hpp"
 #include "test_job.hpp"
 
+#include "optim/schedule.hpp"
 #include "recovery/checkpoint.hpp"
 
 #include <atomic>
@@ -149,6 +150,32 @@ TEST_CASE("an app's epoch of N micro-batches makes N / accumulation steps, every
   }
   std::filesystem::remove(scratch + "-ended");
   std::filesystem::remove(scratch + "-exact");
+}
+
+TEST_CASE("growing accumulation, asked for, counts the learning-rate schedule in examples") {
+  const waves data(dim);
+  job_config job = test_job("acco", 2, 12).adamw(0.01f).evaluate(0, 6);
+  job.accumulation_mode = "growing";  // at least 1 micro-batch per stage, more while a round is on the slow link
+  job.max_accumulation = 4;
+  job.link = "100mbit,2ms";
+  job.blas_threads = 1;
+  const job_result result = run_app_job(quadratic_app(dim, data), job, data);
+  REQUIRE(result.steps.size() == job.steps);
+  schedule_config schedule;
+  schedule.kind = "cosine";
+  schedule.peak_learning_rate = job.learning_rate;
+  schedule.total_steps = job.steps;
+  schedule.final_fraction = job.min_lr_ratio;
+  const std::uint64_t nominal = 2 * 2;  // a step of 1 + 1 micro-batches on each of 2 workers
+  std::uint64_t applied = 0;
+  for (const step_metrics& m : result.steps) {
+    CAPTURE(m.step);
+    CHECK(m.micro_batches >= nominal);
+    CHECK(m.micro_batches <= 2 * 2 * 4);
+    CHECK(m.learning_rate == learning_rate_at(schedule, applied / nominal));
+    applied += m.micro_batches;
+  }
+  CHECK(result.replicas_identical);
 }
 
 TEST_CASE("an app that ends before its first step keeps the initial parameters") {

@@ -429,7 +429,8 @@ class Job:
     every run, and `steps` counts those. ACCO splits them between its estimate and real stages
     (estimate_accumulation of them, default half) and needs at least 2 (its default here).
     accumulation_mode="growing" keeps ACCO's accumulation growing while a round is in flight
-    (at most max_accumulation): fewer, larger steps, a count that depends on timing. The job
+    (at most max_accumulation): fewer, larger steps, a count that depends on timing, and a
+    learning-rate schedule that counts examples (a nominal step's micro-batches). The job
     says at its start how it counts steps (stderr, rank 0). When the data runs out first,
     finish() (or leaving a `with` block, also on an exception) ends the job at the last completed
     step: the module keeps that step's parameters and buffers, and no optimizer step is taken on
