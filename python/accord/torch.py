@@ -290,11 +290,11 @@ class _Start:
                                  f"WORLD_SIZE {group.world_size} processes (one worker each)")
         elif replicas:
             settings.setdefault("workers", 1)
-        if replicas:  # accord runs the loop: ACCO's accumulation grows while a round is in flight
-            settings.setdefault("accumulation_mode", "growing")
         elif settings.setdefault("workers", 1) != 1:
             raise ValueError(f"{who}: workers={settings['workers']} in one process; a Job is one worker "
                              "(run one process per worker under accord-launch, or use train())")
+        if replicas:  # accord runs the loop: ACCO's accumulation grows while a round is in flight
+            settings.setdefault("accumulation_mode", "growing-steps")
         self.config = accord.config(**settings)
         local_workers = 1 if group is not None else max(self.config.workers, 1)
         models = [module] + [copy.deepcopy(module) for _ in range(local_workers - 1)]
