@@ -136,10 +136,10 @@ def elementwise_classes():
 
 
 def run_job(algorithm, steps, x, y, state=None):
-    """A one-worker Job with torch's AdamW over the app's loop (ACCO: one micro-batch per stage, so
-    that it is deterministic), from `state` when given: the model and the Job."""
+    """A one-worker Job with torch's AdamW over the app's loop (ACCO: one micro-batch per stage, the
+    Job's default), from `state` when given: the model and the Job."""
     net = model()
-    job = accord.torch.Job(net, group=None, algorithm=algorithm, steps=steps, micro_batch=8, max_accumulation=1,
+    job = accord.torch.Job(net, group=None, algorithm=algorithm, steps=steps, micro_batch=8,
                            optimizer=grouped(*ADAMW[:1], net, **ADAMW[1]), max_gradient_norm=0.5, eval_interval=0)
     if state is not None:
         job.load_state_dict(state)
