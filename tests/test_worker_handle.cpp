@@ -248,6 +248,31 @@ TEST_CASE("app-driven jobs refuse bad input with one line naming it") {
     m.initial_parameters[1] = NAN;
     CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("not all finite"), std::invalid_argument);
   }
+  SUBCASE("fixed steps") {
+    job.algorithm = "acco";
+    job.accumulation = 1;
+    job.max_accumulation = 0;
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("accumulation must be at least 2 (got 1)"),
+                         std::invalid_argument);
+    job.accumulation = 2;
+    job.max_accumulation = 3;
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("max_accumulation (3) caps a growing one"),
+                         std::invalid_argument);
+    job.max_accumulation = 0;
+    job.estimate_accumulation = 2;
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("must leave the real stage a micro-batch"),
+                         std::invalid_argument);
+    job.estimate_accumulation = 0;
+    job.accumulation_mode = "steady";
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("'steady' is not one of fixed, growing"),
+                         std::invalid_argument);
+    job.accumulation_mode = "";
+    job.accumulation = 4;
+    job.steps = 7;
+    CHECK(app_job::start(m, job)->step_counting() ==
+          "accord: a step is 4 micro-batches of 3 examples per worker (acco: 2 at the estimate stage, 2 at the real "
+          "stage), so N micro-batches make N / 4 steps; 7 steps");
+  }
   SUBCASE("stop_requested") {
     std::atomic<bool> stop{false};
     job.stop_requested = &stop;
