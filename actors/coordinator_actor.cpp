@@ -174,6 +174,7 @@ std::uint64_t steps_through(pipeline pipe, std::uint64_t round, const round_tota
 void end_without_step(self_pointer self, std::uint64_t round, const round_progress& progress) {
   auto& s = self->state;
   s.setup.rounds = round + 1;
+  s.setup.result->data_ended = true;
   const std::uint64_t steps = steps_through(s.setup.pipe, round, progress.global);
   if (progress.parameters && steps > s.last_evaluated_step) {
     ++s.evaluations_running;
@@ -411,6 +412,7 @@ void add_epoch_result(job_result& total, job_result&& epoch) {
   total.cpu += epoch.cpu;
   total.rounds = epoch.rounds;  // counted from the job's start
   total.replicas_identical = total.replicas_identical && epoch.replicas_identical;
+  total.data_ended = total.data_ended || epoch.data_ended;
   total.state_bytes_per_worker = epoch.state_bytes_per_worker;
   total.peak_bytes_per_worker = std::max(total.peak_bytes_per_worker, epoch.peak_bytes_per_worker);
   total.minimum_bytes_per_worker = epoch.minimum_bytes_per_worker;

@@ -148,7 +148,9 @@ void bind_settings(py::module_& m) {
       .def_readonly("hidden_fraction", &job_result::hidden_fraction)
       .def_readonly("bytes_sent", &job_result::bytes_sent)
       .def_readonly("rounds", &job_result::rounds)
-      .def_readonly("replicas_identical", &job_result::replicas_identical);
+      .def_readonly("replicas_identical", &job_result::replicas_identical)
+      .def_readonly("data_ended", &job_result::data_ended,
+                    "an app-driven worker's data ran out (Job.finish, Worker.end): the job ended at its last full step");
 }
 
 }  // namespace accord::python

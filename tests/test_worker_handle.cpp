@@ -136,6 +136,8 @@ TEST_CASE("an app's epoch of N micro-batches makes N / accumulation steps, every
       const checkpoint expected = read_checkpoint(exact.checkpoint_path);
       CHECK(first.parameters == reference.parameters);
       CHECK(first.final_eval_loss == reference.final_eval_loss);
+      CHECK(first.data_ended);
+      CHECK_FALSE(reference.data_ended);
       CHECK(kept.steps == 3);
       CHECK(kept.parameters == expected.parameters);
       CHECK(kept.optimizer == expected.optimizer);
