@@ -12,13 +12,12 @@ accord runs the loop, asking for micro-batches by their position in the data str
 or the app keeps its own loop and DataLoader, as with DistributedDataParallel:
 
     with accord.torch.Job(model, algorithm="acco", steps=300, micro_batch=32, accumulation=4) as job:
-        for epoch in range(epochs):
-            for x, y in loader:           # each batch one micro-batch; 4 of them make a step
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-                loss.backward()
-                if not job.step(loss):    # the parameters for the next micro-batch are in place
-                    break
-    result = job.finish()                 # the module holds the last completed step's weights
+        for x, y in loader:               # each batch one micro-batch; 4 of them make a step
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            if not job.step(loss):        # the parameters for the next micro-batch are in place
+                break                     # (False: the job's steps are done)
+    result = job.finish()                 # the loader ran out first: the last completed step's
 
 In one process train() runs `workers` replicas of the model on threads (a Job is one worker);
 under accord-launch or torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) each process is one
