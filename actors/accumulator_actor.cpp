@@ -28,6 +28,8 @@ struct accumulator_state {
   bool fetching = false;               // the sum comes back from a resident compute actor
   bool fetched = false;                // `accumulated` holds the sum of every micro-batch it was lent for
   bool finished = false;
+  std::uint64_t applied = 0;           // micro-batches of every worker the real rounds applied
+  float learning_rate = 0;             // the in-flight round's
   bool app_ended = false;              // the app submits no more micro-batches (worker::end)
   tensor completed;                    // app-driven: the parameters of the last completed step
   std::optional<round_result> arrived;  // the in-flight round's result, not yet applied
@@ -134,7 +136,9 @@ void launch_round(self_pointer self) {
   round_request request;
   request.round = s.round;
   request.estimate = is_estimate_round(setup.pipe, s.round);
-  request.learning_rate = setup.learning_rate(step_of_round(setup.pipe, s.round));
+  request.learning_rate = setup.learning_rate(setup.schedule_micro_batches ? s.applied / setup.schedule_micro_batches
+                                                                           : step_of_round(setup.pipe, s.round));
+  s.learning_rate = request.learning_rate;
   request.local = s.totals;
   request.local.ended = s.app_ended ? 1 : 0;
   request.snapshot = setup.wants_snapshot && setup.wants_snapshot(s.round);
@@ -208,6 +212,8 @@ void finish_round(self_pointer self) {
   report.state = std::move(r.state);
   report.kept = r.kept;
   report.observations = r.observations;
+  report.learning_rate = s.learning_rate;
+  if (!ended && !report.estimate) s.applied += static_cast<std::uint64_t>(r.global.micro_batches);
   if (s.setup.wants_parameters(r.round) || r.last_of_epoch)  // the last round's are needed nowhere else
     report.parameters = last ? std::move(r.parameters) : make_tensor(*r.parameters, s.setup.meter);
   self->send(s.setup.coordinator, std::move(report));
@@ -288,6 +294,7 @@ accumulator_actor::behavior_type accumulator_behavior(self_pointer self, accumul
   self->state.round = self->state.setup.first_round;
   self->state.parameters = std::move(self->state.setup.parameters);
   if (self->state.setup.app_driven) self->state.completed = self->state.parameters;
+  self->state.applied = self->state.setup.applied;
   return {
       [self](start_atom) {
         self->state.cpu_at_start = thread_cpu_seconds(self->state.setup.rank, self->state.setup.reports_shared_threads);

@@ -41,6 +41,10 @@ struct accumulator_setup {
   // Rounds run on the device (compute_setup::memory): buffers are zeroed and copied there.
   std::shared_ptr<resident_memory> memory;
   std::function<float(std::uint64_t)> learning_rate;  // per optimizer step
+  // job_settings::schedule_micro_batches: the schedule's step is the micro-batches applied so far
+  // (all workers; `applied` of them before the first round) over this; 0: the optimizer step.
+  std::uint64_t schedule_micro_batches = 0;
+  std::uint64_t applied = 0;
   std::function<bool(std::uint64_t)> wants_parameters;  // round → attach a copy to the report
   std::function<bool(std::uint64_t)> wants_snapshot;    // round → attach the optimizer state
   std::function<bool(std::uint64_t)> wants_kept;        // round → keep the step's state (elastic)

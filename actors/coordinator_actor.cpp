@@ -43,6 +43,7 @@ struct round_progress {
   double gradient_square_sum = 0;
   double vote_agreement_sum = 0;
   int votes = 0;
+  float learning_rate = -1;  // the workers' (-1: none reported)
 };
 
 struct coordinator_state {
@@ -173,6 +174,7 @@ std::uint64_t steps_through(pipeline pipe, std::uint64_t round, const round_tota
 void end_without_step(self_pointer self, std::uint64_t round, const round_progress& progress) {
   auto& s = self->state;
   s.setup.rounds = round + 1;
+  s.setup.result->data_ended = true;
   const std::uint64_t steps = steps_through(s.setup.pipe, round, progress.global);
   if (progress.parameters && steps > s.last_evaluated_step) {
     ++s.evaluations_running;
@@ -281,7 +283,10 @@ void complete_round(self_pointer self, std::uint64_t round, round_progress& prog
     trace->span(coordinator_track, "step", wall_now - std::chrono::duration_cast<trace_clock::duration>(now - s.last_step),
                 wall_now, static_cast<std::int64_t>(m.step));
   }
-  if (s.setup.learning_rate) m.learning_rate = s.setup.learning_rate(m.step - 1);
+  if (progress.learning_rate >= 0)
+    m.learning_rate = progress.learning_rate;
+  else if (s.setup.learning_rate)
+    m.learning_rate = s.setup.learning_rate(m.step - 1);
   m.bytes_sent = static_cast<std::uint64_t>(s.step_bytes);
   m.gradient_norm = std::sqrt(progress.gradient_square_sum);
   if (progress.votes > 0) m.vote_agreement = progress.vote_agreement_sum / progress.votes;
@@ -339,6 +344,7 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         }
         if (report.parameters) progress.parameters = std::move(report.parameters);
         progress.kept = progress.kept || report.kept;
+        progress.learning_rate = report.learning_rate;
         progress.consensus_distance = std::max(progress.consensus_distance, report.consensus_distance);
         if (progress.staleness.size() < report.staleness.size()) progress.staleness.resize(report.staleness.size());
         for (std::size_t k = 0; k < report.staleness.size(); ++k) progress.staleness[k] += report.staleness[k];
@@ -406,6 +412,7 @@ void add_epoch_result(job_result& total, job_result&& epoch) {
   total.cpu += epoch.cpu;
   total.rounds = epoch.rounds;  // counted from the job's start
   total.replicas_identical = total.replicas_identical && epoch.replicas_identical;
+  total.data_ended = total.data_ended || epoch.data_ended;
   total.state_bytes_per_worker = epoch.state_bytes_per_worker;
   total.peak_bytes_per_worker = std::max(total.peak_bytes_per_worker, epoch.peak_bytes_per_worker);
   total.minimum_bytes_per_worker = epoch.minimum_bytes_per_worker;

@@ -496,7 +496,8 @@ void epoch_ended(self_pointer self, std::uint64_t epoch, std::optional<std::stri
   merge_epoch_result(s, std::move(*s.epoch_result));
   for (auto& [id, m] : s.members) m.rank = -1;
   if (!failure) {
-    if (s.epoch_result->rounds >= s.setup.total_rounds) {
+    // Done, or an app-driven worker's data ran out (a new epoch would find none either).
+    if (s.epoch_result->rounds >= s.setup.total_rounds || s.setup.result->data_ended) {
       finish_job(self);
       return;
     }

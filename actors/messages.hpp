@@ -55,7 +55,7 @@ typename Inspector::result_type inspect(Inspector& f, round_report& x) {
   return f(caf::meta::type_name("round_report"), x.rank, x.round, x.estimate, x.global,
            x.compute_seconds, x.communication_seconds, x.wait_seconds, x.cpu, x.parameter_hash, x.traffic,
            x.consumed, x.state, x.kept, x.observations, x.consensus_distance, x.staleness,
-           x.worker_gradients, x.edge_bytes);
+           x.worker_gradients, x.edge_bytes, x.learning_rate);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kept_summary& x) {

@@ -109,6 +109,7 @@ struct round_report {
   rule_state state;             // present when a checkpoint is due
   bool kept = false;            // the worker kept this step's state (elastic jobs)
   round_observations observations;
+  float learning_rate = -1;     // what the round's update used (the schedule's, by steps or examples)
   tensor parameters;            // set by rank 0 for evaluations, checkpoints and the end
   double consensus_distance = -1;  // the topology's, when it measured one this round
   std::vector<std::uint64_t> staleness;  // parameter server: histogram of the step's applied gradients

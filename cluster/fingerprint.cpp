@@ -100,7 +100,7 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--accumulation", std::to_string(c.accumulation)},
       {"--max-accumulation", std::to_string(c.max_accumulation)},
       {"--estimate-accumulation", std::to_string(c.estimate_accumulation ? c.estimate_accumulation : c.accumulation)},
-      {"--accumulation-mode", c.accumulation_mode.empty() ? "growing" : c.accumulation_mode},
+      {"--accumulation-mode", c.accumulation_mode.empty() ? "growing-steps" : c.accumulation_mode},
       {"--global-batch", c.global_batch ? std::to_string(c.global_batch) : "none (follows the workers)"},
       {"--dpu-warmup", std::to_string(c.dpu_warmup)},
       {"--seed", std::to_string(c.seed)},

@@ -188,8 +188,8 @@ std::size_t keep_headroom(std::size_t cap, std::size_t cap_least, std::size_t le
 // job_config's micro-batch counts per round, as job_config::accumulation_mode counts them.
 void plan_micro_batches(job_plan& plan, const job_config& config) {
   const std::string& mode = config.accumulation_mode;
-  require(mode.empty() || mode == "fixed" || mode == "growing",
-          "accumulation mode '" + mode + "' is not one of fixed, growing");
+  require(mode.empty() || mode == "fixed" || mode == "growing" || mode == "growing-steps",
+          "accumulation mode '" + mode + "' is not one of fixed, growing, growing-steps");
   plan.fixed_steps = mode == "fixed";
   if (!plan.fixed_steps) {
     plan.accumulation = config.accumulation;
@@ -270,7 +270,10 @@ std::string job_settings::step_counting() const {
            std::to_string(per_step) + " steps; " + std::to_string(steps) + " steps";
   return "accord: a step is at least " + std::to_string(per_step) + examples + stages +
          (max_accumulation ? ", at most " + std::to_string(max_accumulation) + " per stage" : "") +
-         ", growing while a round is in flight (accumulation mode growing); " + std::to_string(steps) + " steps";
+         ", growing while a round is in flight; " + std::to_string(steps) + " steps, the learning-rate schedule counting " +
+         (schedule_micro_batches ? "examples (a nominal step: " + std::to_string(schedule_micro_batches) +
+                                       " micro-batches of all workers)"
+                                 : std::string("steps"));
 }
 
 job_plan plan_job(const model& prototype, const dataset& train, const job_config& config, bool elastic) {
@@ -324,6 +327,10 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.micro_batch = config.micro_batch;
   plan_micro_batches(plan, config);
   plan.batch_workers = batch_workers_of(config, plan);
+  if (config.accumulation_mode == "growing") {
+    const std::uint64_t per_step = plan.accumulation + (plan.algo->pipe == pipeline::acco ? plan.estimate_accumulation : 0);
+    plan.schedule_micro_batches = per_step * static_cast<std::uint64_t>(plan.batch_workers ? plan.batch_workers : plan.workers);
+  }
   plan.dpu_warmup = config.dpu_warmup;
   plan.eval_interval = config.eval_interval;
   plan.eval_examples = config.eval_examples;

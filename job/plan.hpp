@@ -88,6 +88,9 @@ struct job_settings {
   // job_config::accumulation_mode "fixed": every round takes exactly its stage's count (the caps
   // equal the leasts), and the first overlapped round waits for a full stage too.
   bool fixed_steps = false;
+  // job_config::accumulation_mode "growing" (asked for): the learning-rate schedule counts the
+  // micro-batches applied (all workers) in nominal steps of this many, instead of steps; 0: steps.
+  std::uint64_t schedule_micro_batches = 0;
   // The worker count the global batch is sized for (job_config::global_batch; 0: none, each
   // worker takes the counts above whatever the worker count).
   int batch_workers = 0;

@@ -157,6 +157,8 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.learning_rate = [schedule = plan.schedule](std::uint64_t step) {
     return learning_rate_at(schedule, step);
   };
+  accumulation.schedule_micro_batches = plan.schedule_micro_batches;
+  accumulation.applied = plan.data_position / plan.micro_batch;  // a resumed job's, as far as consumed
   const bool checkpoints = !plan.checkpoint_path.empty() || spec.keeps_state;
   auto checkpoint_due = [checkpoints, pipe = plan.algo->pipe, rounds = plan.rounds,
                          interval = plan.checkpoint_interval](std::uint64_t round) {

@@ -459,9 +459,9 @@ def epochs():
         # 22 batches (5 steps and half of one), the data running out or the loop raising: the module
         # keeps the 5th step's parameters and BatchNorm statistics, as a job of 5 steps leaves them.
         exact, _, expected = epoch_loop(algorithm, 20, 1, steps=5)
-        assert len(exact.steps) == 5
+        assert len(exact.steps) == 5 and not exact.data_ended
         for ended, net, kept in (epoch_loop(algorithm, 22, 1), epoch_loop(algorithm, 30, 1, fail_at=23)):
-            assert len(ended.steps) == 5, (algorithm, len(ended.steps))
+            assert len(ended.steps) == 5 and ended.data_ended, (algorithm, len(ended.steps))
             assert numpy.array_equal(ended.parameters, exact.parameters), algorithm
             assert all(torch.equal(a, b) for a, b in zip(kept, expected)), f"{algorithm}: the module is off step 5"
             assert net[1].running_var.min() > 0.01, f"{algorithm}: BatchNorm's running variance {net[1].running_var}"

@@ -7,6 +7,7 @@
 #include "quadratic_model.hpp"
 #include "test_job.hpp"
 
+#include "optim/schedule.hpp"
 #include "recovery/checkpoint.hpp"
 
 #include <atomic>
@@ -136,6 +137,8 @@ TEST_CASE("an app's epoch of N micro-batches makes N / accumulation steps, every
       const checkpoint expected = read_checkpoint(exact.checkpoint_path);
       CHECK(first.parameters == reference.parameters);
       CHECK(first.final_eval_loss == reference.final_eval_loss);
+      CHECK(first.data_ended);
+      CHECK_FALSE(reference.data_ended);
       CHECK(kept.steps == 3);
       CHECK(kept.parameters == expected.parameters);
       CHECK(kept.optimizer == expected.optimizer);
@@ -150,6 +153,32 @@ TEST_CASE("an app's epoch of N micro-batches makes N / accumulation steps, every
   }
   std::filesystem::remove(scratch + "-ended");
   std::filesystem::remove(scratch + "-exact");
+}
+
+TEST_CASE("growing accumulation, asked for, counts the learning-rate schedule in examples") {
+  const waves data(dim);
+  job_config job = test_job("acco", 2, 12).adamw(0.01f).evaluate(0, 6);
+  job.accumulation_mode = "growing";  // at least 1 micro-batch per stage, more while a round is on the slow link
+  job.max_accumulation = 4;
+  job.link = "100mbit,2ms";
+  job.blas_threads = 1;
+  const job_result result = run_app_job(quadratic_app(dim, data), job, data);
+  REQUIRE(result.steps.size() == job.steps);
+  schedule_config schedule;
+  schedule.kind = "cosine";
+  schedule.peak_learning_rate = job.learning_rate;
+  schedule.total_steps = job.steps;
+  schedule.final_fraction = job.min_lr_ratio;
+  const std::uint64_t nominal = 2 * 2;  // a step of 1 + 1 micro-batches on each of 2 workers
+  std::uint64_t applied = 0;
+  for (const step_metrics& m : result.steps) {
+    CAPTURE(m.step);
+    CHECK(m.micro_batches >= nominal);
+    CHECK(m.micro_batches <= 2 * 2 * 4);
+    CHECK(m.learning_rate == learning_rate_at(schedule, applied / nominal));
+    applied += m.micro_batches;
+  }
+  CHECK(result.replicas_identical);
 }
 
 TEST_CASE("an app that ends before its first step keeps the initial parameters") {
@@ -248,6 +277,31 @@ TEST_CASE("app-driven jobs refuse bad input with one line naming it") {
     m = quadratic_app(dim, data);
     m.initial_parameters[1] = NAN;
     CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("not all finite"), std::invalid_argument);
+  }
+  SUBCASE("fixed steps") {
+    job.algorithm = "acco";
+    job.accumulation = 1;
+    job.max_accumulation = 0;
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("accumulation must be at least 2 (got 1)"),
+                         std::invalid_argument);
+    job.accumulation = 2;
+    job.max_accumulation = 3;
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("max_accumulation (3) caps a growing one"),
+                         std::invalid_argument);
+    job.max_accumulation = 0;
+    job.estimate_accumulation = 2;
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("must leave the real stage a micro-batch"),
+                         std::invalid_argument);
+    job.estimate_accumulation = 0;
+    job.accumulation_mode = "steady";
+    CHECK_THROWS_WITH_AS(app_job::start(m, job), doctest::Contains("'steady' is not one of fixed, growing"),
+                         std::invalid_argument);
+    job.accumulation_mode = "";
+    job.accumulation = 4;
+    job.steps = 7;
+    CHECK(app_job::start(m, job)->step_counting() ==
+          "accord: a step is 4 micro-batches of 3 examples per worker (acco: 2 at the estimate stage, 2 at the real "
+          "stage), so N micro-batches make N / 4 steps; 7 steps");
   }
   SUBCASE("stop_requested") {
     std::atomic<bool> stop{false};

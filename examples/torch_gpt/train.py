@@ -94,7 +94,13 @@ def own_loop(model, corpus, sent, settings, args):
     """The loop a DDP user writes: micro-batch i of this rank reads its windows from stream
     position (i * workers + rank) * micro_batch (as train_torch.py and a DistributedSampler
     stride), runs forward and backward, and hands the gradient to accord; the job says when its
-    steps are done."""
+    steps are done. Its steps are fixed (the Job's default): --accumulation micro-batches, and for
+    ACCO-style algorithms --accumulation at the real stage plus --estimate-accumulation (default:
+    as many) at the estimate stage, as accord-train's flags count them."""
+    if args.algo.startswith("acco"):  # accord-train's names count per stage; the Job's fixed step holds both
+        estimate = args.estimate_accumulation or args.accumulation
+        settings.update(accumulation=args.accumulation + estimate, estimate_accumulation=estimate)
+    settings["max_accumulation"] = settings["accumulation"]  # a fixed step: no more while a round flies
     job = accord.torch.Job(model, **settings)
     for index in itertools.count():
         sent.start()

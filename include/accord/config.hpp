@@ -112,9 +112,12 @@ struct job_config {
   // at the estimate stage, default half rounded down, the rest at the real stage; at least 2;
   // max_accumulation 0 or equal to accumulation). "growing": overlapped schedules keep computing
   // while a round is in flight, at least `accumulation` per round (ACCO: per stage) and at most
-  // max_accumulation, so how many micro-batches a step takes depends on timing. Empty: "fixed"
-  // for an app-driven job (<accord/worker.hpp>, accord.torch.Job), "growing" when accord runs
-  // the loop (run_job, accord-train, accord.torch.train).
+  // max_accumulation, so how many micro-batches a step takes depends on timing; its
+  // learning-rate schedule counts examples: a step's rate is the schedule's at the micro-batches
+  // applied so far (all workers) over a nominal step's (accumulation, ACCO: both stages', per
+  // worker). "growing-steps": growing, the schedule counting steps (run_job's, accord-train's and
+  // accord.torch.train's way). Empty: "fixed" for an app-driven job (<accord/worker.hpp>,
+  // accord.torch.Job), "growing-steps" when accord runs the loop (run_job).
   std::string accumulation_mode;
   // Examples per optimizer step over all workers, kept when workers come and go (as DeepSpeed's
   // elasticity keeps train_batch_size): it fixes the worker count W0 the batch is sized for

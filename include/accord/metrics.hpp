@@ -81,6 +81,9 @@ struct job_result {
   std::uint64_t bytes_sent = 0;    // all workers
   std::uint64_t rounds = 0;
   bool replicas_identical = true;  // every replica check agreed
+  // An app-driven worker's data ran out (worker::end): the job ended at its last full step,
+  // before its `steps`.
+  bool data_ended = false;
   // Memory per worker: what the optimizer keeps (master weights + state, sharded where the
   // algorithm allows), the peak of parameter/gradient buffers plus that state, and the
   // theoretical minimum: parameters + the pipeline's gradient buffers (one for DDP, two where

@@ -76,6 +76,7 @@ struct fields_of<job_result> {
       ACCORD_METRIC(job_result, bytes_sent),
       ACCORD_METRIC(job_result, rounds),
       ACCORD_METRIC(job_result, replicas_identical),
+      ACCORD_METRIC(job_result, data_ended),
       ACCORD_METRIC(job_result, gradient_buffers),
       ACCORD_METRIC(job_result, state_bytes_per_worker),
       ACCORD_METRIC(job_result, peak_bytes_per_worker),

@@ -12,13 +12,12 @@ accord runs the loop, asking for micro-batches by their position in the data str
 or the app keeps its own loop and DataLoader, as with DistributedDataParallel:
 
     with accord.torch.Job(model, algorithm="acco", steps=300, micro_batch=32, accumulation=4) as job:
-        for epoch in range(epochs):
-            for x, y in loader:           # each batch one micro-batch; 4 of them make a step
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-                loss.backward()
-                if not job.step(loss):    # the parameters for the next micro-batch are in place
-                    break
-    result = job.finish()                 # the module holds the last completed step's weights
+        for x, y in loader:               # each batch one micro-batch; 4 of them make a step
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            if not job.step(loss):        # the parameters for the next micro-batch are in place
+                break                     # (False: the job's steps are done)
+    result = job.finish()                 # the loader ran out first: the last completed step's
 
 In one process train() runs `workers` replicas of the model on threads (a Job's worker(i) are
 its replicas, for the app's own threads); under accord-launch or torchrun (RANK, WORLD_SIZE,
@@ -436,7 +435,7 @@ def train(module, loss_fn, *, evaluate=None, on_step=None, group="environment", 
     Ctrl-C stops every worker after the current step and returns the result so far.
     """
     optimizer, param_groups = _torch_optimizer(module, settings, param_groups, "accord.torch.train")
-    settings.setdefault("accumulation_mode", "growing")  # accord runs the loop: ACCO's accumulation grows while a round flies
+    settings.setdefault("accumulation_mode", "growing-steps")  # accord runs the loop: ACCO's accumulation grows while a round flies
     start = _Start(module, settings, optimizer=optimizer, param_groups=param_groups, buffers=buffers,
                    loss_scale=loss_scale, evaluate=evaluate, on_step=on_step, group=group, status_port=status_port,
                    log_interval=log_interval, log_unit=log_unit, scratch_checkpoint=optimizer is not None,
@@ -482,7 +481,8 @@ class Job:
     every run, and `steps` counts those. ACCO splits them between its estimate and real stages
     (estimate_accumulation of them, default half) and needs at least 2 (its default here).
     accumulation_mode="growing" keeps ACCO's accumulation growing while a round is in flight
-    (at most max_accumulation): fewer, larger steps, a count that depends on timing. The job
+    (at most max_accumulation): fewer, larger steps, a count that depends on timing, and a
+    learning-rate schedule that counts examples (a nominal step's micro-batches). The job
     says at its start how it counts steps (stderr, rank 0). When the data runs out first,
     finish() (or leaving a `with` block, also on an exception) ends the job at the last completed
     step: the module keeps that step's parameters and buffers, and no optimizer step is taken on
