@@ -11,13 +11,7 @@ namespace po = boost::program_options;
 using namespace accord;
 
 int main(int argc, char** argv) {
-  job_config defaults;
-  defaults.workers = 4;
-  defaults.steps = 30;
-  defaults.accumulation = 2;
-  defaults.link = "100mbit,100us";
-  defaults.eval_interval = 0;
-  defaults.replica_check_interval = 0;
+  const job_config defaults = step_benchmark_defaults();
   po::options_description options("accord-bench-algorithms options");
   options.add_options()("help,h", "show this help")
       ("algos", po::value<std::string>()->default_value("ddp,dpu,acco,dlion-mavo,acco-dlion"),

@@ -80,13 +80,7 @@ own_loop_result run_own_loop(const model& prototype, const dataset& train, const
 }  // namespace
 
 int main(int argc, char** argv) {
-  job_config defaults;
-  defaults.workers = 4;
-  defaults.steps = 30;
-  defaults.accumulation = 2;
-  defaults.link = "100mbit,100us";
-  defaults.eval_interval = 0;
-  defaults.replica_check_interval = 0;
+  const job_config defaults = step_benchmark_defaults();
   po::options_description options("accord-bench-own-loop options");
   options.add_options()("help,h", "show this help")
       ("algos", po::value<std::string>()->default_value("ddp,acco"), "algorithms to compare, each both ways")

@@ -34,6 +34,17 @@ job_config with_equal_tokens(job_config job, const std::string& algorithm) {
   return job;
 }
 
+job_config step_benchmark_defaults() {
+  job_config defaults;
+  defaults.workers = 4;
+  defaults.steps = 30;
+  defaults.accumulation = 2;
+  defaults.link = "100mbit,100us";
+  defaults.eval_interval = 0;
+  defaults.replica_check_interval = 0;
+  return defaults;
+}
+
 std::vector<std::string> algorithm_list(const std::string& list) {
   const std::vector<std::string> known = algorithm_names();
   std::string expected;

@@ -29,6 +29,10 @@ void check_stage_split(const std::vector<std::string>& algorithms, const job_con
 // stages (estimate_stage, then the rest).
 job_config with_equal_tokens(job_config job, const std::string& algorithm);
 
+// The side-by-side benchmarks' job: 4 workers, 30 steps of 2 micro-batches over a 100 Mbit/s,
+// 100 µs link, no evaluation or replica check on the clock.
+job_config step_benchmark_defaults();
+
 // The algorithms an --algos list names, each known (else std::invalid_argument naming the flag,
 // the item and the known names; an empty list or item is refused too).
 std::vector<std::string> algorithm_list(const std::string& list);
