@@ -135,6 +135,23 @@ void flush_steps(self_pointer self) {
   finish_if_done(self);
 }
 
+// Asks the evaluator for the held-out loss at `parameters`; `take` records it, then the steps
+// waiting for it go out.
+void request_evaluation(self_pointer self, tensor parameters, std::function<void(coordinator_state&, double)> take) {
+  ++self->state.evaluations_running;
+  self->request(self->state.setup.evaluator, caf::infinite, evaluate_atom::value, std::move(parameters))
+      .then(
+          [self, take = std::move(take)](double loss) {
+            --self->state.evaluations_running;
+            take(self->state, loss);
+            flush_steps(self);
+          },
+          [self](caf::error& e) {
+            --self->state.evaluations_running;
+            fail_job(self, "evaluator: " + describe(self->system(), e));
+          });
+}
+
 void evaluate(self_pointer self, std::uint64_t step, tensor parameters) {
   auto& s = self->state;
   s.last_evaluated_step = std::max(s.last_evaluated_step, step);
@@ -143,18 +160,8 @@ void evaluate(self_pointer self, std::uint64_t step, tensor parameters) {
     s.deferred.emplace_back(step, std::make_shared<std::vector<float>>(*parameters));
     return;
   }
-  ++s.evaluations_running;
-  self->request(s.setup.evaluator, caf::infinite, evaluate_atom::value, std::move(parameters))
-      .then(
-          [self, step](double loss) {
-            --self->state.evaluations_running;
-            self->state.evaluations[step] = loss;
-            flush_steps(self);
-          },
-          [self](caf::error& e) {
-            --self->state.evaluations_running;
-            fail_job(self, "evaluator: " + describe(self->system(), e));
-          });
+  request_evaluation(self, std::move(parameters),
+                     [step](coordinator_state& state, double loss) { state.evaluations[step] = loss; });
 }
 
 // Where every worker's stream can restart after this round: the slowest worker's count of
@@ -177,19 +184,11 @@ void end_without_step(self_pointer self, std::uint64_t round, const round_progre
   s.setup.result->data_ended = true;
   const std::uint64_t steps = steps_through(s.setup.pipe, round, progress.global);
   if (progress.parameters && steps > s.last_evaluated_step) {
-    ++s.evaluations_running;
     s.last_evaluated_step = steps;
-    self->request(s.setup.evaluator, caf::infinite, evaluate_atom::value, progress.parameters)
-        .then(
-            [self](double loss) {
-              --self->state.evaluations_running;
-              if (loss >= 0) self->state.setup.result->final_eval_loss = loss;
-              flush_steps(self);
-            },
-            [self](caf::error& e) {
-              --self->state.evaluations_running;
-              fail_job(self, "evaluator: " + describe(self->system(), e));
-            });
+    // No step's metrics wait for it (that step went out unevaluated): it is the job's final loss.
+    request_evaluation(self, progress.parameters, [](coordinator_state& state, double loss) {
+      if (loss >= 0) state.setup.result->final_eval_loss = loss;
+    });
   }
   for (auto& [step, parameters] : std::exchange(s.deferred, {})) evaluate(self, step, std::move(parameters));
   flush_steps(self);
