@@ -16,18 +16,51 @@ worker::state::outcome worker::state::accumulate(std::shared_ptr<const void> own
   if (ended_) return {.ended = true};
   parameters_owner_ = std::move(owner);
   sum_ = sum;
-  request_ = micro_batch_request{parameters.on_host() ? parameters.values : std::span<const float>(), parameters,
-                                 index, first_position, examples, version_};
+  request_ = micro_batch_request{parameters.on_host() ? parameters.values : std::span<const float>(),
+                                 parameters,
+                                 index,
+                                 first_position,
+                                 examples,
+                                 version_,
+                                 progress_listener_ ? progress_elements_ : 0};
+  reported_from_ = added_from_ = sum.size();
   ++serial_;
   pending_ = true;
   answered_ = false;
   changed_.notify_all();
-  changed_.wait(lock, [this] { return answered_ || !pending_ || !failure_.empty() || ended_; });
+  const auto settled = [this] { return answered_ || !pending_ || !failure_.empty() || ended_; };
+  // The app's progress reports, added (and told to the listener) while its backward goes on.
+  while (!settled()) {
+    changed_.wait(lock, [&] { return settled() || reported_from_ < added_from_; });
+    if (settled()) break;
+    const std::size_t from = reported_from_, to = added_from_;
+    const device_span<const float> gradient = gradient_;
+    const auto listener = progress_listener_;
+    lock.unlock();
+    std::exception_ptr add_failed;
+    try {
+      add_gradient(gradient, from, to);
+      if (listener) listener(from);
+    } catch (...) {
+      add_failed = std::current_exception();
+    }
+    lock.lock();
+    added_from_ = from;
+    if (add_failed) {  // the app's submit() then returns, and its next() says the job is over
+      pending_ = false;
+      sum_ = {};
+      changed_.notify_all();
+      std::rethrow_exception(add_failed);
+    }
+  }
   if (answered_) {  // submit() waits for the add, however the request ends
     std::exception_ptr add_failed;
+    const std::size_t end = added_from_;
+    const auto listener = progress_listener_;
     lock.unlock();
     try {
-      add_gradient();
+      add_gradient(gradient_, 0, end);
+      if (listener) listener(0);
     } catch (...) {
       add_failed = std::current_exception();
     }
@@ -45,11 +78,18 @@ worker::state::outcome worker::state::accumulate(std::shared_ptr<const void> own
   return answered ? answer_ : outcome{.ended = ended};
 }
 
-void worker::state::add_gradient() {
+void worker::state::add_gradient(device_span<const float> gradient, std::size_t begin, std::size_t end) {
+  if (begin >= end) return;
   const device_kind kind = sum_.on_host() ? device_kind::cpu : device_kind::cuda;
   if (!adder_ || adder_->kind() != kind) adder_ = make_kernels(kind);
-  adder_->accumulate(sum_.values, gradient_.values);
+  adder_->accumulate(sum_.values.subspan(begin, end - begin), gradient.values.subspan(begin, end - begin));
   adder_->synchronize();
+}
+
+void worker::state::listen_to_gradients(std::size_t elements, std::function<void(std::size_t)> listener) {
+  std::lock_guard lock(mutex_);
+  progress_elements_ = elements;
+  progress_listener_ = std::move(listener);
 }
 
 void worker::state::new_parameters() {
@@ -59,6 +99,7 @@ void worker::state::new_parameters() {
 
 void worker::state::release() {
   std::lock_guard lock(mutex_);
+  progress_listener_ = nullptr;  // the epoch's buckets go with its actors
   closed_ = true;
   pending_ = false;
   changed_.notify_all();
@@ -98,24 +139,28 @@ std::optional<micro_batch_request> worker::state::next() {
   return request;
 }
 
-void worker::state::submit(device_span<const float> gradient, double items, double loss) {
-  std::unique_lock lock(mutex_);
+bool worker::state::take_gradient(device_span<const float> gradient, const char* call) {
   const std::string who = "worker " + std::to_string(rank_) + ": ";
-  if (!handed_out_) throw std::invalid_argument(who + "submit() without a request (call next() first)");
-  if (!(std::isfinite(items) && items >= 0))
-    throw std::invalid_argument(who + "submit(): items must be a finite number >= 0");
+  if (!handed_out_)
+    throw std::invalid_argument(who + call + "() without a request (call next() first)");
   if (gradient.where != memory_)
-    throw std::invalid_argument(who + "submit(): a gradient in " + describe_location(gradient.where) +
+    throw std::invalid_argument(who + call + "(): a gradient in " + describe_location(gradient.where) +
                                 " memory, the model's parameters are in " + describe_location(memory_) +
                                 " memory (app_model::memory)");
-  if (!pending_ || answered_ || handed_serial_ != serial_) {  // released: the epoch or job ended while the app computed
-    handed_out_ = false;
-    return;
-  }
+  if (!pending_ || answered_ || handed_serial_ != serial_) return false;
   if (gradient.size() != sum_.size())
-    throw std::invalid_argument(who + "submit(): a gradient of " + std::to_string(gradient.size()) +
+    throw std::invalid_argument(who + call + "(): a gradient of " + std::to_string(gradient.size()) +
                                 " values, the parameters have " + std::to_string(sum_.size()));
+  return true;
+}
+
+void worker::state::submit(device_span<const float> gradient, double items, double loss) {
+  std::unique_lock lock(mutex_);
+  if (!(std::isfinite(items) && items >= 0))
+    throw std::invalid_argument("worker " + std::to_string(rank_) + ": submit(): items must be a finite number >= 0");
+  const bool taken = take_gradient(gradient, "submit");
   handed_out_ = false;
+  if (!taken) return;  // released: the epoch or job ended while the app computed
   gradient_ = gradient;
   answer_ = {loss, items};
   answered_ = true;
@@ -124,6 +169,14 @@ void worker::state::submit(device_span<const float> gradient, double items, doub
   // time this thread wakes.
   const std::uint64_t mine = serial_;
   changed_.wait(lock, [this, mine] { return added_serial_ >= mine; });
+}
+
+void worker::state::gradients_final_from(device_span<const float> gradient, std::size_t begin) {
+  std::lock_guard lock(mutex_);
+  if (!take_gradient(gradient, "gradients_final_from") || begin >= reported_from_) return;
+  gradient_ = gradient;
+  reported_from_ = begin;
+  changed_.notify_all();
 }
 
 void worker::state::on_parameters(std::function<void(std::span<const float>, std::uint64_t)> callback) {
@@ -154,6 +207,9 @@ std::optional<micro_batch_request> worker::next() { return state_->next(); }
 bool worker::wait_ready(std::chrono::milliseconds timeout) { return state_->wait_ready(timeout); }
 void worker::submit(device_span<const float> gradient, double items, double loss) {
   state_->submit(gradient, items, loss);
+}
+void worker::gradients_final_from(device_span<const float> gradient, std::size_t begin) {
+  state_->gradients_final_from(gradient, begin);
 }
 void worker::on_parameters(std::function<void(std::span<const float>, std::uint64_t)> callback) {
   state_->on_parameters(std::move(callback));

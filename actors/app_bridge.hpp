@@ -36,6 +36,10 @@ public:
                      std::uint64_t first_position, std::size_t examples, device_span<float> sum);
   // Compute actor's thread: a round's new parameters were swapped in.
   void new_parameters();
+  // This epoch's listener to the app's gradient progress (model::listen_to_gradients for the
+  // app's model: DDP's buckets), told from the compute thread, in runs of `elements`; until
+  // release().
+  void listen_to_gradients(std::size_t elements, std::function<void(std::size_t begin)> listener);
   // The epoch's actors are about to go: drops the request waiting for the app, if any, and
   // answers later ones at once with nothing, until open() (the next epoch's worker starts).
   void release();
@@ -47,14 +51,23 @@ public:
   std::optional<micro_batch_request> next();
   bool wait_ready(std::chrono::milliseconds timeout);
   void submit(device_span<const float> gradient, double items, double loss);
+  void gradients_final_from(device_span<const float> gradient, std::size_t begin);
   void on_parameters(std::function<void(std::span<const float>, std::uint64_t)> callback);
   void fail(const std::string& why);
   void end();
   int rank() const { return rank_; }
 
 private:
-  // Compute actor's thread, the lock released: sum_ += gradient_ on sum_'s memory.
-  void add_gradient();
+  // Compute actor's thread, the lock released: sum_ += gradient over [begin, end) on sum_'s
+  // memory.
+  void add_gradient(device_span<const float> gradient, std::size_t begin, std::size_t end);
+  // The app's gradient (submit's or a progress report's) for the request handed out, checked
+  // (mutex_ held): std::invalid_argument naming `call` for no request, or a gradient of the
+  // wrong memory or size. False when accord no longer waits for that request (released: the
+  // epoch or job ended while the app computed).
+  bool take_gradient(device_span<const float> gradient, const char* call);
+  // The request handed out is still the one accord waits for (mutex_ held).
+  bool current() const { return pending_ && !answered_ && handed_serial_ == serial_; }
   // next() answers at once (mutex_ held).
   bool answerable() const { return (pending_ && !answered_) || finished_ || ended_ || !failure_.empty(); }
 
@@ -72,7 +85,13 @@ private:
   std::uint64_t handed_serial_ = 0;  // which one
   bool answered_ = false;
   outcome answer_;
-  device_span<const float> gradient_;  // of the answer, until added
+  device_span<const float> gradient_;  // of the answer or a progress report, until added
+  // The request's gradient [reported_from_, end) is final (gradients_final_from); the compute
+  // thread has added [added_from_, end) of it into the sum.
+  std::size_t reported_from_ = 0;
+  std::size_t added_from_ = 0;
+  std::size_t progress_elements_ = 0;
+  std::function<void(std::size_t)> progress_listener_;
   std::uint64_t added_serial_ = 0;     // the last request whose answer was added
   std::unique_ptr<kernels> adder_;  // the compute actor's, for sum_'s memory
   bool closed_ = false;

@@ -26,10 +26,12 @@ void bucket_feed::disarm() {
 
 void bucket_feed::final_from(std::size_t begin) {
   if (!round_) return;
-  begin = std::min(begin, unsent_end_);
-  if (begin == unsent_end_ || (unsent_end_ - begin < elements_per_bucket_ && begin > 0)) return;
-  send_(*round_, {begin, unsent_end_}, buffer_);
-  unsent_end_ = begin;
+  while (unsent_end_ > 0) {
+    const std::size_t start = unsent_end_ > elements_per_bucket_ ? unsent_end_ - elements_per_bucket_ : 0;
+    if (start < begin) return;  // not finished yet
+    send_(*round_, {start, unsent_end_}, buffer_);
+    unsent_end_ = start;
+  }
 }
 
 }  // namespace accord

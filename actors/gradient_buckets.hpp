@@ -28,8 +28,11 @@ public:
   // Its gradient is back: later micro-batches' reports are ignored. What was not handed out
   // is reduced by the round itself.
   void disarm();
-  // The model's listener: [begin, total) is final. Hands out [begin, the unsent end) once it
-  // holds a bucket's worth, and whatever is left once begin is 0. Ignored unless armed.
+  // The model's listener: [begin, total) is final. Hands out each bucket that is, in order from
+  // the end. Buckets are cut at fixed places (a bucket's worth apart from the end, the rest at
+  // the start) whatever the reports: every worker's buckets pair up in the collectives however
+  // its backward's progress was reported (an app's reports coalesce on a busy compute thread).
+  // Ignored unless armed.
   void final_from(std::size_t begin);
 
 private:

@@ -13,6 +13,12 @@ bool kept_values::holds(std::size_t index) const {
   return found;
 }
 
+std::size_t kept_values::first_begin(std::size_t total) const {
+  std::size_t first = total;
+  for_each_within(0, total, [&](std::size_t begin, std::size_t) { first = std::min(first, begin); });
+  return first;
+}
+
 void kept_values::weigh_broadcast(std::span<float> buffer, bool first_rank, const round_totals& local,
                                   const round_totals& global) const {
   const float weight =

@@ -21,6 +21,8 @@ public:
   bool empty() const { return averaged_.empty() && broadcast_.empty(); }
   // Whether the flat parameter `index` is a kept value.
   bool holds(std::size_t index) const;
+  // Where the first kept range begins; `total` without one.
+  std::size_t first_begin(std::size_t total) const;
   // Weighs rank 0's sums of the broadcast groups by global / local micro-batches, so that the sum
   // over workers divided by the global count is rank 0's mean, and zeroes the other ranks' sums.
   void weigh_broadcast(std::span<float> buffer, bool first_rank, const round_totals& local,

@@ -58,7 +58,7 @@ public:
     return algorithm_->state_bytes() + (own_ ? own_->state().values.size() * sizeof(float) : 0);
   }
   // The ring's round is the algorithm's (worker_spawn buckets only there).
-  bool takes_buckets() const override { return algorithm_->takes_buckets(); }
+  std::size_t bucket_prefix() const override { return algorithm_->bucket_prefix(); }
   void reduce_bucket(transport& link, std::span<float> buffer, shard range) override {
     algorithm_->reduce_bucket(link, buffer, range);
   }

@@ -54,6 +54,7 @@ public:
       throw std::invalid_argument("parameter groups the app keeps (roles averaged, broadcast) travel in fp32, bf16 "
                                   "or fp16 only, not " + round_wires_name(precision_.real));
     trained_ = trained_runs();
+    bucket_prefix_ = kept_.first_begin(initial.size());
     if (block_quantized(precision_.real.gradients)) residual_.assign(initial.size(), 0.f);
     if (resume) {
       restore_shard_state(*optimizer_, *resume, own_.begin, owner);
@@ -62,11 +63,11 @@ public:
   }
 
   // Buckets are reduced before the round's totals are known: not where the buffer is scaled
-  // first (error feedback) or where the app's values are weighed by the totals.
-  bool takes_buckets() const override { return residual_.empty() && kept_.empty(); }
+  // first (error feedback), and not over the app's values, which the totals weigh.
+  std::size_t bucket_prefix() const override { return residual_.empty() ? bucket_prefix_ : 0; }
 
   void reduce_bucket(transport& link, std::span<float> buffer, shard range) override {
-    if (!takes_buckets()) update_rule::reduce_bucket(link, buffer, range);
+    if (range.end > bucket_prefix()) update_rule::reduce_bucket(link, buffer, range);
     link.reduce_scatter_range(buffer, range, precision_.real.gradients);
     bucketed_.push_back(range);
   }
@@ -300,6 +301,7 @@ private:
   std::vector<float> residual_;
   std::vector<scaled_run> runs_;  // the own shard under config_.groups (empty: no groups)
   kept_values kept_;
+  std::size_t bucket_prefix_ = 0;  // before the first kept value
   std::vector<scaled_run> trained_;  // trained_runs(), made once instead of every round
   bool first_rank_;
   std::unique_ptr<optimizer> optimizer_;

@@ -51,7 +51,9 @@ public:
   // DDP's gradient buckets (job_config::bucket_cap_mb): a rule that takes them reduces a range
   // of the next real round's buffer as soon as backward has finished it, before apply; its apply
   // then reduces only what no bucket covered. Every worker hands the same ranges in the same order.
-  virtual bool takes_buckets() const { return false; }
+  // The buckets cover [0, bucket_prefix()) only (0: the rule takes none): the rest waits for the
+  // round, whose totals weigh it (the app's kept values, a module's buffers, lie at the end).
+  virtual std::size_t bucket_prefix() const { return 0; }
   virtual void reduce_bucket(transport& link, std::span<float> buffer, shard range);
   // Before a snapshot (a checkpoint or an elastic kept step: every worker calls it after the
   // same real round) brings state spread over workers into the shape snapshot() takes; a

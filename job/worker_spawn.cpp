@@ -81,7 +81,7 @@ evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local,
 namespace {
 bool uses_gradient_buckets(const job_plan& plan, const compute_setup& compute, const update_rule& rule) {
   return bucket_elements(plan.bucket_cap_mb) > 0 && plan.workers > 1 && plan.algo->pipe == pipeline::synchronous &&
-         plan.topology_name == "ring" && !compute.resident && rule.takes_buckets();
+         plan.topology_name == "ring" && !compute.resident && rule.bucket_prefix() > 0;
 }
 }  // namespace
 
@@ -183,11 +183,15 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   auto bucket_receiver = std::make_shared<communicator_actor>();
   if (uses_gradient_buckets(plan, *compute, *communication->rule)) {
     accumulation.buckets = std::make_shared<bucket_feed>(
-        bucket_elements(plan.bucket_cap_mb), plan.initial.size(),
+        bucket_elements(plan.bucket_cap_mb), communication->rule->bucket_prefix(),
         [bucket_receiver](std::uint64_t round, shard range, const tensor& buffer) {
           caf::anon_send(*bucket_receiver, gradient_bucket{round, range, buffer});
         });
-    compute->net->listen_to_gradients([feed = accumulation.buckets](std::size_t begin) { feed->final_from(begin); });
+    auto listener = [feed = accumulation.buckets](std::size_t begin) { feed->final_from(begin); };
+    if (compute->app)  // the app's own backward reports its progress (worker::gradients_final_from)
+      compute->app->listen_to_gradients(bucket_elements(plan.bucket_cap_mb), std::move(listener));
+    else
+      compute->net->listen_to_gradients(std::move(listener));
   }
   worker_handles handles;
   handles.rank = rank;

@@ -346,6 +346,13 @@ struct worker_handle {
     py::gil_scoped_release unlocked;
     get().submit(values.span(), items, loss);
   }
+
+  // Returns at once (the add runs on accord's thread): the GIL is kept.
+  void gradients_final_from(py::handle gradient, std::size_t begin) {
+    const float_buffer values(gradient, "gradient", false);
+    values.require_size(job->parameter_count(), "the job's parameters are");
+    get().gradients_final_from(values.span(), begin);
+  }
 };
 
 }  // namespace
@@ -358,6 +365,9 @@ void bind_job(py::module_& m) {
       .def_readonly("examples", &micro_batch_request::examples, "JobConfig.micro_batch")
       .def_readonly("parameters_version", &micro_batch_request::parameters_version,
                     "grows whenever a round's new parameters arrive")
+      .def_readonly("gradient_progress", &micro_batch_request::gradient_progress,
+                    "elements: when positive, accord reduces gradients the app reports final "
+                    "(Worker.gradients_final_from) while its backward goes on, in buckets of this many")
       .def("__repr__", [](const micro_batch_request& r) {
         return "<Request " + std::to_string(r.index) + ": examples [" + std::to_string(r.first_position) + ", +" +
                std::to_string(r.examples) + "), parameters version " + std::to_string(r.parameters_version) + ">";
@@ -373,6 +383,12 @@ void bind_job(py::module_& m) {
            "The flat float32 gradient of the mean loss over the micro-batch's `items`, at the "
            "parameters of the last next(), and that loss, in the job's memory (a CUDA tensor's values "
            "computed: synchronize its stream first). Read at once; it may be reused.")
+      .def("gradients_final_from", &worker_handle::gradients_final_from, py::arg("gradient"), py::arg("begin"),
+           "While backward runs: gradient[begin:] of the flat float32 gradient that submit() will hand "
+           "over is final (host memory, or a CUDA tensor whose stream is synchronized). accord adds it "
+           "at once on its own thread and, when the Request's gradient_progress is positive, starts "
+           "reducing it; submit() then adds only [0, begin). Those values must not change until "
+           "submit() returns; a report that does not lower `begin` is ignored.")
       .def("fail", [](const worker_handle& w, const std::string& why) { w.get().fail(why); }, py::arg("why"),
            "The app's computation failed: the job fails with this message.")
       .def("end", [](const worker_handle& w) { w.get().end(); },

@@ -88,25 +88,34 @@ TEST_CASE("bucket_elements: MB of fp32 gradients, at least one, 0 for off") {
   CHECK(bucket_elements(1e-9) == 1);
 }
 
-TEST_CASE("the bucket feed hands out finished runs of a bucket's worth, the rest at the start, only when armed") {
+TEST_CASE("the bucket feed hands out buckets cut a bucket's worth apart from the end, each once finished, only when armed") {
   recording_feed r(30);
   r.feed.final_from(50);  // not armed: a micro-batch that does not end its round
   CHECK(r.sent.empty());
   r.feed.arm(7, nullptr);
   r.feed.final_from(80);  // 20 finished: less than a bucket
-  r.feed.final_from(60);  // 40: one bucket
+  r.feed.final_from(60);  // [70, 100) finished
   r.feed.final_from(55);
   r.feed.final_from(70);  // a later report of less changes nothing
-  r.feed.final_from(10);
+  r.feed.final_from(10);  // two more
   r.feed.final_from(0);   // the end of backward: the rest, however short
   r.feed.final_from(0);
-  CHECK(r.sent == std::vector<sent_bucket>{{7, {60, 100}}, {7, {10, 60}}, {7, {0, 10}}});
+  const std::vector<sent_bucket> cuts{{7, {70, 100}}, {7, {40, 70}}, {7, {10, 40}}, {7, {0, 10}}};
+  CHECK(r.sent == cuts);
   r.feed.disarm();
   r.feed.final_from(0);
-  CHECK(r.sent.size() == 3);
+  CHECK(r.sent.size() == 4);
+
+  // Another worker whose reports came in other runs cuts the same buckets.
+  recording_feed other(30);
+  other.feed.arm(7, nullptr);
+  for (const std::size_t begin : {95, 41, 39, 0}) other.feed.final_from(begin);
+  CHECK(other.sent == cuts);
+
   r.feed.arm(8, nullptr);  // the next round starts from the end again
   r.feed.final_from(0);
-  CHECK(r.sent.back() == sent_bucket{8, {0, 100}});
+  CHECK(r.sent.back() == sent_bucket{8, {0, 10}});
+  CHECK(r.sent.size() == 8);
 }
 
 TEST_CASE("bucketed DDP equals unbucketed DDP bit for bit on the quadratic, with buckets in the trace") {
@@ -138,9 +147,10 @@ TEST_CASE("bucketed DDP equals unbucketed DDP bit for bit on a small GPT, for an
   job.wire_precision = "fp32";
   job.bucket_cap_mb = 0;
   const job_result whole = run_small_gpt(job);
-  // Per worker and step: a bucket at every report (the head and final layernorm, each of the 2
-  // blocks, the embeddings), or the whole buffer at the end of backward with torch's 25 MB.
-  const std::vector<std::pair<double, std::size_t>> caps{{cap_of(1), 4}, {25.0, 1}};
+  // Per worker and step: quarters of the parameters, each sent once backward has passed it,
+  // or the whole buffer at the end of backward with torch's 25 MB.
+  const std::size_t quarter = (whole.parameters.size() + 3) / 4;
+  const std::vector<std::pair<double, std::size_t>> caps{{cap_of(quarter), 4}, {25.0, 1}};
   for (const auto& [cap, buckets] : caps) {
     CAPTURE(cap);
     job.bucket_cap_mb = cap;

@@ -32,6 +32,11 @@
                      exception, and the job goes on
   app_error          an exception in the app's loss, evaluate or on_step ends the job and is
                      raised from train(), no hang
+  gradient_buckets   DDP's buckets fed by autograd's hooks while backward runs: bit for bit the
+                     job without buckets (train() and the app's own loop, with BatchNorm), the
+                     reports arrive in bucket-sized runs, and a second backward in one micro-batch
+                     is one error naming the parameter (2 threads, or 2 processes under
+                     accord-launch -n 2)
   status_page        status_port serves accord-train's status page and Prometheus /metrics from
                      Python (fetched with urllib), log_interval prints accord-train's progress
                      line; a port in use is one ValueError naming status_port
@@ -1009,10 +1014,80 @@ def rendezvous_interrupt():
     print("both ranks 0 named rank 1 while waiting and ended at Ctrl-C")
 
 
+def deep_model():
+    """Four layers and a BatchNorm, so that backward finishes them one after another."""
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(INPUTS, 32), torch.nn.BatchNorm1d(32), torch.nn.Tanh(),
+                               torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                               torch.nn.Linear(32, CLASSES))
+
+
+def gradient_buckets():
+    x, y = data()
+    group = accord.process_group()
+    workers = group.world_size if group else 2
+    settings = dict(algorithm="ddp", workers=workers, steps=5, micro_batch=4, accumulation=2, max_accumulation=2,
+                    learning_rate=0.01, eval_interval=0)
+    reports = []
+    real_report = accord.Worker.gradients_final_from
+
+    def counted(worker, gradient, begin):
+        reports.append(begin)
+        real_report(worker, gradient, begin)
+
+    def loss(net, request):
+        return mean_loss(net, x, y, request.first_position, request.examples)
+
+    def own_loop(net, bucket_cap_mb):
+        job = accord.torch.Job(net, group=group, bucket_cap_mb=bucket_cap_mb, **settings)
+        if group is None:
+            return run_workers(job, x, y)[0]
+        while (request := job.request) is not None:
+            step_loss = mean_loss(net, x, y, request.first_position, request.examples)
+            step_loss.backward()
+            job.step(step_loss)
+        return job.finish()
+
+    # 0.0005 MB: buckets of 131 values, a few per step of this 2.5k-parameter model.
+    accord.Worker.gradients_final_from = counted
+    try:
+        for name, run in (("train()", lambda net, cap: accord.torch.train(net, loss, group=group, bucket_cap_mb=cap,
+                                                                          **settings)),
+                          ("own loop", own_loop)):
+            reports.clear()
+            bucketed_net, whole_net = deep_model(), deep_model()
+            bucketed = run(bucketed_net, 0.0005)
+            runs = sorted(set(reports), reverse=True)
+            assert reports and 0 in reports, f"{name}: backward's hooks reported nothing"
+            assert len(runs) > 3, f"{name}: reports at {runs}: not in bucket-sized runs"
+            reports.clear()
+            whole = run(whole_net, 0)
+            assert not reports, f"{name}: reports without buckets: {reports[:5]}"
+            assert bucketed.replicas_identical and whole.replicas_identical
+            assert numpy.array_equal(bucketed.parameters, whole.parameters), f"{name}: parameters differ"
+            assert [m.train_loss for m in bucketed.steps] == [m.train_loss for m in whole.steps]
+            for a, b in zip(bucketed_net.state_dict().values(), whole_net.state_dict().values()):
+                assert torch.equal(a, b), f"{name}: the modules differ"
+            print(f"{name}: buckets fed during backward ({len(runs)} distinct reports per micro-batch, "
+                  f"e.g. {runs[:4]}) == no buckets, bit for bit")
+    finally:
+        accord.Worker.gradients_final_from = real_report
+
+    def twice(net, request):
+        step_loss = loss(net, request)
+        step_loss.backward(retain_graph=True)  # accord's backward comes second
+        return step_loss
+
+    raises(RuntimeError, "got a second gradient in one micro-batch",
+           lambda: accord.torch.train(deep_model(), twice, group=group, bucket_cap_mb=0.0005, **settings))
+    print("a second backward in one micro-batch: one error naming the parameter")
+
+
 if __name__ == "__main__":
     cases = {f.__name__: f for f in (ddp_equals_adamw, loop_equals_torch, acco_and_dlion, buffers, epochs, checkpoints,
                                      precisions, devices, cuda_module, bad_input, app_error, settings,
-                                     status_page, early_errors, job_workers, pip_install, rendezvous_interrupt)}
+                                     status_page, early_errors, job_workers, pip_install, rendezvous_interrupt,
+                                     gradient_buckets)}
     if len(sys.argv) != 2 or sys.argv[1] not in cases:
         sys.exit(f"usage: test_python.py {'|'.join(cases)}")
     cases[sys.argv[1]]()

@@ -47,6 +47,20 @@ void drive(worker& w, const waves& data) {
   }
 }
 
+// drive(), reporting the gradient final one value at a time from the last, as a backward
+// would, before submitting it; the request's gradient_progress into `progress`.
+void drive_reporting(worker& w, const waves& data, std::atomic<std::size_t>& progress) {
+  quadratic net(dim);
+  std::vector<float> gradient(dim);
+  while (auto request = w.next()) {
+    progress = request->gradient_progress;
+    const batch input = data.examples(request->first_position, request->examples);
+    const double loss = net.forward_backward(request->parameters, input, gradient);
+    for (std::size_t begin = dim; begin-- > 0;) w.gradients_final_from(gradient, begin);
+    w.submit(gradient, static_cast<double>(input.items()), loss);
+  }
+}
+
 // The app's epoch loop on each worker: its `micro_batches` (its data set), then end().
 void drive_epoch(worker& w, const waves& data, std::size_t micro_batches) {
   quadratic net(dim);
@@ -106,6 +120,35 @@ TEST_CASE("app-driven DDP, DPU, ACCO and Distributed Lion equal run_job on the s
     CHECK(driven.final_eval_loss == doctest::Approx(reference.final_eval_loss).epsilon(1e-6));
     CHECK(driven.replicas_identical);
   }
+}
+
+TEST_CASE("an app reporting its backward's progress feeds DDP's buckets: bit for bit the job without") {
+  const waves data(dim);
+  job_config job = small_job("ddp");
+  job.bucket_cap_mb = 2 * sizeof(float) / (1024.0 * 1024.0);  // buckets of 2 values
+  const job_result whole = run_app_job(quadratic_app(dim, data), job, data);
+  auto running = app_job::start(quadratic_app(dim, data), job);
+  std::vector<std::atomic<std::size_t>> progress(running->local_workers());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < running->local_workers(); ++i)
+    threads.emplace_back([&, i] { drive_reporting(running->local_worker(i), data, progress[i]); });
+  for (auto& t : threads) t.join();
+  const job_result bucketed = running->wait();
+  for (const auto& p : progress) CHECK(p == 2);
+  CHECK(bucketed.replicas_identical);
+  CHECK(bucketed.parameters == whole.parameters);
+  REQUIRE(bucketed.steps.size() == whole.steps.size());
+  for (std::size_t s = 0; s < whole.steps.size(); ++s) CHECK(bucketed.steps[s].train_loss == whole.steps[s].train_loss);
+
+  job.algorithm = "acco";  // no buckets: reports are taken, the result as without them
+  const job_result acco = run_app_job(quadratic_app(dim, data), job, data);
+  running = app_job::start(quadratic_app(dim, data), job);
+  threads.clear();
+  for (std::size_t i = 0; i < running->local_workers(); ++i)
+    threads.emplace_back([&, i] { drive_reporting(running->local_worker(i), data, progress[i]); });
+  for (auto& t : threads) t.join();
+  CHECK(running->wait().parameters == acco.parameters);
+  for (const auto& p : progress) CHECK(p == 0);
 }
 
 TEST_CASE("an app's epoch of N micro-batches makes N / accumulation steps, every run, ending at the last full step") {
@@ -314,9 +357,14 @@ TEST_CASE("app-driven jobs refuse bad input with one line naming it") {
     worker& w = running->local_worker(0);
     const std::vector<float> gradient(dim), wrong(dim + 1);
     CHECK_THROWS_WITH_AS(w.submit(gradient, 1, 0), doctest::Contains("without a request"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(w.gradients_final_from(gradient, 0), doctest::Contains("gradients_final_from() without a request"),
+                         std::invalid_argument);
     REQUIRE(w.next());
     CHECK_THROWS_WITH_AS(w.submit(wrong, 1, 0), doctest::Contains("gradient of 6 values"), std::invalid_argument);
     CHECK_THROWS_WITH_AS(w.submit(gradient, -1, 0), doctest::Contains("items"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(w.gradients_final_from(wrong, 0), doctest::Contains("gradients_final_from(): a gradient of 6"),
+                         std::invalid_argument);
+    w.gradients_final_from(gradient, dim + 3);  // past the end: no progress, ignored
     CHECK_THROWS_AS(running->local_worker(1), std::out_of_range);
     w.fail("device lost");
     CHECK_FALSE(w.next());

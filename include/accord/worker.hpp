@@ -64,6 +64,11 @@ struct micro_batch_request {
   std::size_t examples = 0;  // job_config::micro_batch
   // Grows every time a round's new parameters are swapped in (between two micro-batches).
   std::uint64_t parameters_version = 0;
+  // Elements: when positive, accord starts reducing gradients as soon as the app reports them
+  // final (worker::gradients_final_from), in buckets of this many (DDP's, job_config::
+  // bucket_cap_mb); reports closer together than this are wasted. 0: accord takes the whole
+  // gradient at submit() and reports are merely accepted.
+  std::size_t gradient_progress = 0;
 };
 
 // One worker of an app-driven job, driven by one app thread.
@@ -87,6 +92,13 @@ public:
   // returns; it may be reused at once. Throws std::invalid_argument for a gradient of the
   // wrong size or memory, or a submit without a request.
   void submit(device_span<const float> gradient, double items, double loss);
+  // While backward runs (torch DDP's autograd hooks do this): the values [begin, end) of the
+  // gradient that submit() will hand over are final. accord adds them into its sum on its own
+  // thread at once and, when the request says gradient_progress, reduces them while backward
+  // goes on; submit() then adds only [0, begin). `gradient` stays valid and those values
+  // unchanged until submit() returns. Reports may only grow the final suffix (begin
+  // decreasing); one that does not is ignored. Same exceptions as submit(); returns at once.
+  void gradients_final_from(device_span<const float> gradient, std::size_t begin);
   // Called from next() on the app's thread when new parameters arrived, before it returns.
   // Host models only (std::invalid_argument otherwise): a device model watches
   // micro_batch_request::parameters_version.

@@ -44,6 +44,7 @@ import torch
 
 import accord
 from accord._flat_range import PRECISIONS, FlatRange, flat_buffer_device
+from accord._gradient_progress import GradientProgress
 from accord._shard_optimizer import ShardOptimizer
 
 __all__ = ["FlatModule", "Job", "signature", "train"]
@@ -151,6 +152,8 @@ class FlatModule:
         # Gradients that went through a narrower dtype (or a scale) may have overflowed.
         self._checks_finite = loss_scale != 1 or any(r.dtype != torch.float32 for r in self.ranges)
         self._version = None
+        # DDP's overlap of its rounds with backward, where gradients are final in place.
+        self.progress = GradientProgress(self) if GradientProgress.eligible(self) else None
 
     def trained_offsets(self):
         """(parameter, its first position in `parameters`) for the trained ones, in order."""
@@ -167,6 +170,8 @@ class FlatModule:
         if request is not None and request.parameters_version != self._version:
             self._version = request.parameters_version
             self.to_module()
+        if self.progress:
+            self.progress.arm(worker, request)
         return request
 
     def to_module(self):
@@ -189,8 +194,10 @@ class FlatModule:
             else:
                 continue
             p.grad = view
+        sent = self.progress is not None and self.progress.buffers_sent
         for flat_range in self.ranges:
-            flat_range.to_accord()
+            if not (sent and flat_range.gradients is None):  # buffers backward's hooks sent stay
+                flat_range.to_accord()
         trained = self.gradients[:self.trained]
         if self.loss_scale != 1:
             trained.mul_(1 / self.loss_scale)
