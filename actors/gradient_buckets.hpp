@@ -17,6 +17,9 @@ namespace accord {
 
 // Elements in a bucket of `cap_mb` MB of fp32 gradients (at least 1); 0 for 0 (no buckets).
 std::size_t bucket_elements(double cap_mb);
+// The first bucket (the last gradients backward finishes first) holds at most 1 MB, as torch
+// DDP's: the first round starts early in backward, even when the cap exceeds the model.
+std::size_t first_bucket_elements(std::size_t elements_per_bucket);
 
 class bucket_feed {
 public:
@@ -29,14 +32,15 @@ public:
   // is reduced by the round itself.
   void disarm();
   // The model's listener: [begin, total) is final. Hands out each bucket that is, in order from
-  // the end. Buckets are cut at fixed places (a bucket's worth apart from the end, the rest at
-  // the start) whatever the reports: every worker's buckets pair up in the collectives however
+  // the end. Buckets are cut at fixed places (the first bucket from the end, then a bucket's
+  // worth apart, the rest at the start) whatever the reports: every worker's buckets pair up in the collectives however
   // its backward's progress was reported (an app's reports coalesce on a busy compute thread).
   // Ignored unless armed.
   void final_from(std::size_t begin);
 
 private:
   std::size_t elements_per_bucket_;
+  std::size_t first_bucket_;
   std::size_t total_;
   send_function send_;
   std::optional<std::uint64_t> round_;

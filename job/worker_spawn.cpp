@@ -189,7 +189,8 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
         });
     auto listener = [feed = accumulation.buckets](std::size_t begin) { feed->final_from(begin); };
     if (compute->app)  // the app's own backward reports its progress (worker::gradients_final_from)
-      compute->app->listen_to_gradients(bucket_elements(plan.bucket_cap_mb), std::move(listener));
+      compute->app->listen_to_gradients(first_bucket_elements(bucket_elements(plan.bucket_cap_mb)),
+                                        std::move(listener));
     else
       compute->net->listen_to_gradients(std::move(listener));
   }

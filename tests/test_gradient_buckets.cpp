@@ -82,10 +82,23 @@ void check_bitwise_equal(const job_result& bucketed, const job_result& whole) {
 
 }  // namespace
 
-TEST_CASE("bucket_elements: MB of fp32 gradients, at least one, 0 for off") {
+TEST_CASE("bucket_elements: MB of fp32 gradients, at least one, 0 for off; the first bucket at most 1 MB") {
   CHECK(bucket_elements(25) == 25u * 1024 * 1024 / 4);
   CHECK(bucket_elements(0) == 0);
   CHECK(bucket_elements(1e-9) == 1);
+  CHECK(first_bucket_elements(bucket_elements(25)) == 1024u * 1024 / 4);
+  CHECK(first_bucket_elements(30) == 30);
+
+  // A model larger than 1 MB: its last MB goes first, then 25 MB buckets.
+  std::vector<std::pair<std::size_t, std::size_t>> cuts;
+  const std::size_t total = bucket_elements(30);
+  bucket_feed feed(bucket_elements(25), total, [&](std::uint64_t, shard range, const tensor&) {
+    cuts.emplace_back(range.begin, range.end);
+  });
+  feed.arm(1, nullptr);
+  feed.final_from(0);
+  const std::size_t first = total - bucket_elements(1), second = first - bucket_elements(25);
+  CHECK(cuts == std::vector<std::pair<std::size_t, std::size_t>>{{first, total}, {second, first}, {0, second}});
 }
 
 TEST_CASE("the bucket feed hands out buckets cut a bucket's worth apart from the end, each once finished, only when armed") {
