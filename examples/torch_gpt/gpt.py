@@ -29,7 +29,9 @@ def add_arguments(parser):
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=3e-3, help="AdamW's peak rate (cosine to a tenth)")
-    parser.add_argument("--warmup-steps", type=int, default=10, help="linear warm-up of the learning rate")
+    parser.add_argument("--warmup-steps", type=int, default=None,
+                        help="linear warm-up of the learning rate (default: 5%% of --steps, at least 1; ACCO's "
+                             "delayed rounds want it: docs/results/2026-12-07-acco-horizon.md)")
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--max-gradient-norm", type=float, default=1.0, help="clip the mean gradient to this norm")
     parser.add_argument("--eval-interval", type=int, default=20, help="held-out loss every this many steps, and at the end")
@@ -40,6 +42,14 @@ def add_arguments(parser):
     parser.add_argument("--count-sent", default="", metavar="FILE",
                         help="write the bytes this process sent on its links from its first micro-batch to the end "
                              "(JSON; for scripts/bench-netns, where each rank has a link of its own)")
+
+
+def parse(parser):
+    """The scripts' arguments, the warm-up's default made from --steps."""
+    args = parser.parse_args()
+    if args.warmup_steps is None:
+        args.warmup_steps = max(1, args.steps // 20)
+    return args
 
 
 def check_arguments(parser, args):

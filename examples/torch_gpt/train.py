@@ -40,7 +40,7 @@ def parse_arguments():
     parser.add_argument("--loop", choices=("own", "accord"), default="own",
                         help="own: this script's loop with accord.torch.Job (as a DDP user's); accord: "
                              "accord.torch.train drives it")
-    args = parser.parse_args()
+    args = gpt.parse(parser)
     gpt.check_arguments(parser, args)
     if args.max_accumulation < 0 or args.estimate_accumulation < 0:
         parser.error("--max-accumulation and --estimate-accumulation must be at least 0")

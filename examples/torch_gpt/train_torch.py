@@ -39,7 +39,7 @@ def parse_arguments():
     parser.add_argument("--powersgd-rank", type=int, default=2, help="PowerSGD's matrix approximation rank")
     parser.add_argument("--powersgd-warmup", type=int, default=10,
                         help="steps of plain all-reduce before PowerSGD compresses (at least 2)")
-    args = parser.parse_args()
+    args = gpt.parse(parser)
     gpt.check_arguments(parser, args)
     if args.powersgd_rank < 1:
         parser.error(f"--powersgd-rank {args.powersgd_rank}: must be at least 1")
