@@ -3,13 +3,15 @@
 // (run_job, as accord-train does), and the app drives it (app_job: one app thread per worker
 // asks next(), runs forward and backward itself, submit()s). Prints step time and its ratio,
 // and where an app thread's time goes (forward/backward, the hand-off in submit, the wait in
-// next), beside the accord-driven worker's compute and waiting time.
+// next), beside the accord-driven worker's compute and waiting time. The app reports its
+// backward's progress (worker::gradients_final_from), so DDP's buckets overlap it both ways.
 #include "apps/time_to_loss.hpp"
 
 #include <accord/worker.hpp>
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -54,10 +56,15 @@ own_loop_result run_own_loop(const model& prototype, const dataset& train, const
       app_thread_time& time = result.threads[i];
       const std::unique_ptr<model> net = prototype.clone();
       std::vector<float> gradient(prototype.parameter_count());
+      std::optional<micro_batch_request> request;
+      // Backward's progress to DDP's buckets, as accord's own compute actor reports it.
+      net->listen_to_gradients([&](std::size_t begin) {
+        if (request->gradient_progress) w.gradients_final_from(gradient, begin);
+      });
       try {
         for (;;) {
           auto start = clock_type::now();
-          const auto request = w.next();
+          request = w.next();
           time.next += seconds_since(start);
           if (!request) break;
           start = clock_type::now();
