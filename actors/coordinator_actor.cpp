@@ -343,7 +343,9 @@ coordinator_actor::behavior_type coordinator_behavior(self_pointer self, coordin
         }
         if (report.parameters) progress.parameters = std::move(report.parameters);
         progress.kept = progress.kept || report.kept;
-        progress.learning_rate = report.learning_rate;
+        // The app's optimizer's own rate (a torch scheduler's) where it has one, else the schedule's.
+        progress.learning_rate = static_cast<float>(
+            report.observations.learning_rate >= 0 ? report.observations.learning_rate : report.learning_rate);
         progress.consensus_distance = std::max(progress.consensus_distance, report.consensus_distance);
         if (progress.staleness.size() < report.staleness.size()) progress.staleness.resize(report.staleness.size());
         for (std::size_t k = 0; k < report.staleness.size(); ++k) progress.staleness[k] += report.staleness[k];

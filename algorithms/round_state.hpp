@@ -63,6 +63,7 @@ struct round_totals {
 struct round_observations {
   double gradient_square_sum = 0;  // this worker's share of the squared norm of the round's gradient
   double vote_agreement = -1;      // sign votes: fraction of this worker's signs the outcome took (-1: no vote)
+  double learning_rate = -1;       // the app's optimizer's own (a scheduler's; -1: the job's schedule)
 };
 
 // A worker's accumulated gradient handed to its communicator for round `round`.

@@ -112,6 +112,7 @@ public:
       take_kept_values(slice, target);
       optimizer_->step(target, slice, learning_rate, runs_);
     }
+    observed_.learning_rate = optimizer_->applied_learning_rate();
     std::copy(target.begin(), target.end(), slice.begin());
     optimizer_phase.reset();
     const trace_span phase("all-gather");

@@ -89,10 +89,12 @@ private:
   void advance(std::span<float> parameters, std::span<const float> gradients, float lr,
                std::span<const scaled_run>) override {
     const float factor = config_.learning_rate > 0 ? lr / config_.learning_rate : 0.0f;
-    config_.app->step(shard_begin_, parameters, gradients, slots(), step_count(), factor);
+    applied_ = config_.app->step(shard_begin_, parameters, gradients, slots(), step_count(), factor);
   }
+  double applied_learning_rate() const override { return applied_; }
 
   const std::size_t shard_begin_;
+  double applied_ = -1;
 };
 
 // AdamW (Loshchilov & Hutter) with PyTorch's arrangement: decoupled decay p *= 1 - lr*wd,

@@ -58,6 +58,9 @@ public:
   virtual const optimizer_state& state() const = 0;
   virtual void restore(optimizer_state state) = 0;
   virtual const optimizer_config& config() const = 0;
+  // The learning rate the last step used by the optimizer's own account (the app's optimizer:
+  // its scheduler's); negative where the rate passed to step() is it.
+  virtual double applied_learning_rate() const { return -1; }
 };
 
 // `shard_begin`: where the shard starts in the flat parameters (for an app optimizer's step).

@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <mutex>
 
 namespace py = pybind11;
@@ -76,7 +75,7 @@ void check_job(py::handle parameters, job_config config, std::string signature, 
   if (!optimizer.is_none()) {
     app = app_optimizer_of(optimizer);
     app.step = [](std::uint64_t, std::span<float>, std::span<const float>, std::span<float>, std::uint64_t, float) {
-      // never called: planning only asks that there is one
+      return -1.0;  // never called: planning only asks that there is one
     };
     config.app_optimizer = &app;
   }
@@ -111,7 +110,7 @@ public:
       app_optimizer_ = app_optimizer_of(optimizer_);
       app_optimizer_.step = [this](std::uint64_t begin, std::span<float> parameters, std::span<const float> gradients,
                                    std::span<float> state, std::uint64_t step, float learning_rate_factor) {
-        call_optimizer(begin, parameters, gradients, state, step, learning_rate_factor);
+        return call_optimizer(begin, parameters, gradients, state, step, learning_rate_factor);
       };
       config.app_optimizer = &app_optimizer_;
     }
@@ -173,7 +172,6 @@ public:
       result = job_->wait();
     }
     if (!callback_error_.empty()) throw std::runtime_error(callback_error_);
-    for (step_metrics& m : result->steps) use_app_rate(m);
     return std::move(*result);
   }
 
@@ -189,9 +187,7 @@ public:
 
 private:
   // On the coordinator's thread, for every step.
-  void on_coordinator_step(const step_metrics& reported) {
-    step_metrics step = reported;
-    use_app_rate(step);
+  void on_coordinator_step(const step_metrics& step) {
     if (status_) status_->on_step(step);
     const std::string line = progress_ ? progress_->on_step(step) : "";
     if ((line.empty() && on_step_.is_none()) || interpreter_finalizing()) return;
@@ -213,13 +209,6 @@ private:
     if (!progress_ || interpreter_finalizing()) return;
     py::gil_scoped_acquire locked;
     py::print(line, py::arg("flush") = true);
-  }
-
-  // The app's optimizer sets its own rates (a torch scheduler changes them): the step reports
-  // the one its update used.
-  void use_app_rate(step_metrics& m) {
-    std::lock_guard lock(rates_mutex_);
-    if (const auto used = app_rates_.find(m.step); used != app_rates_.end()) m.learning_rate = used->second;
   }
 
   // callback(args...) with the GIL held; an error stops the job after this step, and wait()
@@ -249,9 +238,10 @@ private:
   }
 
   // optimizer.step(begin, parameters, gradients, state, step, learning_rate_factor) with numpy
-  // arrays that borrow accord's memory for the call (parameters and state written in place).
-  void call_optimizer(std::uint64_t begin, std::span<float> parameters, std::span<const float> gradients,
-                      std::span<float> state, std::uint64_t step, float learning_rate_factor) {
+  // arrays that borrow accord's memory for the call (parameters and state written in place);
+  // the rate it returns (its scheduler's), -1 for None.
+  double call_optimizer(std::uint64_t begin, std::span<float> parameters, std::span<const float> gradients,
+                        std::span<float> state, std::uint64_t step, float learning_rate_factor) {
     if (interpreter_finalizing()) throw std::runtime_error(app_optimizer_.name + ": Python is shutting down");
     py::gil_scoped_acquire locked;
     try {
@@ -265,10 +255,7 @@ private:
                                            {count * width, width}, state.data(), borrowed);
       const py::object rate =
           optimizer_.attr("step")(begin, parameter_array, gradient_array, state_array, step, learning_rate_factor);
-      if (!rate.is_none()) {
-        std::lock_guard lock(rates_mutex_);
-        app_rates_[step] = rate.cast<double>();
-      }
+      return rate.is_none() ? -1.0 : rate.cast<double>();
     } catch (py::error_already_set& error) {
       throw std::runtime_error(app_optimizer_.name + " raised " + first_line(error.what()));
     } catch (py::cast_error&) {
@@ -286,8 +273,6 @@ private:
   std::string callback_error_;
   std::unique_ptr<status_server> status_;
   std::optional<progress_log> progress_;  // only the coordinator's thread uses it
-  std::mutex rates_mutex_;
-  std::map<std::uint64_t, double> app_rates_;  // by step: the app's optimizer's learning rate
 };
 
 // One local worker of a job, as Python sees it: the job stays alive while a handle exists.

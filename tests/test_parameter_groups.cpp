@@ -54,6 +54,7 @@ int kept(std::size_t i) { return i >= 60 && i < 70 ? 1 : i >= 95 ? 2 : 0; }
 struct rank_end {
   std::vector<float> parameters, estimate;
   rule_state state;
+  double learning_rate = 0;  // the last round's, as the rule observed it
 };
 
 // make_rule(rank)'s rule on every rank, one thread each, over `rounds` rounds of value()'s
@@ -75,6 +76,7 @@ std::vector<rank_end> run_rule(Make make_rule, std::uint64_t rounds, float learn
     }
     ends[rank].parameters = buffer;
     ends[rank].state = rule->snapshot();
+    ends[rank].learning_rate = rule->observations().learning_rate;
   });
   return ends;
 }
@@ -112,6 +114,7 @@ TEST_CASE("a round with parameter groups and clipping equals one optimizer over 
   for (int rank = 0; rank < world; ++rank) {
     CAPTURE(rank);
     CHECK(ends[rank].parameters == ends[0].parameters);  // replicas identical
+    CHECK(ends[rank].learning_rate == -1);  // a built-in optimizer's rate is the schedule's
     for (std::size_t i = 0; i < count; ++i) {
       CAPTURE(i);
       CHECK(ends[rank].parameters[i] == doctest::Approx(expected[i]).epsilon(1e-5));
@@ -202,6 +205,7 @@ TEST_CASE("an app's elementwise optimizer steps each shard once per round, and a
       state[i] = momentum * state[i] + gradients[i];
       parameters[i] -= 0.1f * learning_rate_factor * state[i];
     }
+    return 0.1 * learning_rate_factor;  // the rate it used, which the metrics report
   };
   optimizer_config config;
   config.kind = app.name;
@@ -249,6 +253,7 @@ TEST_CASE("an app's elementwise optimizer steps each shard once per round, and a
     const rule_state& state = ends[rank].state;
     CHECK(state.slots == 1);
     CHECK(state.optimizer_step == 3);
+    CHECK(ends[rank].learning_rate == doctest::Approx(0.05));
     for (std::size_t i = 0; i < count; ++i) {
       CAPTURE(i);
       CHECK(ends[rank].estimate[i] == doctest::Approx(estimated[i]).epsilon(1e-6));

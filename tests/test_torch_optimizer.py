@@ -4,7 +4,8 @@ param groups and clipping (registered with ctest, one test per case):
                        SGD with momentum, clipping at a norm the gradients exceed, equals plain
                        torch on the big batch: train() with 2 workers in one process (or 2
                        processes under accord-launch -n 2), and a Job whose loop steps a torch
-                       lr_scheduler on the optimizer, its steps' learning_rate the scheduler's
+                       lr_scheduler on the optimizer, its steps' learning_rate the scheduler's (StepMetrics
+                       and the metrics file)
   elementwise_classes  NAdam, RAdam, Adamax, RMSprop, Adagrad, Rprop, Adadelta, ASGD and Adam with
                        amsgrad map their state (tensors and numbers) to accord's slots: one worker
                        equals torch, and the optimizer's state_dict() then torch's
@@ -21,6 +22,7 @@ param groups and clipping (registered with ctest, one test per case):
                        D-Lion with them trains on 2 workers
 Run: PYTHONPATH=build/python /usr/bin/python3 tests/test_torch_optimizer.py CASE"""
 import copy
+import json
 import os
 import sys
 import tempfile
@@ -106,8 +108,9 @@ def ddp_equals_torch():
     net, reported = model(), []
     optimizer = grouped(*ADAMW[:1], net, **ADAMW[1])
     schedule = halving(optimizer)
+    metrics = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name
     job = accord.torch.Job(net, algorithm="ddp", steps=steps, micro_batch=micro_batch, optimizer=optimizer,
-                           eval_interval=0, on_step=lambda m: reported.append(m.learning_rate))
+                           eval_interval=0, on_step=lambda m: reported.append(m.learning_rate), metrics_path=metrics)
     while (request := job.request) is not None:
         loss = mean_loss(net, x, y, request.first_position, request.examples)
         loss.backward()
@@ -116,8 +119,12 @@ def ddp_equals_torch():
     result = job.finish()
     # Each step reports the rate the scheduler gave its update (the first param group's).
     rates = [ADAMW[1]["lr"] * 0.5 ** step for step in range(steps)]
-    if job.rank == 0:
+    if job.rank == 0:  # the metrics file too
+        with open(metrics) as lines:
+            written = [json.loads(line)["learning_rate"] for line in lines if '"learning_rate"' in line]
         assert [s.learning_rate for s in result.steps] == reported == close_to(rates), (reported, rates)
+        assert written == close_to(rates), (written, rates)
+    os.remove(metrics)
     reference = torch_reference(*ADAMW, steps, job.workers * micro_batch, scheduler=halving)
     largest = largest_difference(net, reference)
     unscheduled = largest_difference(net, torch_reference(*ADAMW, steps, job.workers * micro_batch))

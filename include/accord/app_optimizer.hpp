@@ -23,9 +23,11 @@ struct elementwise_optimizer {
   // warm-up or cosine). ACCO's estimate rounds pass copies of the parameters and state and
   // commit nothing. The spans are valid during the call only. Must leave the values of the
   // parameter groups the app keeps (roles averaged, broadcast) as they are; an exception fails
-  // the job.
-  std::function<void(std::uint64_t begin, std::span<float> parameters, std::span<const float> gradients,
-                     std::span<float> state, std::uint64_t step, float learning_rate_factor)>
+  // the job. Returns the learning rate it used (its first group's, a scheduler's times the
+  // factor), which step_metrics::learning_rate, the metrics file and the status page report;
+  // a negative number reports the job's schedule instead.
+  std::function<double(std::uint64_t begin, std::span<float> parameters, std::span<const float> gradients,
+                       std::span<float> state, std::uint64_t step, float learning_rate_factor)>
       step;
 };
 
