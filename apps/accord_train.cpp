@@ -81,8 +81,8 @@ int main(int argc, char** argv) {
       ("heartbeat-timeout", number_flag(0.1, 86400.0, 30.0),
        "between processes: seconds of silence after which a worker process counts as dead, at the latest")
       ("failure-detector", po::value<std::string>()->default_value("adaptive"),
-       "between processes: adaptive (a worker silent well past what its own heartbeats allowed, and at least "
-       "1.5 s, counts as hung) | timeout (only --heartbeat-timeout)")
+       "elastic jobs: adaptive (a worker silent well past what its own heartbeats allowed, and at least "
+       "1.5 s, counts as hung) | timeout (only --heartbeat-timeout, as every job that is not elastic)")
       ("rendezvous-timeout", number_flag(0.1, 1e6, 300.0),
        "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)")
       ("master-bind", po::value<std::string>()->default_value(""),

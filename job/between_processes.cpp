@@ -450,7 +450,9 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
   local_actors coordination;
   std::atomic<bool> hosting{master};
   std::optional<heartbeat_detector_settings> detector;
-  if (group.adaptive_failure_detection) {
+  // Only where a suspicion buys recovery: a job that fails with any member gains nothing from
+  // failing 1.5 s after a heartbeat was late on a loaded machine, and waits for the timeout.
+  if (group.adaptive_failure_detection && (group.elastic || group.join)) {
     detector.emplace();
     detector->upper_bound = group.heartbeat_timeout;
   }

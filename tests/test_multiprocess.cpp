@@ -554,6 +554,27 @@ void check_loss_as_undisturbed(const std::string& flags, const run_output& churn
 
 }  // namespace
 
+TEST_CASE("a job that is not elastic waits out a worker stopped for 3 s: late heartbeats do not fail it") {
+  const std::string metrics = "multiprocess_stopped.jsonl", pids = "multiprocess_stopped.pid.";
+  std::remove(metrics.c_str());
+  run_output job;
+  std::thread job_thread([&] {
+    job = run(launch + "-n 2 -- /bin/sh -c 'echo $$ > " + pids + "$RANK; exec " + train + elastic_flags +
+              " --metrics " + metrics + "'");
+  });
+  const bool started = wait_for(metrics, 20, 0);
+  if (started) {
+    kill(read_pid(pids + "1"), SIGSTOP);  // past the adaptive detector's 1.5 s floor
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    kill(read_pid(pids + "1"), SIGCONT);
+  }
+  job_thread.join();
+  INFO(job.text);
+  REQUIRE(started);
+  CHECK(job.status == 0);
+  CHECK(progress_of(metrics).first == 800);
+}
+
 TEST_CASE("an elastic job loses a worker (killed, or hung: its heartbeats stop), lets one leave, admits a joiner "
           "and refuses a mismatched one") {
   // ACCO's rank 2 is killed (its connections close), also with fp8 error-feedback rounds (the

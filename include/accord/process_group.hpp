@@ -55,9 +55,12 @@ struct process_group {
   const std::atomic<bool>* leave_requested = nullptr;
   // A process silent this long (hung, or its machine gone) counts as dead: the upper bound.
   std::chrono::milliseconds heartbeat_timeout{30'000};
-  // Rank 0 also judges each member by its own heartbeats (every 100 ms): one silent well past
-  // what its arrivals so far allowed, and at least 1.5 s, counts as hung, long before the
-  // timeout (cluster/heartbeat_detector.hpp). false: the timeout alone.
+  // Elastic jobs: rank 0 also judges each member by its own heartbeats (every 100 ms): one
+  // silent well past what its arrivals so far allowed, and at least 1.5 s, counts as hung, long
+  // before the timeout (cluster/heartbeat_detector.hpp), and the job goes on without it. false:
+  // the timeout alone. A job that is not elastic always waits for the timeout: it could not go
+  // on without the member, and a heartbeat late on a loaded machine would fail it for nothing
+  // (a process that dies is found at once either way, by its closed connections).
   bool adaptive_failure_detection = true;
   // Elastic jobs: after a loss, a side holding no majority of the last epoch's members keeps its
   // state, trains nothing and waits this long for them to be reachable again (a partition that
