@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 namespace po = boost::program_options;
@@ -145,43 +147,67 @@ void require_job_memory(const po::variables_map& flags, const job_shape& shape, 
   require_memory(needed, culprit);
 }
 
+// The value semantic of a declared setting's flag: parsed as declared, refused in one line
+// ("--local-steps: '0' is not a whole number in 1..1000000000", or what the setting's check says).
+class declared_value final : public po::typed_value<setting_value> {
+public:
+  explicit declared_value(setting_declaration setting)
+      : po::typed_value<setting_value>(nullptr), setting_(std::move(setting)) {}
+
+  void xparse(boost::any& store, const std::vector<std::string>& tokens) const override {
+    po::validators::check_first_occurrence(store);
+    const std::string& text = po::validators::get_single_string(tokens);
+    setting_declaration unchecked = setting_;
+    unchecked.check = nullptr;
+    try {
+      store = parse_setting(unchecked, text);
+    } catch (const std::invalid_argument&) {
+      throw po::error_with_option_name("%canonical_option%: '" + text + "' is not " + accepted(setting_));
+    }
+    if (!setting_.check) return;
+    try {
+      setting_.check(boost::any_cast<const setting_value&>(store));
+    } catch (const std::invalid_argument& problem) {
+      throw po::error(problem.what());
+    }
+  }
+
+private:
+  setting_declaration setting_;
+};
+
+// Each topology's declared settings as flags (a flag two topologies declare, once), the help
+// line led by the topologies that read it: "local-sgd: inner optimizer steps ...".
+void add_declared_flags(po::options_description& options,
+                        const std::map<std::string, std::vector<setting_declaration>>& declared) {
+  std::map<std::string, std::string> owners;  // flag -> "local-sgd, model-averaging"
+  for (const auto& [topology, settings] : declared)
+    for (const setting_declaration& s : settings) owners[s.flag] += (owners[s.flag].empty() ? "" : ", ") + topology;
+  std::set<std::string> added;
+  for (const auto& [topology, settings] : declared)
+    for (const setting_declaration& s : settings) {
+      if (!added.insert(s.flag).second) continue;
+      const std::string help = owners[s.flag] + ": " + s.help;
+      if (s.kind == setting_kind::boolean) {
+        options.add_options()(s.flag.c_str(), po::bool_switch(), help.c_str());
+        continue;
+      }
+      auto* value = new declared_value(s);
+      if (const auto fallback = default_text(s)) value->default_value(*fallback, *fallback);
+      options.add_options()(s.flag.c_str(), value, help.c_str());
+    }
+}
+
 }  // namespace
 
 void add_topology_options(po::options_description& options, const job_config& d) {
-  constexpr std::uint64_t most = most_steps;
+  std::string topologies;
+  for (const std::string& name : topology_names()) topologies += (topologies.empty() ? "" : " | ") + name;
   options.add_options()
       ("topology", po::value<std::string>()->default_value(d.topology),
-       "who exchanges with whom, when, and how results merge: ring (the algorithm's rounds over every worker) | "
-       "local-sgd (--local-steps inner steps, then an outer Nesterov step) | hierarchical (groups of --group-size) | "
-       "parameter-server (sharded servers, workers push and pull without a barrier, --max-staleness) | "
-       "gossip (asynchronous pairwise averaging at --gossip-rate over --gossip-graph)")
-      ("local-steps", number_flag<std::uint64_t>(1, most, d.topology_settings.local_steps),
-       "local-sgd: inner optimizer steps per worker between outer steps (H)")
-      ("outer-lr", number_flag(number_range<float>{0, most_learning_rate, true}, d.topology_settings.outer_learning_rate),
-       "local-sgd: outer learning rate on the averaged pseudo-gradient")
-      ("outer-momentum", number_flag(0.0f, 1.0f, d.topology_settings.outer_momentum),
-       "local-sgd: outer Nesterov momentum (0: plain outer SGD)")
-      ("fragments", number_flag<std::uint64_t>(1, most, d.topology_settings.fragments),
-       "local-sgd: Streaming DiLoCo's fragments P (fragment f's outer steps come f*H/P steps later; 1: plain DiLoCo)")
-      ("overlap-steps", number_flag<std::uint64_t>(0, most, d.topology_settings.overlap_steps),
-       "local-sgd: inner steps an outer step's result is merged late (tau; 0: at once)")
-      ("overlap-mix", number_flag(0.0f, 1.0f, d.topology_settings.overlap_mix),
-       "local-sgd: weight of the worker's own fragment when the late result merges (alpha; 0: the global one)")
-      ("max-staleness", number_flag<std::uint64_t>(0, most, d.topology_settings.max_staleness),
-       "parameter-server: pushes a worker may run ahead of the slowest (0: synchronous rounds, as ddp)")
-      ("gossip-rate", number_flag(0.0, 1000.0, d.topology_settings.gossip_rate),
-       "gossip: averaging events per worker and step (Poisson rate; 0: none until the final average)")
-      ("gossip-graph", po::value<std::string>()->default_value(d.topology_settings.gossip_graph),
-       "gossip: who averages with whom: ring (neighbours) | exponential (peers 2^k hops away) | complete (random pairs)")
-      ("gossip-lockstep", po::bool_switch(),
-       "gossip: rounds in lockstep (every worker, every step; runs between processes) instead of asynchronous workers")
-      ("gossip-momentum", po::value<std::string>()->default_value(d.topology_settings.gossip_momentum),
-       "gossip, asynchronous: none | a2cid2 (A2CiD2's continuous momentum: a second variable per worker mixing with "
-       "its copy between events, at rates set by the graph and --gossip-rate)")
-      ("group-size", number_flag(1, most_workers),
-       "hierarchical: workers per group, consecutive ranks (default between processes: LOCAL_WORLD_SIZE)")
-      ("inter-link", po::value<std::string>(),
-       "hierarchical, in one process: emulated link between groups (default: as --link, which is the link inside a group)");
+       ("who exchanges with whom, when, and how results merge: " + topologies +
+        " (ring: the algorithm's rounds over every worker; docs/topologies.md)").c_str());
+  add_declared_flags(options, declared_topology_settings());
 }
 
 void add_training_options(flag_sections& sections, const job_config& d) {
@@ -314,16 +340,15 @@ void flag_sections::add_to(po::options_description& options) const {
 }
 
 std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const std::string& topology) {
-  static const std::pair<const char*, std::vector<const char*>> owners[] = {
-      {"local-sgd", {"local-steps", "outer-lr", "outer-momentum", "fragments", "overlap-steps", "overlap-mix"}},
-      {"gossip", {"gossip-rate", "gossip-graph", "gossip-lockstep", "gossip-momentum"}},
-      {"parameter-server", {"max-staleness"}},
-      {"hierarchical", {"group-size", "inter-link"}},
-  };
+  const auto declared = declared_topology_settings();
+  std::set<std::string> read;  // the flags `topology` declares
+  if (const auto mine = declared.find(topology); mine != declared.end())
+    for (const setting_declaration& s : mine->second) read.insert(s.flag);
   std::vector<std::pair<std::string, std::string>> ignored;
-  for (const auto& [owner, flags] : owners)
-    if (topology != owner)
-      for (const char* flag : flags) ignored.emplace_back(flag, std::string("without --topology ") + owner);
+  for (const auto& [owner, settings] : declared)
+    if (owner != topology)
+      for (const setting_declaration& s : settings)
+        if (read.insert(s.flag).second) ignored.emplace_back(s.flag, "without --topology " + owner);
   return ignored;
 }
 
@@ -334,27 +359,18 @@ void read_topology_options(const po::variables_map& flags, job_config& job, int 
     for (const auto& name : names) known += (known.empty() ? "" : "|") + name;
     throw std::invalid_argument("--topology: '" + job.topology + "' (expected " + known + ")");
   }
-  job.topology_settings.local_steps = flags["local-steps"].as<std::uint64_t>();
-  job.topology_settings.outer_learning_rate = flags["outer-lr"].as<float>();
-  job.topology_settings.outer_momentum = flags["outer-momentum"].as<float>();
-  job.topology_settings.fragments = flags["fragments"].as<std::uint64_t>();
-  job.topology_settings.overlap_steps = flags["overlap-steps"].as<std::uint64_t>();
-  job.topology_settings.overlap_mix = flags["overlap-mix"].as<float>();
-  job.topology_settings.max_staleness = flags["max-staleness"].as<std::uint64_t>();
-  job.topology_settings.gossip_rate = flags["gossip-rate"].as<double>();
-  job.topology_settings.gossip_graph = flags["gossip-graph"].as<std::string>();
-  job.topology_settings.gossip_lockstep = flags["gossip-lockstep"].as<bool>();
-  job.topology_settings.gossip_momentum = flags["gossip-momentum"].as<std::string>();
-  if (flags.count("group-size")) {
-    job.topology_settings.group_size = flags["group-size"].as<int>();
-  } else if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
-             local && *local && local_workers > 0 && job.topology == "hierarchical") {
+  // The settings given (on the command line or in a --config file), each parsed as declared.
+  std::set<std::string> read;
+  for (const auto& [topology, settings] : declared_topology_settings())
+    for (const setting_declaration& s : settings)
+      if (read.insert(s.flag).second && flags.count(s.flag) && !flags[s.flag].defaulted()) {
+        if (s.kind == setting_kind::boolean) job.topology_settings.set(s.name, flags[s.flag].as<bool>());
+        else job.topology_settings.set(s.name, flags[s.flag].as<setting_value>());
+      }
+  if (!job.topology_settings.given("group_size") && job.topology == "hierarchical" && local_workers > 0) {
     // Between processes a group is one machine's workers.
-    job.topology_settings.group_size = parse_local_world_size(local);
-  }
-  if (flags.count("inter-link")) {
-    job.topology_settings.inter_link = flags["inter-link"].as<std::string>();
-    link_model::parse(job.topology_settings.inter_link);  // a bad spec names itself
+    if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); local && *local)
+      job.topology_settings.set("group_size", parse_local_world_size(local));
   }
 }
 

@@ -1,7 +1,9 @@
 #include "cluster/fingerprint.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -46,9 +48,26 @@ std::vector<std::pair<std::string, std::string>> parse(const std::string& finger
   return settings;
 }
 
-// A topology's own setting, or "(unused)" where the job's topology does not read it.
-std::string used_by(const job_config& c, const char* topology, std::string value) {
-  return c.topology == topology ? value : "(unused)";
+// Every registered topology's declared settings that enter the fingerprint, "--flag=value" rows
+// in the declarations' order: the value where the job's topology declares the setting, else
+// "(unused)" (a joiner need not repeat the others).
+std::string topology_rows(const job_config& c) {
+  const auto declared = declared_topology_settings();
+  const auto mine = declared.find(c.topology);
+  const auto used = [&](const std::string& name) {
+    return mine != declared.end() && std::any_of(mine->second.begin(), mine->second.end(),
+                                                 [&](const setting_declaration& s) { return s.name == name; });
+  };
+  std::string rows;
+  std::set<std::string> listed;  // a setting two topologies declare, once
+  for (const auto& [topology, settings] : declared)
+    for (const setting_declaration& s : settings)
+      if (s.fingerprint && listed.insert(s.flag).second) {
+        const setting_value value = c.topology_settings.value(s.name);
+        const std::string text = std::holds_alternative<double>(value) ? number(std::get<double>(value)) : setting_text(value);
+        rows += "--" + s.flag + "=" + (used(s.name) ? text : "(unused)") + "\n";
+      }
+  return rows;
 }
 
 // "none", or each group as "[begin,end) lr×s wd×s role".
@@ -83,18 +102,6 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--data", train.describe() + ", content hash " + hex(data_hash(train))},
       {"--algo", c.algorithm},
       {"--topology", c.topology},
-      // A topology's own settings only where it reads them (a joiner need not repeat the others).
-      {"--group-size", used_by(c, "hierarchical", std::to_string(c.topology_settings.group_size))},
-      {"--local-steps", used_by(c, "local-sgd", std::to_string(c.topology_settings.local_steps))},
-      {"--outer-lr", used_by(c, "local-sgd", number(c.topology_settings.outer_learning_rate))},
-      {"--outer-momentum", used_by(c, "local-sgd", number(c.topology_settings.outer_momentum))},
-      {"--fragments", used_by(c, "local-sgd", std::to_string(c.topology_settings.fragments))},
-      {"--overlap-steps", used_by(c, "local-sgd", std::to_string(c.topology_settings.overlap_steps))},
-      {"--overlap-mix", used_by(c, "local-sgd", number(c.topology_settings.overlap_mix))},
-      {"--gossip-rate", used_by(c, "gossip", number(c.topology_settings.gossip_rate))},
-      {"--gossip-graph", used_by(c, "gossip", c.topology_settings.gossip_graph)},
-      {"--gossip-lockstep", used_by(c, "gossip", c.topology_settings.gossip_lockstep ? "on" : "off")},
-      {"--gossip-momentum", used_by(c, "gossip", c.topology_settings.gossip_momentum)},
       {"--steps", std::to_string(c.steps)},
       {"--micro-batch", std::to_string(c.micro_batch)},
       {"--accumulation", std::to_string(c.accumulation)},
@@ -129,7 +136,10 @@ std::string job_fingerprint(const model& prototype, const dataset& train, const 
       {"--transport", transport},
   };
   std::string fingerprint;
-  for (const auto& [name, value] : settings) fingerprint += std::string(name) + "=" + value + "\n";
+  for (const auto& [name, value] : settings) {
+    fingerprint += std::string(name) + "=" + value + "\n";
+    if (name == std::string("--topology")) fingerprint += topology_rows(c);
+  }
   return fingerprint;
 }
 

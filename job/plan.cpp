@@ -53,6 +53,7 @@ void validate(const job_config& c) {
   require(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay must be a finite number >= 0");
   require(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]");
   require(c.eval_examples >= 1, "eval examples must be at least 1");
+  check_topology_options(c.topology_settings);
 }
 
 
@@ -298,7 +299,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.schedule.final_fraction = config.min_lr_ratio;
   learning_rate_at(plan.schedule, 0);  // validates the schedule before any actor starts
   plan.link = link_model::parse(config.link);
-  const std::string& inter_link = config.topology_settings.inter_link;
+  const std::string inter_link = config.topology_settings.text("inter_link");
   plan.inter_link = inter_link.empty() ? plan.link : link_model::parse(inter_link);
   const bool app_kept_values = std::any_of(config.parameter_groups.begin(), config.parameter_groups.end(),
                                            [](const parameter_group& g) { return g.role != "trained"; });

@@ -38,9 +38,9 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
 
   job_config job = small_job("acco");
   job.topology = "hierarchical";
-  job.topology_settings.group_size = 2;
+  job.topology_settings.set("group_size", 2);
   job.link = "1gbit,50us";
-  job.topology_settings.inter_link = "100mbit,1ms";
+  job.topology_settings.set("inter_link", "100mbit,1ms");
   job.wire_precision = "bf16";
   job.estimate_precision = "fp16";
   job.accumulation = 2;
@@ -57,7 +57,7 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
   CHECK(plan.compute == compute_precision::fp32);
   CHECK(plan.topology_name == "hierarchical");
   CHECK(plan.topo->group_size() == 2);
-  CHECK(plan.topology_request.options.group_size == 2);
+  CHECK(plan.topology_request.options.whole("group_size") == 2);
   CHECK(plan.topology_request.workers == 4);
   CHECK(plan.workers == 4);
   CHECK(plan.rounds == 16);  // ACCO: two rounds a step
@@ -72,7 +72,7 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
   job = small_job("ddp");
   job.topology = "local-sgd";
   job.optimizer = "sgd";
-  job.topology_settings.local_steps = 4;
+  job.topology_settings.set("local_steps", 4);
   job.link = "10gbit";
   job.wire_precision = "fp16";
   job.accumulation = 3;
@@ -80,7 +80,7 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
   CHECK(defaults.inter_link.bandwidth_bytes_per_second == doctest::Approx(1.25e9));
   CHECK(defaults.inter_link.latency_seconds == 0);
   CHECK(defaults.precision.estimate == wire_precision::fp16);
-  CHECK(defaults.topology_request.options.local_steps == 4);
+  CHECK(defaults.topology_request.options.whole("local_steps") == 4);
   CHECK(defaults.topo->group_size() == 1);
   CHECK(defaults.estimate_accumulation == 3);
   CHECK(defaults.estimate_max_accumulation == 0);
@@ -97,7 +97,7 @@ TEST_CASE("wire precision auto is the measured best: fp8 on ACCO's ring rounds, 
                                 const std::string& estimate) {
     job_config job = small_job(algorithm);
     job.topology = topology;
-    if (topology == "hierarchical") job.topology_settings.group_size = 2;
+    if (topology == "hierarchical") job.topology_settings.set("group_size", 2);
     job.wire_precision = wire;
     job.estimate_precision = estimate;
     return plan_job(net, data, job).precision;
@@ -138,8 +138,8 @@ TEST_CASE("plan_job itself refuses a bad link, precision or topology setting wit
       {"acco",
        [](job_config& j) {
          j.topology = "hierarchical";
-         j.topology_settings.group_size = 2;
-         j.topology_settings.inter_link = "1gbit,";
+         j.topology_settings.set("group_size", 2);
+         j.topology_settings.set("inter_link", "1gbit,");
        },
        "link spec '1gbit,': trailing comma" + link_examples},
       {"acco", [](job_config& j) { j.wire_precision = "fp2"; },
@@ -151,7 +151,7 @@ TEST_CASE("plan_job itself refuses a bad link, precision or topology setting wit
       {"acco",
        [](job_config& j) {
          j.topology = "hierarchical";
-         j.topology_settings.group_size = 2;
+         j.topology_settings.set("group_size", 2);
          j.estimate_precision = "sign";
        },
        "estimate precision: 'sign' is not supported by the hierarchical topology, whose collectives take "
@@ -165,13 +165,13 @@ TEST_CASE("plan_job itself refuses a bad link, precision or topology setting wit
       {"ddp",
        [](job_config& j) {
          j.topology = "local-sgd";
-         j.topology_settings.outer_momentum = 1.0f;
+         j.topology_settings.set("outer_momentum", 1.0f);
        },
        "--topology local-sgd: --outer-momentum must be in [0, 1)"},
       {"ddp",
        [](job_config& j) {
          j.topology = "gossip";
-         j.topology_settings.gossip_graph = "star";
+         j.topology_settings.set("gossip_graph", "star");
        },
        "--gossip-graph: 'star' (expected ring|exponential|complete)"},
       {"acco", [](job_config& j) { j.global_batch = 6; },

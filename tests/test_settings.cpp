@@ -1,0 +1,142 @@
+// Declared settings (include/accord/settings.hpp): values parsed as declared, the topologies' own
+// settings in a job's open bag, and docs/topologies.md's settings table, generated from the
+// declarations (ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites it; the test fails when
+// the docs drift).
+#include <accord/settings.hpp>
+#include <accord/topology.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+using namespace accord;
+
+namespace {
+
+setting_declaration steps_setting() {
+  return {.name = "local_steps", .flag = "local-steps", .kind = setting_kind::whole, .fallback = std::int64_t{1},
+          .low = 1, .high = 1000};
+}
+
+std::string refusal(const setting_declaration& setting, const std::string& text) {
+  try {
+    parse_setting(setting, text);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// The settings table of docs/topologies.md: a row per declared setting, by topology.
+std::string settings_table() {
+  std::string table = "| topology | flag | key | accepts | default | unit | same in every process |\n"
+                      "|---|---|---|---|---|---|---|\n";
+  for (const auto& [topology, settings] : declared_topology_settings())
+    for (const setting_declaration& s : settings)
+      table += "| `" + topology + "` | `--" + s.flag + "` | `" + s.name + "` | " + accepted(s) + " | " +
+               default_text(s).value_or("none") + " | " + (s.unit.empty() ? "" : s.unit) + " | " +
+               (s.fingerprint ? "yes" : "no") + " |\n";
+  return table;
+}
+
+constexpr const char* table_start = "<!-- settings table: generated from the declarations by tests/test_settings.cpp -->\n";
+constexpr const char* table_end = "<!-- end of the settings table -->\n";
+
+}  // namespace
+
+TEST_CASE("docs/topologies.md's settings table is the declarations'") {
+  // First in this file, so that only the built-ins have registered: the table documents
+  // accord-train's flags.
+  topology_names();
+  const std::string path = std::string(ACCORD_SOURCE_DIR) + "/docs/topologies.md";
+  std::ifstream in(path);
+  REQUIRE(in);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string doc = text.str();
+  const auto start = doc.find(table_start), end = doc.find(table_end);
+  REQUIRE_MESSAGE(start != std::string::npos, path << " lacks the line " << table_start);
+  REQUIRE(end != std::string::npos);
+  const std::string table = settings_table();
+  const std::string current = doc.substr(start + std::string(table_start).size(), end - start - std::string(table_start).size());
+  if (const char* write = std::getenv("ACCORD_WRITE_DOCS"); write && std::string(write) == "1" && current != table) {
+    doc.replace(start + std::string(table_start).size(), current.size(), table);
+    std::ofstream(path) << doc;
+    return;
+  }
+  CHECK_MESSAGE(current == table, "docs/topologies.md's settings table differs from the declarations: "
+                                  "ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites it");
+}
+
+TEST_CASE("a setting's text is parsed as declared, a refusal naming the flag and what it takes") {
+  CHECK(std::get<std::int64_t>(parse_setting(steps_setting(), "4")) == 4);
+  CHECK(refusal(steps_setting(), "0") == "--local-steps: '0' is not a whole number in 1..1000");
+  CHECK(refusal(steps_setting(), "4.5") == "--local-steps: '4.5' is not a whole number in 1..1000");
+  CHECK(refusal(steps_setting(), "") == "--local-steps: '' is not a whole number in 1..1000");
+  const setting_declaration rate{.name = "outer_learning_rate", .flag = "outer-lr", .kind = setting_kind::number,
+                                 .fallback = 0.7, .low = 0, .high = 10, .above_low = true};
+  CHECK(std::get<double>(parse_setting(rate, "0.5")) == 0.5);
+  CHECK(refusal(rate, "0") == "--outer-lr: '0' is not a number in (0, 10]");
+  CHECK(refusal(rate, "nan") == "--outer-lr: 'nan' is not a number in (0, 10]");
+  const setting_declaration lockstep{.name = "lockstep", .flag = "lockstep", .kind = setting_kind::boolean,
+                                     .fallback = false};
+  CHECK(std::get<bool>(parse_setting(lockstep, "on")));
+  CHECK(refusal(lockstep, "maybe") == "--lockstep: 'maybe' is not on or off");
+  const setting_declaration graph{.name = "graph", .flag = "graph", .kind = setting_kind::text,
+                                  .fallback = std::string("ring"), .check = [](const setting_value& v) {
+                                    if (std::get<std::string>(v) != "ring") throw std::invalid_argument("--graph: not ring");
+                                  }};
+  CHECK(refusal(graph, "star") == "--graph: not ring");
+  // Defaults as a flag shows them; one outside the range (or an empty text) means unset.
+  CHECK(default_text(steps_setting()) == "1");
+  CHECK(default_text(rate) == "0.7");
+  CHECK(default_text(lockstep) == "off");
+  setting_declaration unset = steps_setting();
+  unset.fallback = std::int64_t{0};
+  CHECK_FALSE(default_text(unset).has_value());
+}
+
+TEST_CASE("a job's topology settings read their declared defaults, and an undeclared one is refused") {
+  topology_names();  // the built-ins have declared theirs
+  topology_options options;
+  CHECK(options.whole("local_steps") == 1);
+  CHECK(options.number("outer_learning_rate") == 0.7);
+  CHECK(options.text("gossip_graph") == "ring");
+  CHECK_FALSE(options.boolean("gossip_lockstep"));
+  options.set("local_steps", 4).set("outer_learning_rate", 2).set("gossip_graph", "complete");
+  CHECK(options.whole("local_steps") == 4);
+  CHECK(options.number("outer_learning_rate") == 2.0);  // a whole number is a number too
+  CHECK(options.text("gossip_graph") == "complete");
+  CHECK_NOTHROW(check_topology_options(options));
+  options.set("nope", 1);
+  CHECK_THROWS_WITH_AS(check_topology_options(options),
+                       doctest::Contains("topology_settings.nope: no registered topology declares it"),
+                       std::invalid_argument);
+  topology_options wrong_kind;
+  wrong_kind.set("local_steps", 2.5);
+  CHECK_THROWS_WITH_AS(check_topology_options(wrong_kind), "topology_settings.local_steps = 2.5 is not a whole number",
+                       std::invalid_argument);
+}
+
+TEST_CASE("a user's topology declares its own settings when it is registered") {
+  register_topology(
+      "declared-settings-test",
+      [](const topology_job& job) -> std::unique_ptr<topology> {
+        throw std::invalid_argument("period " + std::to_string(job.options.whole("test_period")));
+      },
+      {{.name = "test_period", .flag = "test-period", .kind = setting_kind::whole, .fallback = std::int64_t{3},
+        .low = 1, .high = 100, .help = "steps between averages"}});
+  const auto declared = declared_topology_settings();
+  REQUIRE(declared.count("declared-settings-test") == 1);
+  CHECK(declared.at("declared-settings-test").front().owner == "topology declared-settings-test");
+  CHECK(declared.at("declared-settings-test").front().group == "topology");
+  topology_job job;
+  CHECK_THROWS_WITH(make_topology("declared-settings-test", job), "period 3");  // its default
+  job.options.set("test_period", 7);
+  CHECK_NOTHROW(check_topology_options(job.options));
+  CHECK_THROWS_WITH(make_topology("declared-settings-test", job), "period 7");
+}
