@@ -104,6 +104,9 @@ std::string setting_text(const setting_value& value) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, bool>) return v ? "on" : "off";
         else if constexpr (std::is_same_v<T, std::string>) return v;
+        // A float setting's value as the float reads it: 0.1, not 0.10000000149011612.
+        else if constexpr (std::is_same_v<T, double>)
+          return static_cast<double>(static_cast<float>(v)) == v ? shortest(static_cast<float>(v)) : shortest(v);
         else return shortest(v);
       },
       value);

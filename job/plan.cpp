@@ -1,6 +1,8 @@
 // Planning a job: configuration checks, optimizer and schedule, initial or resumed state.
 #include "job/plan.hpp"
 
+#include <accord/config_settings.hpp>
+
 #include "cluster/fingerprint.hpp"
 #include "gpu/compute_precision.hpp"
 #include "models/memory.hpp"
@@ -53,6 +55,7 @@ void validate(const job_config& c) {
   require(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay must be a finite number >= 0");
   require(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]");
   require(c.eval_examples >= 1, "eval examples must be at least 1");
+  require_declared_ranges(c);
   check_topology_options(c.topology_settings);
 }
 

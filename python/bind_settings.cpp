@@ -1,11 +1,13 @@
 // accord's settings and reports as Python classes: JobConfig, MembershipChange, ParameterGroup and
 // ProcessGroup (read-write, with the C++ defaults; made from the field lists of
-// <accord/config_fields.hpp>, so every field is there), TopologyOptions (a property per setting
+// <accord/config_fields.hpp>, so every field is there; JobConfig._help and _flags from the
+// declarations of <accord/config_settings.hpp>), TopologyOptions (a property per setting
 // the registered topologies declare, <accord/settings.hpp>), StepMetrics, JobResult and what they
 // hold (read-only; made from <accord/metrics_fields.hpp>'s lists).
 #include "bindings.hpp"
 
 #include <accord/config_fields.hpp>
+#include <accord/config_settings.hpp>
 #include <accord/metrics_fields.hpp>
 #include <accord/topology.hpp>
 
@@ -163,8 +165,16 @@ void bind_settings(py::module_& m) {
            }),
            py::arg("begin"), py::arg("end"), py::arg("learning_rate_scale") = 1.0f,
            py::arg("weight_decay_scale") = 1.0f, py::arg("role") = "trained");
-  settings_class<job_config>(m, "JobConfig", "The settings of a job (include/accord/config.hpp's job_config).")
+  auto job = settings_class<job_config>(m, "JobConfig", "The settings of a job (include/accord/config.hpp's job_config).")
       .def("__str__", [](const job_config& config) { return describe(config); });
+  // The declared settings' help and accord-train flags by field (<accord/config_settings.hpp>).
+  py::dict help, flags;
+  for (const job_setting& s : declared_job_settings()) {
+    help[py::str(s.declared.name)] = s.declared.help;
+    flags[py::str(s.declared.name)] = "--" + s.declared.flag;
+  }
+  job.attr("_help") = help;
+  job.attr("_flags") = flags;
   settings_class<process_group>(m, "ProcessGroup",
                                 "Where this process sits in a job between processes (one worker per process; "
                                 "include/accord/process_group.hpp).")

@@ -1,7 +1,10 @@
-// Declared settings (include/accord/settings.hpp): values parsed as declared, the topologies' own
-// settings in a job's open bag, and docs/topologies.md's settings table, generated from the
-// declarations (ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites it; the test fails when
+// Declared settings (include/accord/settings.hpp, config_settings.hpp): values parsed as declared,
+// the topologies' own settings in a job's open bag, job_config's declarations against its fields,
+// and the docs' settings tables (docs/topologies.md, docs/training.md), generated from the
+// declarations (ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites them; the test fails when
 // the docs drift).
+#include <accord/config_fields.hpp>
+#include <accord/config_settings.hpp>
 #include <accord/settings.hpp>
 #include <accord/topology.hpp>
 
@@ -31,28 +34,46 @@ std::string refusal(const setting_declaration& setting, const std::string& text)
   return "accepted";
 }
 
-// The settings table of docs/topologies.md: a row per declared setting, by topology.
-std::string settings_table() {
-  std::string table = "| topology | flag | key | accepts | default | unit | same in every process |\n"
-                      "|---|---|---|---|---|---|---|\n";
+// A table row's cell: '|' escaped.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (const char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+std::string row(const std::string& first, const std::string& flag, const setting_declaration& s) {
+  return "| " + first + " | " + flag + " | `" + s.name + "` | " + accepted(s) + " | " +
+         cell(default_text(s).value_or("none")) + " | " + s.unit + " | " + (s.fingerprint ? "yes" : "no") + " | " +
+         cell(s.help) + " |\n";
+}
+
+constexpr const char* columns = " | flag | key | accepts | default | unit | same in every process | what it does |\n"
+                                "|---|---|---|---|---|---|---|---|\n";
+
+// docs/topologies.md's table: a row per declared setting, by topology.
+std::string topology_settings_table() {
+  std::string table = std::string("| topology") + columns;
   for (const auto& [topology, settings] : declared_topology_settings())
-    for (const setting_declaration& s : settings)
-      table += "| `" + topology + "` | `--" + s.flag + "` | `" + s.name + "` | " + accepted(s) + " | " +
-               default_text(s).value_or("none") + " | " + (s.unit.empty() ? "" : s.unit) + " | " +
-               (s.fingerprint ? "yes" : "no") + " |\n";
+    for (const setting_declaration& s : settings) table += row("`" + topology + "`", "`--" + s.flag + "`", s);
+  return table;
+}
+
+// docs/training.md's table: a row per declared setting of job_config, by --help section.
+std::string job_settings_table() {
+  std::string table = std::string("| section") + columns;
+  for (const char* group : {"model", "data", "algorithm", "topology", "precision", "distributed", "elastic", "output"})
+    for (const job_setting& s : declared_job_settings())
+      if (s.declared.group == group)
+        table += row(group, s.command_line ? "`--" + s.declared.flag + "`" : "(job_config only)", s.declared);
   return table;
 }
 
 constexpr const char* table_start = "<!-- settings table: generated from the declarations by tests/test_settings.cpp -->\n";
 constexpr const char* table_end = "<!-- end of the settings table -->\n";
 
-}  // namespace
-
-TEST_CASE("docs/topologies.md's settings table is the declarations'") {
-  // First in this file, so that only the built-ins have registered: the table documents
-  // accord-train's flags.
-  topology_names();
-  const std::string path = std::string(ACCORD_SOURCE_DIR) + "/docs/topologies.md";
+// The generated table of the docs page `page` is `table`; with ACCORD_WRITE_DOCS=1 it is written.
+void check_docs_table(const std::string& page, const std::string& table) {
+  const std::string path = std::string(ACCORD_SOURCE_DIR) + "/" + page;
   std::ifstream in(path);
   REQUIRE(in);
   std::stringstream text;
@@ -61,15 +82,43 @@ TEST_CASE("docs/topologies.md's settings table is the declarations'") {
   const auto start = doc.find(table_start), end = doc.find(table_end);
   REQUIRE_MESSAGE(start != std::string::npos, path << " lacks the line " << table_start);
   REQUIRE(end != std::string::npos);
-  const std::string table = settings_table();
-  const std::string current = doc.substr(start + std::string(table_start).size(), end - start - std::string(table_start).size());
+  const std::size_t from = start + std::string(table_start).size();
+  const std::string current = doc.substr(from, end - from);
   if (const char* write = std::getenv("ACCORD_WRITE_DOCS"); write && std::string(write) == "1" && current != table) {
-    doc.replace(start + std::string(table_start).size(), current.size(), table);
+    doc.replace(from, current.size(), table);
     std::ofstream(path) << doc;
     return;
   }
-  CHECK_MESSAGE(current == table, "docs/topologies.md's settings table differs from the declarations: "
-                                  "ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites it");
+  CHECK_MESSAGE(current == table, page << "'s settings table differs from the declarations: "
+                                           "ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites it");
+}
+
+}  // namespace
+
+TEST_CASE("the docs' settings tables are the declarations'") {
+  // First in this file, so that only the built-ins have registered: the tables document
+  // accord-train's flags.
+  topology_names();
+  check_docs_table("docs/topologies.md", topology_settings_table());
+  check_docs_table("docs/training.md", job_settings_table());
+}
+
+TEST_CASE("every declared setting of job_config reads its field and writes it back") {
+  job_config config;
+  for (const job_setting& s : declared_job_settings()) {
+    INFO(s.declared.name);
+    CHECK(s.get);
+    CHECK(s.declared.owner != "");
+    CHECK(s.declared.group != "");
+    if (s.command_line) {
+      REQUIRE(s.set);
+      s.set(config, s.get(job_config{}));  // the default goes back as it came
+    }
+  }
+  CHECK(describe(config) == describe(job_config{}));
+  // A float setting keeps the float's shortest text, a default as a flag shows it.
+  for (const job_setting& s : declared_job_settings())
+    if (s.declared.name == "min_lr_ratio") CHECK(default_text(s.declared) == "0.1");
 }
 
 TEST_CASE("a setting's text is parsed as declared, a refusal naming the flag and what it takes") {

@@ -27,20 +27,20 @@ enum class setting_kind { boolean, whole, number, text };
 using setting_value = std::variant<bool, std::int64_t, double, std::string>;
 
 struct setting_declaration {
-  std::string name;   // the key (C++, Python, describe): "local_steps"
-  std::string flag;   // accord-train's flag and config-file key, without "--": "local-steps"
+  std::string name = {};  // the key (C++, Python, describe): "local_steps"
+  std::string flag = {};  // accord-train's flag and config-file key, without "--": "local-steps"
   setting_kind kind = setting_kind::whole;
   setting_value fallback = std::int64_t{0};  // the default; one outside [low, high] means unset
   double low = 0, high = 0;  // whole and number: the accepted range [low, high]
   bool above_low = false;    // (low, high] instead
-  std::string unit;          // "steps", "MB", ... (empty: none)
-  std::string help;          // one line
-  std::string group;         // the --help section: model | data | algorithm | topology | precision | ...
+  std::string unit = {};     // "steps", "MB", ... (empty: none)
+  std::string help = {};     // one line
+  std::string group = {};    // the --help section: model | data | algorithm | topology | precision | ...
   bool fingerprint = true;   // every process of a job must agree on it
-  std::string owner;         // "job", "algorithm" or "topology NAME" (register_topology fills it in)
+  std::string owner = {};    // "job", "algorithm" or "topology NAME" (register_topology fills it in)
   // Checks a value in range further (a link spec, say): throws std::invalid_argument naming the
   // problem in one line. May be empty.
-  std::function<void(const setting_value&)> check;
+  std::function<void(const setting_value&)> check = {};
 };
 
 // "a whole number in 1..1000000000", "a number in (0, 1e+06]", "on or off", "a text".
