@@ -123,7 +123,7 @@ void require_job_memory(const po::variables_map& flags, const job_shape& shape, 
   };
   using shrink = void (*)(job_shape&);
   std::vector<std::pair<std::string, shrink>> candidates = {
-      {"--micro-batch " + std::to_string(flags["micro-batch"].as<std::size_t>()),
+      {"--micro-batch " + flags["micro-batch"].as<std::string>(),
        [](job_shape& s) { s.micro_batch = 1; }}};
   if (!workers_flag.empty()) candidates.emplace_back(workers_flag, [](job_shape& s) { s.workers = 1; });
   if (shape.language_model) {

@@ -2,7 +2,6 @@
 #include <accord/config_settings.hpp>
 
 #include "gpu/compute_precision.hpp"
-#include "transport/link_model.hpp"
 #include "transport/wire_precision.hpp"
 
 #include <unistd.h>
@@ -303,8 +302,7 @@ std::vector<job_setting> declare() {
       field(&job_config::link,
             d{.name = "link", .flag = "link",
               .help = "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited",
-              .group = "topology", .fingerprint = false,
-              .check = [](const setting_value& v) { link_model::parse(std::get<std::string>(v)); }}),
+              .group = "topology", .fingerprint = false}),  // checked when the job is planned (benchmarks take auto)
       field(&job_config::defer_evaluation,
             d{.name = "defer_evaluation", .flag = "defer-evaluation",
               .help = "keep the parameters of every --eval-interval step and evaluate them after the last step, so "

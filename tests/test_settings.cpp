@@ -64,7 +64,7 @@ std::string job_settings_table() {
   for (const char* group : {"model", "data", "algorithm", "topology", "precision", "distributed", "elastic", "output"})
     for (const job_setting& s : declared_job_settings())
       if (s.declared.group == group)
-        table += row(group, s.command_line ? "`--" + s.declared.flag + "`" : "(job_config only)", s.declared);
+        table += row(group, "`--" + s.declared.flag + "`" + (s.command_line ? "" : " †"), s.declared);
   return table;
 }
 
