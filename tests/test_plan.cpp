@@ -209,8 +209,8 @@ TEST_CASE("an epoch's plan derives from the job's plan") {
   CHECK(first.workers == 4);
   CHECK(first.steps == 3);
   CHECK(first.rounds == 3);
-  CHECK(first.checkpoint_interval == 1);
-  CHECK(first.membership.empty());
+  CHECK(first.config.checkpoint_interval == 1);
+  CHECK(first.config.membership.empty());
   CHECK(first.initial == plan.initial);
   CHECK(first.first_round == 0);
   CHECK(first.link.bandwidth_bytes_per_second == plan.link.bandwidth_bytes_per_second);
