@@ -55,7 +55,6 @@ void validate(const job_config& c) {
   require(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay must be a finite number >= 0");
   require(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]");
   require(c.eval_examples >= 1, "eval examples must be at least 1");
-  require_declared_ranges(c);
   check_topology_options(c.topology_settings);
 }
 
@@ -322,6 +321,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
           "algorithm " + plan.algo->name + " (a registered rule) keeps no checkpointable state: checkpoints, resumes "
           "and membership changes are not supported with it");
 
+  require_declared_ranges(config);  // the rest of the flags' ranges, after the checks that say more
   plan.config = config;
   plan.config.stop_requested = nullptr;  // the hooks travel apart (job_hooks)
   plan.config.on_checkpoint_written = nullptr;

@@ -44,7 +44,7 @@ std::vector<setting_declaration> hierarchical_settings() {
        .help = "workers per group, consecutive ranks (default between processes: LOCAL_WORLD_SIZE)"},
       // Each process emulates its own links: processes need not agree on it.
       {.name = "inter_link", .flag = "inter-link", .kind = text, .fallback = std::string(),
-       .help = "in one process: emulated link between groups (default: as --link, which is the link inside a group)",
+       .help = "emulated link between groups, in one process (default: as --link, which is the link inside a group)",
        .fingerprint = false,
        .check = [](const setting_value& spec) { link_model::parse(std::get<std::string>(spec)); }},
   };

@@ -422,8 +422,8 @@ std::vector<setting_declaration> gossip_settings() {
       {.name = "gossip_lockstep", .flag = "gossip-lockstep", .kind = boolean, .fallback = false,
        .help = "rounds in lockstep (every worker, every step; runs between processes) instead of asynchronous workers"},
       {.name = "gossip_momentum", .flag = "gossip-momentum", .kind = text, .fallback = std::string("none"),
-       .help = "asynchronous: none | a2cid2 (A2CiD2's continuous momentum: a second variable per worker mixing with its "
-               "copy between events, at rates set by the graph and --gossip-rate)"},
+       .help = "none | a2cid2 (asynchronous only: A2CiD2's continuous momentum, a second variable per worker mixing "
+               "with its copy between events, at rates set by the graph and --gossip-rate)"},
   };
 }
 
