@@ -3,9 +3,11 @@
 // actor, with the one line the runners have always given. Epochs derive their plans from it.
 #include <doctest/doctest.h>
 
+#include "cluster/fingerprint.hpp"
 #include "job/plan.hpp"
 #include "quadratic_model.hpp"
 
+#include <accord/config_settings.hpp>
 #include <accord/worker.hpp>
 
 #include <stdexcept>
@@ -308,4 +310,30 @@ TEST_CASE("app_job plans where it starts: what the job's place refuses fails sta
   job.topology = "local-sgd";
   CHECK_THROWS_WITH_AS(app_job::start_process(m, job, group),
                        "--topology local-sgd: workers coming and going are not supported", std::invalid_argument);
+}
+
+TEST_CASE("the fingerprint states every declared setting that enters it, a topology's own where its topology reads it") {
+  const quadratic net(dim);
+  const waves data(dim);
+  job_config job = small_job("ddp");
+  job.topology = "local-sgd";
+  job.topology_settings.set("local_steps", 4);
+  const std::string fingerprint = job_fingerprint(net, data, job, "ucx", "");
+  for (const job_setting& s : declared_job_settings()) {
+    INFO(s.declared.flag);
+    // --resume is stated as what the job resumes from (a step and a checksum), not the path.
+    if (s.declared.flag != "resume")
+      CHECK((fingerprint.find("\n--" + s.declared.flag + "=") != std::string::npos) == s.declared.fingerprint);
+  }
+  for (const char* row : {"\n--local-steps=4\n", "\n--outer-lr=0.7\n", "\n--gossip-rate=(unused)\n",
+                          "\n--group-size=(unused)\n", "\n--optimizer=(the algorithm's)\n", "\n--resume=none\n"})
+    CHECK_MESSAGE(fingerprint.find(row) != std::string::npos, row);
+  CHECK(fingerprint.find("--max-staleness=") == std::string::npos);  // declared out of the fingerprint
+  job_config other = job;
+  other.topology_settings.set("local_steps", 5);
+  CHECK(fingerprint_difference(fingerprint, job_fingerprint(net, data, other, "ucx", "")) ==
+        "--local-steps differs: rank 0 has 4, this worker has 5");
+  other = job;
+  other.topology_settings.set("gossip_rate", 3.0);  // another topology's: not read, not compared
+  CHECK(fingerprint_difference(fingerprint, job_fingerprint(net, data, other, "ucx", "")).empty());
 }
