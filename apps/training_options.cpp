@@ -2,7 +2,6 @@
 
 #include <accord/config_settings.hpp>
 
-#include "algorithms/algorithm.hpp"
 #include "cluster/membership_log.hpp"
 #include "data/fashion_mnist.hpp"
 #include "data/text.hpp"
@@ -10,14 +9,9 @@
 #include "models/gpt.hpp"
 #include "models/memory.hpp"
 #include "models/mlp.hpp"
-#include "transport/link_model.hpp"
-#include "transport/wire_precision.hpp"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
