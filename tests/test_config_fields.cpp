@@ -11,6 +11,8 @@
 #include "program_run.hpp"
 
 #include <cstddef>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -155,4 +157,23 @@ TEST_CASE("accord-train --show-config prints the settings its flags make, and ex
     CHECK_MESSAGE(run.out.find(std::string(line) + "\n") != std::string::npos, line);
   CHECK(run.out.find("group.") == std::string::npos);  // in one process: no process group
   CHECK(run.out.find("done:") == std::string::npos);   // nothing trained
+}
+
+TEST_CASE("a --config file's keys are the declared settings' flags, a topology's own too, each value checked") {
+  const std::string path = std::filesystem::temp_directory_path() / "accord_test_config_fields.conf";
+  const auto show = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return testing::run_program(ACCORD_TRAIN_BINARY, {"--show-config", "--config", path},
+                                {.environment_removed = {"RANK=", "WORLD_SIZE=", "SLURM_PROCID=", "ACCORD_JOIN="}});
+  };
+  const auto run = show("topology = local-sgd\nlocal-steps = 6\nouter-lr = 0.5\nbucket-cap-mb = 1.5\nschedule = constant\n");
+  CHECK(run.exit_status == 0);
+  for (const char* line : {"topology_settings.local_steps = 6", "topology_settings.outer_learning_rate = 0.5",
+                           "bucket_cap_mb = 1.5", "cosine = false"})
+    CHECK_MESSAGE(run.out.find(std::string(line) + "\n") != std::string::npos, line);
+  const auto bad = show("local-steps = 0\n");
+  CHECK(bad.exit_status != 0);
+  CHECK(bad.err.find("--config: " + path + ": ") != std::string::npos);
+  CHECK(bad.err.find("is not a whole number in 1..1000000000") != std::string::npos);
+  std::filesystem::remove(path);
 }
