@@ -102,15 +102,6 @@ round_wires recommended_wires(const algorithm& algo, const std::string& topology
   return block_codes && algo.pipe == pipeline::acco ? wire_precision::fp8 : wire_precision::fp32;
 }
 
-std::optional<round_wires> parse_wires_or_auto(std::string_view text, std::string_view what) {
-  if (text == "auto") return std::nullopt;
-  try {
-    return parse_round_wires(text, what);
-  } catch (const std::invalid_argument& bad) {
-    throw std::invalid_argument(std::string(bad.what()) + " or auto");
-  }
-}
-
 round_precision resolve_wire_precision(const algorithm& algo, const std::string& topology, std::string_view wire,
                                        std::string_view estimate, bool app_kept_values) {
   const auto wires = [&](std::string_view text, std::string_view what) {

@@ -66,8 +66,6 @@ round_precision resolve_wire_precision(const algorithm& algo, const std::string&
 // fp32 everywhere else (DDP as torch DDP: exact unless asked) and where parameter groups hold
 // values the app keeps (BatchNorm's statistics, averaged or broadcast), which block codes cannot carry.
 round_wires recommended_wires(const algorithm& algo, const std::string& topology, bool app_kept_values);
-// A precision setting's text: nullopt for "auto", else parse_round_wires's (its error names auto too).
-std::optional<round_wires> parse_wires_or_auto(std::string_view text, std::string_view what);
 // The precision whose error-feedback residuals a sharded rule keeps: the real one's name when it
 // is block-quantized, else "".
 std::string feedback_precision(const round_precision& precision);

@@ -1,6 +1,7 @@
 #include "apps/training_options.hpp"
 
-#include "algorithms/algorithm.hpp"
+#include <accord/config_settings.hpp>
+
 #include "cluster/membership_log.hpp"
 #include "data/fashion_mnist.hpp"
 #include "data/text.hpp"
@@ -8,15 +9,12 @@
 #include "models/gpt.hpp"
 #include "models/memory.hpp"
 #include "models/mlp.hpp"
-#include "transport/link_model.hpp"
-#include "transport/wire_precision.hpp"
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
+#include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 namespace po = boost::program_options;
@@ -27,9 +25,7 @@ namespace {
 // Upper bounds of the job's numbers: far beyond any sensible run, low enough that nothing
 // downstream overflows or allocates absurdly before the memory estimate speaks.
 constexpr std::uint64_t most_steps = 1'000'000'000;
-constexpr std::size_t most_examples = 1'000'000;
 constexpr int most_workers = 65535;  // Distributed Lion counts votes in 16 bits
-constexpr float most_learning_rate = 1e6f;
 constexpr double slowest_speed = 1000;
 
 // A comma-separated list for `flag`, each item parsed by `parse` (nullopt: not acceptable);
@@ -121,7 +117,7 @@ void require_job_memory(const po::variables_map& flags, const job_shape& shape, 
   };
   using shrink = void (*)(job_shape&);
   std::vector<std::pair<std::string, shrink>> candidates = {
-      {"--micro-batch " + std::to_string(flags["micro-batch"].as<std::size_t>()),
+      {"--micro-batch " + flags["micro-batch"].as<std::string>(),
        [](job_shape& s) { s.micro_batch = 1; }}};
   if (!workers_flag.empty()) candidates.emplace_back(workers_flag, [](job_shape& s) { s.workers = 1; });
   if (shape.language_model) {
@@ -145,43 +141,74 @@ void require_job_memory(const po::variables_map& flags, const job_shape& shape, 
   require_memory(needed, culprit);
 }
 
+// The value semantic of a declared setting's flag: its text, checked as declared as it is parsed
+// (so a --config file's bad value is refused naming the file), refused in one line ("--local-steps:
+// '0' is not a whole number in 1..1000000000", or what the setting's check says).
+class declared_value final : public po::typed_value<std::string> {
+public:
+  explicit declared_value(setting_declaration setting)
+      : po::typed_value<std::string>(nullptr), setting_(std::move(setting)) {}
+
+  void xparse(boost::any& store, const std::vector<std::string>& tokens) const override {
+    po::validators::check_first_occurrence(store);
+    const std::string& text = po::validators::get_single_string(tokens);
+    setting_declaration unchecked = setting_;
+    unchecked.check = nullptr;
+    setting_value value;
+    try {
+      value = parse_setting(unchecked, text);
+    } catch (const std::invalid_argument&) {
+      throw po::error_with_option_name("%canonical_option%: '" + text + "' is not " + accepted(setting_));
+    }
+    try {
+      if (setting_.check) setting_.check(value);
+    } catch (const std::invalid_argument& problem) {
+      throw po::error(problem.what());
+    }
+    store = text;
+  }
+
+private:
+  setting_declaration setting_;
+};
+
+// A declared setting's flag in `options`: a switch, or a value parsed as declared, with its
+// default where it has one.
+void add_declared_flag(po::options_description& options, const setting_declaration& s, const std::string& help) {
+  if (s.kind == setting_kind::boolean) {
+    options.add_options()(s.flag.c_str(), po::bool_switch(), help.c_str());
+    return;
+  }
+  auto* value = new declared_value(s);
+  if (const auto fallback = default_text(s)) value->default_value(*fallback, *fallback);
+  options.add_options()(s.flag.c_str(), value, help.c_str());
+}
+
+// Each topology's declared settings as flags (a flag two topologies declare, once), the help
+// line led by the topologies that read it: "local-sgd: inner optimizer steps ...".
+void add_declared_flags(po::options_description& options,
+                        const std::map<std::string, std::vector<setting_declaration>>& declared) {
+  std::map<std::string, std::string> owners;  // flag -> "local-sgd, model-averaging"
+  for (const auto& [topology, settings] : declared)
+    for (const setting_declaration& s : settings) owners[s.flag] += (owners[s.flag].empty() ? "" : ", ") + topology;
+  std::set<std::string> added;
+  for (const auto& [topology, settings] : declared)
+    for (const setting_declaration& s : settings) {
+      if (!added.insert(s.flag).second) continue;
+      add_declared_flag(options, s, owners[s.flag] + ": " + s.help);
+    }
+}
+
 }  // namespace
 
 void add_topology_options(po::options_description& options, const job_config& d) {
-  constexpr std::uint64_t most = most_steps;
+  std::string topologies;
+  for (const std::string& name : topology_names()) topologies += (topologies.empty() ? "" : " | ") + name;
   options.add_options()
       ("topology", po::value<std::string>()->default_value(d.topology),
-       "who exchanges with whom, when, and how results merge: ring (the algorithm's rounds over every worker) | "
-       "local-sgd (--local-steps inner steps, then an outer Nesterov step) | hierarchical (groups of --group-size) | "
-       "parameter-server (sharded servers, workers push and pull without a barrier, --max-staleness) | "
-       "gossip (asynchronous pairwise averaging at --gossip-rate over --gossip-graph)")
-      ("local-steps", number_flag<std::uint64_t>(1, most, d.topology_settings.local_steps),
-       "local-sgd: inner optimizer steps per worker between outer steps (H)")
-      ("outer-lr", number_flag(number_range<float>{0, most_learning_rate, true}, d.topology_settings.outer_learning_rate),
-       "local-sgd: outer learning rate on the averaged pseudo-gradient")
-      ("outer-momentum", number_flag(0.0f, 1.0f, d.topology_settings.outer_momentum),
-       "local-sgd: outer Nesterov momentum (0: plain outer SGD)")
-      ("fragments", number_flag<std::uint64_t>(1, most, d.topology_settings.fragments),
-       "local-sgd: Streaming DiLoCo's fragments P (fragment f's outer steps come f*H/P steps later; 1: plain DiLoCo)")
-      ("overlap-steps", number_flag<std::uint64_t>(0, most, d.topology_settings.overlap_steps),
-       "local-sgd: inner steps an outer step's result is merged late (tau; 0: at once)")
-      ("overlap-mix", number_flag(0.0f, 1.0f, d.topology_settings.overlap_mix),
-       "local-sgd: weight of the worker's own fragment when the late result merges (alpha; 0: the global one)")
-      ("max-staleness", number_flag<std::uint64_t>(0, most, d.topology_settings.max_staleness),
-       "parameter-server: pushes a worker may run ahead of the slowest (0: synchronous rounds, as ddp)")
-      ("gossip-rate", number_flag(0.0, 1000.0, d.topology_settings.gossip_rate),
-       "gossip: averaging events per worker and step (Poisson rate; 0: none until the final average)")
-      ("gossip-graph", po::value<std::string>()->default_value(d.topology_settings.gossip_graph),
-       "gossip: who averages with whom: ring (neighbours) | exponential (peers 2^k hops away) | complete (random pairs)")
-      ("gossip-lockstep", po::bool_switch(),
-       "gossip: rounds in lockstep (every worker, every step; runs between processes) instead of asynchronous workers")
-      ("gossip-momentum", po::value<std::string>()->default_value(d.topology_settings.gossip_momentum),
-       "gossip, asynchronous: none | a2cid2 (A2CiD2's continuous momentum: a second variable per worker mixing with "
-       "its copy between events, at rates set by the graph and --gossip-rate)")
-      ("group-size", number_flag(1, most_workers),
-       "hierarchical: workers per group, consecutive ranks (default between processes: LOCAL_WORLD_SIZE)")
-      ("inter-link", po::value<std::string>(),
-       "hierarchical, in one process: emulated link between groups (default: as --link, which is the link inside a group)");
+       ("who exchanges with whom, when, and how results merge: " + topologies +
+        " (ring: the algorithm's rounds over every worker; docs/topologies.md)").c_str());
+  add_declared_flags(options, declared_topology_settings());
 }
 
 void add_training_options(flag_sections& sections, const job_config& d) {
@@ -189,12 +216,11 @@ void add_training_options(flag_sections& sections, const job_config& d) {
       "gpt: a text file, an llm.c .bin token shard, a glob of either ('shards/train_*.bin') or a directory of "
       "text files (default: the fortunes corpus); "
       "mlp: a Fashion-MNIST directory (default: " + std::string(default_fashion_mnist_directory) + ")";
-  constexpr std::uint64_t most = most_steps;  // also the bound of intervals and warm-ups
+  // What builds the model and reads the data: accord-train's own, not job_config's.
   sections.model.add_options()
       ("model", po::value<std::string>()->default_value("gpt"), "gpt (byte-level transformer) | mlp (classifier)")
       ("device", po::value<std::string>()->default_value("auto"),
        "where compute actors run the gpt: cpu | cuda | auto (cuda when a GPU exists); the mlp runs on the cpu")
-      ("blas-threads", number_flag(0, 1024, d.blas_threads), "BLAS threads per worker (0: OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else cores / (LOCAL_WORLD_SIZE x workers))")
       ("vocab", number_flag(1, 65536), "gpt: vocabulary size (default: from the data: 256 for text, the largest "
        "token + 1 for token shards)")
       ("context", number_flag(1, 1 << 20, 64), "gpt: context length")
@@ -207,95 +233,34 @@ void add_training_options(flag_sections& sections, const job_config& d) {
       ("data", po::value<std::string>(), data_help.c_str())
       ("eval-data", po::value<std::string>(),
        "gpt: held-out data as --data takes it (default: the last tenth of --data)")
-      ("seed", number_flag<std::uint64_t>(0, ~std::uint64_t{0}, d.seed), "initialisation and data order")
-      ("eval-interval", number_flag<std::uint64_t>(0, most, d.eval_interval),
-       "held-out loss every this many steps (0: only at the end)")
-      ("eval-examples", number_flag<std::uint64_t>(1, 1'000'000'000, d.eval_examples),
-       "held-out examples per evaluation, the same set every time (gpt: windows of --context tokens)")
-      ("defer-evaluation", po::bool_switch(),
-       "keep the parameters of every --eval-interval step and evaluate them after the last step, so "
-       "evaluations take no time from the training clock (time-to-loss comparisons)");
-  sections.algorithm.add_options()
-      ("algo", po::value<std::string>()->default_value(d.algorithm),
-       "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion")
-      ("workers", number_flag(1, most_workers, d.workers), "data-parallel workers")
-      ("steps", number_flag<std::uint64_t>(1, most, d.steps), "optimizer steps")
-      ("micro-batch", number_flag<std::size_t>(1, most_examples, d.micro_batch), "examples per micro-batch")
-      ("accumulation", number_flag<std::size_t>(1, most_examples, d.accumulation),
-       "micro-batches per round at least (ACCO: per stage)")
-      ("max-accumulation", number_flag<std::size_t>(0, most_examples, d.max_accumulation),
-       "overlapped algorithms: at most this many micro-batches per round (0: no cap)")
-      ("estimate-accumulation", number_flag<std::size_t>(0, most_examples, d.estimate_accumulation),
-       "acco, acco-dlion: micro-batches at least while an estimate round is in flight (--accumulation then "
-       "counts those while a real round is; a cap keeps --max-accumulation's headroom) (0: as --accumulation)")
-      ("global-batch", number_flag<std::uint64_t>(0, most, d.global_batch),
-       "examples per step over all workers, kept when workers come and go: a smaller or larger epoch "
-       "shares that many among its workers (each at least one micro-batch; DeepSpeed elasticity's habit). "
-       "A whole number of workers' --micro-batch x micro-batches per step (0: follows the worker count)")
-      ("dpu-warmup", number_flag<std::uint64_t>(0, most, d.dpu_warmup), "DPU: synchronous rounds before overlapping")
-      ("optimizer", po::value<std::string>(), "adamw | lion | sgd (default: the algorithm's)")
-      ("lr", number_flag(number_range<float>{0, most_learning_rate, true}), "peak learning rate (default: adamw 3e-3, lion 3e-4, sgd 0.05)")
-      ("beta1", number_flag(0.0f, 1.0f), "first moment / momentum coefficient (default: the optimizer's)")
-      ("beta2", number_flag(0.0f, 1.0f), "second moment coefficient (Lion: momentum update; default: the optimizer's)")
-      ("weight-decay", number_flag(0.0f, most_learning_rate, d.weight_decay), "decoupled weight decay")
-      ("warmup", number_flag<std::uint64_t>(0, most, d.warmup_steps), "linear warm-up steps")
-      ("schedule", po::value<std::string>()->default_value(d.cosine ? "cosine" : "constant"),
-       "cosine (to --min-lr-ratio x lr) | constant")
-      ("min-lr-ratio", number_flag(0.0f, 1.0f, d.min_lr_ratio), "cosine floor as a fraction of lr")
-      ("replica-check", number_flag<std::uint64_t>(0, most, d.replica_check_interval),
-       "compare parameter hashes of all replicas every this many rounds (0: never)");
+      // Any 64-bit seed, beyond a declared whole setting's range.
+      ("seed", number_flag<std::uint64_t>(0, ~std::uint64_t{0}, d.seed), "initialisation and data order");
   add_topology_options(sections.topology, d);
+  // Lists, and the replay of a log, parsed here (make_training_setup).
   sections.topology.add_options()
       ("speed", po::value<std::string>(),
-       "per-worker slowdown factors in [1, 1000], e.g. 1,1,1,4 (emulates heterogeneous hardware)")
-      ("link", po::value<std::string>()->default_value(d.link),
-       "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited");
-  sections.precision.add_options()
-      ("wire-precision", po::value<std::string>()->default_value(d.wire_precision),
-       "what gradients and parameters travel as: auto (fp8 on both of ACCO's rounds on the ring, the measured "
-       "best; fp32 otherwise) | fp32 (exact) | bf16 | fp16 | int8 | fp8 | fp4 | sign | sign2 | sign3, "
-       "or P,Q for gradients P and parameters Q among the block codes (e.g. fp4,sign3); sums in fp32, fp32 "
-       "master weights and optimizer state; int8, fp8, fp4, sign, sign2 and sign3: blocks of 256 with error "
-       "feedback, for ddp, dpu, acco and lion on the ring; fp8 and fp4 keep small values' relative precision, "
-       "which AdamW needs; Distributed Lion's votes are 1 bit regardless")
-      ("estimate-precision", po::value<std::string>()->default_value(d.estimate_precision),
-       "ACCO's estimate rounds (they commit no state), as --wire-precision: fp32 | bf16 | fp16 | int8 | fp8 | "
-       "fp4 | sign | sign2 | sign3 or P,Q (blocks of 256 values with an fp32 scale each: int8 codes, 8- or "
-       "4-bit logarithmic codes, 1-bit signs scaled by the block's mean |x|, or a sign and 1 (sign2) or 2 "
-       "(sign3) bits of magnitude from splits at means, with 2 or 4 bf16 levels; parameters travel as the "
-       "difference from the current ones) (empty: as --wire-precision)")
-      ("bucket-cap-mb", number_flag(0.0, 10000.0, d.bucket_cap_mb),
-       "DDP's gradient buckets, as torch DDP's bucket_cap_mb: on a round's last micro-batch each run of about "
-       "this many MB of gradients that backward has finished starts its reduce-scatter while backward goes on "
-       "(0: off, the round starts after backward; synchronous sharded rounds on the ring over fp32 or 16-bit "
-       "wires on the host)")
-      ("compute-precision", po::value<std::string>()->default_value(d.compute_precision),
-       "GPU workers' matrix products: fp32 | bf16 (bf16 operands, fp32 accumulation, fp32 master weights "
-       "and gradients; --device cuda only)");
+       "per-worker slowdown factors in [1, 1000], e.g. 1,1,1,4 (emulates heterogeneous hardware)");
   sections.elastic.add_options()
       ("membership", po::value<std::string>(),
        "elastic run in one process: STEP:WORKERS[:crash],... e.g. 50:3,100:5,150:2:crash "
        "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
-      ("record-membership", po::value<std::string>(),
-       "write every membership event (epochs, members lost, leaving, joining, each with its step) to this "
-       "file as JSON lines; between processes the coordinator's process writes it (a new coordinator goes on "
-       "with it after a failover)")
       ("replay-membership", po::value<std::string>(),
        "the membership changes a --record-membership file tells, at the same steps: in one process through "
        "the emulation; between processes (elastic; accord-launch --replay-membership starts the joiners too) "
        "real workers leave, join and the coordinator's process goes away at the recorded steps. With "
        "--max-accumulation 1 --blas-threads 1 in both runs the replay ends with the recorded parameters and "
-       "optimizer state, bit for bit")
-      ("checkpoint", po::value<std::string>(),
-       "write parameters, optimizer state and data position to this file (at the end, and every --checkpoint-interval steps)")
-      ("checkpoint-interval", number_flag<std::uint64_t>(0, most, d.checkpoint_interval),
-       "steps between checkpoints (0: only at the end)")
-      ("resume", po::value<std::string>(), "continue from a checkpoint, with any number of workers, up to --steps");
-  sections.output.add_options()
-      ("metrics", po::value<std::string>(), "write one JSON line per step to this file (CSV when it ends in .csv)")
-      ("trace", po::value<std::string>(),
-       "write a Chrome / Perfetto timeline of every actor (ui.perfetto.dev, chrome://tracing) to this file; "
-       "between processes each rank writes FILE with .rankR before the extension");
+       "optimizer state, bit for bit");
+  // job_config's declared settings, each in its section, `d`'s value as the default.
+  const std::map<std::string, po::options_description*> by_group = {
+      {"model", &sections.model},         {"data", &sections.data},         {"algorithm", &sections.algorithm},
+      {"topology", &sections.topology},   {"precision", &sections.precision},
+      {"distributed", &sections.distributed}, {"elastic", &sections.elastic}, {"output", &sections.output}};
+  for (const job_setting& s : declared_job_settings()) {
+    if (!s.command_line) continue;
+    setting_declaration declared = s.declared;
+    declared.fallback = s.get(d);
+    add_declared_flag(*by_group.at(declared.group), declared, declared.help);
+  }
 }
 
 void add_training_options(po::options_description& options, const job_config& d) {
@@ -314,16 +279,15 @@ void flag_sections::add_to(po::options_description& options) const {
 }
 
 std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const std::string& topology) {
-  static const std::pair<const char*, std::vector<const char*>> owners[] = {
-      {"local-sgd", {"local-steps", "outer-lr", "outer-momentum", "fragments", "overlap-steps", "overlap-mix"}},
-      {"gossip", {"gossip-rate", "gossip-graph", "gossip-lockstep", "gossip-momentum"}},
-      {"parameter-server", {"max-staleness"}},
-      {"hierarchical", {"group-size", "inter-link"}},
-  };
+  const auto declared = declared_topology_settings();
+  std::set<std::string> read;  // the flags `topology` declares
+  if (const auto mine = declared.find(topology); mine != declared.end())
+    for (const setting_declaration& s : mine->second) read.insert(s.flag);
   std::vector<std::pair<std::string, std::string>> ignored;
-  for (const auto& [owner, flags] : owners)
-    if (topology != owner)
-      for (const char* flag : flags) ignored.emplace_back(flag, std::string("without --topology ") + owner);
+  for (const auto& [owner, settings] : declared)
+    if (owner != topology)
+      for (const setting_declaration& s : settings)
+        if (read.insert(s.flag).second) ignored.emplace_back(s.flag, "without --topology " + owner);
   return ignored;
 }
 
@@ -334,84 +298,35 @@ void read_topology_options(const po::variables_map& flags, job_config& job, int 
     for (const auto& name : names) known += (known.empty() ? "" : "|") + name;
     throw std::invalid_argument("--topology: '" + job.topology + "' (expected " + known + ")");
   }
-  job.topology_settings.local_steps = flags["local-steps"].as<std::uint64_t>();
-  job.topology_settings.outer_learning_rate = flags["outer-lr"].as<float>();
-  job.topology_settings.outer_momentum = flags["outer-momentum"].as<float>();
-  job.topology_settings.fragments = flags["fragments"].as<std::uint64_t>();
-  job.topology_settings.overlap_steps = flags["overlap-steps"].as<std::uint64_t>();
-  job.topology_settings.overlap_mix = flags["overlap-mix"].as<float>();
-  job.topology_settings.max_staleness = flags["max-staleness"].as<std::uint64_t>();
-  job.topology_settings.gossip_rate = flags["gossip-rate"].as<double>();
-  job.topology_settings.gossip_graph = flags["gossip-graph"].as<std::string>();
-  job.topology_settings.gossip_lockstep = flags["gossip-lockstep"].as<bool>();
-  job.topology_settings.gossip_momentum = flags["gossip-momentum"].as<std::string>();
-  if (flags.count("group-size")) {
-    job.topology_settings.group_size = flags["group-size"].as<int>();
-  } else if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
-             local && *local && local_workers > 0 && job.topology == "hierarchical") {
+  // The settings given (on the command line or in a --config file), each parsed as declared.
+  std::set<std::string> read;
+  for (const auto& [topology, settings] : declared_topology_settings())
+    for (const setting_declaration& s : settings)
+      if (read.insert(s.flag).second && flags.count(s.flag) && !flags[s.flag].defaulted()) {
+        if (s.kind == setting_kind::boolean) job.topology_settings.set(s.name, flags[s.flag].as<bool>());
+        else job.topology_settings.set(s.name, parse_setting(s, flags[s.flag].as<std::string>()));
+      }
+  if (!job.topology_settings.given("group_size") && job.topology == "hierarchical" && local_workers > 0) {
     // Between processes a group is one machine's workers.
-    job.topology_settings.group_size = parse_local_world_size(local);
-  }
-  if (flags.count("inter-link")) {
-    job.topology_settings.inter_link = flags["inter-link"].as<std::string>();
-    link_model::parse(job.topology_settings.inter_link);  // a bad spec names itself
+    if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); local && *local)
+      job.topology_settings.set("group_size", parse_local_world_size(local));
   }
 }
 
 training_setup make_training_setup(const po::variables_map& flags, int local_workers) {
   training_setup setup;
   job_config& job = setup.job;
-  job.algorithm = flags["algo"].as<std::string>();
-  job.workers = flags["workers"].as<int>();
+  // job_config's declared settings, each flag parsed as declared (its check ran as it was parsed).
+  for (const job_setting& s : declared_job_settings()) {
+    if (!s.command_line || !flags.count(s.declared.flag)) continue;
+    if (s.declared.kind == setting_kind::boolean) s.set(job, flags[s.declared.flag].as<bool>());
+    else s.set(job, parse_setting(s.declared, flags[s.declared.flag].as<std::string>()));
+  }
+  job.seed = flags["seed"].as<std::uint64_t>();
   read_topology_options(flags, job, local_workers);
   if (flags.count("speed")) job.speed_factors = parse_speed_factors(flags["speed"].as<std::string>());
-  job.steps = flags["steps"].as<std::uint64_t>();
-  job.micro_batch = flags["micro-batch"].as<std::size_t>();
-  job.accumulation = flags["accumulation"].as<std::size_t>();
-  job.max_accumulation = flags["max-accumulation"].as<std::size_t>();
-  job.estimate_accumulation = flags["estimate-accumulation"].as<std::size_t>();
-  job.global_batch = flags["global-batch"].as<std::uint64_t>();
-  job.dpu_warmup = flags["dpu-warmup"].as<std::uint64_t>();
-  job.seed = flags["seed"].as<std::uint64_t>();
-  if (flags.count("optimizer")) job.optimizer = flags["optimizer"].as<std::string>();
-  if (flags.count("lr")) job.learning_rate = flags["lr"].as<float>();
-  if (flags.count("beta1")) job.beta1 = flags["beta1"].as<float>();
-  if (flags.count("beta2")) job.beta2 = flags["beta2"].as<float>();
-  job.weight_decay = flags["weight-decay"].as<float>();
-  job.warmup_steps = flags["warmup"].as<std::uint64_t>();
-  const std::string schedule = flags["schedule"].as<std::string>();
-  if (schedule != "cosine" && schedule != "constant")
-    throw std::invalid_argument("--schedule: '" + schedule + "' (expected cosine|constant)");
-  job.cosine = schedule == "cosine";
-  job.min_lr_ratio = flags["min-lr-ratio"].as<float>();
-  job.link = flags["link"].as<std::string>();
-  job.wire_precision = flags["wire-precision"].as<std::string>();
-  job.estimate_precision = flags["estimate-precision"].as<std::string>();
-  // The algorithm and topology resolve "auto" (job/plan.cpp); the names are checked here.
-  parse_wires_or_auto(job.wire_precision, "--wire-precision");
-  if (!job.estimate_precision.empty()) parse_wires_or_auto(job.estimate_precision, "--estimate-precision");
-  job.bucket_cap_mb = flags["bucket-cap-mb"].as<double>();
-  job.compute_precision = flags["compute-precision"].as<std::string>();
   const compute_precision precision = parse_compute_precision(job.compute_precision, "--compute-precision");
-  job.eval_interval = flags["eval-interval"].as<std::uint64_t>();
-  job.eval_examples = flags["eval-examples"].as<std::uint64_t>();
-  if (job.eval_examples < 1) throw std::invalid_argument("--eval-examples must be at least 1");
-  job.defer_evaluation = flags["defer-evaluation"].as<bool>();
-  job.replica_check_interval = flags["replica-check"].as<std::uint64_t>();
-  if (flags.count("metrics")) job.metrics_path = flags["metrics"].as<std::string>();
-  if (flags.count("trace")) {
-    job.trace_path = flags["trace"].as<std::string>();
-    // Refused before anything starts; between processes each rank writes a file beside it.
-    const std::filesystem::path parent = std::filesystem::path(job.trace_path).parent_path();
-    const std::string directory = parent.empty() ? "." : parent.string();
-    if (!std::filesystem::is_directory(directory) || ::access(directory.c_str(), W_OK) != 0)
-      throw std::invalid_argument("--trace: " + job.trace_path + ": cannot write into " + directory);
-  }
-  if (flags.count("checkpoint")) job.checkpoint_path = flags["checkpoint"].as<std::string>();
-  job.checkpoint_interval = flags["checkpoint-interval"].as<std::uint64_t>();
-  if (flags.count("resume")) job.resume_path = flags["resume"].as<std::string>();
   if (flags.count("membership")) job.membership = parse_membership(flags["membership"].as<std::string>());
-  if (flags.count("record-membership")) job.membership_log = flags["record-membership"].as<std::string>();
   if (flags.count("replay-membership")) {
     if (flags.count("membership"))
       throw std::invalid_argument("--replay-membership and --membership both give the membership changes: give one");
@@ -425,7 +340,6 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
       job.membership = replay.changes;
     }
   }
-  job.blas_threads = flags["blas-threads"].as<int>();
 
   const std::string kind = flags["model"].as<std::string>();
   if (kind != "gpt" && kind != "mlp") throw std::invalid_argument("--model: '" + kind + "' (expected gpt|mlp)");

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -83,12 +84,25 @@ std::string value_text(const T& value) {
   }
 }
 
+// Every registered topology's declared settings, a line each ("topology_settings.local_steps = 4";
+// texts quoted, switches true or false), the given value or the default.
+void describe_topology_settings(std::string& out, const topology_options& options, const std::string& prefix) {
+  std::set<std::string> printed;  // a name two topologies declare, once
+  for (const auto& [topology, settings] : declared_topology_settings())
+    for (const setting_declaration& s : settings)
+      if (printed.insert(s.name).second)
+        out += prefix + s.name + " = " +
+               std::visit([](const auto& v) { return value_text(v); }, options.value(s.name)) + "\n";
+}
+
 template <listed S>
 void describe_into(std::string& out, const S& settings, const std::string& prefix) {
   for_each_field<S>([&](const auto& f) {
     using T = typename std::remove_cvref_t<decltype(f)>::value_type;
     const std::string name = prefix + std::string(f.name);
-    if constexpr (listed<T>)
+    if constexpr (std::is_same_v<T, topology_options>)
+      describe_topology_settings(out, settings.*(f.member), name + ".");
+    else if constexpr (listed<T>)
       describe_into(out, settings.*(f.member), name + ".");  // a nested struct: a line per field
     else
       out += name + " = " + value_text(settings.*(f.member)) + "\n";

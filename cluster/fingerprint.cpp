@@ -1,7 +1,11 @@
 #include "cluster/fingerprint.hpp"
 
+#include <accord/config_settings.hpp>
+
+#include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -34,6 +38,12 @@ std::string hex(std::uint64_t value) {
   return text;
 }
 
+// A value as the fingerprint states it: numbers to 9 significant digits (a float's), the rest as
+// a flag takes them.
+std::string value_text(const setting_value& value) {
+  return std::holds_alternative<double>(value) ? number(std::get<double>(value)) : setting_text(value);
+}
+
 // "name=value" lines, in order.
 std::vector<std::pair<std::string, std::string>> parse(const std::string& fingerprint) {
   std::vector<std::pair<std::string, std::string>> settings;
@@ -46,19 +56,24 @@ std::vector<std::pair<std::string, std::string>> parse(const std::string& finger
   return settings;
 }
 
-// A topology's own setting, or "(unused)" where the job's topology does not read it.
-std::string used_by(const job_config& c, const char* topology, std::string value) {
-  return c.topology == topology ? value : "(unused)";
-}
-
-// "none", or each group as "[begin,end) lr×s wd×s role".
-std::string describe_groups(const std::vector<parameter_group>& groups) {
-  if (groups.empty()) return "none";
-  std::string out;
-  for (const parameter_group& g : groups)
-    out += (out.empty() ? "[" : " [") + std::to_string(g.begin) + "," + std::to_string(g.end) + ") lr*" +
-           number(g.learning_rate_scale) + " wd*" + number(g.weight_decay_scale) + " " + g.role;
-  return out;
+// Every registered topology's declared settings that enter the fingerprint, "--flag=value" rows
+// in the declarations' order: the value where the job's topology declares the setting, else
+// "(unused)" (a joiner need not repeat the others).
+std::string topology_rows(const job_config& c) {
+  const auto declared = declared_topology_settings();
+  const auto mine = declared.find(c.topology);
+  const auto used = [&](const std::string& name) {
+    return mine != declared.end() && std::any_of(mine->second.begin(), mine->second.end(),
+                                                 [&](const setting_declaration& s) { return s.name == name; });
+  };
+  std::string rows;
+  std::set<std::string> listed;  // a setting two topologies declare, once
+  for (const auto& [topology, settings] : declared)
+    for (const setting_declaration& s : settings)
+      if (s.fingerprint && listed.insert(s.flag).second) {
+        rows += "--" + s.flag + "=" + (used(s.name) ? value_text(c.topology_settings.value(s.name)) : "(unused)") + "\n";
+      }
+  return rows;
 }
 
 }  // namespace
@@ -78,59 +93,16 @@ std::uint64_t data_hash(const dataset& data) {
 
 std::string job_fingerprint(const model& prototype, const dataset& train, const job_config& c,
                             const std::string& transport, const std::string& resumed) {
-  const std::vector<std::pair<const char*, std::string>> settings = {
-      {"--model", prototype.signature()},
-      {"--data", train.describe() + ", content hash " + hex(data_hash(train))},
-      {"--algo", c.algorithm},
-      {"--topology", c.topology},
-      // A topology's own settings only where it reads them (a joiner need not repeat the others).
-      {"--group-size", used_by(c, "hierarchical", std::to_string(c.topology_settings.group_size))},
-      {"--local-steps", used_by(c, "local-sgd", std::to_string(c.topology_settings.local_steps))},
-      {"--outer-lr", used_by(c, "local-sgd", number(c.topology_settings.outer_learning_rate))},
-      {"--outer-momentum", used_by(c, "local-sgd", number(c.topology_settings.outer_momentum))},
-      {"--fragments", used_by(c, "local-sgd", std::to_string(c.topology_settings.fragments))},
-      {"--overlap-steps", used_by(c, "local-sgd", std::to_string(c.topology_settings.overlap_steps))},
-      {"--overlap-mix", used_by(c, "local-sgd", number(c.topology_settings.overlap_mix))},
-      {"--gossip-rate", used_by(c, "gossip", number(c.topology_settings.gossip_rate))},
-      {"--gossip-graph", used_by(c, "gossip", c.topology_settings.gossip_graph)},
-      {"--gossip-lockstep", used_by(c, "gossip", c.topology_settings.gossip_lockstep ? "on" : "off")},
-      {"--gossip-momentum", used_by(c, "gossip", c.topology_settings.gossip_momentum)},
-      {"--steps", std::to_string(c.steps)},
-      {"--micro-batch", std::to_string(c.micro_batch)},
-      {"--accumulation", std::to_string(c.accumulation)},
-      {"--max-accumulation", std::to_string(c.max_accumulation)},
-      {"--estimate-accumulation", std::to_string(c.estimate_accumulation ? c.estimate_accumulation : c.accumulation)},
-      {"--accumulation-mode", c.accumulation_mode.empty() ? "growing-steps" : c.accumulation_mode},
-      {"--global-batch", c.global_batch ? std::to_string(c.global_batch) : "none (follows the workers)"},
-      {"--dpu-warmup", std::to_string(c.dpu_warmup)},
-      {"--seed", std::to_string(c.seed)},
-      {"--optimizer", c.optimizer.empty() ? "(the algorithm's)" : c.optimizer},
-      {"--lr", number(c.learning_rate)},
-      {"--beta1", c.beta1 ? number(*c.beta1) : std::string("(the optimizer's)")},
-      {"--beta2", c.beta2 ? number(*c.beta2) : std::string("(the optimizer's)")},
-      {"--epsilon", number(c.epsilon)},
-      {"--weight-decay", number(c.weight_decay)},
-      {"--parameter-groups", describe_groups(c.parameter_groups)},
-      {"--max-gradient-norm", number(c.max_gradient_norm)},
-      {"--warmup", std::to_string(c.warmup_steps)},
-      {"--schedule", c.cosine ? "cosine" : "constant"},
-      {"--min-lr-ratio", number(c.min_lr_ratio)},
-      {"--eval-interval", std::to_string(c.eval_interval)},
-      {"--eval-examples", std::to_string(c.eval_examples)},
-      {"--wire-precision", c.wire_precision},
-      {"--estimate-precision", c.estimate_precision.empty() ? c.wire_precision : c.estimate_precision},
-      {"--compute-precision", c.compute_precision},
-      {"--bucket-cap-mb", number(c.bucket_cap_mb)},  // every worker reduces the same buckets
-      // Checkpoints and kept states are snapshots every worker takes in the same round.
-      {"--checkpoint", c.checkpoint_path.empty() ? "none" : "set"},
-      {"--checkpoint-interval", std::to_string(c.checkpoint_interval)},
-      {"--keep-interval", std::to_string(c.keep_interval)},
-      {"--resume", resumed.empty() ? "none" : resumed},
-      {"--transport", transport},
-  };
-  std::string fingerprint;
-  for (const auto& [name, value] : settings) fingerprint += std::string(name) + "=" + value + "\n";
-  return fingerprint;
+  std::string fingerprint = "--model=" + prototype.signature() + "\n" + "--data=" + train.describe() +
+                            ", content hash " + hex(data_hash(train)) + "\n";
+  // Every declared setting that enters it (<accord/config_settings.hpp>), as the job resolves it;
+  // the topologies' own right after --topology.
+  for (const job_setting& s : declared_job_settings()) {
+    if (!s.declared.fingerprint) continue;
+    fingerprint += "--" + s.declared.flag + "=" + (s.fingerprint_text ? s.fingerprint_text(c) : value_text(s.get(c))) + "\n";
+    if (s.declared.name == "topology") fingerprint += topology_rows(c);
+  }
+  return fingerprint + "--resume=" + (resumed.empty() ? "none" : resumed) + "\n" + "--transport=" + transport + "\n";
 }
 
 std::string fingerprint_difference(const std::string& job, const std::string& worker) {

@@ -37,7 +37,7 @@ void record_membership(const job_plan& plan) {
   log.write(epoch_record(1, start, plan.workers, false));
   epoch_order order(plan.workers);
   std::uint64_t epoch = 1;
-  for (const membership_change& change : plan.membership) {
+  for (const membership_change& change : plan.config.membership) {
     const std::vector<int> departing = departing_ranks(change, order.size());
     for (const int rank : departing)
       log.write(member_record(change.crash ? "lost" : "left", epoch, change.step, order.starting_rank(rank),
@@ -211,7 +211,7 @@ job_result run_in_process(const model& prototype, std::shared_ptr<const dataset>
   const trace_session trace(plan.trace_path);
   if (!plan.membership_log_path.empty()) record_membership(plan);
   // Asynchronous topologies follow membership changes themselves: their workers come and go.
-  if (plan.membership.empty() || as_asynchronous(*plan.topo)) return run_epoch(prototype, train, eval, plan, hooks);
+  if (plan.config.membership.empty() || as_asynchronous(*plan.topo)) return run_epoch(prototype, train, eval, plan, hooks);
 
   // Elastic: one epoch per worker set, each continuing from the state the previous one left.
   job_result total;
@@ -225,9 +225,9 @@ job_result run_in_process(const model& prototype, std::shared_ptr<const dataset>
     if (hooks.on_step) hooks.on_step(m);
   };
   int workers = plan.workers;
-  for (std::size_t e = 0; e <= plan.membership.size(); ++e) {
-    const bool last_epoch = e == plan.membership.size();
-    const membership_change* change = last_epoch ? nullptr : &plan.membership[e];
+  for (std::size_t e = 0; e <= plan.config.membership.size(); ++e) {
+    const bool last_epoch = e == plan.config.membership.size();
+    const membership_change* change = last_epoch ? nullptr : &plan.config.membership[e];
     std::uint64_t steps = last_epoch ? plan.steps : change->step;
     std::optional<std::uint64_t> crash_after;
     if (change && change->crash) {  // run into the next step and lose a worker during it

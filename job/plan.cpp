@@ -1,6 +1,8 @@
 // Planning a job: configuration checks, optimizer and schedule, initial or resumed state.
 #include "job/plan.hpp"
 
+#include <accord/config_settings.hpp>
+
 #include "cluster/fingerprint.hpp"
 #include "gpu/compute_precision.hpp"
 #include "models/memory.hpp"
@@ -53,6 +55,7 @@ void validate(const job_config& c) {
   require(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay must be a finite number >= 0");
   require(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, "min_lr_ratio must be in [0, 1]");
   require(c.eval_examples >= 1, "eval examples must be at least 1");
+  check_topology_options(c.topology_settings);
 }
 
 
@@ -225,11 +228,11 @@ void plan_micro_batches(job_plan& plan, const job_config& config) {
 int batch_workers_of(const job_config& config, const job_plan& plan) {
   if (config.global_batch == 0) return 0;
   const std::uint64_t per_step = plan.accumulation + (plan.algo->pipe == pipeline::acco ? plan.estimate_accumulation : 0);
-  const std::uint64_t per_worker = per_step * plan.micro_batch;
+  const std::uint64_t per_worker = per_step * config.micro_batch;
   const std::string batch = "global batch " + std::to_string(config.global_batch) + ": ";
   require(config.global_batch % per_worker == 0,
           batch + "not a whole number of workers' batches of " + std::to_string(per_worker) +
-              " examples (--micro-batch " + std::to_string(plan.micro_batch) + " x " + std::to_string(per_step) +
+              " examples (--micro-batch " + std::to_string(config.micro_batch) + " x " + std::to_string(per_step) +
               " micro-batches per step)");
   require(config.global_batch / per_worker <= 65535, batch + "more than 65535 workers' batches of " +
                                                         std::to_string(per_worker) + " examples");
@@ -261,7 +264,7 @@ std::string job_settings::step_counting() const {
   const bool acco = algo->pipe == pipeline::acco;
   const std::size_t per_step = accumulation + (acco ? estimate_accumulation : 0);
   const std::string examples = " micro-batch" + std::string(per_step == 1 ? "" : "es") + " of " +
-                               std::to_string(micro_batch) + " examples per worker";
+                               std::to_string(config.micro_batch) + " examples per worker";
   const std::string stages = acco ? " (" + algo->name + ": " + std::to_string(estimate_accumulation) +
                                         " at the estimate stage, " + std::to_string(accumulation) + " at the real stage)"
                                   : "";
@@ -298,7 +301,7 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
   plan.schedule.final_fraction = config.min_lr_ratio;
   learning_rate_at(plan.schedule, 0);  // validates the schedule before any actor starts
   plan.link = link_model::parse(config.link);
-  const std::string& inter_link = config.topology_settings.inter_link;
+  const std::string inter_link = config.topology_settings.text("inter_link");
   plan.inter_link = inter_link.empty() ? plan.link : link_model::parse(inter_link);
   const bool app_kept_values = std::any_of(config.parameter_groups.begin(), config.parameter_groups.end(),
                                            [](const parameter_group& g) { return g.role != "trained"; });
@@ -318,32 +321,20 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
           "algorithm " + plan.algo->name + " (a registered rule) keeps no checkpointable state: checkpoints, resumes "
           "and membership changes are not supported with it");
 
-  plan.seed = config.seed;
-  plan.speed_factors = config.speed_factors;
-  plan.membership = config.membership;
-  plan.resident_on_host = config.resident_on_host;
-  plan.device_rounds = config.device_rounds;
-  plan.bucket_cap_mb = config.bucket_cap_mb;
-  plan.micro_batch = config.micro_batch;
+  require_declared_ranges(config);  // the rest of the flags' ranges, after the checks that say more
+  plan.config = config;
+  plan.config.stop_requested = nullptr;  // the hooks travel apart (job_hooks)
+  plan.config.on_checkpoint_written = nullptr;
   plan_micro_batches(plan, config);
   plan.batch_workers = batch_workers_of(config, plan);
   if (config.accumulation_mode == "growing") {
     const std::uint64_t per_step = plan.accumulation + (plan.algo->pipe == pipeline::acco ? plan.estimate_accumulation : 0);
     plan.schedule_micro_batches = per_step * static_cast<std::uint64_t>(plan.batch_workers ? plan.batch_workers : plan.workers);
   }
-  plan.dpu_warmup = config.dpu_warmup;
-  plan.eval_interval = config.eval_interval;
-  plan.eval_examples = config.eval_examples;
-  plan.defer_evaluation = config.defer_evaluation;
-  plan.replica_check_interval = config.replica_check_interval;
   plan.metrics_path = config.metrics_path;
   plan.trace_path = config.trace_path;
   plan.membership_log_path = config.membership_log;
-  plan.checkpoint_path = config.checkpoint_path;
-  plan.checkpoint_interval = config.checkpoint_interval;
-  plan.resume_path = config.resume_path;
   plan.keep_interval = std::max<std::uint64_t>(1, config.keep_interval);
-  plan.blas_threads = config.blas_threads;
 
   if (config.resume_path.empty()) {
     plan.initial.resize(prototype.parameter_count());
@@ -361,19 +352,19 @@ job_plan plan_epoch(const job_plan& job, const model& prototype, int workers, st
   epoch.workers = workers;
   epoch.steps = steps;
   epoch.rounds = rounds_for_steps(epoch.algo->pipe, steps);
-  epoch.membership.clear();
-  epoch.checkpoint_interval = 1;  // every step's state survives a crash in the next one
+  epoch.config.membership.clear();
+  epoch.config.checkpoint_interval = 1;  // every step's state survives a crash in the next one
   // The topology for this worker set: a later epoch continues from a kept state, not a file.
   epoch.topology_request.workers = workers;
   epoch.topology_request.steps = steps;
   epoch.topology_request.membership_changes = state != nullptr;
-  if (state) epoch.resume_path.clear();
-  epoch.topology_request.checkpoints = !epoch.checkpoint_path.empty() || !epoch.resume_path.empty();
+  if (state) epoch.config.resume_path.clear();
+  epoch.topology_request.checkpoints = !epoch.config.checkpoint_path.empty() || !epoch.config.resume_path.empty();
   make_topology_of(epoch);
   if (state) {
     start_from(epoch, prototype, *state, "membership change", true);
   } else if (job.resume) {
-    start_from(epoch, prototype, *job.resume, job.resume_path, false);
+    start_from(epoch, prototype, *job.resume, job.config.resume_path, false);
   } else {
     epoch.initial = job.initial;
   }

@@ -67,20 +67,20 @@ struct job_settings {
   link_model link;
   link_model inter_link;
 
+  // The configuration as given, checked; the job reads its settings from here where it uses
+  // them as they are (config.eval_interval, config.micro_batch, ...). Its hooks are not kept (they
+  // travel apart: job_hooks). An epoch of a job in one process changes its own copy
+  // (plan_epoch: no membership changes, a checkpoint every step).
+  job_config config;
+
+  // What an epoch changes or the job resolves: its worker count and end step, ...
   int workers = 1;
   std::uint64_t steps = 0;
   std::uint64_t rounds = 0;                // of the job's last step (ACCO: two per step)
-  std::uint64_t seed = 1;
-  std::vector<double> speed_factors;       // by rank; empty: all 1
-  std::vector<membership_change> membership;  // in one process, in step order
-  bool resident_on_host = false;
-  bool device_rounds = true;
-  double bucket_cap_mb = 0;                // DDP's gradient buckets (0: off)
 
-  // Micro-batches: examples each, how many a round takes at least and at most (0: no cap), and
-  // the same for ACCO's estimate rounds (resolved: job_config's 0 means as accumulation, and
-  // the estimate cap keeps the real rounds' headroom).
-  std::size_t micro_batch = 1;
+  // Micro-batches (of config.micro_batch examples): how many a round takes at least and at most
+  // (0: no cap), and the same for ACCO's estimate rounds (resolved: job_config's 0 means as
+  // accumulation, and the estimate cap keeps the real rounds' headroom).
   std::size_t accumulation = 1;
   std::size_t max_accumulation = 0;
   std::size_t estimate_accumulation = 1;
@@ -94,20 +94,12 @@ struct job_settings {
   // The worker count the global batch is sized for (job_config::global_batch; 0: none, each
   // worker takes the counts above whatever the worker count).
   int batch_workers = 0;
-  std::uint64_t dpu_warmup = 0;
-
-  std::uint64_t eval_interval = 0;
-  std::uint64_t eval_examples = 1;
-  bool defer_evaluation = false;
-  std::uint64_t replica_check_interval = 1;
+  // ... and where a job between processes writes (job/between_processes.cpp reads them by these
+  // names), the kept states' interval at least 1.
   std::string metrics_path;
   std::string trace_path;
   std::string membership_log_path;
-  std::string checkpoint_path;
-  std::uint64_t checkpoint_interval = 0;
-  std::string resume_path;
-  std::uint64_t keep_interval = 1;         // elastic between processes; at least 1
-  int blas_threads = 0;
+  std::uint64_t keep_interval = 1;
 
   std::uint64_t data_hash = 0;             // of the training data, recorded in checkpoints
   // Between processes: the settings every process must agree on (cluster/fingerprint.hpp); empty
@@ -125,7 +117,7 @@ struct job_settings {
 
   bool sharded() const { return algo->aggregate == aggregation::sharded_optimizer; }
   double speed_factor(int rank) const {
-    return speed_factors.empty() ? 1.0 : speed_factors[static_cast<std::size_t>(rank)];
+    return config.speed_factors.empty() ? 1.0 : config.speed_factors[static_cast<std::size_t>(rank)];
   }
 };
 

@@ -17,7 +17,7 @@
 namespace accord {
 
 void size_blas(const job_plan& plan, int local_workers) {
-  openblas_set_num_threads(choose_blas_threads(plan.blas_threads, local_workers).threads);
+  openblas_set_num_threads(choose_blas_threads(plan.config.blas_threads, local_workers).threads);
 }
 
 std::optional<blas_threads_choice> size_blas_for_epoch(const job_plan& plan, const std::vector<std::string>& addresses,
@@ -26,7 +26,7 @@ std::optional<blas_threads_choice> size_blas_for_epoch(const job_plan& plan, con
   const std::string mine = host(addresses.at(static_cast<std::size_t>(rank)));
   const auto here = std::count_if(addresses.begin(), addresses.end(),
                                   [&](const std::string& a) { return host(a) == mine; });
-  const blas_threads_choice choice = choose_blas_threads(plan.blas_threads, 1, static_cast<int>(here));
+  const blas_threads_choice choice = choose_blas_threads(plan.config.blas_threads, 1, static_cast<int>(here));
   if (choice.threads == openblas_get_num_threads()) return std::nullopt;
   openblas_set_num_threads(choice.threads);
   return choice;
@@ -52,15 +52,15 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
   setup.first_round = plan.first_round;
   setup.rounds = plan.rounds;
   setup.parameter_count = plan.initial.size();
-  setup.micro_batch = plan.micro_batch;
+  setup.micro_batch = plan.config.micro_batch;
   setup.data_offset = plan.data_position;
-  setup.checkpoint_path = plan.checkpoint_path;
-  setup.checkpoint_interval = plan.checkpoint_interval;
+  setup.checkpoint_path = plan.config.checkpoint_path;
+  setup.checkpoint_interval = plan.config.checkpoint_interval;
   setup.algorithm = plan.algo->name;
   setup.signature = prototype.signature();
-  setup.eval_interval = plan.eval_interval;
+  setup.eval_interval = plan.config.eval_interval;
   setup.evaluator = std::move(evaluator);
-  setup.defer_evaluation = plan.defer_evaluation;
+  setup.defer_evaluation = plan.config.defer_evaluation;
   setup.metrics_path = plan.metrics_path;
   setup.append_metrics = plan.resume.has_value();  // a resumed job's file goes on
   setup.data_hash = plan.data_hash;
@@ -72,7 +72,7 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
 
 evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local, const model& prototype,
                                  std::shared_ptr<const dataset> eval, const job_plan& plan) {
-  return local.keep(spawn_evaluator_actor(system, prototype.clone(), std::move(eval), plan.eval_examples));
+  return local.keep(spawn_evaluator_actor(system, prototype.clone(), std::move(eval), plan.config.eval_examples));
 }
 
 // Buckets where they change nothing but timing: a synchronous rule on the ring that takes them
@@ -80,7 +80,7 @@ evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local,
 // with rounds and sums on the host (a resident worker's sum is on its device until the round).
 namespace {
 bool uses_gradient_buckets(const job_plan& plan, const compute_setup& compute, const update_rule& rule) {
-  return bucket_elements(plan.bucket_cap_mb) > 0 && plan.workers > 1 && plan.algo->pipe == pipeline::synchronous &&
+  return bucket_elements(plan.config.bucket_cap_mb) > 0 && plan.workers > 1 && plan.algo->pipe == pipeline::synchronous &&
          plan.topology_name == "ring" && !compute.resident && rule.bucket_prefix() > 0;
 }
 }  // namespace
@@ -93,7 +93,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   auto compute = std::make_shared<compute_setup>();
   compute->net = prototype.clone();
   compute->data = std::move(train);
-  compute->stream = {rank, workers, plan.micro_batch, plan.data_position};
+  compute->stream = {rank, workers, plan.config.micro_batch, plan.data_position};
   compute->parameters = make_tensor(plan.initial, local.meter);
   // A resumed 16-bit job computes with the rounded copy of its masters, as it did before.
   // (With int8, fp8, fp4, sign, sign2 or sign3 the replica itself was resumed: its masters are not a rounding of it.)
@@ -103,7 +103,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   compute->speed_factor = plan.speed_factor(rank);
   compute->app = spec.app;
   // An app-driven worker too: its model's memory() is the app's (app_model::memory).
-  compute->resident = plan.resident_on_host || !compute->net->memory().on_host();
+  compute->resident = plan.config.resident_on_host || !compute->net->memory().on_host();
   if (spec.app) spec.app->open();
   auto communication = std::make_shared<communicator_setup>();
   const int group_size = plan.topo->group_size();
@@ -115,7 +115,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   // Rounds on the device (README "GPU data path"): a resident worker on the ring, whose rule has
   // a device form, over collectives that serve its memory (NCCL on its GPU; the reference on
   // host memory for resident_on_host). Anything else runs its rounds on the host.
-  if (compute->resident && plan.device_rounds && plan.topology_name == "ring" && algorithm_rule->has_device_form())
+  if (compute->resident && plan.config.device_rounds && plan.topology_name == "ring" && algorithm_rule->has_device_form())
     communication->collectives = make_device_collectives(*communication->link, compute->net->memory());
   if (communication->collectives) {
     communication->memory = compute->memory = std::make_shared<resident_memory>(compute->net->memory());
@@ -125,7 +125,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
                                              plan.optimizer, status);
     communication->topology = std::move(status);
   }
-  communication->hash_interval = plan.replica_check_interval;
+  communication->hash_interval = plan.config.replica_check_interval;
   communication->crash = std::move(spec.crash);
   communication->crash_round = spec.crash_round;
   communication->keeper = spec.keeper;
@@ -142,7 +142,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   accumulation.pipe = plan.algo->pipe;
   accumulation.first_round = plan.first_round;
   accumulation.rounds = plan.rounds;
-  accumulation.dpu_warmup = plan.dpu_warmup;
+  accumulation.dpu_warmup = plan.config.dpu_warmup;
   accumulation.fixed_steps = plan.fixed_steps;
   accumulation.app_driven = spec.app != nullptr;
   const job_settings::micro_batch_counts counts = plan.micro_batches_of(rank);
@@ -158,14 +158,14 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
     return learning_rate_at(schedule, step);
   };
   accumulation.schedule_micro_batches = plan.schedule_micro_batches;
-  accumulation.applied = plan.data_position / plan.micro_batch;  // a resumed job's, as far as consumed
-  const bool checkpoints = !plan.checkpoint_path.empty() || spec.keeps_state;
+  accumulation.applied = plan.data_position / plan.config.micro_batch;  // a resumed job's, as far as consumed
+  const bool checkpoints = !plan.config.checkpoint_path.empty() || spec.keeps_state;
   auto checkpoint_due = [checkpoints, pipe = plan.algo->pipe, rounds = plan.rounds,
-                         interval = plan.checkpoint_interval](std::uint64_t round) {
+                         interval = plan.config.checkpoint_interval](std::uint64_t round) {
     return checkpoints && step_due(pipe, round, rounds, interval);
   };
   accumulation.wants_parameters = [rank, checkpoint_due, pipe = plan.algo->pipe, rounds = plan.rounds,
-                                   interval = plan.eval_interval](std::uint64_t round) {
+                                   interval = plan.config.eval_interval](std::uint64_t round) {
     return rank == 0 && (step_due(pipe, round, rounds, interval) || checkpoint_due(round));
   };
   accumulation.wants_snapshot = checkpoint_due;
@@ -183,13 +183,13 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   auto bucket_receiver = std::make_shared<communicator_actor>();
   if (uses_gradient_buckets(plan, *compute, *communication->rule)) {
     accumulation.buckets = std::make_shared<bucket_feed>(
-        bucket_elements(plan.bucket_cap_mb), communication->rule->bucket_prefix(),
+        bucket_elements(plan.config.bucket_cap_mb), communication->rule->bucket_prefix(),
         [bucket_receiver](std::uint64_t round, shard range, const tensor& buffer) {
           caf::anon_send(*bucket_receiver, gradient_bucket{round, range, buffer});
         });
     auto listener = [feed = accumulation.buckets](std::size_t begin) { feed->final_from(begin); };
     if (compute->app)  // the app's own backward reports its progress (worker::gradients_final_from)
-      compute->app->listen_to_gradients(first_bucket_elements(bucket_elements(plan.bucket_cap_mb)),
+      compute->app->listen_to_gradients(first_bucket_elements(bucket_elements(plan.config.bucket_cap_mb)),
                                         std::move(listener));
     else
       compute->net->listen_to_gradients(std::move(listener));

@@ -1,15 +1,20 @@
-// accord's settings and reports as Python classes: JobConfig, TopologyOptions, MembershipChange,
-// ParameterGroup and ProcessGroup (read-write, with the C++ defaults; made from the field lists of
-// <accord/config_fields.hpp>, so every field is there), StepMetrics, JobResult and what they hold
-// (read-only; made from <accord/metrics_fields.hpp>'s lists).
+// accord's settings and reports as Python classes: JobConfig, MembershipChange, ParameterGroup and
+// ProcessGroup (read-write, with the C++ defaults; made from the field lists of
+// <accord/config_fields.hpp>, so every field is there; JobConfig._help and _flags from the
+// declarations of <accord/config_settings.hpp>), TopologyOptions (a property per setting
+// the registered topologies declare, <accord/settings.hpp>), StepMetrics, JobResult and what they
+// hold (read-only; made from <accord/metrics_fields.hpp>'s lists).
 #include "bindings.hpp"
 
 #include <accord/config_fields.hpp>
+#include <accord/config_settings.hpp>
 #include <accord/metrics_fields.hpp>
+#include <accord/topology.hpp>
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -87,12 +92,61 @@ py::class_<S> report_class(py::module_& m, const char* name, const char* doc) {
   return cls;
 }
 
+py::object python_value(const setting_value& value) {
+  return std::visit([](const auto& v) -> py::object { return py::cast(v); }, value);
+}
+
+// `value` as `setting` holds it; TypeError naming the setting when it is of another kind (an int
+// is a number too; a bool is no whole number).
+setting_value declared_value(const setting_declaration& setting, const py::object& value) {
+  const bool is_bool = py::isinstance<py::bool_>(value);
+  const bool is_int = py::isinstance<py::int_>(value) && !is_bool;
+  switch (setting.kind) {
+    case setting_kind::boolean:
+      if (is_bool) return value.cast<bool>();
+      break;
+    case setting_kind::whole:
+      if (is_int) return value.cast<std::int64_t>();
+      break;
+    case setting_kind::number:
+      if (is_int || py::isinstance<py::float_>(value)) return value.cast<double>();
+      break;
+    case setting_kind::text:
+      if (py::isinstance<py::str>(value)) return value.cast<std::string>();
+      break;
+  }
+  throw py::type_error("topology_settings." + setting.name + ": expected " + accepted(setting));
+}
+
+// TopologyOptions: a property per setting the registered topologies declare (a name two declare,
+// once), reading the given value or the declared default; `_fields` names them in order.
+void bind_topology_options(py::module_& m) {
+  py::class_<topology_options> cls(m, "TopologyOptions",
+                                   "The topologies' own settings, as each declared them (JobConfig.topology_settings; "
+                                   "include/accord/settings.hpp).");
+  cls.def(py::init<>());
+  py::list bound;
+  static std::deque<std::string> names, docs;  // pybind11 keeps the pointers
+  for (const auto& [topology, settings] : declared_topology_settings())
+    for (const setting_declaration& s : settings) {
+      if (std::find(names.begin(), names.end(), s.name) != names.end()) continue;
+      const char* name = names.emplace_back(s.name).c_str();
+      const char* doc = docs.emplace_back(topology + ": " + s.help).c_str();
+      cls.def_property(
+          name, [name = s.name](const topology_options& o) { return python_value(o.value(name)); },
+          [s](topology_options& o, const py::object& value) { o.set(s.name, declared_value(s, value)); },
+          doc);
+      bound.append(name);
+    }
+  cls.attr("_fields") = py::tuple(bound);
+  cls.attr("_cpp_only") = py::tuple();
+}
+
 }  // namespace
 
 void bind_settings(py::module_& m) {
-  settings_class<topology_options>(m, "TopologyOptions",
-                                   "The built-in topologies' settings (JobConfig.topology_settings; "
-                                   "include/accord/config.hpp's topology_options).");
+  topology_names();  // the built-in topologies declare their settings
+  bind_topology_options(m);
   settings_class<membership_change>(m, "MembershipChange",
                                     "After `step` optimizer steps the job has `workers` workers; `crash`: one "
                                     "dies mid-round; `departing`: the ranks that go (default: the last ones) "
@@ -111,8 +165,16 @@ void bind_settings(py::module_& m) {
            }),
            py::arg("begin"), py::arg("end"), py::arg("learning_rate_scale") = 1.0f,
            py::arg("weight_decay_scale") = 1.0f, py::arg("role") = "trained");
-  settings_class<job_config>(m, "JobConfig", "The settings of a job (include/accord/config.hpp's job_config).")
+  auto job = settings_class<job_config>(m, "JobConfig", "The settings of a job (include/accord/config.hpp's job_config).")
       .def("__str__", [](const job_config& config) { return describe(config); });
+  // The declared settings' help and accord-train flags by field (<accord/config_settings.hpp>).
+  py::dict help, flags;
+  for (const job_setting& s : declared_job_settings()) {
+    help[py::str(s.declared.name)] = s.declared.help;
+    flags[py::str(s.declared.name)] = "--" + s.declared.flag;
+  }
+  job.attr("_help") = help;
+  job.attr("_flags") = flags;
   settings_class<process_group>(m, "ProcessGroup",
                                 "Where this process sits in a job between processes (one worker per process; "
                                 "include/accord/process_group.hpp).")

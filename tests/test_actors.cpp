@@ -566,7 +566,7 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   job = sgd_job("ddp", 4, 2);
   job.wire_precision = "sign";
   job.topology = "hierarchical";
-  job.topology_settings.group_size = 2;
+  job.topology_settings.set("group_size", 2);
   refused(job, "wire precision: 'sign' is for the ring topology (--topology hierarchical");
   job = sgd_job("ddp", 2, 2);
   job.wire_precision = "int8";
@@ -575,7 +575,7 @@ TEST_CASE("bad job configurations are refused with a message naming the problem"
   job = sgd_job("acco", 4, 2);
   job.estimate_precision = "sign";
   job.topology = "hierarchical";
-  job.topology_settings.group_size = 2;
+  job.topology_settings.set("group_size", 2);
   refused(job, "estimate precision: 'sign' is not supported by the hierarchical topology");
   for (const char* algorithm : {"ddp", "dpu", "dlion-mavo"}) {
     job = sgd_job(algorithm, 2, 2);

@@ -1,15 +1,18 @@
 // The settings structs' field lists (include/accord/config_fields.hpp) against the structs
-// themselves: a field added to job_config, topology_options, membership_change, parameter_group or process_group
+// themselves: a field added to job_config, membership_change, parameter_group or process_group
 // but not to its list fails here (the Python binding and describe are made from the lists), and
 // so does a list that names a field twice. Then describe and accord-train --show-config.
 #include <accord/config_fields.hpp>
 #include <accord/metrics_fields.hpp>
+#include <accord/topology.hpp>
 
 #include <doctest/doctest.h>
 
 #include "program_run.hpp"
 
 #include <cstddef>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -58,19 +61,17 @@ void check_list_is_a_set(const char* what) {
 }  // namespace
 
 static_assert(std::is_aggregate_v<job_config> && std::is_aggregate_v<process_group> &&
-              std::is_aggregate_v<topology_options> && std::is_aggregate_v<membership_change> &&
+              std::is_aggregate_v<membership_change> &&
               std::is_aggregate_v<parameter_group>);
 
 TEST_CASE("every field of the settings structs is in its field list, once") {
   // A failure here: a field was added to the struct but not to fields_of<...>::list in
   // include/accord/config_fields.hpp (or the other way round).
   CHECK_MESSAGE(aggregate_fields<job_config>() == field_count<job_config>, "job_config");
-  CHECK_MESSAGE(aggregate_fields<topology_options>() == field_count<topology_options>, "topology_options");
   CHECK_MESSAGE(aggregate_fields<membership_change>() == field_count<membership_change>, "membership_change");
   CHECK_MESSAGE(aggregate_fields<parameter_group>() == field_count<parameter_group>, "parameter_group");
   CHECK_MESSAGE(aggregate_fields<process_group>() == field_count<process_group>, "process_group");
   check_list_is_a_set<job_config>("job_config");
-  check_list_is_a_set<topology_options>("topology_options");
   check_list_is_a_set<membership_change>("membership_change");
   check_list_is_a_set<parameter_group>("parameter_group");
   check_list_is_a_set<process_group>("process_group");
@@ -111,7 +112,8 @@ TEST_CASE("describe prints every field, one line each, nested structs field by f
   config.beta1 = 0.5f;
   config.speed_factors = {1, 4};
   config.membership = {{10, 3, false, {0}}, {20, 2, true}};
-  config.topology_settings.local_steps = 4;
+  config.topology_settings.set("local_steps", 4);
+  topology_names();  // the built-in topologies have declared their settings
   const std::string text = describe(config);
   for_each_field<job_config>([&](const auto& f) {
     const std::string name(f.name);
@@ -120,8 +122,13 @@ TEST_CASE("describe prints every field, one line each, nested structs field by f
     const bool printed = text.starts_with(line_start) || text.find("\n" + line_start) != std::string::npos;
     CHECK(printed);
   });
-  CHECK(text.starts_with("algorithm = \"ddp\"\ntopology = \"ring\"\ntopology_settings.group_size = 0\n"));
+  // Every registered topology's declared settings, a line each: the given value or the default.
+  CHECK(text.starts_with("algorithm = \"ddp\"\ntopology = \"ring\"\ntopology_settings.gossip_rate = 1\n"));
+  for (const auto& [topology, settings] : declared_topology_settings())
+    for (const setting_declaration& s : settings)
+      CHECK_MESSAGE(text.find("\ntopology_settings." + s.name + " = ") != std::string::npos, s.name);
   for (const char* line : {"topology_settings.local_steps = 4", "topology_settings.outer_learning_rate = 0.7",
+                           "topology_settings.gossip_lockstep = false", "topology_settings.inter_link = \"\"",
                            "speed_factors = [1, 4]", "beta1 = 0.5", "beta2 = unset", "estimate_precision = \"\"",
                            "membership = [{step = 10, workers = 3, crash = false, departing = [0]}, {step = 20, workers = 2, crash = true, "
                            "departing = []}]",
@@ -150,4 +157,23 @@ TEST_CASE("accord-train --show-config prints the settings its flags make, and ex
     CHECK_MESSAGE(run.out.find(std::string(line) + "\n") != std::string::npos, line);
   CHECK(run.out.find("group.") == std::string::npos);  // in one process: no process group
   CHECK(run.out.find("done:") == std::string::npos);   // nothing trained
+}
+
+TEST_CASE("a --config file's keys are the declared settings' flags, a topology's own too, each value checked") {
+  const std::string path = std::filesystem::temp_directory_path() / "accord_test_config_fields.conf";
+  const auto show = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return testing::run_program(ACCORD_TRAIN_BINARY, {"--show-config", "--config", path},
+                                {.environment_removed = {"RANK=", "WORLD_SIZE=", "SLURM_PROCID=", "ACCORD_JOIN="}});
+  };
+  const auto run = show("topology = local-sgd\nlocal-steps = 6\nouter-lr = 0.5\nbucket-cap-mb = 1.5\nschedule = constant\n");
+  CHECK(run.exit_status == 0);
+  for (const char* line : {"topology_settings.local_steps = 6", "topology_settings.outer_learning_rate = 0.5",
+                           "bucket_cap_mb = 1.5", "cosine = false"})
+    CHECK_MESSAGE(run.out.find(std::string(line) + "\n") != std::string::npos, line);
+  const auto bad = show("local-steps = 0\n");
+  CHECK(bad.exit_status != 0);
+  CHECK(bad.err.find("--config: " + path + ": ") != std::string::npos);
+  CHECK(bad.err.find("is not a whole number in 1..1000000000") != std::string::npos);
+  std::filesystem::remove(path);
 }

@@ -3,9 +3,11 @@
 // actor, with the one line the runners have always given. Epochs derive their plans from it.
 #include <doctest/doctest.h>
 
+#include "cluster/fingerprint.hpp"
 #include "job/plan.hpp"
 #include "quadratic_model.hpp"
 
+#include <accord/config_settings.hpp>
 #include <accord/worker.hpp>
 
 #include <stdexcept>
@@ -38,9 +40,9 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
 
   job_config job = small_job("acco");
   job.topology = "hierarchical";
-  job.topology_settings.group_size = 2;
+  job.topology_settings.set("group_size", 2);
   job.link = "1gbit,50us";
-  job.topology_settings.inter_link = "100mbit,1ms";
+  job.topology_settings.set("inter_link", "100mbit,1ms");
   job.wire_precision = "bf16";
   job.estimate_precision = "fp16";
   job.accumulation = 2;
@@ -57,7 +59,7 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
   CHECK(plan.compute == compute_precision::fp32);
   CHECK(plan.topology_name == "hierarchical");
   CHECK(plan.topo->group_size() == 2);
-  CHECK(plan.topology_request.options.group_size == 2);
+  CHECK(plan.topology_request.options.whole("group_size") == 2);
   CHECK(plan.topology_request.workers == 4);
   CHECK(plan.workers == 4);
   CHECK(plan.rounds == 16);  // ACCO: two rounds a step
@@ -72,7 +74,7 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
   job = small_job("ddp");
   job.topology = "local-sgd";
   job.optimizer = "sgd";
-  job.topology_settings.local_steps = 4;
+  job.topology_settings.set("local_steps", 4);
   job.link = "10gbit";
   job.wire_precision = "fp16";
   job.accumulation = 3;
@@ -80,7 +82,7 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
   CHECK(defaults.inter_link.bandwidth_bytes_per_second == doctest::Approx(1.25e9));
   CHECK(defaults.inter_link.latency_seconds == 0);
   CHECK(defaults.precision.estimate == wire_precision::fp16);
-  CHECK(defaults.topology_request.options.local_steps == 4);
+  CHECK(defaults.topology_request.options.whole("local_steps") == 4);
   CHECK(defaults.topo->group_size() == 1);
   CHECK(defaults.estimate_accumulation == 3);
   CHECK(defaults.estimate_max_accumulation == 0);
@@ -97,7 +99,7 @@ TEST_CASE("wire precision auto is the measured best: fp8 on ACCO's ring rounds, 
                                 const std::string& estimate) {
     job_config job = small_job(algorithm);
     job.topology = topology;
-    if (topology == "hierarchical") job.topology_settings.group_size = 2;
+    if (topology == "hierarchical") job.topology_settings.set("group_size", 2);
     job.wire_precision = wire;
     job.estimate_precision = estimate;
     return plan_job(net, data, job).precision;
@@ -138,8 +140,8 @@ TEST_CASE("plan_job itself refuses a bad link, precision or topology setting wit
       {"acco",
        [](job_config& j) {
          j.topology = "hierarchical";
-         j.topology_settings.group_size = 2;
-         j.topology_settings.inter_link = "1gbit,";
+         j.topology_settings.set("group_size", 2);
+         j.topology_settings.set("inter_link", "1gbit,");
        },
        "link spec '1gbit,': trailing comma" + link_examples},
       {"acco", [](job_config& j) { j.wire_precision = "fp2"; },
@@ -151,7 +153,7 @@ TEST_CASE("plan_job itself refuses a bad link, precision or topology setting wit
       {"acco",
        [](job_config& j) {
          j.topology = "hierarchical";
-         j.topology_settings.group_size = 2;
+         j.topology_settings.set("group_size", 2);
          j.estimate_precision = "sign";
        },
        "estimate precision: 'sign' is not supported by the hierarchical topology, whose collectives take "
@@ -165,13 +167,13 @@ TEST_CASE("plan_job itself refuses a bad link, precision or topology setting wit
       {"ddp",
        [](job_config& j) {
          j.topology = "local-sgd";
-         j.topology_settings.outer_momentum = 1.0f;
+         j.topology_settings.set("outer_momentum", 1.0f);
        },
        "--topology local-sgd: --outer-momentum must be in [0, 1)"},
       {"ddp",
        [](job_config& j) {
          j.topology = "gossip";
-         j.topology_settings.gossip_graph = "star";
+         j.topology_settings.set("gossip_graph", "star");
        },
        "--gossip-graph: 'star' (expected ring|exponential|complete)"},
       {"acco", [](job_config& j) { j.global_batch = 6; },
@@ -209,8 +211,8 @@ TEST_CASE("an epoch's plan derives from the job's plan") {
   CHECK(first.workers == 4);
   CHECK(first.steps == 3);
   CHECK(first.rounds == 3);
-  CHECK(first.checkpoint_interval == 1);
-  CHECK(first.membership.empty());
+  CHECK(first.config.checkpoint_interval == 1);
+  CHECK(first.config.membership.empty());
   CHECK(first.initial == plan.initial);
   CHECK(first.first_round == 0);
   CHECK(first.link.bandwidth_bytes_per_second == plan.link.bandwidth_bytes_per_second);
@@ -308,4 +310,30 @@ TEST_CASE("app_job plans where it starts: what the job's place refuses fails sta
   job.topology = "local-sgd";
   CHECK_THROWS_WITH_AS(app_job::start_process(m, job, group),
                        "--topology local-sgd: workers coming and going are not supported", std::invalid_argument);
+}
+
+TEST_CASE("the fingerprint states every declared setting that enters it, a topology's own where its topology reads it") {
+  const quadratic net(dim);
+  const waves data(dim);
+  job_config job = small_job("ddp");
+  job.topology = "local-sgd";
+  job.topology_settings.set("local_steps", 4);
+  const std::string fingerprint = job_fingerprint(net, data, job, "ucx", "");
+  for (const job_setting& s : declared_job_settings()) {
+    INFO(s.declared.flag);
+    // --resume is stated as what the job resumes from (a step and a checksum), not the path.
+    if (s.declared.flag != "resume")
+      CHECK((fingerprint.find("\n--" + s.declared.flag + "=") != std::string::npos) == s.declared.fingerprint);
+  }
+  for (const char* row : {"\n--local-steps=4\n", "\n--outer-lr=0.7\n", "\n--gossip-rate=(unused)\n",
+                          "\n--group-size=(unused)\n", "\n--optimizer=(the algorithm's)\n", "\n--resume=none\n"})
+    CHECK_MESSAGE(fingerprint.find(row) != std::string::npos, row);
+  CHECK(fingerprint.find("--max-staleness=") == std::string::npos);  // declared out of the fingerprint
+  job_config other = job;
+  other.topology_settings.set("local_steps", 5);
+  CHECK(fingerprint_difference(fingerprint, job_fingerprint(net, data, other, "ucx", "")) ==
+        "--local-steps differs: rank 0 has 4, this worker has 5");
+  other = job;
+  other.topology_settings.set("gossip_rate", 3.0);  // another topology's: not read, not compared
+  CHECK(fingerprint_difference(fingerprint, job_fingerprint(net, data, other, "ucx", "")).empty());
 }

@@ -294,6 +294,9 @@ def settings():
         assert name in accord.JobConfig._fields, name
     for name in ("elastic", "join", "heartbeat_timeout"):
         assert name in accord.ProcessGroup._fields, name
+    # The declared settings' help and flags name fields that exist.
+    assert set(accord.JobConfig._help) <= set(accord.JobConfig._fields) and accord.JobConfig._flags["micro_batch"] == "--micro-batch"
+    assert "local-sgd: " in accord.TopologyOptions.local_steps.__doc__  # a topology's declared help
     text = str(accord.JobConfig())  # C++'s describe(), a line per field
     for name in accord.JobConfig._fields + accord.JobConfig._cpp_only:
         assert f"{name} = " in text or f"{name}." in text, name

@@ -125,9 +125,9 @@ TEST_CASE("local SGD with one inner step and an outer SGD of rate 1 without mome
   const job_result ddp = run_quadratic(sgd_job(3, 8), {}, dim);
   job_config job = sgd_job(3, 8);
   job.topology = "local-sgd";
-  job.topology_settings.local_steps = 1;
-  job.topology_settings.outer_learning_rate = 1.0f;
-  job.topology_settings.outer_momentum = 0.0f;
+  job.topology_settings.set("local_steps", 1);
+  job.topology_settings.set("outer_learning_rate", 1.0f);
+  job.topology_settings.set("outer_momentum", 0.0f);
   const job_result local = run_quadratic(job, {}, dim);
   CHECK(worst_difference(local.parameters, ddp.parameters) < 1e-5);
   for (std::size_t s = 0; s < ddp.steps.size(); ++s)
@@ -139,7 +139,7 @@ TEST_CASE("local SGD: replicas drift between outer steps, agree after each, and 
   const std::string metrics = "test_topology_local_sgd.jsonl";
   job_config job = sgd_job(4, 9);
   job.topology = "local-sgd";
-  job.topology_settings.local_steps = 4;
+  job.topology_settings.set("local_steps", 4);
   job.replica_check_interval = 1;  // checked only where replicas agree (steps 4, 8 and the last)
   job.metrics_path = metrics;
   const job_result result = run_quadratic(job, {}, dim);
@@ -162,21 +162,21 @@ TEST_CASE("local SGD: replicas drift between outer steps, agree after each, and 
 TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit for bit, fragments stagger") {
   job_config job = sgd_job(4, 9);
   job.topology = "local-sgd";
-  job.topology_settings.local_steps = 4;
+  job.topology_settings.set("local_steps", 4);
   job.replica_check_interval = 1;
   const job_result plain = run_quadratic(job, {}, dim);
-  job.topology_settings.fragments = 1;
-  job.topology_settings.overlap_steps = 0;
-  job.topology_settings.overlap_mix = 0.0f;
+  job.topology_settings.set("fragments", 1);
+  job.topology_settings.set("overlap_steps", 0);
+  job.topology_settings.set("overlap_mix", 0.0f);
   const job_result streamed = run_quadratic(job, {}, dim);
   CHECK(streamed.parameters == plain.parameters);
   for (std::size_t s = 0; s < plain.steps.size(); ++s)
     CHECK(streamed.steps[s].consensus_distance == plain.steps[s].consensus_distance);
   // Two fragments: the second's outer steps come H/2 = 2 steps after the first's (steps 2, 6),
   // the first's at 4, 8, both at the last; merged one step late, half the worker's own.
-  job.topology_settings.fragments = 2;
-  job.topology_settings.overlap_steps = 1;
-  job.topology_settings.overlap_mix = 0.5f;
+  job.topology_settings.set("fragments", 2);
+  job.topology_settings.set("overlap_steps", 1);
+  job.topology_settings.set("overlap_mix", 0.5f);
   const job_result fragmented = run_quadratic(job, {}, dim);
   CHECK(fragmented.replicas_identical);  // the last step merges every fragment fully
   REQUIRE(fragmented.steps.size() == 9);
@@ -186,10 +186,10 @@ TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit
   }
   CHECK(worst_difference(fragmented.parameters, plain.parameters) > 0);
   for (float p : fragmented.parameters) CHECK(std::isfinite(p));
-  job.topology_settings.fragments = 5;
+  job.topology_settings.set("fragments", 5);
   CHECK(refusal(job).find("--topology local-sgd: --fragments must be in 1..--local-steps") == 0);
-  job.topology_settings.fragments = 2;
-  job.topology_settings.overlap_steps = 4;
+  job.topology_settings.set("fragments", 2);
+  job.topology_settings.set("overlap_steps", 4);
   CHECK(refusal(job).find("--overlap-steps must be below --local-steps") != std::string::npos);
 }
 
@@ -209,7 +209,7 @@ TEST_CASE("local SGD refuses what it cannot run with one line") {
   job.membership = {{1, 1, false}};
   CHECK(refusal(job).find("workers coming and going") != std::string::npos);
   job.membership.clear();
-  job.topology_settings.outer_momentum = 1.0f;
+  job.topology_settings.set("outer_momentum", 1.0f);
   CHECK(refusal(job).find("--outer-momentum") != std::string::npos);
 }
 
@@ -218,8 +218,8 @@ TEST_CASE("hierarchical is the flat ring within float tolerance, and its votes a
   flat.link = "2gbit,20us";
   job_config grouped = flat;
   grouped.topology = "hierarchical";
-  grouped.topology_settings.group_size = 2;
-  grouped.topology_settings.inter_link = "1gbit,100us";
+  grouped.topology_settings.set("group_size", 2);
+  grouped.topology_settings.set("inter_link", "1gbit,100us");
   const job_result ring = run_quadratic(flat, {}, dim);
   const job_result tree = run_quadratic(grouped, {}, dim);
   CHECK(worst_difference(tree.parameters, ring.parameters) < 1e-5);
@@ -262,7 +262,7 @@ TEST_CASE("a parameter server with staleness 0 is DDP on the same data order") {
 TEST_CASE("an asynchronous parameter server records every applied gradient's staleness") {
   job_config job = sgd_job(3, 12);
   job.topology = "parameter-server";
-  job.topology_settings.max_staleness = 2;
+  job.topology_settings.set("max_staleness", 2);
   job.speed_factors = {1.0, 1.0, 3.0};
   job.link = "1gbit,100us";
   const job_result served = run_quadratic(job, {}, dim);
@@ -289,7 +289,7 @@ TEST_CASE("an asynchronous parameter server records every applied gradient's sta
 TEST_CASE("an asynchronous parameter server keeps going when workers die, leave and join") {
   job_config job = sgd_job(3, 12);
   job.topology = "parameter-server";
-  job.topology_settings.max_staleness = 2;
+  job.topology_settings.set("max_staleness", 2);
   job.link = "1gbit,100us";
   // After step 3 one worker dies mid-gradient (another redoes it), after 6 one more leaves,
   // after 9 three join: every gradient of the 12 steps is still applied once.
@@ -302,7 +302,7 @@ TEST_CASE("an asynchronous parameter server keeps going when workers die, leave 
   CHECK(applied == 12 * 3);  // a step stays as many gradients as the job started with
   CHECK(served.steps.back().train_loss < served.steps.front().train_loss);
   for (float p : served.parameters) CHECK(std::isfinite(p));
-  job.topology_settings.max_staleness = 0;
+  job.topology_settings.set("max_staleness", 0);
   CHECK(refusal(job).find("--topology parameter-server: workers coming and going need --max-staleness >= 1") == 0);
 }
 
@@ -311,7 +311,7 @@ TEST_CASE("a stop asked for (SIGTERM in accord-train) ends a parameter-server jo
     CAPTURE(staleness);
     job_config job = sgd_job(3, 1000);
     job.topology = "parameter-server";
-    job.topology_settings.max_staleness = staleness;
+    job.topology_settings.set("max_staleness", staleness);
     job.link = "1gbit,100us";
     std::atomic<bool> stop{false};
     job.stop_requested = &stop;
@@ -339,11 +339,11 @@ TEST_CASE("the parameter server refuses what it cannot run with one line") {
 TEST_CASE("lockstep gossip on a quadratic: averaging pulls the copies together, and the job ends at their mean") {
   job_config job = sgd_job(4, 20);
   job.topology = "gossip";
-  job.topology_settings.gossip_lockstep = true;
+  job.topology_settings.set("gossip_lockstep", true);
   job.replica_check_interval = 1;
   const auto spread_at_end = [&](const char* graph, double rate) {
-    job.topology_settings.gossip_graph = graph;
-    job.topology_settings.gossip_rate = rate;
+    job.topology_settings.set("gossip_graph", graph);
+    job.topology_settings.set("gossip_rate", rate);
     const job_result result = run_quadratic(job, {}, dim);
     CHECK(result.replicas_identical);  // the final average: one model
     REQUIRE(result.steps.size() == 20);
@@ -359,11 +359,11 @@ TEST_CASE("lockstep gossip on a quadratic: averaging pulls the copies together, 
     CHECK(together < 0.5 * apart);
     CHECK(spread_at_end(graph, 2.0) == together);  // the seed decides who gossips: deterministic
   }
-  job.topology_settings.gossip_graph = "star";
+  job.topology_settings.set("gossip_graph", "star");
   CHECK(refusal(job).find("--gossip-graph: 'star'") == 0);
-  job.topology_settings.gossip_graph = "exponential";
+  job.topology_settings.set("gossip_graph", "exponential");
   CHECK(refusal(job).find("with --gossip-lockstep") != std::string::npos);
-  job.topology_settings.gossip_graph = "ring";
+  job.topology_settings.set("gossip_graph", "ring");
   job.algorithm = "acco";
   CHECK(refusal(job).find("--topology gossip: its inner steps") == 0);
 }
@@ -397,8 +397,8 @@ TEST_CASE("asynchronous gossip on a quadratic reaches consensus at the mean of t
   job.eval_interval = 10;
   const std::uint64_t copy_bytes = busy_dim * sizeof(float);
   const auto run = [&](const char* graph, double rate) {
-    job.topology_settings.gossip_graph = graph;
-    job.topology_settings.gossip_rate = rate;
+    job.topology_settings.set("gossip_graph", graph);
+    job.topology_settings.set("gossip_rate", rate);
     const job_result result = run_quadratic(job, {}, busy_dim);
     REQUIRE(result.steps.size() == 30);
     CHECK(gradients_applied(result) == 30 * 4);  // a step is as many gradients as workers
@@ -427,7 +427,7 @@ TEST_CASE("asynchronous gossip on a quadratic reaches consensus at the mean of t
   const double apart = run("ring", 0.0);
   CHECK(apart > 0);
   for (const std::string momentum : {"none", "a2cid2"}) {
-    job.topology_settings.gossip_momentum = momentum;
+    job.topology_settings.set("gossip_momentum", momentum);
     for (const std::string graph : {"ring", "exponential", "complete"}) {
       CAPTURE(momentum);
       CAPTURE(graph);
@@ -437,17 +437,17 @@ TEST_CASE("asynchronous gossip on a quadratic reaches consensus at the mean of t
       CHECK(together < 0.5 * apart);
     }
   }
-  job.topology_settings.gossip_graph = "star";
+  job.topology_settings.set("gossip_graph", "star");
   CHECK(refusal(job).find("--gossip-graph: 'star' (expected ring|exponential|complete)") == 0);
-  job.topology_settings.gossip_graph = "ring";
-  job.topology_settings.gossip_momentum = "nesterov";
+  job.topology_settings.set("gossip_graph", "ring");
+  job.topology_settings.set("gossip_momentum", "nesterov");
   CHECK(refusal(job).find("--gossip-momentum: 'nesterov' (expected none|a2cid2)") == 0);
-  job.topology_settings.gossip_momentum = "a2cid2";
-  job.topology_settings.gossip_lockstep = true;
+  job.topology_settings.set("gossip_momentum", "a2cid2");
+  job.topology_settings.set("gossip_lockstep", true);
   CHECK(refusal(job).find("--gossip-momentum a2cid2: a continuous momentum between asynchronous events") == 0);
-  job.topology_settings.gossip_lockstep = false;
-  job.topology_settings.gossip_momentum = "none";
-  job.topology_settings.gossip_graph = "ring";
+  job.topology_settings.set("gossip_lockstep", false);
+  job.topology_settings.set("gossip_momentum", "none");
+  job.topology_settings.set("gossip_graph", "ring");
   job.checkpoint_path = "test_topology_never.ckpt";
   CHECK(refusal(job).find("--topology gossip: checkpoints are not supported") == 0);
   job.checkpoint_path.clear();
@@ -461,7 +461,7 @@ TEST_CASE("asynchronous gossip with one worker is DDP with one worker: same data
   job.topology = "gossip";
   for (const std::string momentum : {"none", "a2cid2"}) {  // alone, A2CiD2's θ̃ never leaves θ
     CAPTURE(momentum);
-    job.topology_settings.gossip_momentum = momentum;
+    job.topology_settings.set("gossip_momentum", momentum);
     const job_result alone = run_quadratic(job, {}, dim);
     CHECK(worst_difference(alone.parameters, ddp.parameters) < 1e-6);
     REQUIRE(alone.steps.size() == ddp.steps.size());
@@ -517,13 +517,13 @@ TEST_CASE("asynchronous gossip's mean of the copies is DDP's where updates add u
   job_config job = linear_sgd_job();
   const job_result ddp = run_linear(job);
   job.topology = "gossip";
-  job.topology_settings.gossip_rate = 2.0;
+  job.topology_settings.set("gossip_rate", 2.0);
   for (const std::string momentum : {"none", "a2cid2"})
     for (const std::string graph : {"ring", "exponential"}) {
       CAPTURE(momentum);
       CAPTURE(graph);
-      job.topology_settings.gossip_momentum = momentum;
-      job.topology_settings.gossip_graph = graph;
+      job.topology_settings.set("gossip_momentum", momentum);
+      job.topology_settings.set("gossip_graph", graph);
       const job_result gossip = run_linear(job);
       REQUIRE(gossip.steps.size() == 16);
       CHECK(worst_difference(gossip.parameters, ddp.parameters) < 2e-5);
@@ -544,8 +544,8 @@ TEST_CASE("asynchronous gossip: a clean leaver's copy stays in the mean of the c
   for (const auto& [momentum, rate] : {std::pair<std::string, double>{"none", 0.0}, {"none", 2.0}, {"a2cid2", 2.0}}) {
     CAPTURE(momentum);
     CAPTURE(rate);
-    job.topology_settings.gossip_momentum = momentum;
-    job.topology_settings.gossip_rate = rate;
+    job.topology_settings.set("gossip_momentum", momentum);
+    job.topology_settings.set("gossip_rate", rate);
     const job_result gossip = run_linear(job, step_zero_end);
     REQUIRE(gossip.steps.size() == 16);
     CHECK(gradients_applied(gossip) == 16 * 3);
@@ -861,7 +861,7 @@ TEST_CASE("asynchronous gossip: with one slow worker the fast ones contribute mo
 TEST_CASE("asynchronous gossip keeps going when workers die, leave and join") {
   job_config job = sgd_job(3, 12);
   job.topology = "gossip";
-  job.topology_settings.gossip_rate = 2.0;
+  job.topology_settings.set("gossip_rate", 2.0);
   // After step 3 one worker dies mid-gradient (another redoes it), after 6 one more leaves,
   // after 9 three join: every gradient of the 12 steps is still applied once.
   job.membership = {{3, 2, true}, {6, 1, false}, {9, 4, false}};

@@ -11,13 +11,16 @@ topology_factory ring_topology();
 std::unique_ptr<worker_topology> make_ring_worker();
 // local-sgd: H inner steps per worker, then an outer Nesterov step on the averaged pseudo-gradient.
 topology_factory local_sgd_topology();
+std::vector<setting_declaration> local_sgd_settings();
 // gossip: own copies averaged pairwise at a Poisson rate over a graph: asynchronous workers
 // (topologies/asynchronous/workers.hpp), or lockstep rounds with one average at the end.
 topology_factory gossip_topology();
+std::vector<setting_declaration> gossip_settings();
 // Refuses, as topology `name`, a job its workers' own copies cannot serve: an overlapped or
 // sign-vote algorithm, checkpoints, membership changes.
 void require_own_copies_fit(const topology_job& job, const std::string& name);
 // hierarchical: the ring's rounds, each collective inside groups first, then across leaders.
 topology_factory hierarchical_topology();
+std::vector<setting_declaration> hierarchical_settings();
 
 }  // namespace accord

@@ -2,6 +2,8 @@
 // groups of consecutive ranks reduce inside first, then their leaders across groups.
 #include "topologies/builtins.hpp"
 
+#include "transport/link_model.hpp"
+
 #include <stdexcept>
 
 namespace accord {
@@ -23,11 +25,28 @@ private:
 
 topology_factory hierarchical_topology() {
   return [](const topology_job& job) -> std::unique_ptr<topology> {
-    if (job.options.group_size < 1)
+    const std::int64_t group_size = job.options.whole("group_size");
+    if (group_size < 1)
       throw std::invalid_argument(
           "--topology hierarchical: needs a group size (--group-size in one process; between processes "
           "LOCAL_WORLD_SIZE, the workers of one machine)");
-    return std::make_unique<hierarchical>(job.options.group_size);
+    if (group_size > 65535) throw std::invalid_argument("--group-size must be at most 65535");
+    return std::make_unique<hierarchical>(static_cast<int>(group_size));
+  };
+}
+
+std::vector<setting_declaration> hierarchical_settings() {
+  using enum setting_kind;
+  return {
+      // 0: unset, refused by the factory (the apps fill it from --group-size or LOCAL_WORLD_SIZE).
+      {.name = "group_size", .flag = "group-size", .kind = whole, .fallback = std::int64_t{0}, .low = 1,
+       .high = 65535, .unit = "workers",
+       .help = "workers per group, consecutive ranks (default between processes: LOCAL_WORLD_SIZE)"},
+      // Each process emulates its own links: processes need not agree on it.
+      {.name = "inter_link", .flag = "inter-link", .kind = text, .fallback = std::string(),
+       .help = "emulated link between groups, in one process (default: as --link, which is the link inside a group)",
+       .fingerprint = false,
+       .check = [](const setting_value& spec) { link_model::parse(std::get<std::string>(spec)); }},
   };
 }
 

@@ -20,9 +20,15 @@
 namespace accord {
 namespace {
 
+// The settings local-sgd declares (local_sgd_settings), read once from the job's.
+struct local_sgd_options {
+  std::uint64_t local_steps = 1, fragments = 1, overlap_steps = 0;
+  float outer_learning_rate = 0, outer_momentum = 0, overlap_mix = 0;
+};
+
 class local_sgd_worker final : public worker_topology {
 public:
-  local_sgd_worker(const topology_options& options, std::uint64_t steps, std::span<const float> initial)
+  local_sgd_worker(const local_sgd_options& options, std::uint64_t steps, std::span<const float> initial)
       : steps_(steps), local_steps_(options.local_steps), fragments_(options.fragments), overlap_(options.overlap_steps),
         mix_(options.overlap_mix), outer_rate_(options.outer_learning_rate), outer_momentum_(options.outer_momentum),
         global_(initial.begin(), initial.end()), local_(initial.begin(), initial.end()),
@@ -117,13 +123,13 @@ private:
 
 class local_sgd final : public topology {
 public:
-  local_sgd(topology_options options, std::uint64_t steps) : options_(std::move(options)), steps_(steps) {}
+  local_sgd(local_sgd_options options, std::uint64_t steps) : options_(options), steps_(steps) {}
   std::unique_ptr<worker_topology> make_worker(int, std::span<const float> initial) const override {
     return std::make_unique<local_sgd_worker>(options_, steps_, initial);
   }
 
 private:
-  topology_options options_;
+  local_sgd_options options_;
   std::uint64_t steps_;
 };
 
@@ -145,14 +151,42 @@ void require_own_copies_fit(const topology_job& job, const std::string& name) {
 topology_factory local_sgd_topology() {
   return [](const topology_job& job) -> std::unique_ptr<topology> {
     require_own_copies_fit(job, "local-sgd");
-    const topology_options& o = job.options;
-    if (o.local_steps < 1) refuse("--local-steps must be at least 1");
+    const topology_options& given = job.options;
+    const std::int64_t local_steps = given.whole("local_steps"), fragments = given.whole("fragments"),
+                       overlap_steps = given.whole("overlap_steps");
+    local_sgd_options o;
+    o.outer_learning_rate = static_cast<float>(given.number("outer_learning_rate"));
+    o.outer_momentum = static_cast<float>(given.number("outer_momentum"));
+    o.overlap_mix = static_cast<float>(given.number("overlap_mix"));
+    if (local_steps < 1) refuse("--local-steps must be at least 1");
     if (!std::isfinite(o.outer_learning_rate) || o.outer_learning_rate <= 0) refuse("--outer-lr must be a finite number > 0");
     if (!(o.outer_momentum >= 0 && o.outer_momentum < 1)) refuse("--outer-momentum must be in [0, 1)");
-    if (o.fragments < 1 || o.fragments > o.local_steps) refuse("--fragments must be in 1..--local-steps");
-    if (o.overlap_steps >= o.local_steps) refuse("--overlap-steps must be below --local-steps");
+    if (fragments < 1 || fragments > local_steps) refuse("--fragments must be in 1..--local-steps");
+    if (overlap_steps < 0 || overlap_steps >= local_steps) refuse("--overlap-steps must be below --local-steps");
     if (!(o.overlap_mix >= 0 && o.overlap_mix < 1)) refuse("--overlap-mix must be in [0, 1)");
+    o.local_steps = static_cast<std::uint64_t>(local_steps);
+    o.fragments = static_cast<std::uint64_t>(fragments);
+    o.overlap_steps = static_cast<std::uint64_t>(overlap_steps);
     return std::make_unique<local_sgd>(o, job.steps);
+  };
+}
+
+std::vector<setting_declaration> local_sgd_settings() {
+  constexpr double most = 1e9;  // steps
+  using enum setting_kind;
+  return {
+      {.name = "local_steps", .flag = "local-steps", .kind = whole, .fallback = std::int64_t{1}, .low = 1,
+       .high = most, .unit = "steps", .help = "inner optimizer steps per worker between outer steps (H)"},
+      {.name = "outer_learning_rate", .flag = "outer-lr", .kind = number, .fallback = 0.7, .low = 0, .high = 1e6,
+       .above_low = true, .help = "outer learning rate on the averaged pseudo-gradient"},
+      {.name = "outer_momentum", .flag = "outer-momentum", .kind = number, .fallback = 0.9, .low = 0, .high = 1,
+       .help = "outer Nesterov momentum (0: plain outer SGD)"},
+      {.name = "fragments", .flag = "fragments", .kind = whole, .fallback = std::int64_t{1}, .low = 1, .high = most,
+       .help = "Streaming DiLoCo's fragments P (fragment f's outer steps come f*H/P steps later; 1: plain DiLoCo)"},
+      {.name = "overlap_steps", .flag = "overlap-steps", .kind = whole, .fallback = std::int64_t{0}, .low = 0,
+       .high = most, .unit = "steps", .help = "inner steps an outer step's result is merged late (tau; 0: at once)"},
+      {.name = "overlap_mix", .flag = "overlap-mix", .kind = number, .fallback = 0.0, .low = 0, .high = 1,
+       .help = "weight of the worker's own fragment when the late result merges (alpha; 0: the global one)"},
   };
 }
 

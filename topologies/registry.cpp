@@ -21,20 +21,29 @@ registry& topologies() {
     auto* r = new registry;  // never destroyed: registration may happen from static initializers
     r->factories["ring"] = ring_topology();
     r->factories["local-sgd"] = local_sgd_topology();
+    declare_topology_settings("local-sgd", local_sgd_settings());
     r->factories["hierarchical"] = hierarchical_topology();
+    declare_topology_settings("hierarchical", hierarchical_settings());
     r->factories["parameter-server"] = parameter_server_topology();
+    declare_topology_settings("parameter-server", parameter_server_settings());
     r->factories["gossip"] = gossip_topology();
+    declare_topology_settings("gossip", gossip_settings());
     return r;
   }();
   return *instance;
 }
 
+// The built-ins' settings are declared before main, so that what lists every setting (describe,
+// the fingerprint) sees them in a program that names no topology first.
+[[maybe_unused]] const bool builtins_registered = (topologies(), true);
+
 }  // namespace
 
-void register_topology(const std::string& name, topology_factory factory) {
+void register_topology(const std::string& name, topology_factory factory, std::vector<setting_declaration> settings) {
   if (name.empty()) throw std::invalid_argument("register_topology: empty name");
   if (!factory) throw std::invalid_argument("register_topology: topology '" + name + "' has no factory");
   registry& r = topologies();
+  declare_topology_settings(name, std::move(settings));
   std::lock_guard lock(r.mutex);
   r.factories[name] = std::move(factory);
 }

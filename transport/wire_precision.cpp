@@ -81,6 +81,15 @@ round_wires parse_round_wires(std::string_view text, std::string_view what) {
   return wires;
 }
 
+std::optional<round_wires> parse_wires_or_auto(std::string_view text, std::string_view what) {
+  if (text == "auto") return std::nullopt;
+  try {
+    return parse_round_wires(text, what);
+  } catch (const std::invalid_argument& bad) {
+    throw std::invalid_argument(std::string(bad.what()) + " or auto");
+  }
+}
+
 std::string round_wires_name(const round_wires& wires) {
   std::string name(precision_name(wires.gradients));
   if (wires.parameters != wires.gradients) name.append(",").append(precision_name(wires.parameters));

@@ -9,6 +9,7 @@
 // holds (transport::all_gather_delta).
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,6 +45,9 @@ struct round_wires {
 // block codes (int8, fp8, fp4, sign, sign2, sign3): a 16-bit or fp32 all-gather rounds the master weights
 // instead of carrying error feedback. Throws std::invalid_argument naming `what` and the text.
 round_wires parse_round_wires(std::string_view text, std::string_view what);
+// A precision setting's text: nullopt for "auto" (the algorithm and topology choose), else
+// parse_round_wires's (its error names auto too).
+std::optional<round_wires> parse_wires_or_auto(std::string_view text, std::string_view what);
 // The flag's form of `wires`: "P" where both are P, else "P,Q".
 std::string round_wires_name(const round_wires& wires);
 

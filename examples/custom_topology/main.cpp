@@ -69,7 +69,14 @@ int main() try {
       throw std::invalid_argument("--topology model-averaging: needs --algo ddp or lion, not " + job.algorithm);
     if (job.checkpoints || job.membership_changes)
       throw std::invalid_argument("--topology model-averaging: no checkpoints or membership changes");
-    return std::make_unique<model_averaging>(job.options.local_steps, job.steps);  // reuses --local-steps as K
+    const std::int64_t period = job.options.whole("averaging_period");
+    if (period < 1) throw std::invalid_argument("--averaging-period must be at least 1");
+    return std::make_unique<model_averaging>(static_cast<std::uint64_t>(period), job.steps);
+  }, {
+    // Its own setting, declared once: accord-train would get --averaging-period, describe and
+    // Python's TopologyOptions show it, and processes of one job compare it (<accord/settings.hpp>).
+    {.name = "averaging_period", .flag = "averaging-period", .kind = accord::setting_kind::whole,
+     .fallback = std::int64_t{4}, .low = 1, .high = 1e9, .unit = "steps", .help = "steps between averages (K)"},
   });
 
   accord::gpt_config shape;
@@ -80,20 +87,21 @@ int main() try {
   accord::job_config config;
   config.algorithm = "ddp";
   config.topology = "model-averaging";
-  config.topology_settings.local_steps = 4;
+  config.topology_settings.set("averaging_period", 5);
   config.workers = 2;
   config.steps = 40;
   config.micro_batch = 8;
   config.eval_interval = 0;
   config.eval_examples = 64;
-  config.replica_check_interval = 4;  // compared where the topology says the copies agree
+  config.replica_check_interval = 5;  // compared where the topology says the copies agree
   config.blas_threads = 1;
   const accord::job_result result = accord::run_job(net, train, eval, config);
   double consensus = -1;
   for (const auto& step : result.steps)
     if (step.consensus_distance >= 0) consensus = step.consensus_distance;
-  std::printf("model-averaging: train loss %.4f -> %.4f, eval loss %.4f, consensus distance before the last "
-              "average %.4f, replicas identical: %s\n",
+  std::printf("model-averaging every %lld steps: train loss %.4f -> %.4f, eval loss %.4f, consensus distance "
+              "before the last average %.4f, replicas identical: %s\n",
+              static_cast<long long>(config.topology_settings.whole("averaging_period")),
               result.steps.front().train_loss, result.steps.back().train_loss, result.final_eval_loss, consensus,
               result.replicas_identical ? "yes" : "no");
   // Untrained, the loss is about ln 256 = 5.5; byte frequencies alone bring it near 3.4.

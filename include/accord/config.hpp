@@ -3,6 +3,7 @@
 // no CAF: every field has a default, an app sets the ones it cares about.
 // <accord/config_fields.hpp> lists the fields by name (the Python binding is made from it).
 #include <accord/app_optimizer.hpp>
+#include <accord/settings.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -13,42 +14,6 @@
 #include <vector>
 
 namespace accord {
-
-// The built-in topologies' settings (job_config::topology_settings); a topology of an app may
-// read them too.
-struct topology_options {
-  // hierarchical: workers per group, consecutive ranks (0 is refused: the apps fill it from
-  // --group-size or, between processes, LOCAL_WORLD_SIZE).
-  int group_size = 0;
-  // hierarchical, in one process: the emulated link between groups (empty: as job_config::link,
-  // which then is the link inside a group).
-  std::string inter_link;
-  // local-sgd (DiLoCo): inner optimizer steps per worker between outer steps.
-  std::uint64_t local_steps = 1;
-  // local-sgd: the outer Nesterov step on the averaged pseudo-gradient θ_global − θ_worker.
-  float outer_learning_rate = 0.7f;
-  float outer_momentum = 0.9f;
-  // local-sgd, Streaming DiLoCo: fragments of the parameters (fragment f's outer steps come
-  // f·H/P steps after the first's), inner steps an outer step's result is merged late, and the
-  // weight of the worker's own fragment in that merge. 1, 0, 0: plain DiLoCo.
-  std::uint64_t fragments = 1;
-  std::uint64_t overlap_steps = 0;
-  float overlap_mix = 0.0f;
-  // parameter-server: how many pushes a worker may run ahead of the slowest (stale synchronous
-  // parallel); 0: synchronous rounds, DDP's arithmetic.
-  std::uint64_t max_staleness = 0;
-  // gossip: pairwise averaging events per worker and step (a Poisson rate), over the graph
-  // ring | exponential | complete (asynchronous) or ring | complete (lockstep: each pair of the
-  // step's matching averages with probability 1 - exp(-rate)).
-  double gossip_rate = 1.0;
-  std::string gossip_graph = "ring";
-  // gossip: rounds in lockstep (every worker each step, between processes too) instead of
-  // asynchronous workers in one process.
-  bool gossip_lockstep = false;
-  // gossip, asynchronous: "a2cid2" adds A2CiD2's continuous momentum (a second variable per
-  // worker mixing with its copy between events); "none": plain pairwise averages.
-  std::string gossip_momentum = "none";
-};
 
 // Elastic training in one process: at a step boundary the worker set changes. A leave or a
 // join ends the epoch cleanly; a crash kills a worker during the next round, and the survivors
@@ -84,6 +49,8 @@ struct job_config {
   // ring | local-sgd | hierarchical, or a name an app registered. ring: the algorithm's rounds
   // over every worker.
   std::string topology = "ring";
+  // The topologies' own settings by name, as each declared them (register_topology; docs/flags.md
+  // lists the built-ins'): topology_settings.set("local_steps", 4). Another topology's are ignored.
   topology_options topology_settings;
   int workers = 4;
   // Per worker slowdown: a factor f makes a worker take f times its measured compute time

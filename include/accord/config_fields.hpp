@@ -1,10 +1,11 @@
 #pragma once
 // Public embedder API: the settings structs as data. fields_of<S>::list holds, in declaration
-// order, every field of job_config, topology_options, membership_change, parameter_group and process_group as a
+// order, every field of job_config, membership_change, parameter_group and process_group as a
 // field<S, T>: its name and its pointer to member. What must cover every setting walks these
 // lists instead of naming fields by hand: describe() below, accord-train --show-config (which
-// prints it), and the Python binding, whose JobConfig, TopologyOptions, MembershipChange and
-// ProcessGroup properties are made from them (python/bind_settings.cpp).
+// prints it), and the Python binding, whose JobConfig, MembershipChange and ProcessGroup
+// properties are made from them (python/bind_settings.cpp). job_config::topology_settings holds
+// the topologies' declared settings (<accord/settings.hpp>), printed one line each.
 // tests/test_config_fields.cpp fails when one of the structs has a field its list lacks: a new
 // field goes into the struct and into its list here, in the same order. No CAF.
 #include <accord/config.hpp>
@@ -39,19 +40,6 @@ template <class S>
 inline constexpr std::size_t field_count = std::tuple_size_v<decltype(fields_of<S>::list)>;
 
 #define ACCORD_FIELD(S, name) field<S, decltype(S::name)>{#name, &S::name}
-
-template <>
-struct fields_of<topology_options> {
-  static constexpr auto list = std::tuple{
-      ACCORD_FIELD(topology_options, group_size),      ACCORD_FIELD(topology_options, inter_link),
-      ACCORD_FIELD(topology_options, local_steps),     ACCORD_FIELD(topology_options, outer_learning_rate),
-      ACCORD_FIELD(topology_options, outer_momentum),  ACCORD_FIELD(topology_options, fragments),
-      ACCORD_FIELD(topology_options, overlap_steps),   ACCORD_FIELD(topology_options, overlap_mix),
-      ACCORD_FIELD(topology_options, max_staleness),   ACCORD_FIELD(topology_options, gossip_rate),
-      ACCORD_FIELD(topology_options, gossip_graph),    ACCORD_FIELD(topology_options, gossip_lockstep),
-      ACCORD_FIELD(topology_options, gossip_momentum),
-  };
-};
 
 template <>
 struct fields_of<membership_change> {
@@ -157,8 +145,8 @@ struct fields_of<process_group> {
 #undef ACCORD_FIELD
 
 // Every field, one "name = value" line each, in the lists' order: strings quoted, durations in
-// seconds ("30s"), an unset optional "unset", a list in brackets, a nested struct's fields as
-// "topology_settings.group_size = 0" lines, a callback or pointer "set" or "unset". `prefix`
+// seconds ("30s"), an unset optional "unset", a list in brackets, every registered topology's
+// declared settings as "topology_settings.group_size = 0" lines, a callback or pointer "set" or "unset". `prefix`
 // goes before every name.
 std::string describe(const job_config& config, std::string_view prefix = {});
 std::string describe(const process_group& group, std::string_view prefix = {});

@@ -14,6 +14,7 @@
 // leaders across groups.
 #include <accord/config.hpp>
 #include <accord/round.hpp>
+#include <accord/settings.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +37,8 @@ struct topology_job {
   std::size_t parameter_count = 0;
   bool checkpoints = false;        // the job writes or resumes checkpoints
   bool membership_changes = false; // workers come and go (elastic, in one process or between processes)
+  // job_config::topology_settings: options.whole("local_steps") reads a declared setting (the
+  // given value, else its default).
   topology_options options;
 };
 
@@ -86,8 +89,12 @@ public:
 // not fit ("--topology local-sgd: ...").
 using topology_factory = std::function<std::unique_ptr<topology>(const topology_job&)>;
 
-// Adds (or replaces) a topology under `name`; safe to call from any thread before run_job.
-void register_topology(const std::string& name, topology_factory factory);
+// Adds (or replaces) a topology under `name` with the settings it reads from
+// topology_job::options, declared once (<accord/settings.hpp>): accord-train gets a flag for
+// each, --help shows them, describe prints them, the fingerprint compares those that enter it,
+// Python's TopologyOptions has them. Safe to call from any thread before run_job.
+void register_topology(const std::string& name, topology_factory factory,
+                       std::vector<setting_declaration> settings = {});
 // The registered names, sorted (the built-ins: gossip, hierarchical, local-sgd, parameter-server, ring).
 std::vector<std::string> topology_names();
 // The topology `name` for `job`; an unknown name throws std::invalid_argument listing the

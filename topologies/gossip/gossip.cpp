@@ -41,7 +41,7 @@ namespace {
 
 class gossip_worker final : public worker_topology {
 public:
-  gossip_worker(const topology_options& options, std::uint64_t seed, std::uint64_t steps,
+  gossip_worker(const gossip_options& options, std::uint64_t seed, std::uint64_t steps,
                 std::span<const float> initial)
       : complete_(options.gossip_graph == "complete"), activation_(1.0 - std::exp(-options.gossip_rate)), seed_(seed),
         steps_(steps), local_(initial.begin(), initial.end()), theirs_(initial.size()) {}
@@ -108,14 +108,14 @@ private:
 
 class gossip final : public topology {
 public:
-  gossip(topology_options options, std::uint64_t seed, std::uint64_t steps)
+  gossip(gossip_options options, std::uint64_t seed, std::uint64_t steps)
       : options_(std::move(options)), seed_(seed), steps_(steps) {}
   std::unique_ptr<worker_topology> make_worker(int, std::span<const float> initial) const override {
     return std::make_unique<gossip_worker>(options_, seed_, steps_, initial);
   }
 
 private:
-  topology_options options_;
+  gossip_options options_;
   std::uint64_t seed_;
   std::uint64_t steps_;
 };
@@ -166,7 +166,7 @@ namespace {
 // steps of the job (one per `workers` applied gradients), so that every copy mixes on one clock.
 class gossip_run final : public asynchronous_run, private asynchronous_use {
 public:
-  gossip_run(caf::actor_system& system, asynchronous_setup setup, const topology_options& options, std::uint64_t seed)
+  gossip_run(caf::actor_system& system, asynchronous_setup setup, const gossip_options& options, std::uint64_t seed)
       : graph_(options.gossip_graph), rate_(options.gossip_rate), momentum_(options.gossip_momentum == "a2cid2"),
         seed_(seed) {
     setup.max_ahead = ~std::uint64_t{0} / 4;  // nobody waits for anybody
@@ -363,7 +363,7 @@ private:
 
 class asynchronous_gossip final : public asynchronous_topology {
 public:
-  asynchronous_gossip(topology_options options, std::uint64_t seed) : options_(std::move(options)), seed_(seed) {}
+  asynchronous_gossip(gossip_options options, std::uint64_t seed) : options_(std::move(options)), seed_(seed) {}
   std::unique_ptr<asynchronous_run> start(caf::actor_system& system, asynchronous_setup setup) const override {
     if (setup.peers) return start_gossip_processes(system, std::move(setup), options_, seed_);
     return std::make_unique<gossip_run>(system, std::move(setup), options_, seed_);
@@ -374,7 +374,7 @@ public:
   bool elastic_between_processes() const override { return true; }
 
 private:
-  topology_options options_;
+  gossip_options options_;
   std::uint64_t seed_;
 };
 
@@ -384,7 +384,11 @@ void refuse(const std::string& why) { throw std::invalid_argument("--topology go
 
 topology_factory gossip_topology() {
   return [](const topology_job& job) -> std::unique_ptr<topology> {
-    const topology_options& o = job.options;
+    gossip_options o;
+    o.gossip_rate = job.options.number("gossip_rate");
+    o.gossip_graph = job.options.text("gossip_graph");
+    o.gossip_lockstep = job.options.boolean("gossip_lockstep");
+    o.gossip_momentum = job.options.text("gossip_momentum");
     if (!std::isfinite(o.gossip_rate) || o.gossip_rate < 0)
       throw std::invalid_argument("--gossip-rate must be a finite number >= 0");
     if (o.gossip_momentum != "none" && o.gossip_momentum != "a2cid2")
@@ -405,6 +409,21 @@ topology_factory gossip_topology() {
              job.algorithm);
     if (job.checkpoints) refuse("checkpoints are not supported (each worker's own copy and optimizer state are not saved)");
     return std::make_unique<asynchronous_gossip>(o, job.seed);
+  };
+}
+
+std::vector<setting_declaration> gossip_settings() {
+  using enum setting_kind;
+  return {
+      {.name = "gossip_rate", .flag = "gossip-rate", .kind = number, .fallback = 1.0, .low = 0, .high = 1000,
+       .unit = "per step", .help = "averaging events per worker and step (Poisson rate; 0: none until the final average)"},
+      {.name = "gossip_graph", .flag = "gossip-graph", .kind = text, .fallback = std::string("ring"),
+       .help = "who averages with whom: ring (neighbours) | exponential (peers 2^k hops away) | complete (random pairs)"},
+      {.name = "gossip_lockstep", .flag = "gossip-lockstep", .kind = boolean, .fallback = false,
+       .help = "rounds in lockstep (every worker, every step; runs between processes) instead of asynchronous workers"},
+      {.name = "gossip_momentum", .flag = "gossip-momentum", .kind = text, .fallback = std::string("none"),
+       .help = "none | a2cid2 (asynchronous only: A2CiD2's continuous momentum, a second variable per worker mixing "
+               "with its copy between events, at rates set by the graph and --gossip-rate)"},
   };
 }
 

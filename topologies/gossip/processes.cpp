@@ -46,7 +46,7 @@ struct applied_header {
 
 class gossip_processes final : public asynchronous_run, private asynchronous_use {
 public:
-  gossip_processes(caf::actor_system& system, asynchronous_setup setup, const topology_options& options,
+  gossip_processes(caf::actor_system& system, asynchronous_setup setup, const gossip_options& options,
                    std::uint64_t seed)
       : graph_(options.gossip_graph), rate_(options.gossip_rate), seed_(seed) {
     link_ = setup.peers;
@@ -476,7 +476,7 @@ private:
 }  // namespace
 
 std::unique_ptr<asynchronous_run> start_gossip_processes(caf::actor_system& system, asynchronous_setup setup,
-                                                         const topology_options& options, std::uint64_t seed) {
+                                                         const gossip_options& options, std::uint64_t seed) {
   return std::make_unique<gossip_processes>(system, std::move(setup), options, seed);
 }
 

@@ -19,10 +19,19 @@
 #include <accord/topology.hpp>
 
 #include <memory>
+#include <string>
 
 namespace accord {
 
+// The settings gossip declares (gossip_settings in topologies/builtins.hpp), read once from the job's.
+struct gossip_options {
+  double gossip_rate = 1.0;
+  std::string gossip_graph = "ring";
+  bool gossip_lockstep = false;
+  std::string gossip_momentum = "none";
+};
+
 std::unique_ptr<asynchronous_run> start_gossip_processes(caf::actor_system& system, asynchronous_setup setup,
-                                                         const topology_options& options, std::uint64_t seed);
+                                                         const gossip_options& options, std::uint64_t seed);
 
 }  // namespace accord

@@ -224,10 +224,19 @@ topology_factory parameter_server_topology() {
     if (!job.synchronous || !job.sharded_optimizer)
       refuse("servers step a sharded optimizer on pushed gradients (--algo ddp or lion), not --algo " + job.algorithm);
     if (job.checkpoints) refuse("checkpoints are not supported");
-    if (job.membership_changes && job.options.max_staleness == 0)
+    const std::int64_t max_staleness = job.options.whole("max_staleness");
+    if (max_staleness < 0) refuse("--max-staleness must be at least 0");
+    if (job.membership_changes && max_staleness == 0)
       refuse("workers coming and going need --max-staleness >= 1 (synchronous rounds wait for every worker)");
-    return std::make_unique<parameter_server>(job.options.max_staleness);
+    return std::make_unique<parameter_server>(static_cast<std::uint64_t>(max_staleness));
   };
+}
+
+std::vector<setting_declaration> parameter_server_settings() {
+  return {{.name = "max_staleness", .flag = "max-staleness", .kind = setting_kind::whole,
+           .fallback = std::int64_t{0}, .low = 0, .high = 1e9, .unit = "pushes",
+           .help = "pushes a worker may run ahead of the slowest (0: synchronous rounds, as ddp)",
+           .fingerprint = false}};
 }
 
 }  // namespace accord

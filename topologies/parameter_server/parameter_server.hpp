@@ -18,5 +18,6 @@ namespace accord {
 // The parameter server's registry entry: refuses what it cannot run (overlapped or
 // sign-vote algorithms, checkpoints, membership changes of synchronous servers).
 topology_factory parameter_server_topology();
+std::vector<setting_declaration> parameter_server_settings();
 
 }  // namespace accord
