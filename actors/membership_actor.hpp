@@ -29,9 +29,7 @@
 // naming their member id), and the next epoch forms from the kept steps as after a worker loss.
 #include "actors/coordination_replica.hpp"
 #include "actors/coordinator_actor.hpp"
-#include "cluster/heartbeat_detector.hpp"
-#include "cluster/membership_log.hpp"
-#include "recovery/elastic_state.hpp"
+#include "membership/machine.hpp"
 
 #include <accord/job.hpp>
 
@@ -86,46 +84,10 @@ private:
 // elastic job's workers then elect a new coordinator; the cause follows after ": ").
 inline constexpr const char* coordinator_lost = "the coordinator's process went away";
 
-struct member_hello {
-  int rank = -1;  // RANK among the members the job starts with; -1 for a joiner
-  int world = 0;  // WORLD_SIZE it was started with (ignored for a joiner)
-  std::string fingerprint;
-  std::string host;
-  std::string job;  // process_group::job_id (empty: a joiner that did not name one)
-  std::string control;  // HOST:PORT of its standby (elastic jobs)
-  bool rejoin = false;  // a member reconnecting to a new coordinator, as `member`
-  std::uint64_t member = 0;
-};
-
-struct epoch_request {
-  std::uint64_t member = 0;
-  std::string address;  // where this member's transport listens for the epoch
-  std::vector<kept_summary> kept;
-};
-
-struct epoch_plan {
-  bool finished = false;  // the job is over, or this member has left: stop
-  std::uint64_t epoch = 0;
-  int rank = 0;
-  int world = 0;
-  std::vector<std::string> addresses;  // by rank
+// An epoch's plan for a member: its part, and the epoch's coordinator (invalid when finished or
+// rejoining elsewhere).
+struct epoch_plan : epoch_assignment {
   coordinator_actor coordinator;
-  std::uint64_t start_steps = 0;
-  std::uint64_t data_position = 0;
-  bool from_origin = true;  // start as the job starts (the seeded or resumed state)
-  state_source source;      // else the kept state every rank restores
-  std::uint64_t end_steps = 0;  // a replay's: the epoch ends after this step (0: when a change comes)
-  // Not empty: this side had no majority and gave way to the coordinator whose standby listens
-  // at this HOST:PORT (one earlier in the last epoch's order): say hello to it again as this member.
-  std::string rejoin;
-};
-
-// A rank's view of the state it restored, to compare with what was kept.
-struct restored_report {
-  std::uint64_t epoch = 0;
-  int rank = 0;
-  std::uint64_t parameter_hash = 0;
-  std::uint64_t state_checksum = 0;
 };
 
 template <class Inspector>
@@ -196,18 +158,6 @@ using membership_actor = caf::typed_actor<
     // Replies once the job is over and every member still alive has been told so.
     caf::replies_to<wait_atom>::with<bool>,
     caf::reacts_to<leave_atom>>;  // a replayed coordinator loss: this process goes away now
-
-// What the membership actor needs to start an epoch's coordinator in its own process.
-struct epoch_spec {
-  std::uint64_t epoch = 0;
-  int workers = 0;
-  std::uint64_t start_steps = 0;
-  std::uint64_t data_position = 0;
-  std::vector<std::string> metrics_events;  // JSON lines for the metrics file, before the epoch's steps
-};
-
-// How the line naming the starting ranks rank 0 still waits for begins (one every 10 s).
-constexpr std::string_view rendezvous_wait_line = "membership: waiting for ";
 
 struct membership_setup {
   int initial_world = 0;
@@ -288,11 +238,6 @@ struct member_agent_setup {
   const std::atomic<bool>* stop_requested = nullptr;
 };
 member_agent spawn_member_agent(caf::actor_system& system, member_agent_setup setup);
-
-// "membership: rank 2 (127.0.0.1), worker, lost at step 40: connection closed (...)"
-std::string member_event_line(const std::string& name, const membership_record& r);
-// "rank 2 (127.0.0.1)", "member 5" (a joiner).
-std::string member_name(int initial_rank, std::uint64_t id, const std::string& host);
 
 void add_membership_message_types(caf::actor_system_config& config);
 
