@@ -13,9 +13,12 @@ constexpr std::size_t replicated_positions = 8;
 
 // Copies what forming the next epoch needs to every other member's standby.
 void membership_machine::replicate(bool then_depart) {
-  if (!rules_.elastic) return;
   membership_do::replicate out;
   out.then_depart = then_depart;
+  if (!rules_.elastic) {  // no standbys: only a departure waits for nobody
+    if (then_depart) emit(std::move(out));
+    return;
+  }
   coordination_replica& r = out.replica;
   r.epoch = epoch_;
   r.sequence = ++replica_sequence_;

@@ -209,6 +209,7 @@ void membership_machine::on_death_probe(std::uint64_t id, bool refused, time_poi
 
 // The adaptive detector's verdicts, every check interval while the job runs.
 void membership_machine::check_silence(time_point now) {
+  if (!detector_) return;
   if (now_ == membership_phase::finished || now_ == membership_phase::failed || now_ == membership_phase::yielded)
     return;
   // The members judge the coordinator by its own heartbeats; a lost one that may come back
