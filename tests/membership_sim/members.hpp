@@ -105,6 +105,18 @@ inline void agent_tick(world& w, int p, int generation) {
   w.local(p, heartbeat_interval, [&w, p, generation] { agent_tick(w, p, generation); });
 }
 
+// membership_at: the coordinator reached through the standby of process `there`, tried until
+// `deadline` (a flapping link may let it through); then this member says hello there again.
+inline void find_and_follow(world& w, int p, int there, const std::string& control, time_point deadline) {
+  const process& t = w.procs[there];
+  const int target = t.hosts() || t.replica.coordinator_control.empty() ? there : process_of(t.replica.coordinator_control);
+  if (w.reachable(p, there) && !t.killed && !t.stopped && w.reachable(p, target) && w.procs[target].hosts())
+    return say_hello(w, p, target, true);
+  if (w.now() >= deadline || t.killed)
+    return end_member(w, p, "this side gave way to the coordinator at " + control + ", which does not answer");
+  w.local(p, 200ms, [&w, p, there, control, deadline] { find_and_follow(w, p, there, control, deadline); });
+}
+
 inline void epoch_plan_came(world& w, int p, int generation, const epoch_assignment& plan) {
   process& m = w.procs[p];
   if (m.generation != generation || !m.ended.empty()) return;
@@ -117,17 +129,13 @@ inline void epoch_plan_came(world& w, int p, int generation, const epoch_assignm
       ++m.machine_generation;
       m.epoch_active = false;
     }
-    const int there = process_of(plan.rejoin);
-    const process& t = w.procs[there];
-    const int target = t.hosts() ? there : process_of(t.replica.coordinator_control.empty() ? plan.rejoin
-                                                                                            : t.replica.coordinator_control);
-    if (!w.reachable(p, there) || t.killed || !w.procs[target].hosts())
-      return end_member(w, p, "this side gave way to the coordinator at " + plan.rejoin + ", which does not answer");
     if (plan.rejoin == m.replica.coordinator_control) m.saw_lost.reset();
-    return say_hello(w, p, target, true);
+    return find_and_follow(w, p, process_of(plan.rejoin), plan.rejoin, w.now() + rejoin_timeout);
   }
   m.running = plan.epoch;
   m.rank = plan.rank;
+  for (formed_epoch& f : w.formed)
+    if (f.epoch == plan.epoch && f.coordinator == m.coordinator) f.trained.insert(p);
   w.note(p, "trains epoch " + std::to_string(plan.epoch) + " of p" + std::to_string(m.coordinator) + " as rank " + std::to_string(plan.rank));
 }
 
@@ -174,10 +182,13 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
       if (const auto* id = std::get_if<std::uint64_t>(&admitted)) host.member_process[*id] = {p, generation};
       perform(w, c);
     }
-    w.send(c, p, [&w, p, generation, admitted] {
+    w.send(c, p, [&w, p, generation, admitted, hello] {
       process& m = w.procs[p];
       if (m.generation != generation || !m.ended.empty()) return;
-      if (const auto* why = std::get_if<std::string>(&admitted)) return end_member(w, p, *why);
+      if (const auto* why = std::get_if<std::string>(&admitted)) {
+        m.rejoin_refused = hello.rejoin;
+        return end_member(w, p, *why);
+      }
       m.id = std::get<std::uint64_t>(admitted);
       m.admitted = true;
       agent_tick(w, p, generation);

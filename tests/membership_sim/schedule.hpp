@@ -106,14 +106,40 @@ inline std::vector<fault> random_schedule(std::mt19937_64& rng, int members, int
 // How long after the last fault an epoch must train again.
 constexpr auto liveness_bound = 60s;
 
-// A liveness failure seen in the real machine, not a bug of the simulation: the newest kept step
-// lacks a shard whose holders are lost but not dead (stopped, or behind a partition), and the
-// coordinator fails the job at once instead of waiting for them as it waits for a majority.
-inline constexpr const char* shard_of_suspected_holders = "the training state cannot be rebuilt";
+// Violations the simulation found in the real machine's behaviour (docs/membership.md, "What the
+// simulation found"), each told apart so that a sweep counts them and fails on any other:
+enum class finding {
+  none,
+  // Liveness: the newest kept step lacks a shard whose holders are lost but not dead (stopped,
+  // or behind a partition), and the coordinator fails the job at once instead of waiting for them
+  // as it waits for a majority.
+  shard_of_suspected_holders,
+  // Safety: a coordinator forms an epoch from the epoch requests of members that meanwhile went
+  // to another coordinator (it was stopped and reads its mailbox in order, or a partition held
+  // its plans): both count those members, and two epochs of one number form. The stale one never
+  // trains (its plans reach nobody), but its replicas carry the same epoch number as the live one,
+  // and a waiting side that hears of it stops ("the job went on without this side") though
+  // the job did not.
+  phantom_epoch,
+  // Liveness: a member that gave way (or took over, then followed another) says hello again, but
+  // its old agent's end already made that coordinator count it lost in the running epoch: the
+  // hello is refused as from a dropped member, and a side that needed it stops.
+  rejoin_refused,
+};
+
+inline const char* name(finding f) {
+  switch (f) {
+    case finding::none: return "none";
+    case finding::shard_of_suspected_holders: return "a shard lost to holders only suspected";
+    case finding::phantom_epoch: return "a phantom epoch formed from requests of members gone elsewhere";
+    case finding::rejoin_refused: return "a returning member refused as dropped";
+  }
+  return "";
+}
 
 struct run_result {
   std::string violation;  // empty: every invariant held
-  bool shard_lost = false;  // the violation is the liveness failure above
+  finding known = finding::none;  // the violation is one of the findings above
   std::string epochs;     // the formed epochs, to compare replays
   std::size_t events = 0;
 };
@@ -177,6 +203,29 @@ private:
   world& w_;
   std::size_t checked_ = 0;
 };
+
+inline finding classify(const world& w, const std::string& violation) {
+  if (violation.find("(two coordinators)") != std::string::npos) {
+    const formed_epoch& second = w.formed.back();
+    for (const formed_epoch& f : w.formed)
+      if (f.epoch == second.epoch)
+        for (const int p : f.members)
+          if (w.procs[p].coordinator != f.coordinator) return finding::phantom_epoch;
+    return finding::none;
+  }
+  if (violation.rfind("no epoch trains", 0) != 0) return finding::none;
+  const bool phantom = std::any_of(w.formed.begin(), w.formed.end(), [](const formed_epoch& f) {
+    return f.trained.size() < f.members.size();
+  });
+  for (const process& p : w.procs)
+    if (phantom && p.ended.find("the job went on without this side") != std::string::npos) return finding::phantom_epoch;
+  for (const process& p : w.procs)
+    if (p.ended.find("the training state cannot be rebuilt") != std::string::npos)
+      return finding::shard_of_suspected_holders;
+  for (const process& p : w.procs)
+    if (p.rejoin_refused && p.ended.find("was dropped from the job") != std::string::npos) return finding::rejoin_refused;
+  return finding::none;
+}
 
 inline void apply(world& w, const fault& f, time_point start) {
   const auto coordinator = [&w] { return w.formed.empty() ? 0 : w.formed.back().coordinator; };
@@ -255,9 +304,7 @@ inline run_result run_schedule(int members, std::uint64_t seed, const std::vecto
     for (const int p : f.members) result.epochs += " p" + std::to_string(p);
     result.epochs += "\n";
   }
-  for (const process& p : w.procs)
-    result.shard_lost = result.shard_lost || p.ended.find(shard_of_suspected_holders) != std::string::npos;
-  result.shard_lost = result.shard_lost && result.violation.rfind("no epoch trains", 0) == 0;
+  if (!result.violation.empty()) result.known = classify(w, result.violation);
   if (!result.violation.empty()) {
     result.epochs += "what happened:\n";
     for (const std::string& line : w.lines) result.epochs += "  " + line + "\n";
@@ -270,14 +317,14 @@ inline run_result run_schedule(int members, std::uint64_t seed, const std::vecto
 
 // The shortest schedule found, by dropping one fault at a time, that still breaks an invariant
 // the same way (a known liveness failure stays one, another violation stays another).
-inline std::vector<fault> shrink(int members, std::uint64_t seed, std::vector<fault> schedule, bool shard_lost) {
+inline std::vector<fault> shrink(int members, std::uint64_t seed, std::vector<fault> schedule, finding known) {
   for (bool smaller = true; smaller;) {
     smaller = false;
     for (std::size_t i = 0; i < schedule.size(); ++i) {
       std::vector<fault> without = schedule;
       without.erase(without.begin() + static_cast<std::ptrdiff_t>(i));
       const run_result r = run_schedule(members, seed, without);
-      if (!r.violation.empty() && r.shard_lost == shard_lost) {
+      if (!r.violation.empty() && r.known == known) {
         schedule = std::move(without);
         smaller = true;
         break;

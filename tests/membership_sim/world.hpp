@@ -34,6 +34,7 @@ constexpr auto probe_timeout = 2000ms;      // an unanswered connection (a parti
 constexpr auto confirm_wait = 5000ms;       // takeover_confirm_wait (actors/standby_actor.hpp)
 constexpr auto majority_retry = 500ms;      // between_processes.cpp's wait for a majority
 constexpr auto majority_wait = 30s;
+constexpr auto rejoin_timeout = 10s;       // membership_at's, for a side that gave way
 
 struct formed_epoch {
   int coordinator = -1;  // process
@@ -42,6 +43,7 @@ struct formed_epoch {
   std::uint64_t start_steps = 0;
   std::vector<int> members;   // processes, by rank
   std::vector<int> released;  // processes of the last epoch released at its forming (leavers)
+  std::set<int> trained;      // members that got its plan and trained it
 };
 
 // One worker process: its member (main thread and agent), its standby, and the coordination it
@@ -50,6 +52,7 @@ struct process {
   int index = 0;
   bool killed = false, stopped = false;
   bool killed_by_fault = false;  // a schedule's kill (not the process's own end)
+  bool rejoin_refused = false;  // said hello again (after giving way or a takeover) and was refused
   std::string ended;  // why its main thread ended ("" while it runs)
   std::vector<std::function<void()>> held;  // work that came while it was stopped
   int generation = 0;  // of its agent: a new one on every hello, old timers die with the old
