@@ -177,6 +177,7 @@ inline void perform(world& w, int c, membership_action& action) {
                    [&](membership_machine& m) { m.on_standby_answer(control, epoch, hosts, w.now()); });
             });
           }
+          w.longest_probe_round = std::max(w.longest_probe_round, at);
           w.local(c, at + 1ms, [&w, c, generation] {
             feed(w, c, generation, [&](membership_machine& m) { m.on_standby_answer("", 0, false, w.now()); });
           });
