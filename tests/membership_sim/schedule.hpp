@@ -106,8 +106,9 @@ inline std::vector<fault> random_schedule(std::mt19937_64& rng, int members, int
 // How long after the last fault an epoch must train again.
 constexpr auto liveness_bound = 60s;
 
-// Violations the simulation found in the real machine's behaviour (docs/membership.md, "What the
-// simulation found"), each told apart so that a sweep counts them and fails on any other:
+// Violations the simulation found in the real machine's behaviour (docs/distributed.md, "The
+// membership state machine and its simulation"), each told apart so that a sweep counts them and
+// fails on any other:
 enum class finding {
   none,
   // Liveness: the newest kept step lacks a shard whose holders are lost but not dead (stopped,
