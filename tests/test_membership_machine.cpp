@@ -2,6 +2,7 @@
 // forms each epoch, from which kept step, what a loss, a majority wait and a return do.
 #include <doctest/doctest.h>
 
+#include "membership/election.hpp"
 #include "membership/machine.hpp"
 
 #include <algorithm>
@@ -197,4 +198,23 @@ TEST_CASE("membership machine: a side without a majority waits, a member that an
       CHECK(refusals[0].why.find("no majority: 2 of the last epoch's 4 members are reachable") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("membership election: a standby takes over only on its own process's verdict, and the members ask in "
+          "succession order without the lost coordinator") {
+  coordination_replica replica;
+  replica.epoch = 5;
+  replica.coordinator = 0;
+  replica.members = {{0, 0, "h0", "h0:1", 0, false}, {2, 2, "h2", "h2:1", 2, false}, {1, 1, "h1", "h1:1", 1, false},
+                     {7, -1, "h7", "h7:1", -1, false}};
+  CHECK(answer_election({replica, true, std::nullopt}, 5) == election_answer::coordinates);
+  CHECK(answer_election({coordination_replica{}, false, std::nullopt}, 5) == election_answer::no_copy_yet);
+  CHECK(answer_election({replica, false, std::uint64_t{0}}, 5) == election_answer::take_over);
+  // A verdict on an earlier coordinator does not count for this one.
+  CHECK(answer_election({replica, false, std::uint64_t{3}}, 5) == election_answer::wait_for_own_verdict);
+  CHECK(answer_election({replica, false, std::nullopt}, 4) == election_answer::formed_without_asker);
+  CHECK(answer_election({replica, false, std::nullopt}, 5) == election_answer::wait_for_own_verdict);
+  std::vector<std::uint64_t> order;
+  for (const replica_member& m : election_candidates(replica)) order.push_back(m.id);
+  CHECK(order == std::vector<std::uint64_t>{1, 2, 7});
 }

@@ -4,6 +4,7 @@
 // coordinator's and names it lost; a standby that holds the replica and takes over when its own
 // process judged the coordinator lost; the election in succession order, and the wait for a
 // majority when nobody takes over.
+#include "membership/election.hpp"
 #include "tests/membership_sim/coordination.hpp"
 
 namespace accord::sim {
@@ -200,12 +201,12 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
 // The standby of process q asked to take over by a member whose replica is of `epoch`; `reply`
 // gets the elected process, or -1 (still_heard: the coordinator lives; left_behind: a later
 // epoch formed without the asker).
-struct election_answer {
+struct election_result {
   int elected = -1;
   bool still_heard = false, left_behind = false;
 };
 
-inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<void(election_answer)> reply) {
+inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<void(election_result)> reply) {
   process& s = w.procs[q];
   const auto take_over_once = [&w, q] {
     process& s = w.procs[q];
@@ -213,12 +214,15 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
       w.note(q, "takes over from the replica of epoch " + std::to_string(s.replica.epoch));
       start_coordination(w, q, w.initial, s.replica, s.lost_cause);
     }
-    return election_answer{q};
+    return election_result{q};
   };
-  if (s.hosts()) return reply({q});
-  if (s.replica.epoch == 0) return reply({});
-  if (s.saw_lost && *s.saw_lost == s.replica.coordinator) return reply(take_over_once());
-  if (epoch < s.replica.epoch) return reply({-1, true, true});
+  switch (answer_election({s.replica, s.hosts(), s.saw_lost}, epoch)) {
+    case election_answer::coordinates: return reply({q});
+    case election_answer::no_copy_yet: return reply({});
+    case election_answer::take_over: return reply(take_over_once());
+    case election_answer::formed_without_asker: return reply({-1, true, true});
+    case election_answer::wait_for_own_verdict: break;
+  }
   auto answered = std::make_shared<bool>(false);
   s.deferred.push_back([reply, answered, take_over_once](int) {
     if (!std::exchange(*answered, true)) reply(take_over_once());
@@ -229,14 +233,13 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
 }
 
 // The members of the last replicated epoch asked in succession order, until one takes over.
-inline void elect(world& w, int p, std::size_t next, std::function<void(election_answer)> done) {
+inline void elect(world& w, int p, std::size_t next, std::function<void(election_result)> done) {
   process& m = w.procs[p];
-  const std::vector<replica_member> order = succession(m.replica);
-  while (next < order.size() && order[next].id == m.replica.coordinator) ++next;
+  const std::vector<replica_member> order = election_candidates(m.replica);
   if (next >= order.size()) return done({});
   const int q = process_of(order[next].control);
   const std::uint64_t epoch = m.replica.epoch;
-  const auto answered = [&w, p, next, done](election_answer a) {
+  const auto answered = [&w, p, next, done](election_result a) {
     if (!w.procs[p].ended.empty()) return;
     if (a.elected >= 0 || a.still_heard) return done(a);
     elect(w, p, next + 1, done);
@@ -248,7 +251,7 @@ inline void elect(world& w, int p, std::size_t next, std::function<void(election
   }
   auto once = std::make_shared<bool>(false);
   w.send(p, q, [&w, p, q, epoch, answered, once] {
-    standby_elect(w, q, epoch, [&w, p, q, answered, once](election_answer a) {
+    standby_elect(w, q, epoch, [&w, p, q, answered, once](election_result a) {
       w.send(q, p, [answered, once, a] {
         if (!std::exchange(*once, true)) answered(a);
       });
@@ -272,7 +275,7 @@ inline void wait_for_majority(world& w, int p, time_point since, std::string cau
   if (w.now() - since >= majority_wait)
     return end_member(w, p, "no member could take over from the lost coordinator (" + cause + ")");
   w.local(p, majority_retry, [&w, p, since, cause] {
-    elect(w, p, 0, [&w, p, since, cause](election_answer a) {
+    elect(w, p, 0, [&w, p, since, cause](election_result a) {
       if (a.elected >= 0) return follow(w, p, a.elected);
       if (a.left_behind) return end_member(w, p, "a later epoch formed without this member");
       wait_for_majority(w, p, since, cause);
@@ -281,7 +284,7 @@ inline void wait_for_majority(world& w, int p, time_point since, std::string cau
 }
 
 inline void begin_election(world& w, int p, const std::string& cause) {
-  elect(w, p, 0, [&w, p, cause](election_answer a) {
+  elect(w, p, 0, [&w, p, cause](election_result a) {
     if (a.elected >= 0) return follow(w, p, a.elected);
     if (a.left_behind) return end_member(w, p, "a later epoch formed without this member");
     wait_for_majority(w, p, w.now(), cause);
