@@ -1,7 +1,8 @@
 // The member agent of a worker process (actors/membership_actor.hpp): it relays the main
 // thread's requests to the coordinator's process, sends heartbeats, judges the coordinator's, and
-// names a lost coordinator.
+// names a lost coordinator. And the membership's message types.
 #include "actors/membership_actor.hpp"
+#include "actors/standby_actor.hpp"
 
 #include <map>
 
@@ -209,6 +210,22 @@ void epoch_link::interrupt(std::uint64_t epoch, const std::string& why) {
 void epoch_link::interrupt_current(const std::string& why) {
   std::lock_guard lock(mutex_);
   if (interrupt_) interrupt_(why);
+}
+
+void add_membership_message_types(caf::actor_system_config& config) {
+  config.add_message_type<kept_summary>("accord::kept_summary");
+  config.add_message_type<state_source>("accord::state_source");
+  config.add_message_type<member_hello>("accord::member_hello");
+  config.add_message_type<epoch_request>("accord::epoch_request");
+  config.add_message_type<epoch_plan>("accord::epoch_plan");
+  config.add_message_type<restored_report>("accord::restored_report");
+  config.add_message_type<member_agent>("accord::member_agent");
+  config.add_message_type<coordinator_actor>("accord::coordinator_actor");
+  config.add_message_type<replica_member>("accord::replica_member");
+  config.add_message_type<kept_position>("accord::kept_position");
+  config.add_message_type<coordination_replica>("accord::coordination_replica");
+  config.add_message_type<membership_actor>("accord::membership_actor");
+  config.add_message_type<standby_actor>("accord::standby_actor");
 }
 
 }  // namespace accord

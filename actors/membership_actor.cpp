@@ -4,8 +4,6 @@
 // the epochs' coordinators, replies, timers, probes off this actor's thread.
 #include "actors/membership_actor.hpp"
 
-#include "actors/standby_actor.hpp"
-
 #include "observe/trace.hpp"
 
 #include <csignal>
@@ -34,33 +32,10 @@ constexpr auto death_probe_timeout = std::chrono::milliseconds(2000);
 constexpr auto replica_answer_wait = std::chrono::seconds(10);
 
 membership_rules rules_of(const membership_setup& setup) {
-  membership_rules r;
-  r.initial_world = setup.initial_world;
-  r.elastic = setup.elastic;
-  r.sharded = setup.sharded;
-  r.fingerprint = setup.fingerprint;
-  r.job_id = setup.job_id;
-  r.rendezvous_timeout = setup.rendezvous_timeout;
-  r.stop_polled = setup.stop_requested != nullptr;
-  r.total_rounds = setup.total_rounds;
-  r.origin_steps = setup.origin_steps;
-  r.origin_data_position = setup.origin_data_position;
-  r.steps_done = setup.steps_done;
-  r.detector = setup.detector;
-  r.loss_grace = setup.loss_grace;
-  r.control = setup.control;
-  r.takeover = setup.takeover;
-  r.takeover_cause = setup.takeover_cause;
-  r.reconnect_grace = setup.reconnect_grace;
-  r.majority_wait = setup.majority_wait;
-  r.asks_standbys = static_cast<bool>(setup.ask_standby);
-  r.replay = setup.replay;
-  return r;
-}
-
-void merge_epoch_result(job_result& total, job_result&& part) {
-  for (const auto& m : part.steps) total.steps.push_back(m);
-  add_epoch_result(total, std::move(part));
+  membership_rules rules = setup;
+  rules.stop_polled = setup.stop_requested != nullptr;
+  rules.asks_standbys = static_cast<bool>(setup.ask_standby);
+  return rules;
 }
 
 void perform(self_pointer self);
@@ -179,7 +154,9 @@ void perform(self_pointer self, membership_action& action) {
         } else if constexpr (std::is_same_v<A, act::refuse>) {
           reply(self, a.member, caf::make_error(caf::sec::runtime_error, a.why));
         } else if constexpr (std::is_same_v<A, act::merge_result>) {
-          merge_epoch_result(*s.setup.result, std::move(*s.epoch_result));
+          s.setup.result->steps.insert(s.setup.result->steps.end(), s.epoch_result->steps.begin(),
+                                       s.epoch_result->steps.end());
+          add_epoch_result(*s.setup.result, std::move(*s.epoch_result));
         } else if constexpr (std::is_same_v<A, act::spawn_coordinator>) {
           spawn_coordinator(self, a);
         } else if constexpr (std::is_same_v<A, act::watch_epoch>) {
@@ -238,6 +215,9 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
         feed(self, [id = id](membership_machine& m, auto now) { m.on_connection_closed(id, now); });
   });
   using time_point = membership_machine::time_point;
+  const auto timer = [self](membership_timer kind, std::uint64_t epoch) {
+    feed(self, [=](membership_machine& m, time_point now) { m.on_timer(kind, epoch, now); });
+  };
   return {
       [self](hello_atom, const member_hello& hello, member_agent agent) -> caf::result<std::uint64_t> {
         auto& s = self->state;
@@ -268,9 +248,7 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
       [self](kept_atom, std::uint64_t epoch, std::uint64_t steps, std::uint64_t position) {
         feed(self, [=](membership_machine& m, time_point) { m.on_kept(epoch, steps, position); });
       },
-      [self](grace_atom, std::uint64_t epoch) {
-        feed(self, [epoch](membership_machine& m, time_point now) { m.on_timer(membership_timer::grace, epoch, now); });
-      },
+      [timer](grace_atom, std::uint64_t epoch) { timer(membership_timer::grace, epoch); },
       [self](rendezvous_atom) {
         const bool stop = self->state.setup.stop_requested && self->state.setup.stop_requested->load();
         feed(self, [stop](membership_machine& m, time_point now) {
@@ -283,21 +261,13 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
       [self](dead_atom, std::uint64_t id, bool refused) {
         feed(self, [=](membership_machine& m, time_point now) { m.on_death_probe(id, refused, now); });
       },
-      [self](silence_atom) {
-        feed(self, [](membership_machine& m, time_point now) { m.on_timer(membership_timer::silence, 0, now); });
-      },
-      [self](majority_atom, std::uint64_t epoch) {
-        feed(self, [epoch](membership_machine& m, time_point now) { m.on_timer(membership_timer::majority, epoch, now); });
-      },
-      [self](yield_atom) {
-        feed(self, [](membership_machine& m, time_point now) { m.on_timer(membership_timer::probe, 0, now); });
-      },
+      [timer](silence_atom) { timer(membership_timer::silence, 0); },
+      [timer](majority_atom, std::uint64_t epoch) { timer(membership_timer::majority, epoch); },
+      [timer](yield_atom) { timer(membership_timer::probe, 0); },
       [self](yield_atom, const std::string& control, std::uint64_t epoch, bool coordinates) {
         feed(self, [&](membership_machine& m, time_point now) { m.on_standby_answer(control, epoch, coordinates, now); });
       },
-      [self](reconnect_atom) {
-        feed(self, [](membership_machine& m, time_point now) { m.on_timer(membership_timer::reconnect, 0, now); });
-      },
+      [timer](reconnect_atom) { timer(membership_timer::reconnect, 0); },
       [self](dropped_atom, std::uint64_t id) -> std::string { return self->state.machine->dropped_reason(id); },
       [](clock_atom) -> std::int64_t {
         return std::chrono::duration_cast<std::chrono::microseconds>(trace_clock::now().time_since_epoch()).count();
@@ -319,22 +289,6 @@ membership_actor::behavior_type membership_behavior(self_pointer self, membershi
 
 membership_actor spawn_membership_actor(caf::actor_system& system, membership_setup setup) {
   return system.spawn(membership_behavior, std::move(setup));
-}
-
-void add_membership_message_types(caf::actor_system_config& config) {
-  config.add_message_type<kept_summary>("accord::kept_summary");
-  config.add_message_type<state_source>("accord::state_source");
-  config.add_message_type<member_hello>("accord::member_hello");
-  config.add_message_type<epoch_request>("accord::epoch_request");
-  config.add_message_type<epoch_plan>("accord::epoch_plan");
-  config.add_message_type<restored_report>("accord::restored_report");
-  config.add_message_type<member_agent>("accord::member_agent");
-  config.add_message_type<coordinator_actor>("accord::coordinator_actor");
-  config.add_message_type<replica_member>("accord::replica_member");
-  config.add_message_type<kept_position>("accord::kept_position");
-  config.add_message_type<coordination_replica>("accord::coordination_replica");
-  config.add_message_type<membership_actor>("accord::membership_actor");
-  config.add_message_type<standby_actor>("accord::standby_actor");
 }
 
 }  // namespace accord

@@ -159,22 +159,12 @@ using membership_actor = caf::typed_actor<
     caf::replies_to<wait_atom>::with<bool>,
     caf::reacts_to<leave_atom>>;  // a replayed coordinator loss: this process goes away now
 
-struct membership_setup {
-  int initial_world = 0;
-  bool elastic = false;
-  bool sharded = false;               // ZeRO-1 shards to cover (else only parameters matter)
-  std::string fingerprint;            // what every member's settings must match (cluster/fingerprint.hpp)
-  std::string job_id;                 // what every member's hello must name (a joiner's may be empty)
-  // Until every starting rank said hello: a line naming the missing ones every 10 s, and after
-  // this long the job fails naming them.
-  std::chrono::milliseconds rendezvous_timeout{300'000};
+// The rules the machine decides by (membership/machine.hpp's membership_rules), and the wiring.
+struct membership_setup : membership_rules {
   // Set (Ctrl-C, an app's cancel) while the starting ranks say hello: the job fails within a
   // second, naming the missing ones, instead of waiting for them. May be null.
   const std::atomic<bool>* stop_requested = nullptr;
   pipeline pipe = pipeline::synchronous;
-  std::uint64_t total_rounds = 0;
-  std::uint64_t origin_steps = 0;     // where the job starts (> 0 when resumed)
-  std::uint64_t origin_data_position = 0;
   // Spawns the epoch's coordinator, which fills `result` and reports kept steps to `on_kept`.
   std::function<coordinator_actor(const epoch_spec&, std::shared_ptr<job_result> result,
                                   std::function<void(std::uint64_t steps, std::uint64_t data_position)> on_kept)>
@@ -184,36 +174,15 @@ struct membership_setup {
   // When the job stops, the events (JSON lines) that no later epoch's coordinator will write to the
   // metrics file: the losses and the wait for a majority that ended it. May be empty.
   std::function<void(const std::vector<std::string>&)> on_unwritten_events;
-  // The steps the job has done (the running coordinator's), for the events' lines.
-  std::shared_ptr<const std::atomic<std::uint64_t>> steps_done;
-  // Judges the members' heartbeats; nullopt: a hung member is found by the middleman's
-  // heartbeat timeout only.
-  std::optional<heartbeat_detector_settings> detector;
   // Called once the job is over, before any member hears it: the master port stops taking
   // connections, so a member that starts the next job on it waits for that job's rank 0.
   std::function<void()> on_finished;
   std::shared_ptr<job_result> result;  // the whole job's, merged over epochs
-  // Time a failed epoch waits for the death that may explain it before the job fails.
-  std::chrono::milliseconds loss_grace{3000};
-  // Elastic jobs: HOST:PORT of this process's standby, named in the replicas as the coordinator's.
-  std::string control;
-  // Set when this process takes over from a lost coordinator: the state to go on from, why the
-  // coordinator was lost, and how long the other members have to reconnect.
-  std::optional<coordination_replica> takeover;
-  std::string takeover_cause;
-  std::chrono::milliseconds reconnect_grace{3000};
-  // A side without a majority of the last epoch's members keeps its state and waits this long
-  // for them (they may be behind a partition that heals) before the job fails; 0: it fails at once.
-  std::chrono::milliseconds majority_wait{30'000};
   // Asks the standby listening at HOST:PORT (a lost member's) for the newest epoch it holds and
   // whether its process hosts a coordinator; nullopt when it does not answer. May block for a few
   // seconds (called off the actor's thread). A waiting side stops when a lost member holds a later
   // epoch, and gives way to a coordinator earlier in the last epoch's order. Empty: asks nobody.
   std::function<std::optional<std::pair<std::uint64_t, bool>>(const std::string& control)> ask_standby;
-  // Replays these changes (process_group::membership_replay): each epoch ends at the next one's
-  // step; then its departing members leave (the coordinator's process goes away, as a killed one
-  // does), and its joiners, held since their hello, are admitted (waited for when not there yet).
-  std::optional<process_replay> replay;
 };
 
 membership_actor spawn_membership_actor(caf::actor_system& system, membership_setup setup);

@@ -23,28 +23,41 @@
 
 namespace accord {
 
-// The job's settings the machine decides by (membership_setup's, less the wiring).
+// The job's settings the machine decides by (actors/membership_actor.hpp's membership_setup adds the wiring).
 struct membership_rules {
   int initial_world = 0;
   bool elastic = false;
   bool sharded = false;     // ZeRO-1 shards to cover (else only parameters matter)
   std::string fingerprint;  // what every member's settings must match (cluster/fingerprint.hpp)
   std::string job_id;       // what every member's hello must name (a joiner's may be empty)
+  // Until every starting rank said hello: a line naming the missing ones every 10 s, and after
+  // this long the job fails naming them.
   std::chrono::milliseconds rendezvous_timeout{300'000};
   bool stop_polled = false;  // the rendezvous checks for a stop request (Ctrl-C) every 200 ms
   std::uint64_t total_rounds = 0;
-  std::uint64_t origin_steps = 0;
+  std::uint64_t origin_steps = 0;  // where the job starts (> 0 when resumed)
   std::uint64_t origin_data_position = 0;
   // The steps the job has done (the running coordinator's), for the events' lines. May be null.
   std::shared_ptr<const std::atomic<std::uint64_t>> steps_done;
+  // Judges the members' heartbeats; nullopt: a hung member is found by the middleman's
+  // heartbeat timeout only.
   std::optional<heartbeat_detector_settings> detector;
+  // Time a failed epoch waits for the death that may explain it before the job fails.
   std::chrono::milliseconds loss_grace{3000};
-  std::string control;  // HOST:PORT of this process's standby (elastic jobs)
+  // Elastic jobs: HOST:PORT of this process's standby, named in the replicas as the coordinator's.
+  std::string control;
+  // Set when this process takes over from a lost coordinator: the state to go on from, why the
+  // coordinator was lost, and how long the other members have to reconnect.
   std::optional<coordination_replica> takeover;
   std::string takeover_cause;
   std::chrono::milliseconds reconnect_grace{3000};
+  // A side without a majority of the last epoch's members keeps its state and waits this long
+  // for them (they may be behind a partition that heals) before the job fails; 0: it fails at once.
   std::chrono::milliseconds majority_wait{30'000};
   bool asks_standbys = false;  // a waiting side probes the lost members' standbys
+  // Replays these changes (process_group::membership_replay): each epoch ends at the next one's
+  // step; then its departing members leave (the coordinator's process goes away, as a killed one
+  // does), and its joiners, held since their hello, are admitted (waited for when not there yet).
   std::optional<process_replay> replay;
 };
 
