@@ -218,3 +218,58 @@ TEST_CASE("membership election: a standby takes over only on its own process's v
   for (const replica_member& m : election_candidates(replica)) order.push_back(m.id);
   CHECK(order == std::vector<std::uint64_t>{1, 2, 7});
 }
+
+TEST_CASE("membership machine: an epoch starts from the newest step the coordinator saw kept, and a leaver whose "
+          "shard nobody else holds stays one more epoch") {
+  started_job job(3);
+  job.keep(4);  // step 5 was kept by the workers but never reported complete
+  job.machine.take_actions();
+  job.machine.on_connection_closed(job.ids[2], job.now);
+  job.machine.on_epoch_ended(1, std::string("rank 2 lost"), {5, false, 5}, job.now);
+  for (const int rank : {0, 1})
+    job.machine.on_epoch_request({job.ids[rank], "addr", {kept(1, 4, rank, 3), kept(1, 5, rank, 3)}}, job.now);
+  auto answers = of<membership_do::answer>(job.machine.take_actions());
+  REQUIRE(answers.size() == 2);
+  CHECK(answers[0].plan.source.steps == 4);
+
+  // Epoch 2 of ranks 0 and 1, which keep no copies: rank 1 asks to leave.
+  job.keep(7);
+  job.machine.on_leave(job.ids[1], job.now);
+  auto left = job.machine.take_actions();
+  CHECK(printed(left, "rank 1 (10.0.0.2), standby, left at step"));
+  CHECK(of<membership_do::change>(left).size() == 2);  // both ranks vote to end the epoch
+  job.machine.on_epoch_ended(2, std::nullopt, {7, false, 7}, job.now);
+  for (const int rank : {0, 1}) {
+    kept_summary own = kept(2, 7, rank, 2);
+    own.copies.clear();
+    own.copy_checksums.clear();
+    job.machine.on_epoch_request({job.ids[rank], "addr", {own}}, job.now);
+  }
+  const auto stays = job.machine.take_actions();
+  answers = of<membership_do::answer>(stays);
+  REQUIRE(answers.size() == 2);
+  CHECK(answers[1].member == job.ids[1]);
+  CHECK(!answers[1].plan.finished);  // it stays for its shard
+  CHECK(answers[1].plan.world == 2);
+  // and the change is announced again, so that it leaves after the next kept step
+  CHECK(of<membership_do::change>(stays).size() == 2);
+}
+
+TEST_CASE("membership machine: without --elastic a vote to stop ends the job, and a lost member fails it") {
+  membership_rules rules = started_job::rules(2);
+  rules.elastic = false;
+  started_job job(2, rules);
+  job.machine.on_epoch_ended(1, std::nullopt, {3, false, 3}, job.now);  // the workers voted to stop early
+  const auto stopped = job.machine.take_actions();
+  CHECK(printed(stopped, "membership: the job stopped after step 3 (a worker was asked to stop)"));
+  CHECK(job.machine.phase() == membership_phase::finished);
+  CHECK(of<membership_do::finished>(stopped).size() == 1);
+
+  started_job failing(2, rules);
+  failing.machine.on_connection_closed(failing.ids[1], failing.now);
+  const auto failed = failing.machine.take_actions();
+  CHECK(failing.machine.phase() == membership_phase::failed);
+  REQUIRE(failing.machine.failure());
+  CHECK(failing.machine.failure()->find("the process of rank 1 (10.0.0.2) was lost before the job ended") == 0);
+  CHECK(of<membership_do::fail_worker>(failed).size() == 1);  // the running coordinator hears the job failed
+}
