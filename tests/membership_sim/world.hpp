@@ -16,7 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <queue>
+#include <algorithm>
 #include <random>
 #include <set>
 #include <string>
@@ -153,7 +153,7 @@ public:
 
 private:
   link& between(int a, int b) { return links_[{a, b}]; }
-  std::priority_queue<event, std::vector<event>, std::greater<>> queue_;
+  std::vector<event> queue_;  // a heap, earliest first
   std::map<std::pair<int, int>, link> links_;
   time_point origin_ = time_point(std::chrono::hours(1));  // heartbeat time 0 means "none"
   time_point now_ = origin_;
@@ -162,7 +162,8 @@ private:
 };
 
 inline void world::after(duration d, std::function<void()> run) {
-  queue_.push({now_ + d, seq_++, std::move(run)});
+  queue_.push_back({now_ + d, seq_++, std::move(run)});
+  std::push_heap(queue_.begin(), queue_.end(), std::greater<>());
 }
 
 inline void world::local(int p, duration d, std::function<void()> run) {
@@ -221,9 +222,10 @@ inline void world::resume(int p) {
 }
 
 inline void world::run_until(time_point end, const std::function<void()>& check) {
-  while (!queue_.empty() && queue_.top().at <= end && violation.empty()) {
-    event e = queue_.top();
-    queue_.pop();
+  while (!queue_.empty() && queue_.front().at <= end && violation.empty()) {
+    std::pop_heap(queue_.begin(), queue_.end(), std::greater<>());
+    event e = std::move(queue_.back());
+    queue_.pop_back();
     now_ = e.at;
     ++events_;
     e.run();
