@@ -122,11 +122,6 @@ const std::vector<kept_schedule>& kept_schedules() {
         {k::stop, 5833ms, 8145ms, 3, -1, {}, 0ms},
         {k::partition, 14169ms, 6206ms, -1, -1, {1, 2, 4}, 0ms}},
        finding::phantom_epoch},
-      // 16 of 32 behind a partition for 9 s: the standby's side asks the 16 it lost one by one,
-      // 2 s each; the round outlasts the coordinator's wait, which stops the job.
-      {32, 32008,
-       {{k::partition, 1847ms, 9444ms, -1, -1, {2, 3, 4, 6, 7, 8, 14, 15, 16, 17, 18, 23, 27, 28, 29, 31}, 0ms}},
-       finding::slow_probe_round},
   };
   return schedules;
 }

@@ -93,6 +93,25 @@ inline void step_epoch(world& w, int c, std::uint64_t epoch) {
   w.local(c, step_time, [&w, c, epoch] { step_epoch(w, c, epoch); });
 }
 
+// A waiting side's round of questions to the lost members' standbys, one at a time, each
+// answered as its standby stands when asked (2 ms), or unanswered after probe_timeout.
+inline void probe_standbys(world& w, int c, int generation, std::vector<std::string> controls, std::size_t next) {
+  if (next == controls.size()) {
+    return feed(w, c, generation, [&](membership_machine& m) { m.on_standby_answer("", 0, false, w.now()); });
+  }
+  const int p = process_of(controls[next]);
+  const process& there = w.procs[p];
+  const bool answers = w.reachable(c, p) && !there.killed && !there.stopped;
+  w.local(c, answers ? 2ms : probe_timeout,
+          [&w, c, generation, controls, next, answers, epoch = there.replica.epoch, hosts = there.hosts()] {
+            if (answers)
+              feed(w, c, generation, [&](membership_machine& m) {
+                m.on_standby_answer(controls[next], epoch, hosts, w.now());
+              });
+            probe_standbys(w, c, generation, controls, next + 1);
+          });
+}
+
 inline void perform(world& w, int c, membership_action& action) {
   process& host = w.procs[c];
   const int generation = host.machine_generation;
@@ -165,22 +184,7 @@ inline void perform(world& w, int c, membership_action& action) {
             feed(w, c, generation, [&](membership_machine& m) { m.on_death_probe(member, refused, w.now()); });
           });
         } else if constexpr (std::is_same_v<A, act::probe_standbys>) {
-          duration at = 0ms;
-          for (const std::string& control : a.controls) {
-            const int p = process_of(control);
-            const process& there = w.procs[p];
-            const bool answers = w.reachable(c, p) && !there.killed && !there.stopped;
-            at += answers ? 2ms : probe_timeout;
-            if (!answers) continue;
-            w.local(c, at, [&w, c, generation, control, epoch = there.replica.epoch, hosts = there.hosts()] {
-              feed(w, c, generation,
-                   [&](membership_machine& m) { m.on_standby_answer(control, epoch, hosts, w.now()); });
-            });
-          }
-          w.longest_probe_round = std::max(w.longest_probe_round, at);
-          w.local(c, at + 1ms, [&w, c, generation] {
-            feed(w, c, generation, [&](membership_machine& m) { m.on_standby_answer("", 0, false, w.now()); });
-          });
+          probe_standbys(w, c, generation, a.controls, 0);
         }
       },
       action);

@@ -126,10 +126,6 @@ enum class finding {
   // its old agent's end already made that coordinator count it lost in the running epoch: the
   // hello is refused as from a dropped member, and a side that needed it stops.
   rejoin_refused,
-  // Liveness: a waiting side asks the lost members' standbys one at a time, each unanswered one
-  // (behind a partition) taking 2 s: with many lost, a round outlasts --majority-wait, and the
-  // side that should give way when the partition heals learns of it too late; both sides stop.
-  slow_probe_round,
 };
 
 inline const char* name(finding f) {
@@ -138,7 +134,6 @@ inline const char* name(finding f) {
     case finding::shard_of_suspected_holders: return "a shard lost to holders only suspected";
     case finding::phantom_epoch: return "a phantom epoch formed from requests of members gone elsewhere";
     case finding::rejoin_refused: return "a returning member refused as dropped";
-    case finding::slow_probe_round: return "a round of probes longer than the wait for a majority";
   }
   return "";
 }
@@ -230,7 +225,6 @@ inline finding classify(const world& w, const std::string& violation) {
       return finding::shard_of_suspected_holders;
   for (const process& p : w.procs)
     if (p.rejoin_refused && p.ended.find("was dropped from the job") != std::string::npos) return finding::rejoin_refused;
-  if (w.longest_probe_round >= majority_wait / 3) return finding::slow_probe_round;
   return finding::none;
 }
 

@@ -119,7 +119,6 @@ public:
                     " ms p" + std::to_string(p) + ": " + what);
   }
   std::string violation;
-  duration longest_probe_round{};  // of a waiting side's questions to the lost members' standbys
 
 private:
   friend struct member_side;
