@@ -261,6 +261,12 @@ void membership_machine::majority_timer(time_point now) {
     waiting_since_.reset();
     return;
   }
+  // The returning members' moment ran out after the majority went again, or an earlier wait's
+  // timer came: this wait goes on until its own end.
+  if (now - *waiting_since_ < rules_.majority_wait) {
+    majority_back_since_.reset();
+    return;
+  }
   fail_job(no_majority() + "; this side stops so that a majority elsewhere can go on (it waited " +
            seconds_text(now - *waiting_since_) + " for one: --majority-wait)");
 }

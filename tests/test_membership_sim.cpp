@@ -122,6 +122,14 @@ const std::vector<kept_schedule>& kept_schedules() {
         {k::stop, 5833ms, 8145ms, 3, -1, {}, 0ms},
         {k::partition, 14169ms, 6206ms, -1, -1, {1, 2, 4}, 0ms}},
        finding::phantom_epoch},
+      // p1 and p2 both take over, p2 gives way to p1, then p2 is killed during the returning
+      // members' moment: that moment's timer ended p1's wait for a majority after 2.7 s instead of
+      // 30 s. Fixed (membership/losses.cpp, majority_timer): the side waits on.
+      {3, 3379,
+       {{k::partition, 3675ms, 11400ms, -1, -1, {0}, 0ms},
+        {k::stop, 4479ms, 2797ms, 1, -1, {}, 0ms},
+        {k::kill, 13094ms, 1924ms, 2, -1, {}, 0ms}},
+       finding::none},
   };
   return schedules;
 }
@@ -130,7 +138,10 @@ TEST_CASE("membership simulation: every schedule that ever broke an invariant st
   for (const kept_schedule& k : kept_schedules()) {
     CAPTURE(k.seed);
     const run_result r = run_schedule(k.members, k.seed, k.faults);
-    CHECK_MESSAGE(r.known == k.found, name(k.found) << " expected; now: " << (r.violation.empty() ? "none" : r.violation));
+    if (k.found == finding::none)
+      CHECK_MESSAGE(r.violation.empty(), r.violation);
+    else
+      CHECK_MESSAGE(r.known == k.found, name(k.found) << " expected; now: " << (r.violation.empty() ? "none" : r.violation));
   }
 }
 

@@ -288,6 +288,12 @@ inline run_result run_schedule(int members, std::uint64_t seed, const std::vecto
   const auto after = training();
   run_result result;
   result.violation = w.violation;
+  // A side that can still rejoin never stops before --majority-wait.
+  for (const process& p : w.procs)
+    if (const auto at = p.ended.find("(it waited "); result.violation.empty() && at != std::string::npos)
+      if (const double waited = std::stod(p.ended.substr(at + 11)); waited < 29.9)
+        result.violation = "p" + std::to_string(p.index) + " stopped after waiting " + std::to_string(waited) +
+                           " s for a majority, before --majority-wait (30 s)";
   // Liveness is owed while a strict majority of the last epoch's members was not killed.
   int last_alive = 0, last_size = 0;
   if (!w.formed.empty())
