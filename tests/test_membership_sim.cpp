@@ -122,6 +122,15 @@ const std::vector<kept_schedule>& kept_schedules() {
         {k::stop, 5833ms, 8145ms, 3, -1, {}, 0ms},
         {k::partition, 14169ms, 6206ms, -1, -1, {1, 2, 4}, 0ms}},
        finding::phantom_epoch},
+      // The coordinator stops just after a joiner's hello: the joiner, without a replica yet,
+      // waits for a majority it cannot find; the coordinator wakes, forms an epoch with it, and
+      // stops when it does not come.
+      {3, 5133,
+       {{k::stop, 3856ms, 9192ms, 2, -1, {}, 0ms},
+        {k::leave, 10300ms, 0ms, 1, -1, {}, 0ms},
+        {k::join, 19404ms, 0ms, -1, -1, {}, 0ms},
+        {k::stop, 19557ms, 8159ms, -1, -1, {}, 0ms}},
+       finding::joiner_without_replica},
       // p1 and p2 both take over, p2 gives way to p1, then p2 is killed during the returning
       // members' moment: that moment's timer ended p1's wait for a majority after 2.7 s instead of
       // 30 s. Fixed (membership/losses.cpp, majority_timer): the side waits on.

@@ -126,6 +126,11 @@ enum class finding {
   // its old agent's end already made that coordinator count it lost in the running epoch: the
   // hello is refused as from a dropped member, and a side that needed it stops.
   rejoin_refused,
+  // Liveness: a joiner that judges the coordinator lost before its first replica came has no
+  // member to elect and no coordinator's port to try again (between_processes.cpp's wait for a
+  // majority asks the replica's), so it never finds the coordinator, only stopped, again; an
+  // epoch that needs it then stops.
+  joiner_without_replica,
 };
 
 inline const char* name(finding f) {
@@ -134,6 +139,7 @@ inline const char* name(finding f) {
     case finding::shard_of_suspected_holders: return "a shard lost to holders only suspected";
     case finding::phantom_epoch: return "a phantom epoch formed from requests of members gone elsewhere";
     case finding::rejoin_refused: return "a returning member refused as dropped";
+    case finding::joiner_without_replica: return "a joiner without a replica that cannot find the coordinator";
   }
   return "";
 }
@@ -225,6 +231,9 @@ inline finding classify(const world& w, const std::string& violation) {
       return finding::shard_of_suspected_holders;
   for (const process& p : w.procs)
     if (p.rejoin_refused && p.ended.find("was dropped from the job") != std::string::npos) return finding::rejoin_refused;
+  for (const process& p : w.procs)
+    if (p.joiner && p.replica.epoch == 0 && p.ended.rfind("no member could take over", 0) == 0)
+      return finding::joiner_without_replica;
   return finding::none;
 }
 
