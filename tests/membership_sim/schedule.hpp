@@ -243,7 +243,7 @@ inline void apply(world& w, const fault& f, time_point start) {
     const int a = f.a < 0 ? coordinator() : f.a;
     switch (f.what) {
       case fault::kind::kill:
-        w.procs[a].killed_by_fault = !w.procs[a].killed;
+        w.procs[a].killed_by_fault = w.procs[a].killed_by_fault || !w.procs[a].killed;
         return w.kill(a);
       case fault::kind::stop:
         w.stop(a);
