@@ -131,6 +131,11 @@ enum class finding {
   // majority asks the replica's), so it never finds the coordinator, only stopped, again; an
   // epoch that needs it then stops.
   joiner_without_replica,
+  // Liveness: a standby that took over for one asker (its own process judged the coordinator
+  // lost) hands that coordination to every later asker, even after its own process followed
+  // another coordinator and holds a newer epoch: the members of that epoch, electing after its
+  // loss, join a coordination that is behind, which stops when it learns of the newer epoch.
+  stale_takeover,
 };
 
 inline const char* name(finding f) {
@@ -140,6 +145,7 @@ inline const char* name(finding f) {
     case finding::phantom_epoch: return "a phantom epoch formed from requests of members gone elsewhere";
     case finding::rejoin_refused: return "a returning member refused as dropped";
     case finding::joiner_without_replica: return "a joiner without a replica that cannot find the coordinator";
+    case finding::stale_takeover: return "a stale takeover handed to the members of a newer epoch";
   }
   return "";
 }
@@ -221,6 +227,10 @@ inline finding classify(const world& w, const std::string& violation) {
     return finding::none;
   }
   if (violation.rfind("no epoch trains", 0) != 0) return finding::none;
+  for (const process& p : w.procs)
+    if (p.machine && p.machine->epoch() < p.replica.epoch &&
+        p.ended.find("the job went on without this side") != std::string::npos)
+      return finding::stale_takeover;
   const bool phantom = std::any_of(w.formed.begin(), w.formed.end(), [](const formed_epoch& f) {
     return f.trained.size() < f.members.size();
   });
