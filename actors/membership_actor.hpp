@@ -29,9 +29,7 @@
 // naming their member id), and the next epoch forms from the kept steps as after a worker loss.
 #include "actors/coordination_replica.hpp"
 #include "actors/coordinator_actor.hpp"
-#include "cluster/heartbeat_detector.hpp"
-#include "cluster/membership_log.hpp"
-#include "recovery/elastic_state.hpp"
+#include "membership/machine.hpp"
 
 #include <accord/job.hpp>
 
@@ -86,46 +84,10 @@ private:
 // elastic job's workers then elect a new coordinator; the cause follows after ": ").
 inline constexpr const char* coordinator_lost = "the coordinator's process went away";
 
-struct member_hello {
-  int rank = -1;  // RANK among the members the job starts with; -1 for a joiner
-  int world = 0;  // WORLD_SIZE it was started with (ignored for a joiner)
-  std::string fingerprint;
-  std::string host;
-  std::string job;  // process_group::job_id (empty: a joiner that did not name one)
-  std::string control;  // HOST:PORT of its standby (elastic jobs)
-  bool rejoin = false;  // a member reconnecting to a new coordinator, as `member`
-  std::uint64_t member = 0;
-};
-
-struct epoch_request {
-  std::uint64_t member = 0;
-  std::string address;  // where this member's transport listens for the epoch
-  std::vector<kept_summary> kept;
-};
-
-struct epoch_plan {
-  bool finished = false;  // the job is over, or this member has left: stop
-  std::uint64_t epoch = 0;
-  int rank = 0;
-  int world = 0;
-  std::vector<std::string> addresses;  // by rank
+// An epoch's plan for a member: its part, and the epoch's coordinator (invalid when finished or
+// rejoining elsewhere).
+struct epoch_plan : epoch_assignment {
   coordinator_actor coordinator;
-  std::uint64_t start_steps = 0;
-  std::uint64_t data_position = 0;
-  bool from_origin = true;  // start as the job starts (the seeded or resumed state)
-  state_source source;      // else the kept state every rank restores
-  std::uint64_t end_steps = 0;  // a replay's: the epoch ends after this step (0: when a change comes)
-  // Not empty: this side had no majority and gave way to the coordinator whose standby listens
-  // at this HOST:PORT (one earlier in the last epoch's order): say hello to it again as this member.
-  std::string rejoin;
-};
-
-// A rank's view of the state it restored, to compare with what was kept.
-struct restored_report {
-  std::uint64_t epoch = 0;
-  int rank = 0;
-  std::uint64_t parameter_hash = 0;
-  std::uint64_t state_checksum = 0;
 };
 
 template <class Inspector>
@@ -197,34 +159,12 @@ using membership_actor = caf::typed_actor<
     caf::replies_to<wait_atom>::with<bool>,
     caf::reacts_to<leave_atom>>;  // a replayed coordinator loss: this process goes away now
 
-// What the membership actor needs to start an epoch's coordinator in its own process.
-struct epoch_spec {
-  std::uint64_t epoch = 0;
-  int workers = 0;
-  std::uint64_t start_steps = 0;
-  std::uint64_t data_position = 0;
-  std::vector<std::string> metrics_events;  // JSON lines for the metrics file, before the epoch's steps
-};
-
-// How the line naming the starting ranks rank 0 still waits for begins (one every 10 s).
-constexpr std::string_view rendezvous_wait_line = "membership: waiting for ";
-
-struct membership_setup {
-  int initial_world = 0;
-  bool elastic = false;
-  bool sharded = false;               // ZeRO-1 shards to cover (else only parameters matter)
-  std::string fingerprint;            // what every member's settings must match (cluster/fingerprint.hpp)
-  std::string job_id;                 // what every member's hello must name (a joiner's may be empty)
-  // Until every starting rank said hello: a line naming the missing ones every 10 s, and after
-  // this long the job fails naming them.
-  std::chrono::milliseconds rendezvous_timeout{300'000};
+// The rules the machine decides by (membership/machine.hpp's membership_rules), and the wiring.
+struct membership_setup : membership_rules {
   // Set (Ctrl-C, an app's cancel) while the starting ranks say hello: the job fails within a
   // second, naming the missing ones, instead of waiting for them. May be null.
   const std::atomic<bool>* stop_requested = nullptr;
   pipeline pipe = pipeline::synchronous;
-  std::uint64_t total_rounds = 0;
-  std::uint64_t origin_steps = 0;     // where the job starts (> 0 when resumed)
-  std::uint64_t origin_data_position = 0;
   // Spawns the epoch's coordinator, which fills `result` and reports kept steps to `on_kept`.
   std::function<coordinator_actor(const epoch_spec&, std::shared_ptr<job_result> result,
                                   std::function<void(std::uint64_t steps, std::uint64_t data_position)> on_kept)>
@@ -234,36 +174,15 @@ struct membership_setup {
   // When the job stops, the events (JSON lines) that no later epoch's coordinator will write to the
   // metrics file: the losses and the wait for a majority that ended it. May be empty.
   std::function<void(const std::vector<std::string>&)> on_unwritten_events;
-  // The steps the job has done (the running coordinator's), for the events' lines.
-  std::shared_ptr<const std::atomic<std::uint64_t>> steps_done;
-  // Judges the members' heartbeats; nullopt: a hung member is found by the middleman's
-  // heartbeat timeout only.
-  std::optional<heartbeat_detector_settings> detector;
   // Called once the job is over, before any member hears it: the master port stops taking
   // connections, so a member that starts the next job on it waits for that job's rank 0.
   std::function<void()> on_finished;
   std::shared_ptr<job_result> result;  // the whole job's, merged over epochs
-  // Time a failed epoch waits for the death that may explain it before the job fails.
-  std::chrono::milliseconds loss_grace{3000};
-  // Elastic jobs: HOST:PORT of this process's standby, named in the replicas as the coordinator's.
-  std::string control;
-  // Set when this process takes over from a lost coordinator: the state to go on from, why the
-  // coordinator was lost, and how long the other members have to reconnect.
-  std::optional<coordination_replica> takeover;
-  std::string takeover_cause;
-  std::chrono::milliseconds reconnect_grace{3000};
-  // A side without a majority of the last epoch's members keeps its state and waits this long
-  // for them (they may be behind a partition that heals) before the job fails; 0: it fails at once.
-  std::chrono::milliseconds majority_wait{30'000};
   // Asks the standby listening at HOST:PORT (a lost member's) for the newest epoch it holds and
   // whether its process hosts a coordinator; nullopt when it does not answer. May block for a few
   // seconds (called off the actor's thread). A waiting side stops when a lost member holds a later
   // epoch, and gives way to a coordinator earlier in the last epoch's order. Empty: asks nobody.
   std::function<std::optional<std::pair<std::uint64_t, bool>>(const std::string& control)> ask_standby;
-  // Replays these changes (process_group::membership_replay): each epoch ends at the next one's
-  // step; then its departing members leave (the coordinator's process goes away, as a killed one
-  // does), and its joiners, held since their hello, are admitted (waited for when not there yet).
-  std::optional<process_replay> replay;
 };
 
 membership_actor spawn_membership_actor(caf::actor_system& system, membership_setup setup);
@@ -288,11 +207,6 @@ struct member_agent_setup {
   const std::atomic<bool>* stop_requested = nullptr;
 };
 member_agent spawn_member_agent(caf::actor_system& system, member_agent_setup setup);
-
-// "membership: rank 2 (127.0.0.1), worker, lost at step 40: connection closed (...)"
-std::string member_event_line(const std::string& name, const membership_record& r);
-// "rank 2 (127.0.0.1)", "member 5" (a joiner).
-std::string member_name(int initial_rank, std::uint64_t id, const std::string& host);
 
 void add_membership_message_types(caf::actor_system_config& config);
 

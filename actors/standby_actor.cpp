@@ -8,13 +8,6 @@
 
 namespace accord {
 
-std::vector<replica_member> succession(const coordination_replica& replica) {
-  std::vector<replica_member> order = replica.members;
-  auto key = [](const replica_member& m) { return std::make_pair(m.rank >= 0 ? m.rank : INT_MAX, m.id); };
-  std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
-  return order;
-}
-
 namespace {
 
 struct standby_state {
@@ -32,20 +25,13 @@ struct standby_state {
 
 using standby_pointer = standby_actor::stateful_pointer<standby_state>;
 
-// Whether this process itself judged the coordinator of its newest replica lost.
-bool saw_coordinator_lost(const standby_state& s) {
-  return s.lost_coordinator && *s.lost_coordinator == s.replica.coordinator;
-}
-
 membership_actor take_over_once(standby_state& s) {
   if (!s.hosted) s.hosted = s.take_over(s.replica, s.lost_cause);
   return s.hosted;
 }
 
-caf::error still_heard(const standby_state& s, const std::string& detail) {
-  return caf::make_error(caf::sec::runtime_error, std::string(coordinator_still_heard) + " (member " +
-                                                      std::to_string(s.replica.coordinator) + ", " + detail +
-                                                      "): the asker is the one cut off from it");
+caf::error refusal(const standby_state& s, const std::string& detail) {
+  return caf::make_error(caf::sec::runtime_error, still_heard(s.replica.coordinator, detail));
 }
 
 standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_function take_over,
@@ -76,15 +62,16 @@ standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_fu
       },
       [self](elect_atom, std::uint64_t epoch, const std::string&) -> caf::result<membership_actor> {
         auto& s = self->state;
-        if (s.hosted) return s.hosted;
-        if (s.replica.epoch == 0)
-          return caf::make_error(caf::sec::runtime_error, "this worker holds no copy of the coordinator's state yet");
-        if (saw_coordinator_lost(s)) return take_over_once(s);
-        // The coordinator formed a later epoch without the asker: it was dropped, not the coordinator.
-        if (epoch < s.replica.epoch)
-          return still_heard(s, "which formed epoch " + std::to_string(s.replica.epoch) + " " + formed_without_asker +
-                                    ", whose copy is of epoch " + std::to_string(epoch));
-        // Lost coordinators are seen by every member within a detector's threshold: wait for ours.
+        switch (answer_election({s.replica, static_cast<bool>(s.hosted), s.lost_coordinator}, epoch)) {
+          case election_answer::coordinates: return s.hosted;
+          case election_answer::no_copy_yet:
+            return caf::make_error(caf::sec::runtime_error, "this worker holds no copy of the coordinator's state yet");
+          case election_answer::take_over: return take_over_once(s);
+          case election_answer::formed_without_asker:  // it was dropped, not the coordinator
+            return refusal(s, "which formed epoch " + std::to_string(s.replica.epoch) + " " + formed_without_asker +
+                                      ", whose copy is of epoch " + std::to_string(epoch));
+          case election_answer::wait_for_own_verdict: break;
+        }
         const std::uint64_t key = s.next_key++;
         auto promise = self->make_response_promise<membership_actor>();
         s.deferred.emplace(key, promise);
@@ -98,7 +85,7 @@ standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_fu
         char waited[32];
         std::snprintf(waited, sizeof waited, "%.1f s after being asked",
                       std::chrono::duration<double>(s.confirm_wait).count());
-        found->second.deliver(still_heard(s, std::string("still heard ") + waited));
+        found->second.deliver(refusal(s, std::string("still heard ") + waited));
         s.deferred.erase(found);
       },
       [self](follow_atom, const std::string& control) {

@@ -13,6 +13,7 @@
 // `takeover_confirm_wait`, then refuses with `coordinator_still_heard`: the asker is the one cut off.
 #include "actors/coordination_replica.hpp"
 #include "actors/membership_actor.hpp"
+#include "membership/election.hpp"
 
 #include <chrono>
 #include <functional>
@@ -24,14 +25,6 @@ using elect_atom = caf::atom_constant<caf::atom("elect")>;
 using membership_atom = caf::atom_constant<caf::atom("membership")>;
 using unconfirmed_atom = caf::atom_constant<caf::atom("unconfirm")>;
 using follow_atom = caf::atom_constant<caf::atom("follow")>;
-
-// Longer than any member's detector takes to judge a hung coordinator (its 1.5 s floor, 3 s
-// until ten heartbeats are known, more on an irregular machine); a dead one is seen at once.
-inline constexpr auto takeover_confirm_wait = std::chrono::milliseconds(5000);
-// Starts a refusal to take over from a coordinator this member still hears.
-inline constexpr const char* coordinator_still_heard = "this member still hears the coordinator";
-// In such a refusal: the coordinator formed a later epoch without the asker (it was dropped).
-inline constexpr const char* formed_without_asker = "without the asker";
 
 using standby_actor = caf::typed_actor<
     caf::reacts_to<replica_atom, coordination_replica>,  // the coordinator's newest state (kept if newer)

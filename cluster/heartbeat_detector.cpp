@@ -30,6 +30,15 @@ duration heartbeat_detector::threshold_of(const std::deque<duration>& gaps) cons
   return std::min<duration>(std::max<duration>(median + spread, floor), settings_.upper_bound);
 }
 
+heartbeat_detector::clock::duration heartbeat_detector::threshold_of(watched& w) const {
+  if (!w.threshold) w.threshold = threshold_of(w.gaps);
+  return *w.threshold;
+}
+
+heartbeat_detector::clock::duration heartbeat_detector::least_threshold() const {
+  return std::min<duration>(settings_.floor, settings_.upper_bound);
+}
+
 void heartbeat_detector::heard(std::uint64_t member, clock::time_point at) {
   auto [entry, first] = members_.try_emplace(member);
   watched& w = entry->second;
@@ -40,7 +49,7 @@ void heartbeat_detector::heard(std::uint64_t member, clock::time_point at) {
   }
   w.last = at;
   w.marked = false;
-  w.threshold = threshold_of(w.gaps);
+  w.threshold.reset();
 }
 
 void heartbeat_detector::forget(std::uint64_t member) { members_.erase(member); }
@@ -53,9 +62,9 @@ std::vector<heartbeat_detector::suspicion> heartbeat_detector::check(clock::time
   for (auto it = members_.begin(); it != members_.end();) {
     watched& w = it->second;
     const duration silence = now - w.last;
-    const bool past = silence > w.threshold;
+    const bool past = silence > least_threshold() && silence > threshold_of(w);
     if (past && (w.marked || !late)) {
-      silent.push_back({it->first, silence, w.threshold});
+      silent.push_back({it->first, silence, threshold_of(w)});
       it = members_.erase(it);
       continue;
     }
@@ -68,7 +77,7 @@ std::vector<heartbeat_detector::suspicion> heartbeat_detector::check(clock::time
 std::optional<heartbeat_detector::clock::duration> heartbeat_detector::threshold(std::uint64_t member) const {
   const auto found = members_.find(member);
   if (found == members_.end()) return std::nullopt;
-  return found->second.threshold;
+  return found->second.threshold ? *found->second.threshold : threshold_of(found->second.gaps);
 }
 
 }  // namespace accord

@@ -62,9 +62,14 @@ private:
     clock::time_point last;       // its last heartbeat
     bool marked = false;          // silent past its threshold at a late check: judged at the next
     std::deque<clock::duration> gaps;
-    clock::duration threshold{};
+    // Of `gaps`, computed when a silence first needs it (a heartbeat makes it stale): most checks
+    // find a member silent for less than any threshold can be.
+    std::optional<clock::duration> threshold;
   };
   clock::duration threshold_of(const std::deque<clock::duration>& gaps) const;
+  clock::duration threshold_of(watched& w) const;
+  // No threshold is shorter than this: silences up to it need no statistics.
+  clock::duration least_threshold() const;
 
   heartbeat_detector_settings settings_;
   std::map<std::uint64_t, watched> members_;

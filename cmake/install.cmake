@@ -13,7 +13,7 @@ include(CMakePackageConfigHelpers)
 
 # In link order (a library before those it uses), for pkg-config's static link line.
 set(ACCORD_PACKAGE_LIBRARIES)
-foreach(library accord_job accord_topologies accord_actors accord_algorithms accord_recovery accord_cluster
+foreach(library accord_job accord_topologies accord_actors accord_membership accord_algorithms accord_recovery accord_cluster
                 accord_observe accord_transport_ucx accord_gpu accord_optim accord_data accord_models
                 accord_transport accord_version)
   if(TARGET ${library})
@@ -43,6 +43,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/models ${PROJECT_SOURCE_DIR}/data ${PROJ
                   ${PROJECT_SOURCE_DIR}/transport ${PROJECT_SOURCE_DIR}/gpu ${PROJECT_SOURCE_DIR}/actors
                   ${PROJECT_SOURCE_DIR}/algorithms ${PROJECT_SOURCE_DIR}/topologies ${PROJECT_SOURCE_DIR}/job
                   ${PROJECT_SOURCE_DIR}/cluster ${PROJECT_SOURCE_DIR}/recovery ${PROJECT_SOURCE_DIR}/observe
+                  ${PROJECT_SOURCE_DIR}/membership
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/accord
   FILES_MATCHING PATTERN "*.hpp")
 

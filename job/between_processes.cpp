@@ -196,8 +196,7 @@ std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf
   coordination_replica replica;
   self->request(standby, candidate_timeout, replica_atom::value)
       .receive([&](coordination_replica& r) { replica = std::move(r); }, [](caf::error&) {});
-  for (const replica_member& candidate : succession(replica)) {
-    if (candidate.id == replica.coordinator) continue;
+  for (const replica_member& candidate : election_candidates(replica)) {
     const std::string name = member_name(candidate.initial_rank, candidate.id, candidate.host);
     standby_actor asked = standby;
     if (candidate.id != me) {
