@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <ctime>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace accord {
 namespace {
@@ -150,15 +152,6 @@ thread_cpu thread_cpu_seconds(int rank, bool shared) {
   const auto seconds = [&](slot where) { return 1e-9 * static_cast<double>(ns_by_slot[static_cast<std::size_t>(where)]); };
   return {seconds(slot::compute),  seconds(slot::communicator), seconds(slot::evaluator),
           seconds(slot::actors),   seconds(slot::transport),    seconds(slot::other)};
-}
-
-std::array<std::pair<const char*, double>, 6> by_role(const thread_cpu& cpu) {
-  return {{{"compute", cpu.compute},
-           {"communicator", cpu.communicator},
-           {"evaluator", cpu.evaluator},
-           {"actors", cpu.actors},
-           {"transport", cpu.transport},
-           {"other", cpu.other}}};
 }
 
 thread_cpu operator-(const thread_cpu& a, const thread_cpu& b) {
