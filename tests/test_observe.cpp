@@ -126,7 +126,9 @@ TEST_CASE("a step's figures are written from their declarations: JSON, CSV, Prom
         R"("step":7,"train_loss":2.5,"vote_agreement":0.875,"worker_communication_seconds":[0.125,0.25],)"
         R"("worker_compute_seconds":[0.25,0.5],"worker_gradients":[2,2],"worker_wait_seconds":[0.0625,0.125],"workers":2})");
   // Not measured at a step (-1, empty): no key, an empty cell.
-  const accord::step_metrics plain{.step = 3, .workers = 1};
+  accord::step_metrics plain;
+  plain.step = 3;
+  plain.workers = 1;
   const nlohmann::json sparse = accord::step_json(plain);
   for (const char* key : {"eval_loss", "vote_agreement", "consensus_distance", "staleness", "worker_gradients", "edge_bytes"})
     CHECK_MESSAGE(!sparse.contains(key), key);
@@ -156,6 +158,14 @@ TEST_CASE("a step's figures are written from their declarations: JSON, CSV, Prom
   CHECK(metrics.find("accord_cpu_seconds_total{role=\"other\"} 12\n") != std::string::npos);
   CHECK(metrics.find("accord_applied_gradients_total{staleness=\"0\"} 6\n") != std::string::npos);
   CHECK(figures.latest()->eval_loss == 2.25);
+  {  // every declared metric, labelled ones too, as Prometheus' linter wants them (see below)
+    const scratch_dir dir;
+    std::ofstream(dir.file("all.prom")) << metrics;
+    const accord::testing::run_output lint = accord::testing::run("promtool check metrics < " + dir.file("all.prom"));
+    INFO(lint.text);
+    CHECK(lint.status == 0);
+    CHECK(lint.text.empty());
+  }
   CHECK(figures.totals().staleness == std::vector<std::uint64_t>{6, 2});
 
   // The page's tiles: the declared ones, each naming a key of the step's line.
