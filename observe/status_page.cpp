@@ -41,8 +41,10 @@ th{background:#eee}
 </div>
 <script>
 "use strict";
-// The last step's figures shown as tiles, from the metrics' declarations.
-const tiles = TILES;
+// From the metrics' declarations (observe/step_figures.cpp's status_page_figures): the last
+// step's figures shown as tiles, and each part of a worker's time with its key in the step's line.
+const declared = DECLARED;
+const tiles = declared.tiles;
 const svgNamespace = "http://www.w3.org/2000/svg";
 
 function element(name, attributes, text, namespace) {
@@ -76,7 +78,7 @@ function seconds(value) {
   if (s < 1) return significant(s * 1e3) + " ms";
   return significant(s) + " s";
 }
-// A tile's value as its declaration (observe/step_figures.cpp's status_tiles) says.
+// A tile's value as its declaration says.
 function shown(value, tile) {
   switch (tile.format) {
     case "fixed": return fixed(value, tile.digits);
@@ -135,7 +137,8 @@ function chart(svg, series, format, range) {
   replaceChildren(svg, children);
 }
 
-const activities = [["compute", "#1f77b4"], ["communication", "#ff7f0e"], ["wait", "#999"]];
+const activityColours = ["#1f77b4", "#ff7f0e", "#999", "#2ca02c", "#d62728"];
+const activities = declared.worker_seconds.map(([activity, key], i) => [activity, activityColours[i % 5], key]);
 
 // One bar per worker, its compute, communication and wait seconds of the last step stacked.
 function workerBars(svg, perWorker) {
@@ -145,7 +148,7 @@ function workerBars(svg, perWorker) {
     children.push(svgElement("rect", {x: left + 100 * i, y: 4, width: 10, height: 10, fill: colour}));
     children.push(svgElement("text", {x: left + 100 * i + 14, y: 13, "font-size": 11}, activity));
   });
-  const total = w => w.compute + w.communication + w.wait;
+  const total = w => activities.reduce((sum, [activity]) => sum + w[activity], 0);
   const longest = Math.max(1e-12, ...perWorker.map(total));
   const row = Math.min(22, (height - 24) / Math.max(1, perWorker.length));
   perWorker.forEach((w, rank) => {
@@ -198,8 +201,8 @@ function show(status) {
         [0, 100]);
   // Each worker's compute, communication and wait seconds of the last step (the metrics line's
   // worker_compute_seconds, ... by rank).
-  const perWorker = !last ? [] : last.worker_compute_seconds.map(
-      (_, rank) => Object.fromEntries(activities.map(([activity]) => [activity, last["worker_" + activity + "_seconds"][rank]])));
+  const perWorker = !last ? [] : last[activities[0][2]].map(
+      (_, rank) => Object.fromEntries(activities.map(([activity, colour, key]) => [activity, last[key][rank]])));
   workerBars(document.getElementById("worker-bars"), perWorker);
 
   const staleness = document.getElementById("staleness");
@@ -245,8 +248,8 @@ setInterval(refresh, 2000);
 const std::string& status_page_html() {
   static const std::string page = [] {
     std::string text = page_template;
-    const std::string placeholder = "TILES";
-    return text.replace(text.find(placeholder), placeholder.size(), status_tiles().dump());
+    const std::string placeholder = "DECLARED";
+    return text.replace(text.find(placeholder), placeholder.size(), status_page_figures().dump());
   }();
   return page;
 }

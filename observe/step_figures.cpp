@@ -255,9 +255,14 @@ std::string step_figures::prometheus() const {
   return text.str();
 }
 
-nlohmann::json status_tiles() {
-  nlohmann::json tiles = nlohmann::json::array();
+nlohmann::json status_page_figures() {
+  nlohmann::json tiles = nlohmann::json::array(), worker_seconds_keys = nlohmann::json::array();
   for_each_field<step_metrics>([&](const auto& f) {
+    using value_type = typename std::remove_cvref_t<decltype(f)>::value_type;
+    if constexpr (std::is_same_v<value_type, std::vector<worker_seconds>>)
+      for_each_field<worker_seconds>([&](const auto& part) {
+        worker_seconds_keys.push_back({std::string(part.name), part_key(f.shown.key, part.name)});
+      });
     if (f.shown.tile.empty()) return;
     tiles.push_back({{"label", std::string(f.shown.tile)},
                      {"key", std::string(f.shown.key)},
@@ -265,7 +270,7 @@ nlohmann::json status_tiles() {
                      {"digits", f.shown.digits},
                      {"suffix", std::string(f.shown.suffix)}});
   });
-  return tiles;
+  return {{"tiles", std::move(tiles)}, {"worker_seconds", std::move(worker_seconds_keys)}};
 }
 
 std::vector<figure_names> declared_figures() {

@@ -36,8 +36,10 @@ private:
   step_metrics totals_;
 };
 
-// The status page's tiles, in declaration order: [{"label", "key", "format", "digits", "suffix"}].
-nlohmann::json status_tiles();
+// What the status page shows of a step: {"tiles": its tiles, in declaration order, each
+// {"label", "key", "format", "digits", "suffix"}; "worker_seconds": [[part, its key], ...], the
+// parts of a worker's time ("compute", "worker_compute_seconds")}.
+nlohmann::json status_page_figures();
 
 // Where a declared field shows, by name: for docs/observability.md's table.
 struct figure_names {

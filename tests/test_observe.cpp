@@ -168,11 +168,15 @@ TEST_CASE("a step's figures are written from their declarations: JSON, CSV, Prom
   }
   CHECK(figures.totals().staleness == std::vector<std::uint64_t>{6, 2});
 
-  // The page's tiles: the declared ones, each naming a key of the step's line.
-  const nlohmann::json tiles = accord::status_tiles();
-  REQUIRE(tiles.size() >= 10);
-  for (const auto& tile : tiles) CHECK_MESSAGE(line.contains(tile.at("key").get<std::string>()), tile.dump());
-  CHECK(tiles.at(0) == nlohmann::json{{"label", "step"}, {"key", "step"}, {"format", "plain"}, {"digits", 0}, {"suffix", ""}});
+  // The page's tiles and workers' bars: the declared ones, each naming a key of the step's line.
+  const nlohmann::json page = accord::status_page_figures();
+  REQUIRE(page.at("tiles").size() >= 10);
+  for (const auto& tile : page.at("tiles")) CHECK_MESSAGE(line.contains(tile.at("key").get<std::string>()), tile.dump());
+  CHECK(page.at("tiles").at(0) ==
+        nlohmann::json{{"label", "step"}, {"key", "step"}, {"format", "plain"}, {"digits", 0}, {"suffix", ""}});
+  CHECK(page.at("worker_seconds") == nlohmann::json::parse(R"([["compute", "worker_compute_seconds"],)"
+                                                           R"( ["communication", "worker_communication_seconds"],)"
+                                                           R"( ["wait", "worker_wait_seconds"]])"));
 }
 
 TEST_CASE("metrics lines carry learning rate, gradient norm, vote agreement, per-worker times and epoch") {
