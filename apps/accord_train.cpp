@@ -6,6 +6,7 @@
 #include "gpu/device.hpp"
 #include <accord/blas_threads.hpp>
 #include <accord/config_fields.hpp>
+#include <accord/metrics_fields.hpp>
 
 #include <atomic>
 #include <cmath>
@@ -306,11 +307,14 @@ int main(int argc, char** argv) {
                 result.replicas_identical ? "identical" : "DIVERGED");
     // What communication costs the compute it overlaps, in CPU: the threads' own clocks, by role.
     const double steps = static_cast<double>(std::max<std::size_t>(1, result.steps.size()));
-    const thread_cpu& cpu = result.cpu;
-    std::printf("CPU per step, all processes: compute %.1f ms, communicator %.1f ms, CAF actors %.1f ms, "
-                "UCX %.1f ms, evaluator %.1f ms, other %.1f ms\n",
-                1e3 * cpu.compute / steps, 1e3 * cpu.communicator / steps, 1e3 * cpu.actors / steps,
-                1e3 * cpu.transport / steps, 1e3 * cpu.evaluator / steps, 1e3 * cpu.other / steps);
+    std::string by_role;
+    for_each_field<thread_cpu>([&](const auto& role) {
+      char text[96];
+      std::snprintf(text, sizeof text, "%s%.*s %.1f ms", by_role.empty() ? "" : ", ", static_cast<int>(role.name.size()),
+                    role.name.data(), 1e3 * result.cpu.*role.member / steps);
+      by_role += text;
+    });
+    std::printf("CPU per step, all processes: %s\n", by_role.c_str());
     std::printf("memory per worker: %.1f MB peak (minimum %.1f MB: parameters, %s, its optimizer shard)%s\n",
                 result.peak_bytes_per_worker / 1e6, result.minimum_bytes_per_worker / 1e6,
                 result.gradient_buffers == 1 ? "one gradient buffer" : "two gradient buffers",

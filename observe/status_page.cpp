@@ -1,11 +1,14 @@
 #include "observe/status_page.hpp"
 
+#include "observe/step_figures.hpp"
+
 namespace accord {
+namespace {
 
 // Laid out for a first screen of 1280 x 800: the job and its figures in two short rows, then two
 // rows of three panels (loss, throughput, hidden communication; the workers' time, membership,
 // staleness), so nothing a run is watched for needs scrolling.
-const char* const status_page_html = R"page(<!DOCTYPE html>
+const char* const page_template = R"page(<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>accord</title>
 <style>
 body{font-family:sans-serif;margin:12px 16px;font-size:14px}
@@ -38,6 +41,10 @@ th{background:#eee}
 </div>
 <script>
 "use strict";
+// From the metrics' declarations (observe/step_figures.cpp's status_page_figures): the last
+// step's figures shown as tiles, and each part of a worker's time with its key in the step's line.
+const declared = DECLARED;
+const tiles = declared.tiles;
 const svgNamespace = "http://www.w3.org/2000/svg";
 
 function element(name, attributes, text, namespace) {
@@ -70,6 +77,17 @@ function seconds(value) {
   if (s < 1e-3) return significant(s * 1e6) + " µs";
   if (s < 1) return significant(s * 1e3) + " ms";
   return significant(s) + " s";
+}
+// A tile's value as its declaration says.
+function shown(value, tile) {
+  switch (tile.format) {
+    case "fixed": return fixed(value, tile.digits);
+    case "significant": return Number(value).toPrecision(tile.digits);
+    case "percent": return fixed(100 * value, tile.digits) + "%";
+    case "thousands": return count(value);
+    case "bytes": return bytes(value);
+    default: return String(value);
+  }
 }
 function duration(seconds) {
   const s = Math.max(0, Math.round(seconds));
@@ -119,7 +137,8 @@ function chart(svg, series, format, range) {
   replaceChildren(svg, children);
 }
 
-const activities = [["compute", "#1f77b4"], ["communication", "#ff7f0e"], ["wait", "#999"]];
+const activityColours = ["#1f77b4", "#ff7f0e", "#999", "#2ca02c", "#d62728"];
+const activities = declared.worker_seconds.map(([activity, key], i) => [activity, activityColours[i % 5], key]);
 
 // One bar per worker, its compute, communication and wait seconds of the last step stacked.
 function workerBars(svg, perWorker) {
@@ -129,7 +148,7 @@ function workerBars(svg, perWorker) {
     children.push(svgElement("rect", {x: left + 100 * i, y: 4, width: 10, height: 10, fill: colour}));
     children.push(svgElement("text", {x: left + 100 * i + 14, y: 13, "font-size": 11}, activity));
   });
-  const total = w => w.compute + w.communication + w.wait;
+  const total = w => activities.reduce((sum, [activity]) => sum + w[activity], 0);
   const longest = Math.max(1e-12, ...perWorker.map(total));
   const row = Math.min(22, (height - 24) / Math.max(1, perWorker.length));
   perWorker.forEach((w, rank) => {
@@ -161,19 +180,13 @@ function show(status) {
     const eta = done > 0 ? " | ETA " + duration((last.seconds - status.first_seconds) / done * left) : "";
     document.getElementById("progress").textContent =
         "running: step " + last.step + " of " + status.steps + " after " + duration(last.seconds) + eta;
-    const rows = [
-      ["step", last.step], ["train loss", fixed(last.train_loss, 4)], ["held-out loss", fixed(last.eval_loss, 4)],
-      ["throughput", count(last.items_per_second) + " items/s"], ["bits/param", fixed(last.bits_per_parameter, 1)],
-      ["bytes sent (step)", bytes(last.bytes)], ["hidden", fixed(100 * last.hidden_fraction, 1) + "%"],
-      ["learning rate", Number(last.learning_rate).toPrecision(3)],
-      ["gradient norm", Number(last.gradient_norm).toPrecision(3)], ["workers", last.workers], ["epoch", last.epoch]];
-    if (last.vote_agreement !== undefined) rows.push(["vote agreement", fixed(last.vote_agreement, 3)]);
-    if (last.consensus_distance !== undefined) rows.push(["consensus distance", fixed(last.consensus_distance, 4)]);
-    for (const [name, value] of rows) {
-      const tile = element("div", {"data-figure": name});
-      tile.appendChild(element("span", {}, name));
-      tile.appendChild(element("b", {}, String(value)));
-      figures.push(tile);
+    for (const tile of tiles) {
+      const value = last[tile.key];
+      if (missing(value)) continue;  // not measured in this job (yet)
+      const figure = element("div", {"data-figure": tile.label});
+      figure.appendChild(element("span", {}, tile.label));
+      figure.appendChild(element("b", {}, shown(value, tile) + tile.suffix));
+      figures.push(figure);
     }
   }
   replaceChildren(document.getElementById("figures"), figures);
@@ -186,7 +199,11 @@ function show(status) {
   chart(document.getElementById("hidden-chart"),
         [{name: "hidden %", colour: "#9467bd", points: pick(3).map(([s, v]) => [s, 100 * v])}], v => v.toFixed(0) + "%",
         [0, 100]);
-  workerBars(document.getElementById("worker-bars"), last ? last.per_worker : []);
+  // Each worker's compute, communication and wait seconds of the last step (the metrics line's
+  // worker_compute_seconds, ... by rank).
+  const perWorker = !last ? [] : last[activities[0][2]].map(
+      (_, rank) => Object.fromEntries(activities.map(([activity, colour, key]) => [activity, last[key][rank]])));
+  workerBars(document.getElementById("worker-bars"), perWorker);
 
   const staleness = document.getElementById("staleness");
   if (status.staleness.length === 0) {
@@ -225,5 +242,16 @@ setInterval(refresh, 2000);
 </script>
 </body></html>
 )page";
+
+}  // namespace
+
+const std::string& status_page_html() {
+  static const std::string page = [] {
+    std::string text = page_template;
+    const std::string placeholder = "DECLARED";
+    return text.replace(text.find(placeholder), placeholder.size(), status_page_figures().dump());
+  }();
+  return page;
+}
 
 }  // namespace accord

@@ -1,6 +1,6 @@
 #include "observe/status_server.hpp"
 
-#include "observe/thread_cpu.hpp"
+#include "observe/step_figures.hpp"
 
 #include <utility>  // before Boost 1.74's asio/awaitable.hpp, which uses std::exchange without it
 
@@ -64,14 +64,9 @@ struct status_server::state {
   mutable std::mutex mutex;
   std::vector<curve_point> curve;
   std::vector<eval_point> eval;
-  std::optional<step_metrics> first, last;
-  std::vector<std::uint64_t> staleness;  // gradients applied k updates stale, whole job, by k
+  std::optional<step_metrics> first;
+  step_figures figures;  // the last step's, and the sums /metrics shows
   std::deque<std::string> events;
-  // Sums over the steps this process saw, for Prometheus' counters (rate() of them gives a pace).
-  double items = 0;
-  double bytes_sent = 0;
-  std::vector<worker_seconds> worker_totals;  // by rank
-  thread_cpu cpu_totals;                      // CPU seconds by thread role, all processes
 
   asio::io_context io;
   tcp::acceptor acceptor{io};
@@ -102,7 +97,7 @@ struct status_server::state {
     if (target == "/" || target == "/index.html") {
       response.result(http::status::ok);
       response.set(http::field::content_type, "text/html; charset=utf-8");
-      response.body() = status_page_html;
+      response.body() = status_page_html();
     } else if (target == "/status.json") {
       response.result(http::status::ok);
       response.set(http::field::content_type, "application/json");
@@ -125,29 +120,11 @@ struct status_server::state {
   // What the page draws: the job, the last step, the curves, staleness and membership events.
   std::string render_json() const {
     const std::lock_guard lock(mutex);
-    nlohmann::json status = {{"job", job},         {"steps", steps},         {"points", curve},
-                             {"eval", eval},       {"staleness", staleness}, {"events", events},
-                             {"last", nullptr}};
-    if (last) {
-      const step_metrics& m = *last;
-      nlohmann::json per_worker = nlohmann::json::array();
-      for (const worker_seconds& w : m.per_worker)
-        per_worker.push_back({{"compute", w.compute}, {"communication", w.communication}, {"wait", w.wait}});
-      status["last"] = {{"step", m.step},
-                        {"train_loss", m.train_loss},
-                        {"eval_loss", eval.empty() ? nlohmann::json() : nlohmann::json(eval.back()[1])},
-                        {"seconds", m.seconds},
-                        {"items_per_second", m.items_per_second},
-                        {"bits_per_parameter", m.bits_per_parameter},
-                        {"bytes", m.bytes_sent},
-                        {"hidden_fraction", m.hidden_fraction},
-                        {"learning_rate", m.learning_rate},
-                        {"gradient_norm", m.gradient_norm},
-                        {"workers", m.workers},
-                        {"epoch", m.epoch},
-                        {"per_worker", std::move(per_worker)}};
-      if (m.vote_agreement >= 0) status["last"]["vote_agreement"] = m.vote_agreement;
-      if (m.consensus_distance >= 0) status["last"]["consensus_distance"] = m.consensus_distance;
+    nlohmann::json status = {{"job", job},   {"steps", steps},   {"points", curve},
+                             {"eval", eval}, {"staleness", figures.totals().staleness},
+                             {"events", events}, {"last", nullptr}};
+    if (first) {
+      status["last"] = step_json(*figures.latest());
       // The pace for the ETA is measured from the first step this run saw (a resumed job starts late).
       status["first_step"] = first->step;
       status["first_seconds"] = first->seconds;
@@ -170,35 +147,7 @@ struct status_server::state {
     metric("gauge", "build_info", "accord's version, as a label (the value is 1)");
     text << "accord_build_info{version=\"" << version() << "\"} 1\n";
     one("gauge", "steps_target", "optimizer steps the job runs", static_cast<double>(steps));
-    one("counter", "steps_total", "optimizer steps done", last ? static_cast<double>(last->step) : 0);
-    one("counter", "items_total", "tokens (language model) or examples trained on by all workers", items);
-    one("counter", "sent_bytes_total", "bytes sent by all workers", bytes_sent);
-    if (!last) return text.str();
-    const step_metrics& m = *last;
-    one("counter", "elapsed_seconds_total", "seconds since the job started, at the last step", m.seconds);
-    one("gauge", "train_loss", "mean training loss of the last step", m.train_loss);
-    if (!eval.empty()) one("gauge", "eval_loss", "latest held-out loss", eval.back()[1]);
-    // Bytes, Prometheus' base unit (promtool's lint refuses bits): the progress line's bits/param over 8.
-    one("gauge", "sent_bytes_per_parameter", "bytes sent per parameter and worker in the last step",
-        m.bits_per_parameter / 8);
-    one("gauge", "communication_hidden_ratio", "fraction of the last step's communication time hidden behind compute",
-        m.hidden_fraction);
-    one("gauge", "learning_rate", "learning rate of the last step", m.learning_rate);
-    one("gauge", "gradient_norm", "norm of the last step's mean gradient", m.gradient_norm);
-    one("gauge", "workers", "workers in the job", m.workers);
-    one("gauge", "membership_epoch", "membership epoch (it grows with each change of the workers)",
-        static_cast<double>(m.epoch));
-    metric("counter", "worker_seconds_total", "seconds each worker spent on each activity, summed over the steps");
-    for (std::size_t r = 0; r < worker_totals.size(); ++r) {
-      const worker_seconds& w = worker_totals[r];
-      for (const auto& [activity, seconds] :
-           {std::pair{"compute", w.compute}, std::pair{"communication", w.communication}, std::pair{"wait", w.wait}})
-        text << "accord_worker_seconds_total{rank=\"" << r << "\",activity=\"" << activity << "\"} "
-             << number(seconds, "%.10g") << '\n';
-    }
-    metric("counter", "cpu_seconds_total", "CPU seconds of the job's threads by role, all processes");
-    for (const auto& [role, seconds] : by_role(cpu_totals))
-      text << "accord_cpu_seconds_total{role=\"" << role << "\"} " << number(seconds, "%.10g") << '\n';
+    text << figures.prometheus();
     return text.str();
   }
 };
@@ -233,24 +182,13 @@ void status_server::on_step(const step_metrics& m) {
   const std::lock_guard lock(state_->mutex);
   auto& s = *state_;
   if (!s.first) s.first = m;
-  s.last = m;
+  s.figures.add(m);
   s.curve.push_back({static_cast<double>(m.step), m.train_loss, m.items_per_second, m.hidden_fraction});
   thin(s.curve);
   if (m.eval_loss >= 0) {
     s.eval.push_back({static_cast<double>(m.step), m.eval_loss});
     thin(s.eval);
   }
-  s.items += m.items;
-  s.bytes_sent += static_cast<double>(m.bytes_sent);
-  s.cpu_totals += m.cpu;
-  if (s.worker_totals.size() < m.per_worker.size()) s.worker_totals.resize(m.per_worker.size());
-  for (std::size_t r = 0; r < m.per_worker.size(); ++r) {
-    s.worker_totals[r].compute += m.per_worker[r].compute;
-    s.worker_totals[r].communication += m.per_worker[r].communication;
-    s.worker_totals[r].wait += m.per_worker[r].wait;
-  }
-  if (s.staleness.size() < m.staleness.size()) s.staleness.resize(m.staleness.size());
-  for (std::size_t k = 0; k < m.staleness.size(); ++k) s.staleness[k] += m.staleness[k];
 }
 
 void status_server::on_event(const std::string& line) {

@@ -1,9 +1,12 @@
 #include "observe/thread_cpu.hpp"
 
+#include <accord/metrics_fields.hpp>
+
 #include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <ctime>
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 namespace accord {
 namespace {
@@ -152,32 +156,22 @@ thread_cpu thread_cpu_seconds(int rank, bool shared) {
           seconds(slot::actors),   seconds(slot::transport),    seconds(slot::other)};
 }
 
-std::array<std::pair<const char*, double>, 6> by_role(const thread_cpu& cpu) {
-  return {{{"compute", cpu.compute},
-           {"communicator", cpu.communicator},
-           {"evaluator", cpu.evaluator},
-           {"actors", cpu.actors},
-           {"transport", cpu.transport},
-           {"other", cpu.other}}};
-}
-
+// Role by role, over thread_cpu's field list.
 thread_cpu operator-(const thread_cpu& a, const thread_cpu& b) {
-  return {a.compute - b.compute, a.communicator - b.communicator, a.evaluator - b.evaluator,
-          a.actors - b.actors, a.transport - b.transport, a.other - b.other};
+  thread_cpu difference = a;
+  for_each_field<thread_cpu>([&](const auto& role) { difference.*role.member -= b.*role.member; });
+  return difference;
 }
 
 thread_cpu& operator+=(thread_cpu& a, const thread_cpu& b) {
-  a.compute += b.compute;
-  a.communicator += b.communicator;
-  a.evaluator += b.evaluator;
-  a.actors += b.actors;
-  a.transport += b.transport;
-  a.other += b.other;
+  for_each_field<thread_cpu>([&](const auto& role) { a.*role.member += b.*role.member; });
   return a;
 }
 
 double total(const thread_cpu& cpu) {
-  return cpu.compute + cpu.communicator + cpu.evaluator + cpu.actors + cpu.transport + cpu.other;
+  double sum = 0;
+  for_each_field<thread_cpu>([&](const auto& role) { sum += cpu.*role.member; });
+  return sum;
 }
 
 }  // namespace accord

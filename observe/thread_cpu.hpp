@@ -6,9 +6,6 @@
 // step's cost is the difference of two samples. No CAF.
 #include <accord/metrics.hpp>
 
-#include <array>
-#include <utility>
-
 namespace accord {
 
 enum class thread_role { compute, communicator, evaluator };
@@ -20,9 +17,6 @@ void name_thread(thread_role role, int rank);
 // worker `rank` (all workers' when rank < 0) and, with `shared`, the threads no worker owns (the
 // evaluator, CAF's scheduler, UCX's threads, the rest). Samples closer than a few milliseconds apart reuse one scan of /proc.
 thread_cpu thread_cpu_seconds(int rank, bool shared);
-
-// Each role's name and seconds, in thread_cpu's order: the list the metrics file and /metrics write.
-std::array<std::pair<const char*, double>, 6> by_role(const thread_cpu& cpu);
 
 // a − b, role by role (a step's cost from two cumulative samples).
 thread_cpu operator-(const thread_cpu& a, const thread_cpu& b);

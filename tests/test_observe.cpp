@@ -1,6 +1,7 @@
 // Seeing a job: the metrics accord-train writes (JSON lines and CSV), --config files, and the
 // plots scripts/plot-metrics draws from a real metrics file.
 #include <doctest/doctest.h>
+#include <accord/metrics_fields.hpp>
 #include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "observe/progress_line.hpp"
+#include "observe/step_figures.hpp"
 #include "run_command.hpp"
 
 namespace fs = std::filesystem;
@@ -89,6 +91,92 @@ TEST_CASE("the progress line comes at the first step, every interval and the las
   CHECK(accord::format_rate(1.25e6) == "1.25M");
   CHECK(accord::format_duration(3725) == "1h02m");
   CHECK(accord::format_duration(187) == "3m07s");
+}
+
+namespace {
+
+// A step whose every field holds something: two workers, a stale gradient, an edge.
+accord::step_metrics full_step(std::uint64_t step) {
+  return {.step = step, .train_loss = 2.5, .eval_loss = 2.25, .seconds = 1.5, .items = 32, .items_per_second = 64,
+          .bits_per_parameter = 16, .hidden_fraction = 0.5, .micro_batches = 4, .workers = 2, .epoch = 1,
+          .learning_rate = 1e-3, .bytes_sent = 800, .gradient_norm = 0.75, .vote_agreement = 0.875,
+          .per_worker = {{0.25, 0.125, 0.0625}, {0.5, 0.25, 0.125}}, .cpu = {1, 2, 3, 4, 5, 6},
+          .consensus_distance = 0.125, .staleness = {3, 1}, .worker_gradients = {2, 2},
+          .edge_bytes = {{0, 1, 300}, {1, 0, 500}}};
+}
+
+}  // namespace
+
+TEST_CASE("a step's figures are written from their declarations: JSON, CSV, Prometheus and the page's tiles") {
+  // The CSV columns scripts read by name, in the order the file always had (a resumed job appends
+  // to a file an older accord-train began).
+  CHECK(accord::csv_header() ==
+        "step,train_loss,eval_loss,seconds,items,items_per_second,bits_per_parameter,hidden_fraction,micro_batches,"
+        "workers,epoch,learning_rate,gradient_norm,vote_agreement,compute_seconds,communication_seconds,wait_seconds,"
+        "bytes,consensus_distance,edge_bytes_max,edge_bytes_mean,cpu_compute_seconds,cpu_communicator_seconds,"
+        "cpu_evaluator_seconds,cpu_actors_seconds,cpu_transport_seconds,cpu_other_seconds");
+  CHECK(accord::csv_row(full_step(7)) == "7,2.5,2.25,1.5,32.0,64.0,16.0,0.5,4,2,1,0.001,0.75,0.875,0.375,0.1875,0.09375,"
+                                         "800,0.125,500,400.0,1.0,2.0,3.0,4.0,5.0,6.0");
+  const nlohmann::json line = accord::step_json(full_step(7));
+  CHECK(line.dump() ==
+        R"({"bits_per_parameter":16.0,"bytes":800,"consensus_distance":0.125,)"
+        R"("cpu_seconds":{"actors":4.0,"communicator":2.0,"compute":1.0,"evaluator":3.0,"other":6.0,"transport":5.0},)"
+        R"("edge_bytes":[[0,1,300],[1,0,500]],"epoch":1,"eval_loss":2.25,"gradient_norm":0.75,"hidden_fraction":0.5,)"
+        R"("items":32.0,"items_per_second":64.0,"learning_rate":0.001,"micro_batches":4,"seconds":1.5,"staleness":[3,1],)"
+        R"("step":7,"train_loss":2.5,"vote_agreement":0.875,"worker_communication_seconds":[0.125,0.25],)"
+        R"("worker_compute_seconds":[0.25,0.5],"worker_gradients":[2,2],"worker_wait_seconds":[0.0625,0.125],"workers":2})");
+  // Not measured at a step (-1, empty): no key, an empty cell.
+  accord::step_metrics plain;
+  plain.step = 3;
+  plain.workers = 1;
+  const nlohmann::json sparse = accord::step_json(plain);
+  for (const char* key : {"eval_loss", "vote_agreement", "consensus_distance", "staleness", "worker_gradients", "edge_bytes"})
+    CHECK_MESSAGE(!sparse.contains(key), key);
+  CHECK(sparse.at("worker_compute_seconds") == nlohmann::json::array());
+  CHECK(accord::csv_row(plain).rfind("3,0.0,,0.0,", 0) == 0);
+
+  // /metrics: every declared metric once its field has a value; sums over the steps; an optional
+  // figure keeps its latest measured value.
+  accord::step_figures figures;
+  CHECK(figures.prometheus().find("# TYPE accord_steps_total counter\naccord_steps_total 0\n") != std::string::npos);
+  CHECK(figures.prometheus().find("accord_train_loss") == std::string::npos);  // no step yet
+  figures.add(full_step(1));
+  accord::step_metrics later = full_step(2);
+  later.eval_loss = -1;
+  figures.add(later);
+  const std::string metrics = figures.prometheus();
+  for (const accord::figure_names& f : accord::declared_figures()) {
+    if (f.prometheus.empty()) continue;
+    const std::string name = f.prometheus.substr(0, f.prometheus.find('{'));
+    CHECK_MESSAGE(metrics.find("# TYPE " + name + " " + f.prometheus_type + "\n" + name) != std::string::npos, name);
+  }
+  CHECK(metrics.find("accord_steps_total 2\n") != std::string::npos);
+  CHECK(metrics.find("accord_items_total 64\n") != std::string::npos);
+  CHECK(metrics.find("accord_eval_loss 2.25\n") != std::string::npos);
+  CHECK(metrics.find("accord_sent_bytes_per_parameter 2\n") != std::string::npos);  // 16 bits
+  CHECK(metrics.find("accord_worker_seconds_total{rank=\"1\",activity=\"wait\"} 0.25\n") != std::string::npos);
+  CHECK(metrics.find("accord_cpu_seconds_total{role=\"other\"} 12\n") != std::string::npos);
+  CHECK(metrics.find("accord_applied_gradients_total{staleness=\"0\"} 6\n") != std::string::npos);
+  CHECK(figures.latest()->eval_loss == 2.25);
+  {  // every declared metric, labelled ones too, as Prometheus' linter wants them (see below)
+    const scratch_dir dir;
+    std::ofstream(dir.file("all.prom")) << metrics;
+    const accord::testing::run_output lint = accord::testing::run("promtool check metrics < " + dir.file("all.prom"));
+    INFO(lint.text);
+    CHECK(lint.status == 0);
+    CHECK(lint.text.empty());
+  }
+  CHECK(figures.totals().staleness == std::vector<std::uint64_t>{6, 2});
+
+  // The page's tiles and workers' bars: the declared ones, each naming a key of the step's line.
+  const nlohmann::json page = accord::status_page_figures();
+  REQUIRE(page.at("tiles").size() >= 10);
+  for (const auto& tile : page.at("tiles")) CHECK_MESSAGE(line.contains(tile.at("key").get<std::string>()), tile.dump());
+  CHECK(page.at("tiles").at(0) ==
+        nlohmann::json{{"label", "step"}, {"key", "step"}, {"format", "plain"}, {"digits", 0}, {"suffix", ""}});
+  CHECK(page.at("worker_seconds") == nlohmann::json::parse(R"([["compute", "worker_compute_seconds"],)"
+                                                           R"( ["communication", "worker_communication_seconds"],)"
+                                                           R"( ["wait", "worker_wait_seconds"]])"));
 }
 
 TEST_CASE("metrics lines carry learning rate, gradient norm, vote agreement, per-worker times and epoch") {
@@ -462,7 +550,7 @@ TEST_CASE("--status-port serves the live page, its figures and Prometheus metric
   CHECK(status.at("steps") == 1000000);
   CHECK(status.at("job").get<std::string>().rfind("ddp, 2 workers", 0) == 0);
   CHECK(status.at("last").at("step").get<int>() >= 5);
-  CHECK(status.at("last").at("per_worker").size() == 2);
+  CHECK(status.at("last").at("worker_compute_seconds").size() == 2);
   CHECK(status.at("points").size() >= 5);
   CHECK(status.at("eval").at(0).at(0) == 5);
   CHECK(status.at("events").empty());

@@ -1,12 +1,14 @@
 // Declared settings (include/accord/settings.hpp, config_settings.hpp): values parsed as declared,
 // the topologies' own settings in a job's open bag, job_config's declarations against its fields,
-// and the docs' settings tables (docs/topologies.md, docs/training.md), generated from the
-// declarations (ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites them; the test fails when
-// the docs drift).
+// and the docs' tables of settings (docs/topologies.md, docs/training.md) and of a step's metrics
+// (docs/observability.md, <accord/metrics_fields.hpp>), generated from the declarations
+// (ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites them; the test fails when the docs drift).
 #include <accord/config_fields.hpp>
 #include <accord/config_settings.hpp>
 #include <accord/settings.hpp>
 #include <accord/topology.hpp>
+
+#include "observe/step_figures.hpp"
 
 #include <doctest/doctest.h>
 
@@ -68,11 +70,27 @@ std::string job_settings_table() {
   return table;
 }
 
-constexpr const char* table_start = "<!-- settings table: generated from the declarations by tests/test_settings.cpp -->\n";
-constexpr const char* table_end = "<!-- end of the settings table -->\n";
+// docs/observability.md's table: a row per declared field of step_metrics (<accord/metrics_fields.hpp>).
+std::string metrics_table() {
+  const auto names = [](const std::vector<std::string>& keys) {
+    std::string text;
+    for (const std::string& key : keys) text += (text.empty() ? "`" : ", `") + key + "`";
+    return text.empty() ? std::string("—") : text;
+  };
+  std::string table = "| field | JSON key | CSV columns | what it is | Prometheus (`/metrics`) | status tile |\n"
+                      "|---|---|---|---|---|---|\n";
+  for (const figure_names& f : declared_figures())
+    table += "| `" + f.field + "` | " + names(f.json) + " | " + names(f.csv) + " | " + cell(f.help) + " | " +
+             (f.prometheus.empty() ? "—" : "`" + f.prometheus + "` " + f.prometheus_type) + " | " +
+             (f.tile.empty() ? "—" : f.tile) + " |\n";
+  return table;
+}
 
-// The generated table of the docs page `page` is `table`; with ACCORD_WRITE_DOCS=1 it is written.
-void check_docs_table(const std::string& page, const std::string& table) {
+// The generated table (of `what`: settings, metrics) of the docs page `page` is `table`; with
+// ACCORD_WRITE_DOCS=1 it is written.
+void check_docs_table(const std::string& page, const std::string& table, const std::string& what = "settings") {
+  const std::string table_start = "<!-- " + what + " table: generated from the declarations by tests/test_settings.cpp -->\n";
+  const std::string table_end = "<!-- end of the " + what + " table -->\n";
   const std::string path = std::string(ACCORD_SOURCE_DIR) + "/" + page;
   std::ifstream in(path);
   REQUIRE(in);
@@ -82,14 +100,14 @@ void check_docs_table(const std::string& page, const std::string& table) {
   const auto start = doc.find(table_start), end = doc.find(table_end);
   REQUIRE_MESSAGE(start != std::string::npos, path << " lacks the line " << table_start);
   REQUIRE(end != std::string::npos);
-  const std::size_t from = start + std::string(table_start).size();
+  const std::size_t from = start + table_start.size();
   const std::string current = doc.substr(from, end - from);
   if (const char* write = std::getenv("ACCORD_WRITE_DOCS"); write && std::string(write) == "1" && current != table) {
     doc.replace(from, current.size(), table);
     std::ofstream(path) << doc;
     return;
   }
-  CHECK_MESSAGE(current == table, page << "'s settings table differs from the declarations: "
+  CHECK_MESSAGE(current == table, page << "'s " << what << " table differs from the declarations: "
                                            "ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites it");
 }
 
@@ -101,6 +119,10 @@ TEST_CASE("the docs' settings tables are the declarations'") {
   topology_names();
   check_docs_table("docs/topologies.md", topology_settings_table());
   check_docs_table("docs/training.md", job_settings_table());
+}
+
+TEST_CASE("docs/observability.md's table of a step's metrics is the declarations'") {
+  check_docs_table("docs/observability.md", metrics_table(), "metrics");
 }
 
 TEST_CASE("every declared setting of job_config reads its field and writes it back") {
