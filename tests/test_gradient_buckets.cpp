@@ -82,7 +82,7 @@ void check_bitwise_equal(const job_result& bucketed, const job_result& whole) {
 
 }  // namespace
 
-TEST_CASE("bucket_elements: MB of fp32 gradients, at least one, 0 for off; the first bucket at most 1 MB") {
+TEST_CASE("bucket_elements: MB of fp32 gradients, at least one, 0 for off, the first bucket at most 1 MB") {
   CHECK(bucket_elements(25) == 25u * 1024 * 1024 / 4);
   CHECK(bucket_elements(0) == 0);
   CHECK(bucket_elements(1e-9) == 1);

@@ -36,6 +36,8 @@ def parse_arguments():
     parser.add_argument("--wire-precision", default="auto",
                         help="auto (fp8 rounds for ACCO, fp32 otherwise) | fp32 | bf16 | fp16 | int8 | fp8 | sign ...")
     parser.add_argument("--estimate-precision", default="", help="ACCO's estimate rounds (empty: as --wire-precision)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                        help="DDP's gradient buckets, reduced during backward (MB of fp32; 0: after backward)")
     parser.add_argument("--workers", type=int, default=2, help="replicas on threads when alone (no RANK)")
     parser.add_argument("--loop", choices=("own", "accord"), default="own",
                         help="own: this script's loop with accord.torch.Job (as a DDP user's); accord: "
@@ -73,7 +75,7 @@ def main():
         estimate_precision=args.estimate_precision, learning_rate=args.learning_rate, beta1=0.9, beta2=0.95,
         epsilon=1e-8, weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, min_lr_ratio=0.1,
         max_gradient_norm=args.max_gradient_norm, eval_interval=args.eval_interval, defer_evaluation=True,
-        metrics_path=args.metrics, seed=args.seed)
+        metrics_path=args.metrics, seed=args.seed, bucket_cap_mb=args.bucket_cap_mb)
     if args.loop == "accord":
         result = accord.torch.train(model, loss_fn, **settings, **({} if launched else {"workers": args.workers}))
     else:
