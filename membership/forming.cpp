@@ -140,6 +140,7 @@ void membership_machine::start_epoch(std::vector<member_entry*> order, std::opti
   settle_losses(true);
   waiting_since_.reset();
   majority_back_since_.reset();
+  holders_waited_since_.reset();
   const int before = epoch_workers_;
   ++epoch_;
   epoch_workers_ = static_cast<int>(order.size());
@@ -256,9 +257,10 @@ void membership_machine::try_form(time_point now) {
       }
     }
     if (!source && anything_kept_) {
-      fail_job("the training state cannot be rebuilt after " + pending_reason_ + ": " +
-               (why_not.empty() ? "no survivor kept any state" : why_not) +
-               (epoch_failure_ ? " (the epoch failed: " + *epoch_failure_ + ")" : ""));
+      const std::string cannot = "the training state cannot be rebuilt after " + pending_reason_ + ": " +
+                                 (why_not.empty() ? "no survivor kept any state" : why_not) +
+                                 (epoch_failure_ ? " (the epoch failed: " + *epoch_failure_ + ")" : "");
+      if (!wait_for_state_holders(cannot, now)) fail_job(cannot);
       return;
     }
   }
