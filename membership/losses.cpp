@@ -55,9 +55,13 @@ const member_entry* membership_machine::own_member() const {
 }
 
 // A member lost since the last epoch formed that may still come back: no epoch formed without
-// it yet, and it is neither known dead nor leaving.
+// it yet, and it is not known dead. Also while the epoch it was lost in still runs (aborted, its
+// end not heard yet): a member that took over or gave way says hello again as soon as it follows
+// this coordinator, which may be before then. A leaver too: it counts for the majority until
+// released at the next epoch's forming.
 bool membership_machine::returnable(const member_entry& m) const {
-  return now_ == membership_phase::forming && !m.alive && m.lost_record && !m.known_dead && !m.leaving;
+  return (now_ == membership_phase::forming || now_ == membership_phase::running) && !m.alive && m.lost_record &&
+         !m.known_dead;
 }
 
 membership_machine::majority_count membership_machine::count_majority() const {

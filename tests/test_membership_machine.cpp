@@ -241,6 +241,24 @@ TEST_CASE("membership machine: a majority whose newest kept step lacks a shard o
   }
 }
 
+TEST_CASE("membership machine: a member lost in the running epoch that says hello again before the epoch's end "
+          "is heard is taken back, not refused as dropped") {
+  started_job job(3);
+  job.keep(3);
+  job.machine.on_connection_closed(job.ids[2], job.now);  // its old agent ended: it took over elsewhere
+  member_hello again = starting_rank(2, 3);
+  again.rejoin = true;
+  again.member = job.ids[2];
+  job.now += 100ms;
+  CHECK(std::holds_alternative<std::uint64_t>(job.machine.on_hello(again, true, job.now)));
+  job.machine.on_epoch_ended(1, std::string("rank 2 lost"), {3, false, 3}, job.now);
+  job.ask({0, 1, 2}, 3);
+  const auto formed = of<membership_do::answer>(job.machine.take_actions());
+  REQUIRE(formed.size() == 3);
+  CHECK(formed[0].plan.world == 3);
+  CHECK(formed[0].plan.source.steps == 3);
+}
+
 TEST_CASE("membership election: a standby takes over only on its own process's verdict, and the members ask in "
           "succession order without the lost coordinator") {
   coordination_replica replica;
