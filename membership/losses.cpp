@@ -201,6 +201,7 @@ void membership_machine::on_heartbeat(std::uint64_t id, std::int64_t sent, std::
   }
   detector_->heard(id, now);
   m.contact.heard(sent, echo);
+  if (awaiting_contact_) try_form(now);
 }
 
 void membership_machine::on_death_probe(std::uint64_t id, bool refused, time_point now) {
@@ -218,6 +219,8 @@ void membership_machine::check_silence(time_point now) {
     return;
   // The members judge the coordinator by its own heartbeats; a lost one that may come back
   // still hears them (it echoes them when it answers again).
+  note_stall(now);
+  last_heartbeats_ = now;
   if (rules_.elastic)
     for (const auto& [id, m] : members_)
       if ((m.alive || returnable(m)) && m.remote && m.has_agent)
@@ -228,6 +231,12 @@ void membership_machine::check_silence(time_point now) {
     member_lost(found->second, hung_cause(silent), now);
   }
   emit(membership_do::timer{membership_timer::silence, 0, rules_.detector->check_interval});
+}
+
+// This process sent no heartbeats for longer than a member's earliest verdict (it was stopped, or
+// starved): the members' requests from before may be from members that went to another coordinator.
+void membership_machine::note_stall(time_point now) {
+  if (last_heartbeats_ && now - *last_heartbeats_ >= earliest_verdict(*rules_.detector)) fresh_after_ = now;
 }
 
 // No majority on this side: it keeps its state and trains nothing while its lost members may

@@ -178,6 +178,8 @@ private:
   void announce_change(const std::string& reason);
   void abort_epoch(const std::string& why);
   bool apply_replayed_change(time_point now);
+  void note_stall(time_point now);
+  bool all_in_contact(time_point now);
   void try_form(time_point now);
   void start_epoch(std::vector<member_entry*> order, std::optional<state_source> source, time_point now);
 
@@ -218,6 +220,10 @@ private:
   // Since when the waiting side has its majority back while others it waited for are still away.
   std::optional<time_point> majority_back_since_;
   std::string yielded_to_;  // the control port of the coordinator this side gave way to
+  bool awaiting_contact_ = false;  // the forming waits for a member's fresh heartbeat
+  std::optional<time_point> last_heartbeats_;  // when this process last sent the members heartbeats
+  // Since this process's last stall: members count for forming once they echo a heartbeat sent since.
+  std::optional<time_point> fresh_after_;
 };
 
 }  // namespace accord

@@ -163,7 +163,7 @@ TEST_CASE("membership machine: a side without a majority waits, a member that an
     // Ranks 2 and 3 go silent (a partition): after the detector's floor both are lost.
     for (int i = 0; i < 40; ++i) {
       job.now += 100ms;
-      job.machine.on_heartbeat(job.ids[1], 100 + i, 0, job.now);
+      job.machine.on_heartbeat(job.ids[1], 100 + i, heartbeat_time(job.now - 100ms), job.now);
       job.machine.on_timer(membership_timer::silence, 0, job.now);
     }
     job.machine.on_epoch_ended(1, std::string("ranks 2, 3 lost"), {3, false, 3}, job.now);
@@ -184,6 +184,14 @@ TEST_CASE("membership machine: a side without a majority waits, a member that an
       CHECK(of<membership_do::answer>(job.machine.take_actions()).empty());
       job.now += returning_grace;
       job.machine.on_timer(membership_timer::majority, 1, job.now);
+      // This process sent no heartbeats for 1.5 s (a stall): rank 1 may have followed another
+      // coordinator meanwhile, so the epoch forms once ranks 1 and 2 echo one sent since.
+      CHECK(of<membership_do::answer>(job.machine.take_actions()).empty());
+      job.machine.on_timer(membership_timer::silence, 0, job.now);
+      job.now += 100ms;
+      job.machine.on_heartbeat(job.ids[1], 600, heartbeat_time(job.now - 100ms), job.now);
+      CHECK(of<membership_do::answer>(job.machine.take_actions()).empty());
+      job.machine.on_heartbeat(job.ids[2], 600, heartbeat_time(job.now - 100ms), job.now);
       const auto formed = of<membership_do::answer>(job.machine.take_actions());
       REQUIRE(formed.size() == 3);
       CHECK(formed[0].plan.world == 3);
