@@ -183,11 +183,10 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
       if (const auto* id = std::get_if<std::uint64_t>(&admitted)) host.member_process[*id] = {p, generation};
       perform(w, c);
     }
-    w.send(c, p, [&w, p, generation, admitted, hello] {
+    w.send(c, p, [&w, p, generation, admitted] {
       process& m = w.procs[p];
       if (m.generation != generation || !m.ended.empty()) return;
       if (const auto* why = std::get_if<std::string>(&admitted)) {
-        m.rejoin_refused = hello.rejoin;
         return end_member(w, p, *why);
       }
       m.id = std::get<std::uint64_t>(admitted);
