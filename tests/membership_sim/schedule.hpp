@@ -110,7 +110,7 @@ constexpr auto liveness_bound = 60s;
 // membership state machine and its simulation") and that are not fixed yet, each told apart so
 // that a sweep counts them and fails on any other. A fixed one leaves this list, so that a sweep
 // fails where it comes back (a returning member refused as dropped; a joiner without a replica
-// that an epoch needed):
+// that an epoch needed; a stale takeover handed to the members of a newer epoch):
 enum class finding {
   none,
   // Liveness: the newest kept step lacks a shard whose holders are lost but not dead (stopped,
@@ -124,11 +124,6 @@ enum class finding {
   // and a waiting side that hears of it stops ("the job went on without this side") though
   // the job did not.
   phantom_epoch,
-  // Liveness: a standby that took over for one asker (its own process judged the coordinator
-  // lost) hands that coordination to every later asker, even after its own process followed
-  // another coordinator and holds a newer epoch: the members of that epoch, electing after its
-  // loss, join a coordination that is behind, which stops when it learns of the newer epoch.
-  stale_takeover,
 };
 
 inline const char* name(finding f) {
@@ -136,7 +131,6 @@ inline const char* name(finding f) {
     case finding::none: return "none";
     case finding::shard_of_suspected_holders: return "a shard lost to holders only suspected";
     case finding::phantom_epoch: return "a phantom epoch formed from requests of members gone elsewhere";
-    case finding::stale_takeover: return "a stale takeover handed to the members of a newer epoch";
   }
   return "";
 }
@@ -218,10 +212,6 @@ inline finding classify(const world& w, const std::string& violation) {
     return finding::none;
   }
   if (violation.rfind("no epoch trains", 0) != 0) return finding::none;
-  for (const process& p : w.procs)
-    if (p.machine && p.machine->epoch() < p.replica.epoch &&
-        p.ended.find("the job went on without this side") != std::string::npos)
-      return finding::stale_takeover;
   const bool phantom = std::any_of(w.formed.begin(), w.formed.end(), [](const formed_epoch& f) {
     return f.trained.size() < f.members.size();
   });
