@@ -123,6 +123,13 @@ const std::vector<kept_schedule>& kept_schedules() {
         {k::stop, 11749ms, 9326ms, -1, -1, {}, 0ms},
         {k::leave, 12894ms, 4666ms, 2, -1, {}, 0ms}},
        finding::none},
+      // Epoch 2 forms without p1 and p3 (cut off), then p4 is killed before epoch 2 keeps a
+      // step: epoch 1's kept step lacks rank 3's and 4's shards but on p1 and p3, which epoch 2
+      // dropped; they are not waited for (only members lost since the last epoch are), so the
+      // coordinator fails the job while they live.
+      {5, 5010,
+       {{k::partition, 8464ms, 5011ms, -1, -1, {0, 2, 4}, 0ms}, {k::kill, 10187ms, 9639ms, 4, -1, {}, 0ms}},
+       finding::shard_of_suspected_holders},
       // Epoch 2 forms with p1 and p2 behind a partition (their plans held); they keep epoch 1's
       // replica, and when p3 (of epoch 2) gives way to them their side stops: "the job went on".
       {5, 5111,

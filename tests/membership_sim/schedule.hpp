@@ -113,9 +113,10 @@ constexpr auto liveness_bound = 60s;
 // that an epoch needed; a stale takeover handed to the members of a newer epoch):
 enum class finding {
   none,
-  // Liveness: the newest kept step lacks a shard whose holders are lost but not dead (stopped,
-  // or behind a partition), and the coordinator fails the job at once instead of waiting for them
-  // as it waits for a majority.
+  // Liveness: the newest kept step lacks a shard whose holders are alive but not members any
+  // more (an epoch formed without them, behind a partition, and lost a member before it kept a
+  // step), and the coordinator fails the job. (Holders lost since the last epoch formed are
+  // waited for, as for a majority: membership/losses.cpp, wait_for_state_holders.)
   shard_of_suspected_holders,
   // Safety: a coordinator forms an epoch from the epoch requests of members that meanwhile went
   // to another coordinator (it was stopped and reads its mailbox in order, or a partition held
