@@ -88,6 +88,7 @@ standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_fu
         found->second.deliver(refusal(s, std::string("still heard ") + waited));
         s.deferred.erase(found);
       },
+      [self](elected_atom) { self->state.lost_coordinator.reset(); },
       [self](follow_atom, const std::string& control) {
         auto& s = self->state;
         s.hosted = membership_actor{};

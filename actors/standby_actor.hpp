@@ -25,6 +25,7 @@ using elect_atom = caf::atom_constant<caf::atom("elect")>;
 using membership_atom = caf::atom_constant<caf::atom("membership")>;
 using unconfirmed_atom = caf::atom_constant<caf::atom("unconfirm")>;
 using follow_atom = caf::atom_constant<caf::atom("follow")>;
+using elected_atom = caf::atom_constant<caf::atom("elected")>;
 
 using standby_actor = caf::typed_actor<
     caf::reacts_to<replica_atom, coordination_replica>,  // the coordinator's newest state (kept if newer)
@@ -44,7 +45,11 @@ using standby_actor = caf::typed_actor<
     // This process said hello again to the coordinator reached through the standby at HOST:PORT
     // (its side had no majority): a coordination it hosted is over, and a verdict that this
     // coordinator was lost no longer holds.
-    caf::reacts_to<follow_atom, std::string>>;
+    caf::reacts_to<follow_atom, std::string>,
+    // This process follows a member elected elsewhere after the coordinator's loss: its verdict on
+    // that coordinator is spent, and a later asker must not make it take over from it too (a
+    // coordination behind the epoch its successor forms).
+    caf::reacts_to<elected_atom>>;
 
 // Starts this process's coordination from `replica` after the coordinator was lost for `cause`.
 using take_over_function = std::function<membership_actor(const coordination_replica& replica, const std::string& cause)>;

@@ -221,7 +221,10 @@ std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf
                    left_behind = left_behind || why.find(formed_without_asker) != std::string::npos;
                    refusals += (refusals.empty() ? "" : "; ") + name + ": " + why;
                  });
-    if (elected) return elected;
+    if (elected) {
+      if (candidate.id != me) caf::anon_send(standby, elected_atom::value);  // no takeover here too
+      return elected;
+    }
     // The coordinator lives, and a member reaches it: this process is the one cut off. Asking
     // the next in line (this process's own standby, maybe) would start a second coordinator.
     if (still_heard) return std::nullopt;

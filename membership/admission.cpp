@@ -278,7 +278,11 @@ void membership_machine::on_timer(membership_timer kind, std::uint64_t epoch, ti
         fail_job(*epoch_failure_);
       return;
     case membership_timer::majority:
-      if (waiting_since_ && epoch == epoch_ && now_ == membership_phase::forming) majority_timer(now);
+      if (epoch != epoch_ || now_ != membership_phase::forming) return;
+      if (waiting_since_)
+        majority_timer(now);
+      else if (holders_waited_since_)
+        try_form(now);  // the wait for the state's holders ran out, unless one came back
       return;
     case membership_timer::probe:
       probe_lost_members();

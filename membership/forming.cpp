@@ -138,8 +138,10 @@ void membership_machine::on_epoch_ended(std::uint64_t epoch, std::optional<std::
 void membership_machine::start_epoch(std::vector<member_entry*> order, std::optional<state_source> source,
                                      time_point now) {
   settle_losses(true);
+  fresh_after_.reset();
   waiting_since_.reset();
   majority_back_since_.reset();
+  holders_waited_since_.reset();
   const int before = epoch_workers_;
   ++epoch_;
   epoch_workers_ = static_cast<int>(order.size());
@@ -202,6 +204,24 @@ void membership_machine::start_epoch(std::vector<member_entry*> order, std::opti
     if (m.alive && m.rank < 0 && !m.leaving && !m.held) announce_change(m.name() + " joins");
 }
 
+// Whether every member that asked for the next epoch can still be counted. After this process
+// stalled (stopped, or starved) past the earliest verdict, every member may have judged this
+// coordinator lost and asked another for this epoch meanwhile: the requests read after the
+// stall were sent before their senders' agents ended, which come later in the mailbox. So a
+// member counts again once it echoes a heartbeat sent after the stall (on_heartbeat), or its
+// agent's end says that it went. Without the detector, or before the first epoch (nobody can
+// take over yet), every member counts.
+bool membership_machine::all_in_contact(time_point now) {
+  awaiting_contact_ = false;
+  if (!detector_ || epoch_ == 0) return true;
+  note_stall(now);
+  if (!fresh_after_) return true;
+  for (const auto& [id, m] : members_)
+    if (m.alive && m.remote && !m.held && !(m.contact.echoed && *m.contact.echoed >= *fresh_after_))
+      awaiting_contact_ = true;
+  return !awaiting_contact_;
+}
+
 void membership_machine::try_form(time_point now) {
   if (now_ != membership_phase::starting && now_ != membership_phase::forming) return;
   if (now_ == membership_phase::starting && initial_hellos_ < rules_.initial_world) return;
@@ -229,6 +249,7 @@ void membership_machine::try_form(time_point now) {
     }
     if (now - *majority_back_since_ < returning_grace) return;
   }
+  if (!all_in_contact(now)) return;
   if (rules_.replay && !apply_replayed_change(now)) return;
   std::vector<member_entry*> staying, leaving;
   for (auto& [id, m] : members_) {
@@ -256,9 +277,10 @@ void membership_machine::try_form(time_point now) {
       }
     }
     if (!source && anything_kept_) {
-      fail_job("the training state cannot be rebuilt after " + pending_reason_ + ": " +
-               (why_not.empty() ? "no survivor kept any state" : why_not) +
-               (epoch_failure_ ? " (the epoch failed: " + *epoch_failure_ + ")" : ""));
+      const std::string cannot = "the training state cannot be rebuilt after " + pending_reason_ + ": " +
+                                 (why_not.empty() ? "no survivor kept any state" : why_not) +
+                                 (epoch_failure_ ? " (the epoch failed: " + *epoch_failure_ + ")" : "");
+      if (!wait_for_state_holders(cannot, now)) fail_job(cannot);
       return;
     }
   }

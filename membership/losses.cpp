@@ -55,9 +55,13 @@ const member_entry* membership_machine::own_member() const {
 }
 
 // A member lost since the last epoch formed that may still come back: no epoch formed without
-// it yet, and it is neither known dead nor leaving.
+// it yet, and it is not known dead. Also while the epoch it was lost in still runs (aborted, its
+// end not heard yet): a member that took over or gave way says hello again as soon as it follows
+// this coordinator, which may be before then. A leaver too: it counts for the majority until
+// released at the next epoch's forming.
 bool membership_machine::returnable(const member_entry& m) const {
-  return now_ == membership_phase::forming && !m.alive && m.lost_record && !m.known_dead && !m.leaving;
+  return (now_ == membership_phase::forming || now_ == membership_phase::running) && !m.alive && m.lost_record &&
+         !m.known_dead;
 }
 
 membership_machine::majority_count membership_machine::count_majority() const {
@@ -197,6 +201,7 @@ void membership_machine::on_heartbeat(std::uint64_t id, std::int64_t sent, std::
   }
   detector_->heard(id, now);
   m.contact.heard(sent, echo);
+  if (awaiting_contact_) try_form(now);
 }
 
 void membership_machine::on_death_probe(std::uint64_t id, bool refused, time_point now) {
@@ -214,6 +219,8 @@ void membership_machine::check_silence(time_point now) {
     return;
   // The members judge the coordinator by its own heartbeats; a lost one that may come back
   // still hears them (it echoes them when it answers again).
+  note_stall(now);
+  last_heartbeats_ = now;
   if (rules_.elastic)
     for (const auto& [id, m] : members_)
       if ((m.alive || returnable(m)) && m.remote && m.has_agent)
@@ -224,6 +231,12 @@ void membership_machine::check_silence(time_point now) {
     member_lost(found->second, hung_cause(silent), now);
   }
   emit(membership_do::timer{membership_timer::silence, 0, rules_.detector->check_interval});
+}
+
+// This process sent no heartbeats for longer than a member's earliest verdict (it was stopped, or
+// starved): the members' requests from before may be from members that went to another coordinator.
+void membership_machine::note_stall(time_point now) {
+  if (last_heartbeats_ && now - *last_heartbeats_ >= earliest_verdict(*rules_.detector)) fresh_after_ = now;
 }
 
 // No majority on this side: it keeps its state and trains nothing while its lost members may
@@ -247,6 +260,36 @@ void membership_machine::wait_for_majority(time_point now) {
                 own ? own->id : UINT64_MAX);
   emit(membership_do::timer{membership_timer::majority, epoch_, rules_.majority_wait});
   if (rules_.asks_standbys) emit(membership_do::timer{membership_timer::probe, epoch_, std::chrono::milliseconds(0)});
+}
+
+// The newest kept state lacks what only lost members may hold (`cannot` says what): while one of
+// them is not known dead (stopped, or behind a partition) this side waits for them as for a
+// majority, up to majority_wait, and then fails the job. False: nobody to wait for.
+bool membership_machine::wait_for_state_holders(const std::string& cannot, time_point now) {
+  if (rules_.majority_wait.count() == 0 ||
+      std::none_of(members_.begin(), members_.end(), [&](const auto& entry) { return returnable(entry.second); }))
+    return false;
+  if (!holders_waited_since_) {
+    const bool probing = waiting_since_.has_value();  // a wait for a majority asks the standbys already
+    holders_waited_since_ = now;
+    const member_entry* own = own_member();
+    const std::string why = cannot + ", but a member that may hold it is lost, not known dead";
+    metrics_events_.push_back(to_json_line(member_record("waiting", epoch_, steps_done(), own ? own->initial_rank : -1,
+                                                         own ? own->host : std::string(), "coordinator", why)));
+    tell_everyone("membership: " + (own ? own->name() : std::string("this process")) + ", coordinator, waits at step " +
+                      std::to_string(steps_done()) + ": " + why + "; this side keeps its state, trains nothing and " +
+                      "waits up to " + seconds_text(rules_.majority_wait) + " for it (--majority-wait)",
+                  own ? own->id : UINT64_MAX);
+    emit(membership_do::timer{membership_timer::majority, epoch_, rules_.majority_wait});
+    // The holders may be the members of a side that waits for a majority itself, with an earlier
+    // coordinator: this side gives way to it (on_standby_answer), and both are whole there.
+    if (rules_.asks_standbys && !probing)
+      emit(membership_do::timer{membership_timer::probe, epoch_, std::chrono::milliseconds(0)});
+  }
+  if (now - *holders_waited_since_ < rules_.majority_wait) return true;
+  fail_job(cannot + " (it waited " + seconds_text(now - *holders_waited_since_) +
+           " for the members that may hold it: --majority-wait)");
+  return true;
 }
 
 // The wait for a majority, or the returning members' moment, ran out.
@@ -314,7 +357,7 @@ void membership_machine::take_over(time_point now) {
 // While this side waits for a majority, the lost members of the last epoch are asked where the
 // job is: each answering standby replies (on_standby_answer), then an empty answer ends the round.
 void membership_machine::probe_lost_members() {
-  if (!waiting_since_ || now_ != membership_phase::forming) return;
+  if (!waiting() || now_ != membership_phase::forming) return;
   std::vector<std::string> controls;
   for (const auto& [id, m] : members_)
     if (!m.alive && m.last_rank >= 0 && !m.known_dead && !m.control.empty()) controls.push_back(m.control);
@@ -326,13 +369,13 @@ void membership_machine::probe_lost_members() {
 // last epoch's order (this side, its coordinator a successor, gives way: every member goes there).
 void membership_machine::on_standby_answer(const std::string& control, std::uint64_t epoch, bool coordinates,
                                            time_point) {
-  if (!waiting_since_ || now_ != membership_phase::forming) return;
+  if (!waiting() || now_ != membership_phase::forming) return;
   if (control.empty()) {
     emit(membership_do::timer{membership_timer::probe, epoch_, majority_probe_interval});
     return;
   }
   if (epoch > epoch_) {
-    fail_job(no_majority() + "; the job went on without this side (the member at " + control + " holds epoch " +
+    fail_job((waiting_since_ ? no_majority() : "the training state cannot be rebuilt") + "; the job went on without this side (the member at " + control + " holds epoch " +
              std::to_string(epoch) + "), which stops");
     return;
   }

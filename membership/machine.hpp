@@ -170,11 +170,16 @@ private:
   void heard_from_lost_member(const std::string& control, std::uint64_t epoch, bool coordinates);
   void wait_for_majority(time_point now);
   void majority_timer(time_point now);
+  bool wait_for_state_holders(const std::string& cannot, time_point now);
+  // This side waits for lost members: for a majority, or for the holders of the state.
+  bool waiting() const { return waiting_since_ || holders_waited_since_; }
   // forming.cpp
   void replicate(bool then_depart = false);
   void announce_change(const std::string& reason);
   void abort_epoch(const std::string& why);
   bool apply_replayed_change(time_point now);
+  void note_stall(time_point now);
+  bool all_in_contact(time_point now);
   void try_form(time_point now);
   void start_epoch(std::vector<member_entry*> order, std::optional<state_source> source, time_point now);
 
@@ -209,9 +214,16 @@ private:
   bool replay_waiting_ = false;            // for a due joiner (said once)
   // Since when this side, without a majority of the last epoch's members, waits for them.
   std::optional<time_point> waiting_since_;
+  // Since when this side, with a majority but not the whole newest kept state, waits for lost
+  // members that may hold what is missing.
+  std::optional<time_point> holders_waited_since_;
   // Since when the waiting side has its majority back while others it waited for are still away.
   std::optional<time_point> majority_back_since_;
   std::string yielded_to_;  // the control port of the coordinator this side gave way to
+  bool awaiting_contact_ = false;  // the forming waits for a member's fresh heartbeat
+  std::optional<time_point> last_heartbeats_;  // when this process last sent the members heartbeats
+  // Since this process's last stall: members count for forming once they echo a heartbeat sent since.
+  std::optional<time_point> fresh_after_;
 };
 
 }  // namespace accord

@@ -163,7 +163,7 @@ TEST_CASE("membership machine: a side without a majority waits, a member that an
     // Ranks 2 and 3 go silent (a partition): after the detector's floor both are lost.
     for (int i = 0; i < 40; ++i) {
       job.now += 100ms;
-      job.machine.on_heartbeat(job.ids[1], 100 + i, 0, job.now);
+      job.machine.on_heartbeat(job.ids[1], 100 + i, heartbeat_time(job.now - 100ms), job.now);
       job.machine.on_timer(membership_timer::silence, 0, job.now);
     }
     job.machine.on_epoch_ended(1, std::string("ranks 2, 3 lost"), {3, false, 3}, job.now);
@@ -184,6 +184,14 @@ TEST_CASE("membership machine: a side without a majority waits, a member that an
       CHECK(of<membership_do::answer>(job.machine.take_actions()).empty());
       job.now += returning_grace;
       job.machine.on_timer(membership_timer::majority, 1, job.now);
+      // This process sent no heartbeats for 1.5 s (a stall): rank 1 may have followed another
+      // coordinator meanwhile, so the epoch forms once ranks 1 and 2 echo one sent since.
+      CHECK(of<membership_do::answer>(job.machine.take_actions()).empty());
+      job.machine.on_timer(membership_timer::silence, 0, job.now);
+      job.now += 100ms;
+      job.machine.on_heartbeat(job.ids[1], 600, heartbeat_time(job.now - 100ms), job.now);
+      CHECK(of<membership_do::answer>(job.machine.take_actions()).empty());
+      job.machine.on_heartbeat(job.ids[2], 600, heartbeat_time(job.now - 100ms), job.now);
       const auto formed = of<membership_do::answer>(job.machine.take_actions());
       REQUIRE(formed.size() == 3);
       CHECK(formed[0].plan.world == 3);
@@ -198,6 +206,65 @@ TEST_CASE("membership machine: a side without a majority waits, a member that an
       CHECK(refusals[0].why.find("no majority: 2 of the last epoch's 4 members are reachable") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("membership machine: a majority whose newest kept step lacks a shard of members only lost waits for "
+          "them, forms when one comes back, and stops when the wait runs out") {
+  for (const bool comes_back : {true, false}) {
+    CAPTURE(comes_back);
+    started_job job(5);
+    job.keep(3);
+    job.machine.take_actions();
+    // Ranks 3 and 4 go away out of contact (maybe stopped, maybe cut off): rank 3's shard was on
+    // them only (rank 4 copies it).
+    for (const int rank : {3, 4}) job.machine.on_connection_closed(job.ids[rank], job.now);
+    job.machine.on_epoch_ended(1, std::string("ranks 3, 4 lost"), {3, false, 3}, job.now);
+    job.ask({0, 1, 2}, 3);
+    const auto waiting = job.machine.take_actions();
+    CHECK(printed(waiting, "lacks the optimizer shard of rank 3"));
+    CHECK(printed(waiting, "but a member that may hold it is lost, not known dead"));
+    CHECK(of<membership_do::answer>(waiting).empty());
+    CHECK(job.machine.phase() == membership_phase::forming);
+    if (comes_back) {
+      member_hello again = starting_rank(3, 5);
+      again.rejoin = true;
+      again.member = job.ids[3];
+      job.now += 5s;
+      CHECK(std::holds_alternative<std::uint64_t>(job.machine.on_hello(again, true, job.now)));
+      job.ask({3}, 3);
+      const auto formed = of<membership_do::answer>(job.machine.take_actions());
+      REQUIRE(formed.size() == 4);
+      CHECK(formed[0].plan.world == 4);
+      CHECK(formed[0].plan.source.steps == 3);
+    } else {
+      job.now += 30s;
+      job.machine.on_timer(membership_timer::majority, 1, job.now);
+      const auto refusals = of<membership_do::refuse>(job.machine.take_actions());
+      CHECK(job.machine.phase() == membership_phase::failed);
+      REQUIRE(refusals.size() == 3);
+      CHECK(refusals[0].why.find("the training state cannot be rebuilt") == 0);
+      CHECK(refusals[0].why.find("(it waited 30.0 s for the members that may hold it: --majority-wait)") !=
+            std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("membership machine: a member lost in the running epoch that says hello again before the epoch's end "
+          "is heard is taken back, not refused as dropped") {
+  started_job job(3);
+  job.keep(3);
+  job.machine.on_connection_closed(job.ids[2], job.now);  // its old agent ended: it took over elsewhere
+  member_hello again = starting_rank(2, 3);
+  again.rejoin = true;
+  again.member = job.ids[2];
+  job.now += 100ms;
+  CHECK(std::holds_alternative<std::uint64_t>(job.machine.on_hello(again, true, job.now)));
+  job.machine.on_epoch_ended(1, std::string("rank 2 lost"), {3, false, 3}, job.now);
+  job.ask({0, 1, 2}, 3);
+  const auto formed = of<membership_do::answer>(job.machine.take_actions());
+  REQUIRE(formed.size() == 3);
+  CHECK(formed[0].plan.world == 3);
+  CHECK(formed[0].plan.source.steps == 3);
 }
 
 TEST_CASE("membership election: a standby takes over only on its own process's verdict, and the members ask in "

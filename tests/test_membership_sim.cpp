@@ -1,7 +1,7 @@
 // The membership state machine in a deterministic simulation (tests/membership_sim/): N members
 // on a virtual clock and network under seeded fault schedules, the invariants checked after
 // every event. ACCORD_SIM_SCHEDULES=N runs N schedules per size instead of the quick default.
-// Three skipped cases are tools (run with --no-skip -tc="*one seed*" and so on): one seed's run
+// ACCORD_SIM_SEED=N shows what happens in the kept schedule of seed N. Three skipped cases are tools (run with --no-skip -tc="*one seed*" and so on): one seed's run
 // and what happened (ACCORD_SIM_SEED, ACCORD_SIM_MEMBERS, ACCORD_SIM_SHRINK=1 to shrink it first),
 // its shrunk schedule as code for the table below, and a survey of violations by kind.
 #include <doctest/doctest.h>
@@ -94,20 +94,41 @@ const std::vector<kept_schedule>& kept_schedules() {
   using k = fault::kind;
   static const std::vector<kept_schedule> schedules{
       // The coordinator stops while a leaver's change ends the epoch; the standby takes over and
-      // forms epoch 2; the coordinator resumes and forms another epoch 2 from its mailbox.
+      // forms epoch 2; the coordinator resumed and formed another epoch 2 from its mailbox.
+      // Fixed (membership/forming.cpp, all_in_contact): after a stall of its own it counts a
+      // member once it echoes a heartbeat sent since (or its agent's end says that it went).
       {3, 3166,
        {{k::slow, 1225ms, 1237ms, 0, 1, {}, 698ms},
         {k::leave, 2566ms, 5838ms, 2, -1, {}, 0ms},
         {k::stop, 2780ms, 7155ms, 0, -1, {}, 0ms}},
-       finding::phantom_epoch},
-      // A slow link makes p2 take over; it gives way to p1, whose epoch counts it lost once its
-      // old agent ends, and refuses its hello as from a dropped member: the 2-member job stops.
+       finding::none},
+      // A slow link makes p2 take over; it gives way to p0, whose epoch counts it lost once its
+      // old agent ends, and refused its hello as from a dropped member: the 2-member job stopped.
+      // Fixed (membership/losses.cpp, returnable): a member lost in the running epoch may come
+      // back before that epoch's end is heard.
       {3, 3059,
        {{k::flap, 11727ms, 3241ms, 1, 0, {}, 1638ms}, {k::slow, 18716ms, 649ms, -1, 2, {}, 1484ms}},
-       finding::rejoin_refused},
-      // p3 killed while the coordinator's link to p1 flaps: p1 and p3 hold rank 3's shard.
+       finding::none},
+      // p3 killed while the coordinator's link to p1 flaps: p1 and p3 hold rank 3's shard, and the
+      // coordinator failed the job at once. Fixed (membership/losses.cpp, wait_for_state_holders):
+      // it waits for p1 as for a majority.
       {4, 4106,
        {{k::flap, 1880ms, 3944ms, -1, 1, {}, 1719ms}, {k::kill, 2710ms, 11132ms, 3, -1, {}, 0ms}},
+       finding::none},
+      // The coordinator stops just after p2 asks to leave; p2 takes over, waits, gives way to the
+      // coordinator when it wakes, which counted the leaver lost and refused it: fixed with the
+      // above (a lost leaver may come back too, and is released as the next epoch forms).
+      {3, 3335,
+       {{k::stop, 1632ms, 2565ms, 1, -1, {}, 0ms},
+        {k::stop, 11749ms, 9326ms, -1, -1, {}, 0ms},
+        {k::leave, 12894ms, 4666ms, 2, -1, {}, 0ms}},
+       finding::none},
+      // Epoch 2 forms without p1 and p3 (cut off), then p4 is killed before epoch 2 keeps a
+      // step: epoch 1's kept step lacks rank 3's and 4's shards but on p1 and p3, which epoch 2
+      // dropped; they are not waited for (only members lost since the last epoch are), so the
+      // coordinator fails the job while they live.
+      {5, 5010,
+       {{k::partition, 8464ms, 5011ms, -1, -1, {0, 2, 4}, 0ms}, {k::kill, 10187ms, 9639ms, 4, -1, {}, 0ms}},
        finding::shard_of_suspected_holders},
       // Epoch 2 forms with p1 and p2 behind a partition (their plans held); they keep epoch 1's
       // replica, and when p3 (of epoch 2) gives way to them their side stops: "the job went on".
@@ -126,22 +147,25 @@ const std::vector<kept_schedule>& kept_schedules() {
         {k::partition, 14169ms, 6206ms, -1, -1, {1, 2, 4}, 0ms}},
        finding::phantom_epoch},
       // The coordinator stops just after a joiner's hello: the joiner, without a replica yet,
-      // waits for a majority it cannot find; the coordinator wakes, forms an epoch with it, and
-      // stops when it does not come.
+      // waits for a majority it cannot find; the coordinator woke, formed an epoch with it, and
+      // stopped when it did not come. Fixed for the job with the above (the coordinator no longer
+      // counts the joiner, out of contact, and goes on without it); the joiner still gives up.
       {3, 5133,
        {{k::stop, 3856ms, 9192ms, 2, -1, {}, 0ms},
         {k::leave, 10300ms, 0ms, 1, -1, {}, 0ms},
         {k::join, 19404ms, 0ms, -1, -1, {}, 0ms},
         {k::stop, 19557ms, 8159ms, -1, -1, {}, 0ms}},
-       finding::joiner_without_replica},
+       finding::none},
       // p3, cut off, makes p2 take over from epoch 1 while p1 already did and forms epoch 2 with
       // p2; when p1 is killed, epoch 2's members elect p2, whose standby hands them that epoch-1
-      // coordination: it learns of epoch 2 and stops the job.
+      // coordination: it learns of epoch 2 and stopped the job. Fixed (job/between_processes.cpp,
+      // elect_coordinator): a process that follows a member elected elsewhere tells its standby,
+      // which forgets its verdict on the lost coordinator and does not take over from it too.
       {7, 7206,
        {{k::stop, 7870ms, 11002ms, -1, -1, {}, 0ms},
         {k::partition, 8172ms, 2965ms, -1, -1, {3}, 0ms},
         {k::kill, 16157ms, 0ms, -1, -1, {}, 0ms}},
-       finding::stale_takeover},
+       finding::none},
       // p1 and p2 both take over, p2 gives way to p1, then p2 is killed during the returning
       // members' moment: that moment's timer ended p1's wait for a majority after 2.7 s instead of
       // 30 s. Fixed (membership/losses.cpp, majority_timer): the side waits on.
@@ -155,13 +179,16 @@ const std::vector<kept_schedule>& kept_schedules() {
 }
 
 TEST_CASE("membership simulation: every schedule that ever broke an invariant still finds what it found") {
+  // ACCORD_SIM_SEED=N: what happened in the kept schedule of that seed.
+  const char* shown = std::getenv("ACCORD_SIM_SEED");
   for (const kept_schedule& k : kept_schedules()) {
     CAPTURE(k.seed);
     const run_result r = run_schedule(k.members, k.seed, k.faults);
+    if (shown && std::strtoull(shown, nullptr, 10) == k.seed) MESSAGE(describe(k.faults) << r.violation << "\n" << r.epochs);
     if (k.found == finding::none)
       CHECK_MESSAGE(r.violation.empty(), r.violation);
     else
-      CHECK_MESSAGE(r.known == k.found, name(k.found) << " expected; now: " << (r.violation.empty() ? "none" : r.violation));
+      CHECK_MESSAGE(r.known == k.found, std::string(name(k.found)) << " expected; now: " << (r.violation.empty() ? "none" : r.violation));
   }
 }
 

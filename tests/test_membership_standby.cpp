@@ -190,6 +190,13 @@ TEST_CASE("membership: a member that says hello again to the coordinator it judg
   CHECK(!after_follow.elected);
   CHECK(after_follow.refusal.find(coordinator_still_heard) != std::string::npos);
   CHECK(take_overs.count == 0);
+  // This process judged the coordinator lost and followed a member elected elsewhere: a later
+  // asker does not make it take over from that coordinator too.
+  self->send(standby, lost_atom::value, std::string("hung (silent for 1.60 s)"));
+  self->send(standby, elected_atom::value);
+  const election after_elected = elect(self, standby, 5);
+  CHECK(!after_elected.elected);
+  CHECK(take_overs.count == 0);
 
   // Rank 0's process hosts the job's first coordinator without a takeover: its standby says so,
   // so that a member cut off from it finds it again through its control port.

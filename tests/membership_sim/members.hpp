@@ -148,8 +148,11 @@ inline void epoch_request_failed(world& w, int p, int generation, const std::str
 }
 
 // After a coordinator's loss the agent is replaced: the old coordinator sees the old one go.
+// Following a member elected elsewhere, the standby forgets its verdict on the lost coordinator:
+// it must not take over from it too for a later asker (job/between_processes.cpp, elect_coordinator).
 inline void follow(world& w, int p, int c) {
   process& m = w.procs[p];
+  if (c != p) m.saw_lost.reset();
   const int old = m.coordinator;
   if (m.admitted && !w.procs[old].killed)
     w.send(p, old, [&w, old, generation = w.procs[old].machine_generation, id = m.id] {
@@ -183,11 +186,10 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
       if (const auto* id = std::get_if<std::uint64_t>(&admitted)) host.member_process[*id] = {p, generation};
       perform(w, c);
     }
-    w.send(c, p, [&w, p, generation, admitted, hello] {
+    w.send(c, p, [&w, p, generation, admitted] {
       process& m = w.procs[p];
       if (m.generation != generation || !m.ended.empty()) return;
       if (const auto* why = std::get_if<std::string>(&admitted)) {
-        m.rejoin_refused = hello.rejoin;
         return end_member(w, p, *why);
       }
       m.id = std::get<std::uint64_t>(admitted);

@@ -52,7 +52,6 @@ struct process {
   int index = 0;
   bool killed = false, stopped = false;
   bool killed_by_fault = false;  // a schedule's kill (not the process's own end)
-  bool rejoin_refused = false;  // said hello again (after giving way or a takeover) and was refused
   std::string ended;  // why its main thread ended ("" while it runs)
   std::vector<std::function<void()>> held;  // work that came while it was stopped
   int generation = 0;  // of its agent: a new one on every hello, old timers die with the old
