@@ -556,11 +556,15 @@ TEST_CASE("--redirects and --tee choose, as torchrun, which streams go to --log-
 
 TEST_CASE("--max-restarts R without --elastic: a failed worker stops the group, which starts again, R times at most") {
   // As torchrun: rank 1 fails in the first two starts (rank 0 waits to be stopped), the third
-  // start succeeds; each start sees its count in TORCHELASTIC_RESTART_COUNT.
+  // start succeeds; each start sees its count in TORCHELASTIC_RESTART_COUNT. Rank 1 fails only
+  // once rank 0 has said its line (a marker file per launcher and start), or a loaded machine
+  // could stop rank 0 before it spoke.
   const auto result = run_launcher(
       {"-n", "2", "--max-restarts", "3", "--timeout", "60", "--", "sh", "-c",
        "echo start $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS; "
-       "if [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then if [ $RANK = 1 ]; then exit 3; fi; exec sleep 1000; fi"});
+       "marker=/tmp/accord_launch_restart.$PPID.$TORCHELASTIC_RESTART_COUNT; "
+       "if [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then if [ $RANK = 1 ]; then "
+       "while [ ! -e $marker ]; do sleep 0.01; done; rm -f $marker; exit 3; fi; touch $marker; exec sleep 1000; fi"});
   CHECK(result.exit_status == 0);
   std::multiset<std::string> lines;
   for (const auto& line : lines_of(result.out)) lines.insert(line);
