@@ -33,18 +33,8 @@ worker::state::outcome worker::state::accumulate(std::shared_ptr<const void> own
   while (!settled()) {
     changed_.wait(lock, [&] { return settled() || reported_from_ < added_from_; });
     if (settled()) break;
-    const std::size_t from = reported_from_, to = added_from_;
-    const device_span<const float> gradient = gradient_;
-    const auto listener = progress_listener_;
-    lock.unlock();
-    std::exception_ptr add_failed;
-    try {
-      add_gradient(gradient, from, to);
-      if (listener) listener(from);
-    } catch (...) {
-      add_failed = std::current_exception();
-    }
-    lock.lock();
+    const std::size_t from = reported_from_;
+    const std::exception_ptr add_failed = add_unlocked(lock, gradient_, from, added_from_);
     added_from_ = from;
     if (add_failed) {  // the app's submit() then returns, and its next() says the job is over
       pending_ = false;
@@ -54,17 +44,7 @@ worker::state::outcome worker::state::accumulate(std::shared_ptr<const void> own
     }
   }
   if (answered_) {  // submit() waits for the add, however the request ends
-    std::exception_ptr add_failed;
-    const std::size_t end = added_from_;
-    const auto listener = progress_listener_;
-    lock.unlock();
-    try {
-      add_gradient(gradient_, 0, end);
-      if (listener) listener(0);
-    } catch (...) {
-      add_failed = std::current_exception();
-    }
-    lock.lock();
+    const std::exception_ptr add_failed = add_unlocked(lock, gradient_, 0, added_from_);
     added_serial_ = serial_;
     gradient_ = {};
     changed_.notify_all();
@@ -76,6 +56,21 @@ worker::state::outcome worker::state::accumulate(std::shared_ptr<const void> own
   sum_ = {};
   if (!answered && !failure_.empty()) throw std::runtime_error(failure_);
   return answered ? answer_ : outcome{.ended = ended};
+}
+
+std::exception_ptr worker::state::add_unlocked(std::unique_lock<std::mutex>& lock, device_span<const float> gradient,
+                                               std::size_t begin, std::size_t end) {
+  const auto listener = progress_listener_;
+  lock.unlock();
+  std::exception_ptr failed;
+  try {
+    add_gradient(gradient, begin, end);
+    if (listener) listener(begin);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  lock.lock();
+  return failed;
 }
 
 void worker::state::add_gradient(device_span<const float> gradient, std::size_t begin, std::size_t end) {

@@ -13,6 +13,7 @@
 #include "gpu/kernels.hpp"
 
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 
@@ -61,6 +62,10 @@ private:
   // Compute actor's thread, the lock released: sum_ += gradient over [begin, end) on sum_'s
   // memory.
   void add_gradient(device_span<const float> gradient, std::size_t begin, std::size_t end);
+  // add_gradient, then the progress listener told that [begin, end) is in, with `lock` released
+  // meanwhile; what failed, if anything.
+  std::exception_ptr add_unlocked(std::unique_lock<std::mutex>& lock, device_span<const float> gradient,
+                                  std::size_t begin, std::size_t end);
   // The app's gradient (submit's or a progress report's) for the request handed out, checked
   // (mutex_ held): std::invalid_argument naming `call` for no request, or a gradient of the
   // wrong memory or size. False when accord no longer waits for that request (released: the
