@@ -155,6 +155,15 @@ struct impostor_job {
 
 }  // namespace
 
+TEST_CASE("ucx: ring pieces travel eagerly unless RDMA devices exist or the user set UCX_RNDV_THRESH") {
+  const auto threshold = eager_rendezvous_threshold(nullptr, false);
+  REQUIRE(threshold);
+  CHECK(std::stoul(*threshold) >= 2 * ucx_ring_piece_bytes);
+  CHECK(std::stoul(*threshold) < 4 * ucx_ring_piece_bytes);
+  CHECK_FALSE(eager_rendezvous_threshold("auto", false));
+  CHECK_FALSE(eager_rendezvous_threshold(nullptr, true));
+}
+
 TEST_CASE("ucx transport conformance, shared memory and tcp on loopback") {
   testing::run_transport_conformance("ucx", [](int world) { return make_ucx_loopback_group(world); });
 }

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -118,6 +119,11 @@ std::string transport_variables() {
   return set;
 }
 
+bool rdma_devices_present() {
+  std::error_code ignored;
+  return std::filesystem::directory_iterator("/sys/class/infiniband", ignored) != std::filesystem::directory_iterator();
+}
+
 // Ranks share cores with each other and with compute, so an idle wait gives its core away:
 // it spins, yielding the core at every turn, then sleeps on the worker's event fd. Yielding
 // turns cost next to nothing when another thread or rank wants the core (it runs instead), and
@@ -175,6 +181,11 @@ ucs_status_t poll_request(void*& request) {
 }
 
 }  // namespace
+
+std::optional<std::string> eager_rendezvous_threshold(const char* user_threshold, bool rdma_devices) {
+  if (user_threshold || rdma_devices) return std::nullopt;
+  return std::to_string(2 * ucx_ring_piece_bytes);
+}
 
 namespace detail {
 
@@ -316,6 +327,8 @@ ucx_worker::ucx_worker(const std::string& address, ucx_options opts) : options(s
   if (!options.net_devices.empty())
     check(ucp_config_modify(config.get(), "NET_DEVICES", options.net_devices.c_str()),
           "setting UCX_NET_DEVICES=" + options.net_devices);
+  if (const auto threshold = eager_rendezvous_threshold(std::getenv("UCX_RNDV_THRESH"), rdma_devices_present()))
+    check(ucp_config_modify(config.get(), "RNDV_THRESH", threshold->c_str()), "setting UCX_RNDV_THRESH=" + *threshold);
   // Lets a restarted job bind its fixed port again while the old one is in TIME-WAIT.
   check(ucp_config_modify(config.get(), "CM_REUSEADDR", "y"), "setting UCX_CM_REUSEADDR=y");
 

@@ -6,9 +6,9 @@
 // progresses in the background. Connection setup is by sockaddr: every rank listens, rank i
 // dials every rank j < i and the two exchange a hello naming rank, world, job and epoch
 // (transport/ucx/ucx_wire.hpp), so each pair has exactly one endpoint. Bulk data travels as
-// UCX tag messages straight between the callers' buffers (eager for small, rendezvous/zero-copy
-// for large frames); the UCX tag names sender and transport tag, and every receive checks the
-// frame size, so a wrong or stray frame is a transport_error naming the peer.
+// UCX tag messages into the receivers' buffers (eagerly up to two ring pieces, see
+// eager_rendezvous_threshold); the UCX tag names sender and transport tag, and every receive
+// checks the frame size, so a wrong or stray frame is a transport_error naming the peer.
 //
 // Shared memory vs tcp: UCX 1.13 uses sysv/posix/cma between processes of one machine only in
 // error-handling mode NONE. detect_peer_failure=true selects mode PEER (a dead peer becomes a
@@ -21,6 +21,7 @@
 // worker's event fd, then cancels the receives in flight and gives up on the sends in flight
 // (as when a peer fails), so the blocked call returns promptly and destruction is safe.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -44,6 +45,19 @@ struct ucx_options {
   // environment's or UCX's default. Shared-memory transports are not affected by it.
   std::string net_devices;
 };
+
+// Largest piece a collective over UCX cuts.
+inline constexpr std::size_t ucx_ring_piece_bytes = 1 << 20;
+
+// The UCX_RNDV_THRESH every transport's context sets, or nullopt to keep UCX's choice.
+// Over TCP, UCX 1.13 sends frames above 8 KiB by rendezvous: each ring piece waits for a
+// request-to-send and a ready-to-receive, and on a slow link with a deep queue those small
+// messages wait behind bulk data (30% of DDP's communication per step between 4 ranks on a
+// shaped 22 Mbit/s link). Collectives post their receives ahead, so eager pieces land in place;
+// shared memory measured no slower eager. Frames above two pieces (a whole model sent at once)
+// keep rendezvous, so an early frame is not buffered whole by the receiver. RDMA devices keep
+// UCX's zero-copy rendezvous, and the user's UCX_RNDV_THRESH (`user_threshold`) always wins.
+std::optional<std::string> eager_rendezvous_threshold(const char* user_threshold, bool rdma_devices);
 
 namespace detail {
 struct ucx_worker;
@@ -99,8 +113,9 @@ public:
   // Progresses the worker once and checks the request (or its peer's failure).
   bool settled(request handle) override;
   transfer_stats stats() const override;
-  // Each ring piece costs a UCX rendezvous round trip, hidden while other pieces are in flight.
-  std::size_t ring_piece_bytes() const override { return 1 << 20; }
+  // Large pieces keep per-piece costs (a message, a wake-up, a rendezvous round trip where one
+  // is used) small next to the data; the pipeline hides the rest.
+  std::size_t ring_piece_bytes() const override { return ucx_ring_piece_bytes; }
 
   // "host:port" this rank dialled or accepted for `peer`.
   const std::string& peer_address(int peer) const;
