@@ -96,8 +96,6 @@ int main(int argc, char** argv) {
       ("join", po::value<std::string>(),
        "join the running elastic job whose rank 0 listens at HOST:PORT (also set by ACCORD_JOIN, as "
        "accord-launch --join does)")
-      ("keep-interval", number_flag<std::uint64_t>(1, 1'000'000'000, 1),
-       "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at most these)")
       ("majority-wait", number_flag(0.0, 86400.0, 30.0),
        "elastic: seconds a side without a majority of the last epoch's members (a partition, members "
        "stopped) keeps its state and waits for them before it stops (0: at once)");
@@ -140,7 +138,6 @@ int main(int argc, char** argv) {
     // Between processes each process runs one worker; in one process, all of them.
     training_setup setup = make_training_setup(flags, place ? 1 : 0);
     warn_ignored_training_flags(flags, "accord-train");
-    setup.job.keep_interval = flags["keep-interval"].as<std::uint64_t>();
     // accord-launch --trace FILE: every rank writes its part beside FILE, the launcher merges them.
     if (const char* trace = std::getenv("ACCORD_TRACE"); trace && *trace && !flags.count("trace"))
       setup.job.trace_path = trace;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -110,15 +111,9 @@ double job_bytes(const job_shape& s) {
 void require_job_memory(const po::variables_map& flags, const job_shape& shape, const std::string& workers_flag) {
   const double needed = job_bytes(shape);
   if (needed <= available_memory_bytes()) return;
-  auto given = [&](const char* flag) {
-    const auto& value = flags[flag].value();
-    return std::string("--") + flag + " " +
-           (value.type() == typeid(int) ? std::to_string(flags[flag].as<int>()) : flags[flag].as<std::string>());
-  };
+  auto given = [&](const char* flag) { return std::string("--") + flag + " " + flags[flag].as<std::string>(); };
   using shrink = void (*)(job_shape&);
-  std::vector<std::pair<std::string, shrink>> candidates = {
-      {"--micro-batch " + flags["micro-batch"].as<std::string>(),
-       [](job_shape& s) { s.micro_batch = 1; }}};
+  std::vector<std::pair<std::string, shrink>> candidates = {{given("micro-batch"), [](job_shape& s) { s.micro_batch = 1; }}};
   if (!workers_flag.empty()) candidates.emplace_back(workers_flag, [](job_shape& s) { s.workers = 1; });
   if (shape.language_model) {
     candidates.emplace_back(given("width"), [](job_shape& s) { s.gpt.width = s.gpt.heads; });
@@ -154,14 +149,14 @@ public:
     const std::string& text = po::validators::get_single_string(tokens);
     setting_declaration unchecked = setting_;
     unchecked.check = nullptr;
-    setting_value value;
+    unchecked.choices = nullptr;
     try {
-      value = parse_setting(unchecked, text);
+      parse_setting(unchecked, text);
     } catch (const std::invalid_argument&) {
       throw po::error_with_option_name("%canonical_option%: '" + text + "' is not " + accepted(setting_));
     }
     try {
-      if (setting_.check) setting_.check(value);
+      parse_setting(setting_, text);  // its choices and its check
     } catch (const std::invalid_argument& problem) {
       throw po::error(problem.what());
     }
@@ -173,15 +168,65 @@ private:
 };
 
 // A declared setting's flag in `options`: a switch, or a value parsed as declared, with its
-// default where it has one.
+// default where it has one; a text of choices leads its help with them ("gpt | mlp: ...").
 void add_declared_flag(po::options_description& options, const setting_declaration& s, const std::string& help) {
+  const std::string line = s.choices ? accepted(s) + ": " + help : help;
   if (s.kind == setting_kind::boolean) {
-    options.add_options()(s.flag.c_str(), po::bool_switch(), help.c_str());
+    options.add_options()(s.flag.c_str(), po::bool_switch(), line.c_str());
     return;
   }
   auto* value = new declared_value(s);
   if (const auto fallback = default_text(s)) value->default_value(*fallback, *fallback);
-  options.add_options()(s.flag.c_str(), value, help.c_str());
+  options.add_options()(s.flag.c_str(), value, line.c_str());
+}
+
+// The value `flags` give declared setting `s`: a switch's, or its text parsed as declared.
+setting_value flag_value(const po::variables_map& flags, const setting_declaration& s) {
+  if (s.kind == setting_kind::boolean) return flags[s.flag].as<bool>();
+  return parse_setting(s, flags[s.flag].as<std::string>());
+}
+
+// accord-train's own whole-number setting `flag`, as given (checked as it was parsed) or its default.
+int whole_flag(const po::variables_map& flags, const char* flag) {
+  return static_cast<int>(std::stoll(flags[flag].as<std::string>()));
+}
+
+// Every declared setting accord-train has a flag for: its own, job_config's and the topologies'.
+std::vector<setting_declaration> flag_declarations() {
+  std::vector<setting_declaration> all = declared_model_settings();
+  for (const job_setting& s : declared_job_settings())
+    if (s.command_line) all.push_back(s.declared);
+  for (const auto& [topology, settings] : declared_topology_settings()) all.insert(all.end(), settings.begin(), settings.end());
+  return all;
+}
+
+// The flags of `declared` that the modes chosen leave unread, each with why ("without --topology
+// gossip"), in declaration order. A setting owned by "WORD VALUE" is read only where the setting
+// WORD (by key or flag: topology, algorithm, model, schedule) is VALUE; `chosen` gives a mode's flag
+// its value (nullopt: not chosen here, so read). A flag that several settings declare (two
+// topologies) is unread only where none of them is read.
+std::vector<std::pair<std::string, std::string>> flags_ignored(
+    const std::vector<setting_declaration>& declared,
+    const std::function<std::optional<std::string>(const std::string& flag)>& chosen) {
+  std::set<std::string> read;
+  std::vector<std::pair<std::string, std::string>> unread;
+  for (const setting_declaration& s : declared) {
+    const auto space = s.owner.find(' ');
+    const std::string word = s.owner.substr(0, space);
+    const auto mode = space == std::string::npos
+                          ? declared.end()
+                          : std::find_if(declared.begin(), declared.end(),
+                                         [&](const setting_declaration& m) { return m.name == word || m.flag == word; });
+    const std::string value = space == std::string::npos ? "" : s.owner.substr(space + 1);
+    const std::optional<std::string> now = mode == declared.end() ? std::nullopt : chosen(mode->flag);
+    if (!now || *now == value) read.insert(s.flag);
+    else unread.emplace_back(s.flag, "without --" + mode->flag + " " + value);
+  }
+  std::set<std::string> listed;
+  std::erase_if(unread, [&](const auto& flag_why) {
+    return read.count(flag_why.first) || !listed.insert(flag_why.first).second;
+  });
+  return unread;
 }
 
 // Each topology's declared settings as flags (a flag two topologies declare, once), the help
@@ -199,42 +244,72 @@ void add_declared_flags(po::options_description& options,
     }
 }
 
+// job_config's declared setting `s` as a flag, `defaults`' value as its default.
+void add_job_flag(po::options_description& options, const job_setting& s, const job_config& defaults) {
+  setting_declaration declared = s.declared;
+  declared.fallback = s.get(defaults);
+  add_declared_flag(options, declared, declared.help);
+}
+
+const job_setting& topology_setting_of_job() {
+  const auto& settings = declared_job_settings();
+  return *std::find_if(settings.begin(), settings.end(),
+                       [](const job_setting& s) { return s.declared.name == "topology"; });
+}
+
 }  // namespace
 
+const std::vector<setting_declaration>& declared_model_settings() {
+  using d = setting_declaration;
+  using enum setting_kind;
+  static const std::vector<setting_declaration> settings = {
+      d{.name = "model", .flag = "model", .kind = text, .fallback = std::string("gpt"),
+        .help = "the byte-level transformer (gpt) or a classifier of images (mlp)", .group = "model",
+        .fingerprint = false, .owner = "job", .choices = [] { return std::vector<std::string>{"gpt", "mlp"}; }},
+      d{.name = "device", .flag = "device", .kind = text, .fallback = std::string("auto"),
+        .help = "where compute actors run the gpt: cpu | cuda | auto (cuda when a GPU exists); the mlp runs on the cpu",
+        .group = "model", .fingerprint = false, .owner = "job"},
+      d{.name = "vocab", .flag = "vocab", .kind = whole, .fallback = std::int64_t{0}, .low = 1, .high = 65536,
+        .help = "gpt: vocabulary size (default: from the data: 256 for text, the largest token + 1 for token shards)",
+        .group = "model", .fingerprint = false, .owner = "model gpt"},
+      d{.name = "context", .flag = "context", .kind = whole, .fallback = std::int64_t{64}, .low = 1, .high = 1 << 20,
+        .unit = "tokens", .help = "gpt: context length", .group = "model", .fingerprint = false, .owner = "model gpt"},
+      d{.name = "layers", .flag = "layers", .kind = whole, .fallback = std::int64_t{2}, .low = 1, .high = 1 << 20,
+        .help = "gpt: transformer blocks", .group = "model", .fingerprint = false, .owner = "model gpt"},
+      d{.name = "heads", .flag = "heads", .kind = whole, .fallback = std::int64_t{4}, .low = 1, .high = 1 << 20,
+        .help = "gpt: attention heads", .group = "model", .fingerprint = false, .owner = "model gpt"},
+      d{.name = "width", .flag = "width", .kind = whole, .fallback = std::int64_t{128}, .low = 1, .high = 1 << 30,
+        .help = "gpt: embedding width", .group = "model", .fingerprint = false, .owner = "model gpt"},
+      d{.name = "untied_head", .flag = "untied-head", .kind = boolean, .fallback = false,
+        .help = "gpt: separate output head instead of the token embedding", .group = "model", .fingerprint = false,
+        .owner = "model gpt"},
+      d{.name = "hidden", .flag = "hidden", .kind = text, .fallback = std::string("256,128"),
+        .help = "mlp: hidden layer widths", .group = "model", .fingerprint = false, .owner = "model mlp"},
+      d{.name = "data", .flag = "data", .kind = text, .fallback = std::string(),
+        .help = "gpt: a text file, an llm.c .bin token shard, a glob of either ('shards/train_*.bin') or a directory "
+                "of text files (default: the fortunes corpus); mlp: a Fashion-MNIST directory (default: " +
+                std::string(default_fashion_mnist_directory) + ")",
+        .group = "data", .fingerprint = false, .owner = "job"},
+      d{.name = "eval_data", .flag = "eval-data", .kind = text, .fallback = std::string(),
+        .help = "gpt: held-out data as --data takes it (default: the last tenth of --data)", .group = "data",
+        .fingerprint = false, .owner = "model gpt"},
+  };
+  return settings;
+}
+
 void add_topology_options(po::options_description& options, const job_config& d) {
-  std::string topologies;
-  for (const std::string& name : topology_names()) topologies += (topologies.empty() ? "" : " | ") + name;
-  options.add_options()
-      ("topology", po::value<std::string>()->default_value(d.topology),
-       ("who exchanges with whom, when, and how results merge: " + topologies +
-        " (ring: the algorithm's rounds over every worker; docs/topologies.md)").c_str());
+  topology_names();  // the built-in topologies have declared their settings
+  add_job_flag(options, topology_setting_of_job(), d);
   add_declared_flags(options, declared_topology_settings());
 }
 
 void add_training_options(flag_sections& sections, const job_config& d) {
-  static const std::string data_help =
-      "gpt: a text file, an llm.c .bin token shard, a glob of either ('shards/train_*.bin') or a directory of "
-      "text files (default: the fortunes corpus); "
-      "mlp: a Fashion-MNIST directory (default: " + std::string(default_fashion_mnist_directory) + ")";
-  // What builds the model and reads the data: accord-train's own, not job_config's.
-  sections.model.add_options()
-      ("model", po::value<std::string>()->default_value("gpt"), "gpt (byte-level transformer) | mlp (classifier)")
-      ("device", po::value<std::string>()->default_value("auto"),
-       "where compute actors run the gpt: cpu | cuda | auto (cuda when a GPU exists); the mlp runs on the cpu")
-      ("vocab", number_flag(1, 65536), "gpt: vocabulary size (default: from the data: 256 for text, the largest "
-       "token + 1 for token shards)")
-      ("context", number_flag(1, 1 << 20, 64), "gpt: context length")
-      ("layers", number_flag(1, 1 << 20, 2), "gpt: transformer blocks")
-      ("heads", number_flag(1, 1 << 20, 4), "gpt: attention heads")
-      ("width", number_flag(1, 1 << 30, 128), "gpt: embedding width")
-      ("untied-head", po::bool_switch(), "gpt: separate output head instead of the token embedding")
-      ("hidden", po::value<std::string>()->default_value("256,128"), "mlp: hidden layer widths");
-  sections.data.add_options()
-      ("data", po::value<std::string>(), data_help.c_str())
-      ("eval-data", po::value<std::string>(),
-       "gpt: held-out data as --data takes it (default: the last tenth of --data)")
-      // Any 64-bit seed, beyond a declared whole setting's range.
-      ("seed", number_flag<std::uint64_t>(0, ~std::uint64_t{0}, d.seed), "initialisation and data order");
+  const std::map<std::string, po::options_description*> by_group = {
+      {"model", &sections.model},         {"data", &sections.data},         {"algorithm", &sections.algorithm},
+      {"topology", &sections.topology},   {"precision", &sections.precision},
+      {"distributed", &sections.distributed}, {"elastic", &sections.elastic}, {"output", &sections.output}};
+  // What builds the model and reads the data: accord-train's own, first in their sections.
+  for (const setting_declaration& s : declared_model_settings()) add_declared_flag(*by_group.at(s.group), s, s.help);
   add_topology_options(sections.topology, d);
   // Lists, and the replay of a log, parsed here (make_training_setup).
   sections.topology.add_options()
@@ -251,16 +326,9 @@ void add_training_options(flag_sections& sections, const job_config& d) {
        "--max-accumulation 1 --blas-threads 1 in both runs the replay ends with the recorded parameters and "
        "optimizer state, bit for bit");
   // job_config's declared settings, each in its section, `d`'s value as the default.
-  const std::map<std::string, po::options_description*> by_group = {
-      {"model", &sections.model},         {"data", &sections.data},         {"algorithm", &sections.algorithm},
-      {"topology", &sections.topology},   {"precision", &sections.precision},
-      {"distributed", &sections.distributed}, {"elastic", &sections.elastic}, {"output", &sections.output}};
-  for (const job_setting& s : declared_job_settings()) {
-    if (!s.command_line) continue;
-    setting_declaration declared = s.declared;
-    declared.fallback = s.get(d);
-    add_declared_flag(*by_group.at(declared.group), declared, declared.help);
-  }
+  for (const job_setting& s : declared_job_settings())
+    if (s.command_line && &s != &topology_setting_of_job())  // --topology leads its section (above)
+      add_job_flag(*by_group.at(s.declared.group), s, d);
 }
 
 void add_training_options(po::options_description& options, const job_config& d) {
@@ -279,33 +347,20 @@ void flag_sections::add_to(po::options_description& options) const {
 }
 
 std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const std::string& topology) {
-  const auto declared = declared_topology_settings();
-  std::set<std::string> read;  // the flags `topology` declares
-  if (const auto mine = declared.find(topology); mine != declared.end())
-    for (const setting_declaration& s : mine->second) read.insert(s.flag);
-  std::vector<std::pair<std::string, std::string>> ignored;
-  for (const auto& [owner, settings] : declared)
-    if (owner != topology)
-      for (const setting_declaration& s : settings)
-        if (read.insert(s.flag).second) ignored.emplace_back(s.flag, "without --topology " + owner);
-  return ignored;
+  return flags_ignored(flag_declarations(), [&topology](const std::string& flag) -> std::optional<std::string> {
+    if (flag == "topology") return topology;
+    return std::nullopt;
+  });
 }
 
 void read_topology_options(const po::variables_map& flags, job_config& job, int local_workers) {
-  job.topology = flags["topology"].as<std::string>();
-  if (const auto names = topology_names(); std::find(names.begin(), names.end(), job.topology) == names.end()) {
-    std::string known;
-    for (const auto& name : names) known += (known.empty() ? "" : "|") + name;
-    throw std::invalid_argument("--topology: '" + job.topology + "' (expected " + known + ")");
-  }
+  job.topology = flags["topology"].as<std::string>();  // one of the registered, checked as it was parsed
   // The settings given (on the command line or in a --config file), each parsed as declared.
   std::set<std::string> read;
   for (const auto& [topology, settings] : declared_topology_settings())
     for (const setting_declaration& s : settings)
-      if (read.insert(s.flag).second && flags.count(s.flag) && !flags[s.flag].defaulted()) {
-        if (s.kind == setting_kind::boolean) job.topology_settings.set(s.name, flags[s.flag].as<bool>());
-        else job.topology_settings.set(s.name, parse_setting(s, flags[s.flag].as<std::string>()));
-      }
+      if (read.insert(s.flag).second && flags.count(s.flag) && !flags[s.flag].defaulted())
+        job.topology_settings.set(s.name, flag_value(flags, s));
   if (!job.topology_settings.given("group_size") && job.topology == "hierarchical" && local_workers > 0) {
     // Between processes a group is one machine's workers.
     if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); local && *local)
@@ -317,12 +372,8 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   training_setup setup;
   job_config& job = setup.job;
   // job_config's declared settings, each flag parsed as declared (its check ran as it was parsed).
-  for (const job_setting& s : declared_job_settings()) {
-    if (!s.command_line || !flags.count(s.declared.flag)) continue;
-    if (s.declared.kind == setting_kind::boolean) s.set(job, flags[s.declared.flag].as<bool>());
-    else s.set(job, parse_setting(s.declared, flags[s.declared.flag].as<std::string>()));
-  }
-  job.seed = flags["seed"].as<std::uint64_t>();
+  for (const job_setting& s : declared_job_settings())
+    if (s.command_line && flags.count(s.declared.flag)) s.set(job, flag_value(flags, s.declared));
   read_topology_options(flags, job, local_workers);
   if (flags.count("speed")) job.speed_factors = parse_speed_factors(flags["speed"].as<std::string>());
   const compute_precision precision = parse_compute_precision(job.compute_precision, "--compute-precision");
@@ -341,8 +392,7 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
     }
   }
 
-  const std::string kind = flags["model"].as<std::string>();
-  if (kind != "gpt" && kind != "mlp") throw std::invalid_argument("--model: '" + kind + "' (expected gpt|mlp)");
+  const std::string kind = flags["model"].as<std::string>();  // gpt or mlp, checked as it was parsed
   const std::string device_name = flags["device"].as<std::string>();
   // The MLP has no CUDA path: auto means the cpu for it, and cuda is a mistake.
   if (kind == "mlp" && device_name == "cuda")
@@ -371,17 +421,18 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   const std::string data = flags.count("data") ? flags["data"].as<std::string>() : "";
   if (kind == "gpt") {
     gpt_config& config = shape.gpt;
-    config.context = flags["context"].as<int>();
-    config.layers = flags["layers"].as<int>();
-    config.heads = flags["heads"].as<int>();
-    config.width = flags["width"].as<int>();
+    config.context = whole_flag(flags, "context");
+    config.layers = whole_flag(flags, "layers");
+    config.heads = whole_flag(flags, "heads");
+    config.width = whole_flag(flags, "width");
     config.tied_head = !flags["untied-head"].as<bool>();
     // Checked before the data are opened (a job too big for any data is refused at once) and
     // again with the vocabulary the data give.
-    config.vocab = flags.count("vocab") ? flags["vocab"].as<int>() : 256;
+    const int vocab = flags.count("vocab") ? whole_flag(flags, "vocab") : 0;  // 0: from the data
+    config.vocab = vocab ? vocab : 256;
     require_job_memory(flags, shape, workers_flag);
     const auto load_tokens = [data, eval_data = flags.count("eval-data") ? flags["eval-data"].as<std::string>() : "",
-                              vocab = flags.count("vocab") ? flags["vocab"].as<int>() : 0,
+                              vocab,
                               context = config.context](std::uint64_t seed) {
       return load_token_data(data, eval_data, vocab, context, seed);
     };
@@ -416,17 +467,15 @@ seeded_data data_for_seed(const training_setup& setup, std::uint64_t seed) {
   return seed == setup.job.seed ? seeded_data{setup.train, setup.eval} : setup.load_data(seed);
 }
 
+std::vector<std::pair<std::string, std::string>> training_flags_ignored(const po::variables_map& flags) {
+  return flags_ignored(flag_declarations(), [&flags](const std::string& flag) -> std::optional<std::string> {
+    if (!flags.count(flag)) return std::nullopt;
+    return flags[flag].as<std::string>();
+  });
+}
+
 void warn_ignored_training_flags(const po::variables_map& flags, const std::string& program) {
-  if (flags["model"].as<std::string>() == "gpt") {
-    warn_ignored(flags, program, {{"hidden", "with --model gpt"}});
-  } else {
-    for (const char* flag : {"eval-data", "vocab", "context", "layers", "heads", "width", "untied-head"})
-      warn_ignored(flags, program, {{flag, "with --model mlp"}});
-  }
-  if (flags["algo"].as<std::string>() != "dpu") warn_ignored(flags, program, {{"dpu-warmup", "without --algo dpu"}});
-  warn_ignored(flags, program, topology_flags_ignored_by(flags["topology"].as<std::string>()));
-  if (flags["schedule"].as<std::string>() != "cosine")
-    warn_ignored(flags, program, {{"min-lr-ratio", "without --schedule cosine"}});
+  warn_ignored(flags, program, training_flags_ignored(flags));
 }
 
 }  // namespace accord

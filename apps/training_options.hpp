@@ -5,6 +5,7 @@
 
 #include <accord/job.hpp>
 #include <accord/model.hpp>
+#include <accord/settings.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -47,6 +48,11 @@ struct flag_sections {
   void add_to(boost::program_options::options_description& options) const;
 };
 
+// accord-train's own settings, declared as job_config's are (<accord/settings.hpp>): what builds
+// the model and reads the data, each owned by "job" or by the model that reads it ("model gpt").
+// The fingerprint states the model's signature and the data's description instead.
+const std::vector<setting_declaration>& declared_model_settings();
+
 // Adds the model, data and job flags to their sections, with `defaults` shown as the defaults.
 void add_training_options(flag_sections& sections, const job_config& defaults);
 // The same, added to `options` by flag_sections::add_to.
@@ -56,7 +62,7 @@ void add_training_options(boost::program_options::options_description& options,
 // adds them too), and what they set in `job` (`local_workers` as for make_training_setup).
 void add_topology_options(boost::program_options::options_description& options, const job_config& defaults);
 void read_topology_options(const boost::program_options::variables_map& flags, job_config& job, int local_workers = 0);
-// The flags of the other built-in topologies, each with why `topology` ignores it
+// The flags of the other registered topologies, each with why `topology` ignores it
 // ("without --topology gossip"), as warn_ignored takes them.
 std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const std::string& topology);
 
@@ -66,8 +72,12 @@ std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const
 // this process (0: all of them, as run_job runs them).
 training_setup make_training_setup(const boost::program_options::variables_map& flags, int local_workers = 0);
 
-// One warning line on stderr for each given flag that the chosen model, algorithm or schedule
-// leaves unused (e.g. --width with --model mlp).
+// The flags that the chosen model, algorithm, topology and schedule leave unread, each with why,
+// as the declarations' owners say: --width, owned by "model gpt", with --model mlp is
+// ("width", "without --model gpt").
+std::vector<std::pair<std::string, std::string>> training_flags_ignored(const boost::program_options::variables_map& flags);
+// One warning line on stderr for each of them that was given ("accord-train: warning: --width
+// does nothing without --model gpt; ignored").
 void warn_ignored_training_flags(const boost::program_options::variables_map& flags, const std::string& program);
 
 }  // namespace accord

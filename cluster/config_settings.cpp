@@ -121,11 +121,16 @@ std::vector<job_setting> declare() {
       field(&job_config::algorithm,
             d{.name = "algorithm", .flag = "algo", .help = "ddp | dpu | acco | lion | dlion-mavo | dlion-avg | acco-dlion",
               .group = "algorithm", .owner = "algorithm"}),
-      // Its flag lists the registered topologies (apps/training_options.cpp's add_topology_options).
-      only_in_config(field(&job_config::topology,
-                           d{.name = "topology", .flag = "topology",
-                             .help = "who exchanges with whom, when, and how results merge (docs/topologies.md)",
-                             .group = "topology"})),
+      field(&job_config::topology,
+            d{.name = "topology", .flag = "topology",
+              .help = "who exchanges with whom, when, and how results merge (ring: the algorithm's rounds over every "
+                      "worker; docs/topologies.md)",
+              .group = "topology", .choices = [] {
+                // Every registered topology declared its settings, none perhaps (register_topology).
+                std::vector<std::string> names;
+                for (const auto& [name, settings] : declared_topology_settings()) names.push_back(name);
+                return names;
+              }}),
       field(&job_config::workers,
             d{.name = "workers", .flag = "workers", .low = 1, .high = most_workers, .unit = "workers",
               .help = "data-parallel workers", .group = "algorithm", .fingerprint = false}),
@@ -170,10 +175,9 @@ std::vector<job_setting> declare() {
           }),
       field(&job_config::dpu_warmup,
             d{.name = "dpu_warmup", .flag = "dpu-warmup", .low = 0, .high = most_steps, .unit = "rounds",
-              .help = "DPU: synchronous rounds before overlapping", .group = "algorithm", .owner = "algorithm"}),
-      // --seed takes any 64-bit number, beyond a whole setting's range: its flag is accord-train's own.
-      only_in_config(field(&job_config::seed, d{.name = "seed", .flag = "seed", .low = 0, .high = 9.2e18,
-                                                .help = "initialisation and data order", .group = "data"})),
+              .help = "DPU: synchronous rounds before overlapping", .group = "algorithm", .owner = "algorithm dpu"}),
+      field(&job_config::seed, d{.name = "seed", .flag = "seed", .low = 0, .high = 0x1p63,  // to 2^63-1
+                                 .help = "initialisation and data order", .group = "data"}),
       text_resolved(field(&job_config::optimizer,
                           d{.name = "optimizer", .flag = "optimizer",
                             .help = "adamw | lion | sgd (default: the algorithm's)", .group = "algorithm",
@@ -228,7 +232,8 @@ std::vector<job_setting> declare() {
         return schedule;
       }(),
       field(&job_config::min_lr_ratio, d{.name = "min_lr_ratio", .flag = "min-lr-ratio", .low = 0, .high = 1,
-                                         .help = "cosine floor as a fraction of lr", .group = "algorithm"}),
+                                         .help = "cosine floor as a fraction of lr", .group = "algorithm",
+                                         .owner = "schedule cosine"}),
       field(&job_config::eval_interval,
             d{.name = "eval_interval", .flag = "eval-interval", .low = 0, .high = most_steps, .unit = "steps",
               .help = "held-out loss every this many steps (0: only at the end)", .group = "data"}),
@@ -283,11 +288,11 @@ std::vector<job_setting> declare() {
       field(&job_config::checkpoint_interval,
             d{.name = "checkpoint_interval", .flag = "checkpoint-interval", .low = 0, .high = most_steps,
               .unit = "steps", .help = "steps between checkpoints (0: only at the end)", .group = "elastic"}),
-      // Its own flag is accord-train's (between processes only).
-      only_in_config(field(&job_config::keep_interval,
-                           d{.name = "keep_interval", .flag = "keep-interval", .low = 1, .high = most_steps,
-                             .unit = "steps", .help = "elastic between processes: steps between kept states",
-                             .group = "elastic"})),
+      field(&job_config::keep_interval,
+            d{.name = "keep_interval", .flag = "keep-interval", .low = 1, .high = most_steps, .unit = "steps",
+              .help = "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at "
+                      "most these)",
+              .group = "elastic"}),
       // The rest each process may set as it likes.
       field(&job_config::resume_path,
             d{.name = "resume_path", .flag = "resume",

@@ -2,8 +2,10 @@
 // and the topologies' declarations, which register_topology records here.
 #include <accord/settings.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 
@@ -24,6 +26,18 @@ template <class T>
 std::string shortest(T value) {
   char text[64];
   return {text, std::to_chars(text, text + sizeof text, value).ptr};
+}
+
+// A whole number's bound as it reads: a range up to 2^63 (a double) ends at the largest int64.
+std::int64_t whole_bound(double bound) {
+  return bound >= 0x1p63 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(bound);
+}
+
+// "a|b|c" or "a | b | c".
+std::string joined(const std::vector<std::string>& items, const std::string& between) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : between) + item;
+  return text;
 }
 
 bool in_range(const setting_declaration& s, double value) {
@@ -57,11 +71,10 @@ std::string accepted(const setting_declaration& s) {
   switch (s.kind) {
     case setting_kind::boolean: return "on or off";
     case setting_kind::whole:
-      return "a whole number in " + shortest(static_cast<std::int64_t>(s.low)) + ".." +
-             shortest(static_cast<std::int64_t>(s.high));
+      return "a whole number in " + shortest(whole_bound(s.low)) + ".." + shortest(whole_bound(s.high));
     case setting_kind::number:
       return "a number in " + std::string(s.above_low ? "(" : "[") + shortest(s.low) + ", " + shortest(s.high) + "]";
-    case setting_kind::text: return "a text";
+    case setting_kind::text: return s.choices ? joined(s.choices(), " | ") : "a text";
   }
   return "";
 }
@@ -92,7 +105,14 @@ setting_value parse_setting(const setting_declaration& s, const std::string& tex
       value = number;
       break;
     }
-    case setting_kind::text: value = text; break;
+    case setting_kind::text:
+      if (s.choices) {
+        const std::vector<std::string> choices = s.choices();
+        if (std::find(choices.begin(), choices.end(), text) == choices.end())
+          throw std::invalid_argument("--" + s.flag + ": '" + text + "' (expected " + joined(choices, "|") + ")");
+      }
+      value = text;
+      break;
   }
   if (s.check) s.check(value);
   return value;

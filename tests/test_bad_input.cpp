@@ -292,7 +292,7 @@ TEST_CASE("a flag that does nothing where it is given gets one warning line, and
   INFO(run.err);
   CHECK(run.exit_status == 0);
   CHECK(lines_of(run.err) ==
-        std::vector<std::string>{"accord-train: warning: --hidden does nothing with --model gpt; ignored",
+        std::vector<std::string>{"accord-train: warning: --hidden does nothing without --model mlp; ignored",
                                  "accord-train: warning: --transport does nothing in one process (it applies "
                                  "between processes); ignored",
                                  "accord-train: warning: --elastic does nothing in one process (it applies "
@@ -523,6 +523,7 @@ TEST_CASE("run_job refuses bad job_config fields with std::invalid_argument nami
       {"workers", [](job_config& j) { j.workers = 2000; }},
       {"micro-batch", [](job_config& j) { j.micro_batch = 0; }},
       {"membership", [](job_config& j) { j.membership = {{1, 100000, false}}; }},
+      {"keep_interval", [](job_config& j) { j.keep_interval = 0; }},
   };
   for (const auto& c : cases) {
     job_config job = small_job();

@@ -48,7 +48,6 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
   job.accumulation = 2;
   job.max_accumulation = 5;
   job.estimate_accumulation = 3;
-  job.keep_interval = 0;
   const job_plan plan = plan_job(net, data, job);
   CHECK(plan.link.bandwidth_bytes_per_second == doctest::Approx(1.25e8));
   CHECK(plan.link.latency_seconds == doctest::Approx(50e-6));
@@ -67,7 +66,6 @@ TEST_CASE("plan_job resolves the links, the precisions, the topology's settings 
   CHECK(plan.max_accumulation == 5);
   CHECK(plan.estimate_accumulation == 3);
   CHECK(plan.estimate_max_accumulation == 6);  // the real rounds' headroom of 3 over the least
-  CHECK(plan.keep_interval == 1);
 
   // The defaults: no inter link is the link, no estimate precision the wire's, no estimate
   // accumulation the real rounds'; a topology's own settings reach its request.

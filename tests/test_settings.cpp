@@ -44,7 +44,7 @@ std::string cell(const std::string& text) {
 }
 
 std::string row(const std::string& first, const std::string& flag, const setting_declaration& s) {
-  return "| " + first + " | " + flag + " | `" + s.name + "` | " + accepted(s) + " | " +
+  return "| " + first + " | " + flag + " | `" + s.name + "` | " + cell(accepted(s)) + " | " +
          cell(default_text(s).value_or("none")) + " | " + s.unit + " | " + (s.fingerprint ? "yes" : "no") + " | " +
          cell(s.help) + " |\n";
 }

@@ -4,21 +4,29 @@
 
 #include "apps/training_options.hpp"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace accord;
 
 namespace {
 
-training_setup setup_from(std::vector<std::string> args) {
-  namespace po = boost::program_options;
-  po::options_description options("options");
+boost::program_options::variables_map flags_of(std::vector<std::string> args) {
+  boost::program_options::options_description options("options");
   add_training_options(options, job_config{});
   args.insert(args.begin(), "test");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
-  return make_training_setup(*parse_flags(static_cast<int>(argv.size()), argv.data(), options, "usage"));
+  return *parse_flags(static_cast<int>(argv.size()), argv.data(), options, "usage");
+}
+
+training_setup setup_from(std::vector<std::string> args) { return make_training_setup(flags_of(std::move(args))); }
+
+bool ignored(const std::vector<std::pair<std::string, std::string>>& flags, const std::string& flag,
+             const std::string& why) {
+  return std::find(flags.begin(), flags.end(), std::pair{flag, why}) != flags.end();
 }
 
 bool same_examples(const dataset& a, const dataset& b) {
@@ -42,4 +50,41 @@ TEST_CASE("load_data(S) gives the data sets that --seed S gives, for either mode
     CHECK(data_for_seed(first, 1).train == first.train);  // the loaded sets, not a second load
     CHECK(same_examples(*data_for_seed(first, 2).train, *second.train));
   }
+}
+
+TEST_CASE("the flags a mode leaves unread come from the declarations' owners") {
+  // job_config{}: gpt, ring, the cosine schedule; its algorithm is not dpu.
+  const auto defaults = training_flags_ignored(flags_of({}));
+  CHECK(ignored(defaults, "hidden", "without --model mlp"));
+  CHECK(ignored(defaults, "dpu-warmup", "without --algo dpu"));
+  CHECK(ignored(defaults, "local-steps", "without --topology local-sgd"));
+  CHECK(ignored(defaults, "gossip-rate", "without --topology gossip"));
+  for (const char* read : {"width", "eval-data", "min-lr-ratio", "steps", "link", "seed"})
+    CHECK_MESSAGE(std::none_of(defaults.begin(), defaults.end(), [&](const auto& f) { return f.first == read; }), read);
+
+  const auto others =
+      training_flags_ignored(flags_of({"--model", "mlp", "--algo", "dpu", "--schedule", "constant", "--topology", "gossip"}));
+  CHECK(ignored(others, "width", "without --model gpt"));
+  CHECK(ignored(others, "eval-data", "without --model gpt"));
+  CHECK(ignored(others, "min-lr-ratio", "without --schedule cosine"));
+  CHECK(ignored(others, "local-steps", "without --topology local-sgd"));
+  for (const char* read : {"hidden", "dpu-warmup", "gossip-rate"})
+    CHECK_MESSAGE(std::none_of(others.begin(), others.end(), [&](const auto& f) { return f.first == read; }), read);
+}
+
+TEST_CASE("--seed, --topology and --keep-interval are made from their declarations") {
+  const training_setup setup = setup_from({"--seed", "9223372036854775807", "--topology", "local-sgd", "--local-steps",
+                                           "3", "--keep-interval", "7", "--steps", "2"});
+  CHECK(setup.job.seed == 9223372036854775807ull);
+  CHECK(setup.job.topology == "local-sgd");
+  CHECK(setup.job.topology_settings.whole("local_steps") == 3);
+  CHECK(setup.job.keep_interval == 7);
+  CHECK_THROWS_WITH_AS(flags_of({"--topology", "star"}),
+                       doctest::Contains("--topology: 'star' (expected gossip|hierarchical|local-sgd|"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(flags_of({"--model", "cnn"}), "--model: 'cnn' (expected gpt|mlp)", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(flags_of({"--keep-interval", "0"}), "--keep-interval: '0' is not a whole number in 1..1000000000",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(flags_of({"--context", "0"}), "--context: '0' is not a whole number in 1..1048576",
+                       std::invalid_argument);
 }

@@ -20,6 +20,7 @@ registry& topologies() {
   static registry* const instance = [] {
     auto* r = new registry;  // never destroyed: registration may happen from static initializers
     r->factories["ring"] = ring_topology();
+    declare_topology_settings("ring", {});  // none: the declared are the registered (--topology's choices)
     r->factories["local-sgd"] = local_sgd_topology();
     declare_topology_settings("local-sgd", local_sgd_settings());
     r->factories["hierarchical"] = hierarchical_topology();

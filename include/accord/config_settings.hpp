@@ -16,7 +16,8 @@ namespace accord {
 
 struct job_setting {
   // name: job_config's field; group: accord-train's --help section; fallback: job_config{}'s value
-  // (an unset optional: NaN, shown as no default); owner: "job" or "algorithm".
+  // (an unset optional: NaN, shown as no default); owner: "job", "algorithm", or the mode that
+  // reads it ("algorithm dpu", "schedule cosine").
   setting_declaration declared;
   bool command_line = true;  // accord-train has its flag (else it is only in job_config and the fingerprint)
   std::function<setting_value(const job_config&)> get;

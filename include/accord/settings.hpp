@@ -37,17 +37,24 @@ struct setting_declaration {
   std::string help = {};     // one line
   std::string group = {};    // the --help section: model | data | algorithm | topology | precision | ...
   bool fingerprint = true;   // every process of a job must agree on it
-  std::string owner = {};    // "job", "algorithm" or "topology NAME" (register_topology fills it in)
+  // Who reads it: "job", "algorithm", or a mode "WORD VALUE", read only where the setting WORD (by
+  // key or flag) is VALUE: "topology gossip" (register_topology fills it in), "algorithm dpu",
+  // "model gpt". accord-train warns of a flag given where its mode is not chosen.
+  std::string owner = {};
   // Checks a value in range further (a link spec, say): throws std::invalid_argument naming the
   // problem in one line. May be empty.
   std::function<void(const setting_value&)> check = {};
+  // A text taking one of these values, as they are when asked (the registered topologies): another
+  // is refused "--topology: 'star' (expected gossip|ring)". Empty: any text its check takes.
+  std::function<std::vector<std::string>()> choices = {};
 };
 
-// "a whole number in 1..1000000000", "a number in (0, 1e+06]", "on or off", "a text".
+// "a whole number in 1..1000000000", "a number in (0, 1e+06]", "on or off", "a text", "gossip | ring"
+// (the choices). A whole number's range ends at 2^63-1 at most.
 std::string accepted(const setting_declaration& setting);
 // `text` as `setting` takes it (whole numbers digits only, numbers finite, switches on|off|true|
-// false|1|0), in range and passing its check; else std::invalid_argument with one line
-// "--flag: 'text' is not a whole number in 1..1000".
+// false|1|0, texts among the choices), in range and passing its check; else std::invalid_argument
+// with one line "--flag: 'text' is not a whole number in 1..1000".
 setting_value parse_setting(const setting_declaration& setting, const std::string& text);
 // The value as a flag takes it: "4", "0.7", "on", "ring".
 std::string setting_text(const setting_value& value);
