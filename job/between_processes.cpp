@@ -303,7 +303,7 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
     setup.initial_state = std::move(state);
     if (elastic)  // kept steps are barriers here: every --keep-interval steps, and where a change ends the epoch
       setup.keep = asynchronous_setup::keeping{
-          me.keeper, epoch.keep_interval, plan.epoch,
+          me.keeper, epoch.config.keep_interval, plan.epoch,
           [change = me.change_epoch, epoch = plan.epoch] { return change->load() >= epoch; }};
     std::unique_ptr<asynchronous_run> run = asynchronous->start(system, std::move(setup));
     if (const auto failure = run_to_end(system, self, {}, me.agent, plan.coordinator)) {
@@ -325,7 +325,7 @@ void run_process_epoch(caf::actor_system& system, caf::scoped_actor& self, const
   spec.state = std::move(state);
   spec.keeper = me.keeper;
   spec.layout = plan.epoch;
-  spec.keep_interval = elastic ? epoch.keep_interval : 0;
+  spec.keep_interval = elastic ? epoch.config.keep_interval : 0;
   spec.change_epoch = me.change_epoch;
   spec.end_steps = plan.end_steps;
   spec.app = me.app;
@@ -416,7 +416,7 @@ job_plan plan_between_processes(const model& prototype, const std::shared_ptr<co
 job_result run_between_processes(const model& prototype, std::shared_ptr<const dataset> train,
                                  std::shared_ptr<const dataset> eval, const job_plan& origin,
                                  const process_group& group, const job_hooks& hooks) {
-  const trace_session trace(origin.trace_path, group.rank, group.join);
+  const trace_session trace(origin.config.trace_path, group.rank, group.join);
   const std::string host = host_of(group);
   const bool master = !group.join && group.rank == 0;
   const bool elastic = group.elastic || group.join;
@@ -492,8 +492,8 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
     setup.takeover_cause = cause;
     setup.replay = origin.membership_replay;
     setup.majority_wait = group.majority_wait;
-    if (!origin.metrics_path.empty())
-      setup.on_unwritten_events = [path = origin.metrics_path](const std::vector<std::string>& events) {
+    if (!origin.config.metrics_path.empty())
+      setup.on_unwritten_events = [path = origin.config.metrics_path](const std::vector<std::string>& events) {
         try {
           metrics_file metrics(path, true);
           for (const std::string& e : events) metrics.write_event(e);
@@ -502,10 +502,10 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
         }
       };
     setup.ask_standby = [system = system.get()](const std::string& control) { return ask_standby(*system, control); };
-    if (!origin.membership_log_path.empty()) {
+    if (!origin.config.membership_log.empty()) {
       // Shared with the membership actor, which an abandoned system never stops. A successor
       // goes on with the lost coordinator's log.
-      auto log = std::make_shared<membership_log_writer>(origin.membership_log_path, takeover.has_value());
+      auto log = std::make_shared<membership_log_writer>(origin.config.membership_log, takeover.has_value());
       if (!takeover) log->write(job_record(group.world_size, origin.steps));
       setup.on_record = [log](const membership_record& r) { log->write(r); };
     }

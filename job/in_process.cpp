@@ -31,7 +31,7 @@ std::vector<int> departing_ranks(const membership_change& change, int workers) {
 // The scripted membership changes, as the membership log of a job between processes would tell
 // them: an epoch per worker set, who departs (lost in a crash, else left) and how many join.
 void record_membership(const job_plan& plan) {
-  membership_log_writer log(plan.membership_log_path);
+  membership_log_writer log(plan.config.membership_log);
   log.write(job_record(plan.workers, plan.steps));
   const std::uint64_t start = plan.resume ? plan.resume->steps : 0;
   log.write(epoch_record(1, start, plan.workers, false));
@@ -208,8 +208,8 @@ job_plan plan_in_process(const model& prototype, const std::shared_ptr<const dat
 
 job_result run_in_process(const model& prototype, std::shared_ptr<const dataset> train,
                           std::shared_ptr<const dataset> eval, const job_plan& plan, const job_hooks& hooks) {
-  const trace_session trace(plan.trace_path);
-  if (!plan.membership_log_path.empty()) record_membership(plan);
+  const trace_session trace(plan.config.trace_path);
+  if (!plan.config.membership_log.empty()) record_membership(plan);
   // Asynchronous topologies follow membership changes themselves: their workers come and go.
   if (plan.config.membership.empty() || as_asynchronous(*plan.topo)) return run_epoch(prototype, train, eval, plan, hooks);
 

@@ -331,10 +331,6 @@ job_plan plan_job(const model& prototype, const dataset& train, const job_config
     const std::uint64_t per_step = plan.accumulation + (plan.algo->pipe == pipeline::acco ? plan.estimate_accumulation : 0);
     plan.schedule_micro_batches = per_step * static_cast<std::uint64_t>(plan.batch_workers ? plan.batch_workers : plan.workers);
   }
-  plan.metrics_path = config.metrics_path;
-  plan.trace_path = config.trace_path;
-  plan.membership_log_path = config.membership_log;
-  plan.keep_interval = std::max<std::uint64_t>(1, config.keep_interval);
 
   if (config.resume_path.empty()) {
     plan.initial.resize(prototype.parameter_count());

@@ -94,12 +94,6 @@ struct job_settings {
   // The worker count the global batch is sized for (job_config::global_batch; 0: none, each
   // worker takes the counts above whatever the worker count).
   int batch_workers = 0;
-  // ... and where a job between processes writes (job/between_processes.cpp reads them by these
-  // names), the kept states' interval at least 1.
-  std::string metrics_path;
-  std::string trace_path;
-  std::string membership_log_path;
-  std::uint64_t keep_interval = 1;
 
   std::uint64_t data_hash = 0;             // of the training data, recorded in checkpoints
   // Between processes: the settings every process must agree on (cluster/fingerprint.hpp); empty

@@ -61,7 +61,7 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
   setup.eval_interval = plan.config.eval_interval;
   setup.evaluator = std::move(evaluator);
   setup.defer_evaluation = plan.config.defer_evaluation;
-  setup.metrics_path = plan.metrics_path;
+  setup.metrics_path = plan.config.metrics_path;
   setup.append_metrics = plan.resume.has_value();  // a resumed job's file goes on
   setup.data_hash = plan.data_hash;
   setup.learning_rate = [schedule = plan.schedule](std::uint64_t step) { return learning_rate_at(schedule, step); };
