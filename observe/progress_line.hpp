@@ -1,7 +1,8 @@
 #pragma once
 // The progress line accord-train prints every --log-interval steps, and accord.torch with
-// log_interval=: step, loss, the latest eval loss, throughput, bits sent per parameter, the
-// hidden fraction, the job's seconds and the time left at the pace so far.
+// log_interval=: the step, the columns of the step's fields that <accord/metrics_fields.hpp>
+// declares for it (loss, the latest eval loss, throughput, bits sent per parameter, the hidden
+// fraction), the job's seconds and the time left at the pace so far.
 //   step   150/300 | loss 2.8183 | eval 2.9774 | 24.9k tok/s | 96.0 bits/param | hidden 100% | 57.7s | ETA 57s
 #include <accord/metrics.hpp>
 
@@ -29,7 +30,7 @@ private:
   std::uint64_t steps_, interval_;
   std::string unit_;
   std::optional<step_metrics> first_seen_;
-  double last_eval_ = -1;
+  std::optional<step_metrics> latest_;  // each optional figure: the latest measured
 };
 
 }  // namespace accord

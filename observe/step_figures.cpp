@@ -224,16 +224,23 @@ std::string csv_row(const step_metrics& m) {
   return row;
 }
 
-void step_figures::add(const step_metrics& m) {
+step_metrics with_latest_measured(const std::optional<step_metrics>& before, const step_metrics& m) {
   step_metrics shown = m;
   for_each_field<step_metrics>([&](const auto& f) {
     using value_type = typename std::remove_cvref_t<decltype(f)>::value_type;
     if constexpr (std::is_arithmetic_v<value_type>)
-      if (latest_ && absent(f.shown, static_cast<double>(m.*f.member))) shown.*f.member = *latest_.*f.member;
+      if (before && absent(f.shown, static_cast<double>(m.*f.member))) shown.*f.member = *before.*f.member;
+  });
+  return shown;
+}
+
+void step_figures::add(const step_metrics& m) {
+  for_each_field<step_metrics>([&](const auto& f) {
+    using value_type = typename std::remove_cvref_t<decltype(f)>::value_type;
     if constexpr (summable<value_type>::value)
       if (f.shown.kind == prometheus_kind::summed_counter) add_to(totals_.*f.member, m.*f.member);
   });
-  latest_ = std::move(shown);
+  latest_ = with_latest_measured(latest_, m);
 }
 
 std::string step_figures::prometheus() const {
@@ -282,6 +289,7 @@ std::vector<figure_names> declared_figures() {
     names.help = f.shown.help;
     names.json = json_keys(f.shown, static_cast<const value_type*>(nullptr));
     names.tile = f.shown.tile;
+    names.progress = f.shown.progress.text;
     named_cells cells;
     put_csv(cells, f.shown, value_type{});
     for (const auto& [column, cell] : cells) names.csv.push_back(column);

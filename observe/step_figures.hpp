@@ -2,7 +2,7 @@
 // A step's figures where they show, each written from its declaration in
 // <accord/metrics_fields.hpp> (fields_of<step_metrics>): the metrics file's JSON line and CSV
 // row, /status.json's "last", the Prometheus metrics of /metrics, the status page's tiles and the
-// names docs/observability.md's table lists. A field's type picks its writer: a number; a
+// names docs/observability.md's table lists (the progress line's columns are observe/progress_line's). A field's type picks its writer: a number; a
 // thread_cpu (parts by role); per-worker times (parts by rank); counts by index; edges.
 #include <accord/metrics.hpp>
 
@@ -19,6 +19,9 @@ nlohmann::json step_json(const step_metrics& m);
 // The metrics file's CSV header and the step's row (no newline).
 std::string csv_header();
 std::string csv_row(const step_metrics& m);
+
+// `m`, each optional figure not measured there holding `before`'s (the latest one measured).
+step_metrics with_latest_measured(const std::optional<step_metrics>& before, const step_metrics& m);
 
 // The steps a process saw, as /metrics and the status page show them.
 class step_figures {
@@ -49,6 +52,7 @@ struct figure_names {
   std::string prometheus;               // "accord_cpu_seconds_total{role}" (empty: none)
   std::string prometheus_type;          // gauge | counter
   std::string tile;                     // the status page's tile (empty: none)
+  std::string progress;                 // its progress line's column, "{}" for the value (empty: none)
 };
 std::vector<figure_names> declared_figures();
 

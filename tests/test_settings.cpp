@@ -77,12 +77,13 @@ std::string metrics_table() {
     for (const std::string& key : keys) text += (text.empty() ? "`" : ", `") + key + "`";
     return text.empty() ? std::string("—") : text;
   };
-  std::string table = "| field | JSON key | CSV columns | what it is | Prometheus (`/metrics`) | status tile |\n"
-                      "|---|---|---|---|---|---|\n";
+  std::string table =
+      "| field | JSON key | CSV columns | what it is | Prometheus (`/metrics`) | status tile | progress line |\n"
+      "|---|---|---|---|---|---|---|\n";
   for (const figure_names& f : declared_figures())
     table += "| `" + f.field + "` | " + names(f.json) + " | " + names(f.csv) + " | " + cell(f.help) + " | " +
              (f.prometheus.empty() ? "—" : "`" + f.prometheus + "` " + f.prometheus_type) + " | " +
-             (f.tile.empty() ? "—" : f.tile) + " |\n";
+             (f.tile.empty() ? "—" : f.tile) + " | " + (f.progress.empty() ? "—" : "`" + f.progress + "`") + " |\n";
   return table;
 }
 

@@ -49,8 +49,21 @@ enum class prometheus_kind { none, gauge, latest_counter, summed_counter };
 // significant digits; as a percentage to `digits` decimals; in thousands (147k); in bytes (88.4 KiB).
 enum class tile_format { plain, fixed, significant, percent, thousands, bytes };
 
+// A field's column on the progress line (observe/progress_line.cpp), between the step and the
+// clock, in declaration order: `text` with the value for "{}" and the unit of step_metrics::items
+// ("tok", "img") for "{unit}"; the value written as `format` and `digits` say (thousands: 24.9k,
+// 1.25M), right-aligned in `width` characters at least. An optional field not measured at the
+// step shows the latest measured, "-" before any.
+struct progress_column {
+  std::string_view text = {};  // empty: not on the progress line
+  tile_format format = tile_format::plain;
+  int digits = 0;
+  int width = 0;
+};
+
 // Where a field of step_metrics shows outside: the metrics file, /status.json, /metrics, the
-// status page's tiles and the docs' table of fields (all made from the declarations below).
+// status page's tiles, the progress line and the docs' table of fields (all made from the
+// declarations below).
 struct metric_shown {
   // The metrics file's JSON key (and CSV column, for a number) and /status.json's. A field of
   // parts (per worker, by role) names each part's key by putting the part's name for "{}"
@@ -71,6 +84,7 @@ struct metric_shown {
   tile_format format = tile_format::plain;
   int digits = 0;
   std::string_view suffix = {};   // after the tile's value (" items/s")
+  progress_column progress = {};
 };
 
 // A declared field of step_metrics: a field<S, T> (its name and member) and where it shows.
@@ -92,11 +106,12 @@ struct fields_of<step_metrics> {
                          .kind = latest_counter, .prometheus_help = "optimizer steps done", .tile = "step"),
       ACCORD_STEP_METRIC(train_loss, .key = "train_loss", .help = "mean micro-batch loss of the step, over all workers",
                          .prometheus = "train_loss", .kind = gauge, .prometheus_help = "mean training loss of the last step",
-                         .tile = "train loss", .format = fixed, .digits = 4),
+                         .tile = "train loss", .format = fixed, .digits = 4,
+                         .progress = {.text = "loss {}", .format = fixed, .digits = 4}),
       ACCORD_STEP_METRIC(eval_loss, .key = "eval_loss", .help = "held-out loss, when the step was evaluated",
                          .absent_below_zero = true, .prometheus = "eval_loss", .kind = gauge,
                          .prometheus_help = "latest held-out loss", .tile = "held-out loss", .format = fixed,
-                         .digits = 4),
+                         .digits = 4, .progress = {.text = "eval {}", .format = fixed, .digits = 4, .width = 6}),
       ACCORD_STEP_METRIC(seconds, .key = "seconds",
                          .help = "wall time since the job started (a resumed job goes on from the checkpoint's clock)",
                          .prometheus = "elapsed_seconds_total", .kind = latest_counter,
@@ -105,18 +120,21 @@ struct fields_of<step_metrics> {
                          .prometheus = "items_total", .kind = summed_counter,
                          .prometheus_help = "tokens (language model) or examples trained on by all workers"),
       ACCORD_STEP_METRIC(items_per_second, .key = "items_per_second", .help = "throughput, items per second",
-                         .tile = "throughput", .format = thousands, .suffix = " items/s"),
+                         .tile = "throughput", .format = thousands, .suffix = " items/s",
+                         .progress = {.text = "{} {unit}/s", .format = thousands}),
       ACCORD_STEP_METRIC(bits_per_parameter, .key = "bits_per_parameter",
                          .help = "bits sent per parameter and worker for this step, averaged over workers",
                          .prometheus = "sent_bytes_per_parameter", .kind = gauge,
                          .prometheus_help = "bytes sent per parameter and worker in the last step", .scale = 1.0 / 8,
-                         .tile = "bits/param", .format = fixed, .digits = 1),
+                         .tile = "bits/param", .format = fixed, .digits = 1,
+                         .progress = {.text = "{} bits/param", .format = fixed, .digits = 1}),
       ACCORD_STEP_METRIC(hidden_fraction, .key = "hidden_fraction",
                          .help = "of communication time, the fraction that compute kept busy (DDP's gradient buckets "
                                  "count as communication, mostly hidden behind backward)",
                          .prometheus = "communication_hidden_ratio", .kind = gauge,
                          .prometheus_help = "fraction of the last step's communication time hidden behind compute",
-                         .tile = "hidden", .format = percent, .digits = 1),
+                         .tile = "hidden", .format = percent, .digits = 1,
+                         .progress = {.text = "hidden {}", .format = percent, .digits = 0, .width = 4}),
       ACCORD_STEP_METRIC(micro_batches, .key = "micro_batches", .help = "micro-batches of the step, summed over workers"),
       ACCORD_STEP_METRIC(workers, .key = "workers", .help = "the worker count of the step", .prometheus = "workers",
                          .kind = gauge, .prometheus_help = "workers in the job", .tile = "workers"),
