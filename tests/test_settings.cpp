@@ -1,6 +1,7 @@
 // Declared settings (include/accord/settings.hpp, config_settings.hpp): values parsed as declared,
 // the topologies' own settings in a job's open bag, job_config's declarations against its fields,
-// and the docs' tables of settings (docs/topologies.md, docs/training.md) and of a step's metrics
+// and the docs' tables of settings (docs/topologies.md, docs/training.md: job_config's and
+// accord-train's own model and data settings) and of a step's metrics
 // (docs/observability.md, <accord/metrics_fields.hpp>), generated from the declarations
 // (ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites them; the test fails when the docs drift).
 #include <accord/config_fields.hpp>
@@ -8,6 +9,7 @@
 #include <accord/settings.hpp>
 #include <accord/topology.hpp>
 
+#include "apps/training_options.hpp"
 #include "observe/step_figures.hpp"
 
 #include <doctest/doctest.h>
@@ -70,6 +72,18 @@ std::string job_settings_table() {
   return table;
 }
 
+// docs/training.md's table of accord-train's own settings (apps/training_options.cpp): the model's
+// and the data's, with the mode that reads each.
+std::string model_settings_table() {
+  std::string table = "| section | flag | accepts | default | unit | read | what it does |\n"
+                      "|---|---|---|---|---|---|---|\n";
+  for (const setting_declaration& s : declared_model_settings())
+    table += "| " + s.group + " | `--" + s.flag + "` | " + cell(accepted(s)) + " | " +
+             cell(default_text(s).value_or("none")) + " | " + s.unit + " | " +
+             (s.owner == "job" ? std::string("always") : "with --" + s.owner) + " | " + cell(s.help) + " |\n";
+  return table;
+}
+
 // docs/observability.md's table: a row per declared field of step_metrics (<accord/metrics_fields.hpp>).
 std::string metrics_table() {
   const auto names = [](const std::vector<std::string>& keys) {
@@ -120,6 +134,7 @@ TEST_CASE("the docs' settings tables are the declarations'") {
   topology_names();
   check_docs_table("docs/topologies.md", topology_settings_table());
   check_docs_table("docs/training.md", job_settings_table());
+  check_docs_table("docs/training.md", model_settings_table(), "model and data settings");
 }
 
 TEST_CASE("docs/observability.md's table of a step's metrics is the declarations'") {
