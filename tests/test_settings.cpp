@@ -178,6 +178,19 @@ TEST_CASE("a setting's text is parsed as declared, a refusal naming the flag and
                                     if (std::get<std::string>(v) != "ring") throw std::invalid_argument("--graph: not ring");
                                   }};
   CHECK(refusal(graph, "star") == "--graph: not ring");
+  // A text of choices takes only those, as they are when asked (the registered topologies).
+  const setting_declaration shape{.name = "shape", .flag = "shape", .kind = setting_kind::text,
+                                  .fallback = std::string("ring"),
+                                  .choices = [] { return std::vector<std::string>{"complete", "ring"}; }};
+  CHECK(std::get<std::string>(parse_setting(shape, "complete")) == "complete");
+  CHECK(refusal(shape, "star") == "--shape: 'star' (expected complete|ring)");
+  CHECK(accepted(shape) == "complete | ring");
+  // A whole number's range reads up to the largest int64 (a seed's).
+  const setting_declaration seed{.name = "seed", .flag = "seed", .kind = setting_kind::whole,
+                                 .fallback = std::int64_t{1}, .low = 0, .high = 0x1p63};
+  CHECK(accepted(seed) == "a whole number in 0..9223372036854775807");
+  CHECK(std::get<std::int64_t>(parse_setting(seed, "9223372036854775807")) == 9223372036854775807);
+  CHECK(refusal(seed, "9223372036854775808") == "--seed: '9223372036854775808' is not a whole number in 0..9223372036854775807");
   // Defaults as a flag shows them; one outside the range (or an empty text) means unset.
   CHECK(default_text(steps_setting()) == "1");
   CHECK(default_text(rate) == "0.7");
