@@ -173,7 +173,8 @@ TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit
   for (std::size_t s = 0; s < plain.steps.size(); ++s)
     CHECK(streamed.steps[s].consensus_distance == plain.steps[s].consensus_distance);
   // Two fragments: the second's outer steps come H/2 = 2 steps after the first's (steps 2, 6),
-  // the first's at 4, 8, both at the last; merged one step late, half the worker's own.
+  // the first's at 4, 8, both at the last; merged one step late, half the worker's own. Their
+  // all-reduces land (and the spread is measured) in the round that merges them.
   job.topology_settings.set("fragments", 2);
   job.topology_settings.set("overlap_steps", 1);
   job.topology_settings.set("overlap_mix", 0.5f);
@@ -182,7 +183,7 @@ TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit
   REQUIRE(fragmented.steps.size() == 9);
   for (const auto& m : fragmented.steps) {
     CAPTURE(m.step);
-    CHECK((m.consensus_distance > 0) == (m.step % 2 == 0 || m.step == 9));
+    CHECK((m.consensus_distance > 0) == (m.step % 2 == 1 && m.step > 1));
   }
   CHECK(worst_difference(fragmented.parameters, plain.parameters) > 0);
   for (float p : fragmented.parameters) CHECK(std::isfinite(p));
