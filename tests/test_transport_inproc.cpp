@@ -1,6 +1,6 @@
 // The in-process transport: the conformance suite on an unlimited and on a limited link, then
-// what only it has (the link model, fail(), interrupt() next to fail(), the receive timeout)
-// and the sign-vote helpers.
+// what only it has (the link model, fail(), interrupt() next to fail(), the receive timeout,
+// channels and the collectives in flight on them) and the sign-vote helpers.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -9,7 +9,10 @@
 #include <latch>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
+#include "algorithms/collective_channel.hpp"
+#include "algorithms/transport_peers.hpp"
 #include "transport/inproc.hpp"
 #include "transport/link_model.hpp"
 #include "transport/sign_vote.hpp"
@@ -392,4 +395,85 @@ TEST_CASE("reduce_scatter_range refuses ranges outside the buffer and block-quan
                        "reduce_scatter_range: range [4, 11) lies outside 10 values", std::invalid_argument);
   CHECK_THROWS_WITH_AS(endpoints[0]->reduce_scatter_range(data, {0, 4}, wire_precision::int8),
                        "reduce_scatter_range: int8 quantizes whole shards, not a range of them", std::invalid_argument);
+}
+
+TEST_CASE("a channel has its own tags, shares its rank's link and byte counts, and is interrupted with its endpoint") {
+  inproc_fabric fabric(2, link_model::parse("100mbit,1ms"));
+  const link_model& link = fabric.link();
+  std::unique_ptr<inproc_transport> sender = fabric.endpoint(0), receiver = fabric.endpoint(1);
+  std::shared_ptr<transport> sender_channel = sender->open_channel(), receiver_channel = receiver->open_channel();
+  REQUIRE(sender_channel);
+  CHECK_THROWS_AS(sender->open_channel(), std::logic_error);  // one at a time
+  constexpr std::size_t bulk = 10'000, small = 10;
+  const auto sent = inproc_transport::clock::now();
+  sender_channel->send(1, 7, byte_pattern(bulk, 1));
+  sender->send(1, 7, byte_pattern(small, 2));  // the same tag, on the endpoint
+  std::vector<std::byte> small_in(small), bulk_in(bulk);
+  receiver->recv(0, 7, small_in);  // the endpoint's message, not the channel's (sizes differ)
+  CHECK(small_in == byte_pattern(small, 2));
+  // One outgoing link: the endpoint's message queued behind the channel's.
+  CHECK(receiver->last_arrival() >= sent + link.wire_time(bulk) + link.wire_time(small) + link.latency());
+  receiver_channel->recv(0, 7, bulk_in);
+  CHECK(bulk_in == byte_pattern(bulk, 1));
+  CHECK(sender->stats().bytes_sent == bulk + small);
+  CHECK(sender->stats().messages_sent == 2);
+  CHECK(receiver->stats().bytes_received == bulk + small);
+  receiver->interrupt("worker stopped");
+  CHECK_THROWS_WITH_AS(receiver_channel->recv(0, 7, bulk_in), doctest::Contains("worker stopped"), transport_error);
+  // A channel going leaves its rank alive; a new one may open.
+  std::weak_ptr<transport> gone = sender_channel;
+  sender_channel.reset();
+  CHECK(gone.expired());
+  CHECK(sender->open_channel());
+  sender->send(1, 8, byte_pattern(small, 3));
+  receiver.reset();  // closing the endpoint, not the channel, closes the rank
+  CHECK_THROWS_AS(sender->send(1, 8, byte_pattern(small, 3)), transport_error);
+}
+
+TEST_CASE("collectives on the channels and on the endpoints run at the same time, each summing its own") {
+  testing::world_endpoints endpoints = make_world([](int world) { return inproc_fabric(world).endpoints(); }, 3);
+  constexpr std::size_t count = 100'000;
+  run_ranks(endpoints, [&](transport& t) {
+    std::vector<float> on_channel(count), on_endpoint(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      on_channel[i] = testing::small_integer(t.rank(), i);
+      on_endpoint[i] = 2 * testing::small_integer(t.rank(), i);
+    }
+    const std::shared_ptr<transport> channel = t.open_channel();
+    std::thread beside([&] {
+      for (int repeat = 0; repeat < 3; ++repeat) channel->all_reduce(on_channel);
+    });
+    for (int repeat = 0; repeat < 3; ++repeat) t.all_reduce(on_endpoint);
+    beside.join();
+    for (std::size_t i = 0; i < count; i += 997) {
+      float sum = 0;
+      for (int rank = 0; rank < 3; ++rank) sum += testing::small_integer(rank, i);
+      CHECK(on_channel[i] == 9 * sum);      // summed three times over three ranks
+      CHECK(on_endpoint[i] == 18 * sum);
+    }
+  });
+}
+
+TEST_CASE("an all-reduce in flight completes while its caller never calls into the transport") {
+  testing::world_endpoints endpoints = make_world([](int world) { return inproc_fabric(world, link_model::parse("1gbit,1ms")).endpoints(); }, 3);
+  run_ranks(endpoints, [&](transport& t) {
+    std::unique_ptr<collective_channel> channel;
+    transport_peers peers(t, &channel);
+    std::vector<float> values(50'000, static_cast<float>(t.rank() + 1));
+    double squares[1] = {static_cast<double>(t.rank())};
+    const auto sums = peers.start_all_reduce(values);
+    const auto doubles = peers.start_all_reduce(std::span<double>(squares));
+    REQUIRE(channel);  // the first start opened it
+    // done() only looks: without a thread of its own nothing would ever move.
+    const auto give_up = std::chrono::steady_clock::now() + 60s;
+    while ((!sums->done() || !doubles->done()) && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(1ms);
+    REQUIRE(sums->done());
+    REQUIRE(doubles->done());
+    sums->wait();
+    doubles->wait();
+    CHECK(values.front() == 6.f);
+    CHECK(values.back() == 6.f);
+    CHECK(squares[0] == 3.0);
+  });
 }
