@@ -1,5 +1,6 @@
 #include "algorithms/collective_channel.hpp"
 
+#include "observe/thread_cpu.hpp"
 #include "observe/trace.hpp"
 
 #include <chrono>
@@ -114,6 +115,7 @@ double collective_channel::take_unwaited_seconds() {
 }
 
 void collective_channel::run() {
+  name_thread(thread_role::communicator, channel_->rank());  // its CPU is the worker's communication
   set_thread_track(worker_track(channel_->rank(), trace_role::channel));
   for (;;) {
     std::shared_ptr<collective> next;
