@@ -11,8 +11,6 @@
 #include <string>
 #include <thread>
 
-#include "algorithms/collective_channel.hpp"
-#include "algorithms/transport_peers.hpp"
 #include "transport/inproc.hpp"
 #include "transport/link_model.hpp"
 #include "transport/sign_vote.hpp"
@@ -430,50 +428,6 @@ TEST_CASE("a channel has its own tags, shares its rank's link and byte counts, a
   CHECK_THROWS_AS(sender->send(1, 8, byte_pattern(small, 3)), transport_error);
 }
 
-TEST_CASE("collectives on the channels and on the endpoints run at the same time, each summing its own") {
-  testing::world_endpoints endpoints = make_world([](int world) { return inproc_fabric(world).endpoints(); }, 3);
-  constexpr std::size_t count = 100'000;
-  run_ranks(endpoints, [&](transport& t) {
-    std::vector<float> on_channel(count), on_endpoint(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      on_channel[i] = testing::small_integer(t.rank(), i);
-      on_endpoint[i] = 2 * testing::small_integer(t.rank(), i);
-    }
-    const std::shared_ptr<transport> channel = t.open_channel();
-    std::thread beside([&] {
-      for (int repeat = 0; repeat < 3; ++repeat) channel->all_reduce(on_channel);
-    });
-    for (int repeat = 0; repeat < 3; ++repeat) t.all_reduce(on_endpoint);
-    beside.join();
-    for (std::size_t i = 0; i < count; i += 997) {
-      float sum = 0;
-      for (int rank = 0; rank < 3; ++rank) sum += testing::small_integer(rank, i);
-      CHECK(on_channel[i] == 9 * sum);      // summed three times over three ranks
-      CHECK(on_endpoint[i] == 18 * sum);
-    }
-  });
-}
-
-TEST_CASE("an all-reduce in flight completes while its caller never calls into the transport") {
-  testing::world_endpoints endpoints = make_world([](int world) { return inproc_fabric(world, link_model::parse("1gbit,1ms")).endpoints(); }, 3);
-  run_ranks(endpoints, [&](transport& t) {
-    std::unique_ptr<collective_channel> channel;
-    transport_peers peers(t, &channel);
-    std::vector<float> values(50'000, static_cast<float>(t.rank() + 1));
-    double squares[1] = {static_cast<double>(t.rank())};
-    const auto sums = peers.start_all_reduce(values);
-    const auto doubles = peers.start_all_reduce(std::span<double>(squares));
-    REQUIRE(channel);  // the first start opened it
-    // done() only looks: without a thread of its own nothing would ever move.
-    const auto give_up = std::chrono::steady_clock::now() + 60s;
-    while ((!sums->done() || !doubles->done()) && std::chrono::steady_clock::now() < give_up)
-      std::this_thread::sleep_for(1ms);
-    REQUIRE(sums->done());
-    REQUIRE(doubles->done());
-    sums->wait();
-    doubles->wait();
-    CHECK(values.front() == 6.f);
-    CHECK(values.back() == 6.f);
-    CHECK(squares[0] == 3.0);
-  });
+TEST_CASE("inproc channels: collectives beside the endpoint's, an all-reduce in flight without calls, interrupts") {
+  testing::check_channel([](int world) { return inproc_fabric(world, link_model::parse("1gbit,1ms")).endpoints(); });
 }

@@ -18,8 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include "algorithms/collective_channel.hpp"
-#include "algorithms/transport_peers.hpp"
 #include "transport/ucx/ucx_transport.hpp"
 #include "transport_conformance.hpp"
 #include "transport/ucx/ucx_wire.hpp"
@@ -429,16 +427,6 @@ TEST_CASE("ucx: settled polls a posted receive without waiting, and reports an i
   CHECK_THROWS_AS(group[0]->wait(pending), accord::transport_error);
 }
 
-TEST_CASE("ucx: without a channel yet, an all-reduce started in flight runs at once with all_reduce's sums") {
-  auto group = accord::make_ucx_loopback_group(2);
-  CHECK(group[0]->open_channel() == nullptr);
-  testing::run_ranks(group, [](accord::transport& t) {
-    std::unique_ptr<accord::collective_channel> channel;
-    accord::transport_peers peers(t, &channel);
-    std::vector<float> values(1000, static_cast<float>(t.rank() + 1));
-    const auto sums = peers.start_all_reduce(values);
-    CHECK(sums->done());  // ran in the call
-    CHECK_FALSE(channel);
-    CHECK(values[999] == 3.f);
-  });
+TEST_CASE("ucx channels: collectives beside the endpoint's, an all-reduce in flight without calls, interrupts") {
+  testing::check_channel([](int world) { return make_ucx_loopback_group(world); });
 }

@@ -123,7 +123,7 @@ public:
   // endpoint's; it shares this rank's outgoing links (an emulated link's bandwidth included) and
   // byte counts (stats() here include its traffic), and interrupt() here interrupts it too. Every
   // rank calls the same collectives on its channel in the same order, as on the endpoint. At most
-  // one channel at a time; nullptr where the backend has none (UCX and NCCL today).
+  // one channel at a time; nullptr where the backend has none (NCCL, hierarchical groups).
   std::shared_ptr<transport> open_channel();
 
   // Ring collectives cut each step into pieces of at most this size (smaller for small

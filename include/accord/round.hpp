@@ -45,7 +45,7 @@ public:
   // has completed, `values` must not be touched. Every worker starts the same collectives in the
   // same order; the results are the bits all_reduce gives. A handle that goes first waits for its
   // collective (which ends at once when the job is torn down). Where the transport has no such
-  // channel (NCCL, UCX today) the default runs all_reduce at once.
+  // channel (NCCL, hierarchical groups) the default runs all_reduce at once.
   virtual std::unique_ptr<collective_in_flight> start_all_reduce(std::span<float> values);
   virtual std::unique_ptr<collective_in_flight> start_all_reduce(std::span<double> values);
   // Swaps `mine` for `peer`'s (which calls exchange with this rank at the same point).
