@@ -131,8 +131,10 @@ communicator_actor::behavior_type communicator_behavior(
           if (request.snapshot || result.last_of_epoch) result.state = s.rule->snapshot();
           result.parameters = std::move(request.buffer);
           result.traffic = s.link->stats();
-          result.seconds =
-              bucket_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          // A topology's collectives in flight count as communication too; the part the round
+          // waited for is in its own time already.
+          result.seconds = bucket_seconds + result.observations.unwaited_seconds +
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           return result;
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error,

@@ -40,7 +40,7 @@ typename Inspector::result_type inspect(Inspector& f, rule_state& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_observations& x) {
   return f(caf::meta::type_name("round_observations"), x.gradient_square_sum, x.vote_agreement,
-           x.learning_rate);
+           x.learning_rate, x.unwaited_seconds);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, edge_traffic& x) {

@@ -64,6 +64,9 @@ struct round_observations {
   double gradient_square_sum = 0;  // this worker's share of the squared norm of the round's gradient
   double vote_agreement = -1;      // sign votes: fraction of this worker's signs the outcome took (-1: no vote)
   double learning_rate = -1;       // the app's optimizer's own (a scheduler's; -1: the job's schedule)
+  // Seconds a topology's collectives in flight (round_peers::start_all_reduce) ran since the
+  // last round without the round waiting for them: communication that no step waited for.
+  double unwaited_seconds = 0;
 };
 
 // A worker's accumulated gradient handed to its communicator for round `round`.

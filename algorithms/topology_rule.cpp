@@ -1,4 +1,5 @@
 #include "algorithms/topology_rule.hpp"
+#include "algorithms/collective_channel.hpp"
 #include "algorithms/transport_peers.hpp"
 
 #include <stdexcept>
@@ -45,12 +46,13 @@ public:
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local, const round_totals& global,
              float learning_rate, std::uint64_t step, bool estimate, std::span<const float> current) override {
-    transport_peers peers(link);
+    transport_peers peers(link, &channel_);
     round_rules rules(*algorithm_, link, local, global, learning_rate, step, estimate, current, config_, own_);
     const round_view round{step, learning_rate, local.micro_batches, global.micro_batches, estimate};
     topology_report report;
     worker_->round(buffer, round, peers, rules, report);
     observed_ = algorithm_->observations();  // the metrics see the algorithm's gradient norm and votes
+    if (channel_) observed_.unwaited_seconds = channel_->take_unwaited_seconds();
     if (status_) *status_ = {worker_->replicas_agree(step), report.consensus_distance};
   }
 
@@ -72,6 +74,8 @@ private:
   optimizer_config config_;
   std::shared_ptr<topology_status> status_;
   std::unique_ptr<optimizer> own_;  // local_step's state, this worker's own
+  // The worker's collectives in flight; after worker_, so it closes before the buffers they fill go.
+  std::unique_ptr<collective_channel> channel_;
 };
 
 }  // namespace

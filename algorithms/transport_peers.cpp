@@ -20,4 +20,25 @@ void transport_peers::exchange(int peer, std::span<const float> mine, std::span<
   link_.wait(sent);
 }
 
+collective_channel* transport_peers::channel() {
+  if (!channel_) return nullptr;
+  if (!*channel_ || !(*channel_)->serves(link_)) {
+    channel_->reset();  // the old link's, closed before the new one opens
+    *channel_ = collective_channel::open(link_);
+  }
+  return channel_->get();
+}
+
+std::unique_ptr<collective_in_flight> transport_peers::start_all_reduce(std::span<float> values) {
+  if (collective_channel* in_flight = channel())
+    return in_flight->start([values](transport& link) { link.all_reduce(values); });
+  return round_peers::start_all_reduce(values);
+}
+
+std::unique_ptr<collective_in_flight> transport_peers::start_all_reduce(std::span<double> values) {
+  if (collective_channel* in_flight = channel())
+    return in_flight->start([values](transport& link) { link.all_reduce(values); });
+  return round_peers::start_all_reduce(values);
+}
+
 }  // namespace accord

@@ -28,9 +28,9 @@ std::string track_name(int track) {
     default: break;
   }
   const int rank = (track - 100) / 10;
-  const char* roles[] = {"", "compute", "accumulator", "communicator"};
+  const char* roles[] = {"", "compute", "accumulator", "communicator", "channel"};
   const int role = (track - 100) % 10;
-  return "worker " + std::to_string(rank) + " " + (role >= 1 && role <= 3 ? roles[role] : "?");
+  return "worker " + std::to_string(rank) + " " + (role >= 1 && role <= 4 ? roles[role] : "?");
 }
 
 }  // namespace

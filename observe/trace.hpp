@@ -1,7 +1,7 @@
 #pragma once
 // The job's timeline as Chrome / Perfetto trace events (JSON, "Trace Event Format"): one track
 // (a thread row) per actor — each worker's compute, accumulator and communicator, the
-// coordinator, the evaluator, the membership actor — holding spans: micro-batches, rounds and
+// coordinator, the evaluator, the membership actor, and a worker's collectives in flight — holding spans: micro-batches, rounds and
 // their phases (all-reduce of the totals, reduce-scatter, optimizer step, all-gather, vote),
 // waits, steps, epochs. Timestamps are the wall clock (CLOCK_REALTIME) in microseconds; a process
 // of a job between processes writes them on rank 0's clock (set_clock_offset, measured when it
@@ -19,7 +19,8 @@
 
 namespace accord {
 
-enum class trace_role : int { compute = 1, accumulator = 2, communicator = 3 };
+// channel: the worker's collectives in flight (round_peers::start_all_reduce), beside its rounds.
+enum class trace_role : int { compute = 1, accumulator = 2, communicator = 3, channel = 4 };
 
 // Track ids: job-wide actors first, then each worker's three.
 inline constexpr int coordinator_track = 1;

@@ -1,6 +1,6 @@
 // The in-process transport: the conformance suite on an unlimited and on a limited link, then
-// what only it has (the link model, fail(), interrupt() next to fail(), the receive timeout)
-// and the sign-vote helpers.
+// what only it has (the link model, fail(), interrupt() next to fail(), the receive timeout,
+// channels and the collectives in flight on them) and the sign-vote helpers.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <latch>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "transport/inproc.hpp"
 #include "transport/link_model.hpp"
@@ -392,4 +393,41 @@ TEST_CASE("reduce_scatter_range refuses ranges outside the buffer and block-quan
                        "reduce_scatter_range: range [4, 11) lies outside 10 values", std::invalid_argument);
   CHECK_THROWS_WITH_AS(endpoints[0]->reduce_scatter_range(data, {0, 4}, wire_precision::int8),
                        "reduce_scatter_range: int8 quantizes whole shards, not a range of them", std::invalid_argument);
+}
+
+TEST_CASE("a channel has its own tags, shares its rank's link and byte counts, and is interrupted with its endpoint") {
+  inproc_fabric fabric(2, link_model::parse("100mbit,1ms"));
+  const link_model& link = fabric.link();
+  std::unique_ptr<inproc_transport> sender = fabric.endpoint(0), receiver = fabric.endpoint(1);
+  std::shared_ptr<transport> sender_channel = sender->open_channel(), receiver_channel = receiver->open_channel();
+  REQUIRE(sender_channel);
+  CHECK_THROWS_AS(sender->open_channel(), std::logic_error);  // one at a time
+  constexpr std::size_t bulk = 10'000, small = 10;
+  const auto sent = inproc_transport::clock::now();
+  sender_channel->send(1, 7, byte_pattern(bulk, 1));
+  sender->send(1, 7, byte_pattern(small, 2));  // the same tag, on the endpoint
+  std::vector<std::byte> small_in(small), bulk_in(bulk);
+  receiver->recv(0, 7, small_in);  // the endpoint's message, not the channel's (sizes differ)
+  CHECK(small_in == byte_pattern(small, 2));
+  // One outgoing link: the endpoint's message queued behind the channel's.
+  CHECK(receiver->last_arrival() >= sent + link.wire_time(bulk) + link.wire_time(small) + link.latency());
+  receiver_channel->recv(0, 7, bulk_in);
+  CHECK(bulk_in == byte_pattern(bulk, 1));
+  CHECK(sender->stats().bytes_sent == bulk + small);
+  CHECK(sender->stats().messages_sent == 2);
+  CHECK(receiver->stats().bytes_received == bulk + small);
+  receiver->interrupt("worker stopped");
+  CHECK_THROWS_WITH_AS(receiver_channel->recv(0, 7, bulk_in), doctest::Contains("worker stopped"), transport_error);
+  // A channel going leaves its rank alive; a new one may open.
+  std::weak_ptr<transport> gone = sender_channel;
+  sender_channel.reset();
+  CHECK(gone.expired());
+  CHECK(sender->open_channel());
+  sender->send(1, 8, byte_pattern(small, 3));
+  receiver.reset();  // closing the endpoint, not the channel, closes the rank
+  CHECK_THROWS_AS(sender->send(1, 8, byte_pattern(small, 3)), transport_error);
+}
+
+TEST_CASE("inproc channels: collectives beside the endpoint's, an all-reduce in flight without calls, interrupts") {
+  testing::check_channel([](int world) { return inproc_fabric(world, link_model::parse("1gbit,1ms")).endpoints(); });
 }

@@ -426,3 +426,7 @@ TEST_CASE("ucx: settled polls a posted receive without waiting, and reports an i
   CHECK(group[0]->settled(pending));
   CHECK_THROWS_AS(group[0]->wait(pending), accord::transport_error);
 }
+
+TEST_CASE("ucx channels: collectives beside the endpoint's, an all-reduce in flight without calls, interrupts") {
+  testing::check_channel([](int world) { return make_ucx_loopback_group(world); });
+}

@@ -37,6 +37,8 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/collective_channel.hpp"
+#include "algorithms/transport_peers.hpp"
 #include "transport/block_quantize.hpp"
 #include "transport/shard.hpp"
 #include "transport/sign_vote.hpp"
@@ -921,6 +923,63 @@ inline void check_block_quantized(const transport_factory& make) {
   check_error_feedback_code<sign_block>(make, wire_precision::sign);
   check_error_feedback_code<sign2_block>(make, wire_precision::sign2);
   check_error_feedback_code<sign3_block>(make, wire_precision::sign3);
+}
+
+// A backend's channel (transport::open_channel): one at a time; its collectives run beside the
+// endpoint's on another thread, each summing its own; an all-reduce started on it
+// (round_peers::start_all_reduce) completes while its caller never calls into the transport;
+// interrupting the endpoint interrupts it.
+inline void check_channel(const transport_factory& make) {
+  constexpr int world = 3;
+  world_endpoints endpoints = make_world(make, world);
+  run_ranks(endpoints, [&](transport& t) {
+    constexpr std::size_t count = 100'000;
+    std::vector<float> on_channel(count), on_endpoint(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      on_channel[i] = small_integer(t.rank(), i);
+      on_endpoint[i] = 2 * small_integer(t.rank(), i);
+    }
+    {
+      const std::shared_ptr<transport> channel = t.open_channel();
+      REQUIRE(channel);
+      CHECK_THROWS_AS(t.open_channel(), std::logic_error);
+      std::thread beside([&] {
+        for (int repeat = 0; repeat < 3; ++repeat) channel->all_reduce(on_channel);
+      });
+      for (int repeat = 0; repeat < 3; ++repeat) t.all_reduce(on_endpoint);
+      beside.join();
+    }
+    for (std::size_t i = 0; i < count; i += 997) {
+      float sum = 0;
+      for (int rank = 0; rank < world; ++rank) sum += small_integer(rank, i);
+      CHECK(on_channel[i] == 9 * sum);  // summed three times over three ranks
+      CHECK(on_endpoint[i] == 18 * sum);
+    }
+
+    std::unique_ptr<collective_channel> in_flight;  // reopens a channel: the first is closed
+    transport_peers peers(t, &in_flight);
+    std::vector<float> values(50'000, static_cast<float>(t.rank() + 1));
+    double squares[1] = {static_cast<double>(t.rank())};
+    const auto sums = peers.start_all_reduce(values);
+    const auto doubles = peers.start_all_reduce(std::span<double>(squares));
+    REQUIRE(in_flight);
+    // done() only looks: without a thread of its own nothing would ever move.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while ((!sums->done() || !doubles->done()) && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(sums->done());
+    REQUIRE(doubles->done());
+    sums->wait();
+    doubles->wait();
+    CHECK(values.front() == 6.f);
+    CHECK(values.back() == 6.f);
+    CHECK(squares[0] == 3.0);
+  });
+  // Interrupting the endpoint interrupts its channel's waits too.
+  const std::shared_ptr<transport> channel = endpoints[0]->open_channel();
+  endpoints[0]->interrupt("worker stopped");
+  std::vector<std::byte> never(4);
+  CHECK_THROWS_WITH_AS(channel->recv(1, 5, never), doctest::Contains("worker stopped"), transport_error);
 }
 
 // The whole suite against one backend configuration.

@@ -6,7 +6,11 @@
 // ranges), fragment f taking its outer step at the steps offset by f·H/P, so one fragment
 // crosses the link at a time; its outer step's result is merged τ inner steps later (the
 // worker went on meanwhile), as α·θ_local + (1 − α)·θ_global. P = 1, τ = 0, α = 0 is DiLoCo.
-// The overlap is of the arithmetic: the all-reduce still runs in the round that issues it.
+// The outer all-reduce is in flight meanwhile: it starts in the round that issues it
+// (round_peers::start_all_reduce, on the worker's channel beside its rounds) and lands in the
+// round that merges it, which waits for it only if it has not arrived; the outer step itself
+// is taken there. The arithmetic is that of running it at once (the fragment's θ_global is read
+// only by its merge and its next outer round), so only when the link is busy changes.
 #include "topologies/builtins.hpp"
 
 #include "transport/shard.hpp"
@@ -14,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -32,7 +37,7 @@ public:
       : steps_(steps), local_steps_(options.local_steps), fragments_(options.fragments), overlap_(options.overlap_steps),
         mix_(options.overlap_mix), outer_rate_(options.outer_learning_rate), outer_momentum_(options.outer_momentum),
         global_(initial.begin(), initial.end()), local_(initial.begin(), initial.end()),
-        pseudo_gradient_(initial.size()), velocity_(options.outer_momentum > 0 ? initial.size() : 0) {}
+        pseudo_gradient_(initial.size()), square_sums_(options.fragments), velocity_(options.outer_momentum > 0 ? initial.size() : 0) {}
 
   void round(std::span<float> buffer, const round_view& round, round_peers& peers, algorithm_rules& rules,
              topology_report& report) override {
@@ -42,15 +47,23 @@ public:
     const bool last = round.step + 1 == steps_;
     double spread_square = 0;
     bool measured = false;
+    const auto land = [&](outer_round& outer) {
+      spread_square += outer_step(outer, peers.size());
+      measured = true;
+    };
     for (std::uint64_t f = 0; f < fragments_; ++f) {
       if (!last && (round.step + 1 + offset(f)) % local_steps_ != 0) continue;
-      spread_square += outer_step(peers, shard_of(local_.size(), static_cast<int>(fragments_), static_cast<int>(f)));
-      measured = true;
-      pending_.push_back({round.step + (last ? 0 : overlap_), f});
+      // Only at the job's last step can the fragment's previous outer round still be out (τ < H):
+      // its θ_global is the base of this one's pseudo-gradient.
+      for (outer_round& earlier : pending_)
+        if (earlier.fragment == f && earlier.sums) land(earlier);
+      pending_.push_back(start_outer_round(peers, f, round.step + (last ? 0 : overlap_)));
     }
-    // Outer steps whose overlap is over (every one at the job's last step) merge into the copy.
+    // Outer rounds whose overlap is over (every one at the job's last step) land, waiting for
+    // their sums only if they have not arrived, and merge into the copy.
     while (!pending_.empty() && (last || pending_.front().merge_at <= round.step)) {
-      merge(shard_of(local_.size(), static_cast<int>(fragments_), static_cast<int>(pending_.front().fragment)), last);
+      if (pending_.front().sums) land(pending_.front());
+      merge(range_of(pending_.front().fragment), last);
       pending_.pop_front();
     }
     if (measured) report.consensus_distance = std::sqrt(spread_square);
@@ -63,27 +76,45 @@ public:
   }
 
 private:
-  struct outer_result {
+  // A fragment's outer round: its all-reduces start in the round that issues it and land
+  // (the outer step on θ_global) by the round it merges in.
+  struct outer_round {
     std::uint64_t merge_at;  // the step after whose inner step the fragment merges
     std::uint64_t fragment;
+    std::unique_ptr<collective_in_flight> sums, squares;  // null once landed
   };
 
   // The steps fragment f's outer steps come after the plain schedule's.
   std::uint64_t offset(std::uint64_t f) const { return f * local_steps_ / fragments_; }
+  shard range_of(std::uint64_t f) const {
+    return shard_of(local_.size(), static_cast<int>(fragments_), static_cast<int>(f));
+  }
 
-  // Averages the fragment's pseudo-gradients and steps its θ_global; returns the workers'
-  // spread over the fragment before the merge, mean_i ‖θ_i − θ̄‖².
-  double outer_step(round_peers& peers, shard range) {
-    const std::span<float> delta_sum(pseudo_gradient_.data() + range.begin, range.size());
+  // Starts summing the fragment's pseudo-gradients θ_global − θ_i (and their squared norms, for
+  // the spread) over the workers; the worker goes on with its copy meanwhile.
+  outer_round start_outer_round(round_peers& peers, std::uint64_t f, std::uint64_t merge_at) {
+    const shard range = range_of(f);
     double own_square = 0;
     for (std::size_t i = range.begin; i < range.end; ++i) {
       pseudo_gradient_[i] = global_[i] - local_[i];
       own_square += static_cast<double>(pseudo_gradient_[i]) * pseudo_gradient_[i];
     }
-    peers.all_reduce(delta_sum);
-    double squares[1] = {own_square};
-    peers.all_reduce(std::span<double>(squares));
-    const float inverse = 1.0f / static_cast<float>(peers.size());
+    square_sums_[f] = own_square;
+    outer_round outer{merge_at, f, nullptr, nullptr};
+    outer.sums = peers.start_all_reduce(std::span<float>(pseudo_gradient_.data() + range.begin, range.size()));
+    outer.squares = peers.start_all_reduce(std::span<double>(&square_sums_[f], 1));
+    return outer;
+  }
+
+  // Waits for the outer round's sums, then steps the fragment's θ_global with their mean;
+  // returns the workers' spread over the fragment before the merge, mean_i ‖θ_i − θ̄‖².
+  double outer_step(outer_round& outer, int workers) {
+    outer.sums->wait();
+    outer.squares->wait();
+    outer.sums.reset();
+    outer.squares.reset();
+    const shard range = range_of(outer.fragment);
+    const float inverse = 1.0f / static_cast<float>(workers);
     double mean_square = 0;
     for (std::size_t i = range.begin; i < range.end; ++i) {
       float delta = pseudo_gradient_[i] * inverse;
@@ -95,7 +126,7 @@ private:
       global_[i] -= outer_rate_ * delta;
     }
     // mean_i ‖Δ_i‖² − ‖Δ̄‖² is the spread of the θ_i around their mean (Δ_i = θ_global − θ_i).
-    return std::max(0.0, squares[0] / peers.size() - mean_square);
+    return std::max(0.0, square_sums_[outer.fragment] / workers - mean_square);
   }
 
   // The worker's copy of the fragment takes the global one (mixed with its own by α, except at
@@ -116,9 +147,11 @@ private:
   float outer_rate_, outer_momentum_;
   std::vector<float> global_;           // θ_global after the last outer steps (every worker's the same)
   std::vector<float> local_;            // this worker's own θ_i
-  std::vector<float> pseudo_gradient_;  // Σ_i (θ_global − θ_i), then its mean
+  // Σ_i (θ_global − θ_i) (a fragment's range is being summed while its outer round is out)
+  std::vector<float> pseudo_gradient_;
+  std::vector<double> square_sums_;     // per fragment, Σ_i ‖θ_global − θ_i‖²
   std::vector<float> velocity_;         // outer momentum (none without it)
-  std::deque<outer_result> pending_;    // outer steps not merged yet, in order
+  std::deque<outer_round> pending_;     // outer rounds not merged yet, in order
 };
 
 class local_sgd final : public topology {

@@ -499,12 +499,30 @@ void interrupt_flag::raise(const std::string& why) {
   raised_.store(true, std::memory_order_release);
 }
 
-std::string interrupt_flag::message(std::string_view who) const {
+std::string interrupt_flag::message(std::string_view who) const { return std::string(who) + "interrupted: " + reason(); }
+
+std::string interrupt_flag::reason() const {
   std::lock_guard lock(mutex_);
-  return std::string(who) + "interrupted: " + why_;
+  return why_;
 }
 
-void transport::interrupt(const std::string& why) { interruption_.raise(why); }
+void transport::interrupt(const std::string& why) {
+  interruption_.raise(why);
+  std::lock_guard lock(channels_mutex_);
+  for (const auto& opened : channels_)
+    if (const auto channel = opened.lock()) channel->interrupt(why);
+}
+
+std::shared_ptr<transport> transport::open_channel() {
+  std::shared_ptr<transport> channel = make_channel();
+  if (!channel) return nullptr;
+  std::lock_guard lock(channels_mutex_);
+  std::erase_if(channels_, [](const auto& opened) { return opened.expired(); });
+  // Raised before or after the channel's registration, it reaches the channel either way.
+  if (interruption_.raised()) channel->interrupt(interruption_.reason());
+  channels_.push_back(channel);
+  return channel;
+}
 
 void transport::throw_if_interrupted() const {
   interruption_.throw_if_raised((backend_.empty() ? "" : backend_ + " ") + "rank " + std::to_string(rank()) + ": ");

@@ -63,6 +63,15 @@ struct inproc_hub {
   std::vector<bool> handed_out;
 };
 
+// A rank's outgoing side, shared by its endpoint and the endpoint's channel.
+struct inproc_outgoing {
+  std::mutex mutex;  // guards the links' times: both endpoints' threads send
+  // The outgoing links (inside its group, across groups) are busy until then.
+  inproc_transport::clock::time_point link_free{}, across_link_free{};
+  // Atomic so that a metrics thread may read stats() while the communicator sends.
+  std::atomic<std::uint64_t> bytes_sent{0}, bytes_received{0}, messages_sent{0};
+};
+
 }  // namespace detail
 
 namespace {
@@ -97,7 +106,8 @@ std::unique_ptr<inproc_transport> inproc_fabric::endpoint(int rank) {
   if (hub_->handed_out[rank])
     throw std::logic_error("inproc_fabric: the endpoint of rank " + std::to_string(rank) + " was already handed out");
   hub_->handed_out[rank] = true;
-  return std::unique_ptr<inproc_transport>(new inproc_transport(hub_, rank));
+  return std::unique_ptr<inproc_transport>(
+      new inproc_transport(hub_, rank, std::make_shared<detail::inproc_outgoing>(), 0));
 }
 
 std::vector<std::unique_ptr<transport>> inproc_fabric::endpoints() {
@@ -113,11 +123,22 @@ void inproc_fabric::fail(int rank) {
   hub_->set_state(rank, rank_state::failed);
 }
 
-inproc_transport::inproc_transport(std::shared_ptr<detail::inproc_hub> hub, int rank)
-    : hub_(std::move(hub)), rank_(rank) {}
+inproc_transport::inproc_transport(std::shared_ptr<detail::inproc_hub> hub, int rank,
+                                   std::shared_ptr<detail::inproc_outgoing> outgoing, std::uint64_t tag_space)
+    : hub_(std::move(hub)), rank_(rank), outgoing_(std::move(outgoing)), tag_space_(tag_space) {}
 
 inproc_transport::~inproc_transport() {
-  if (hub_->state(rank_) == rank_state::alive) hub_->set_state(rank_, rank_state::closed);
+  // A channel going changes nothing for the rank: its endpoint is the one that closes.
+  if (tag_space_ == 0 && hub_->state(rank_) == rank_state::alive) hub_->set_state(rank_, rank_state::closed);
+}
+
+std::shared_ptr<transport> inproc_transport::make_channel() {
+  if (tag_space_ != 0) throw std::logic_error("inproc rank " + std::to_string(rank_) + ": a channel has no channel");
+  if (!channel_.expired())
+    throw std::logic_error("inproc rank " + std::to_string(rank_) + ": a channel is open already");
+  std::shared_ptr<transport> channel(new inproc_transport(hub_, rank_, outgoing_, channel_tag_bit));
+  channel_ = channel;
+  return channel;
 }
 
 int inproc_transport::size() const { return hub_->world; }
@@ -146,10 +167,13 @@ void inproc_transport::send(int peer, std::uint64_t tag, std::span<const std::by
   // does not wait (a buffered NIC).
   const bool across = hub_->links.crosses_groups(rank_, peer);
   const link_model& link = across ? hub_->links.across : hub_->links.inside;
-  clock::time_point& free = across ? across_link_free_ : link_free_;
-  const clock::time_point now = clock::now();
-  free = std::max(now, free) + link.wire_time(data.size());
-  detail::inproc_hub::message message{{data.begin(), data.end()}, free + link.latency()};
+  detail::inproc_hub::message message{{data.begin(), data.end()}, {}};
+  {
+    std::lock_guard lock(outgoing_->mutex);
+    clock::time_point& free = across ? outgoing_->across_link_free : outgoing_->link_free;
+    free = std::max(clock::now(), free) + link.wire_time(data.size());
+    message.arrival = free + link.latency();
+  }
 
   auto& box = *hub_->mailboxes[peer];
   {
@@ -159,17 +183,17 @@ void inproc_transport::send(int peer, std::uint64_t tag, std::span<const std::by
     if (const rank_state state = hub_->state(peer); state != rank_state::alive)
       throw transport_error("rank " + std::to_string(rank_) + ": cannot send " + describe_tag(tag) + " to peer " +
                             std::to_string(peer) + ", which " + down_reason(state));
-    box.queues[{rank_, tag}].push_back(std::move(message));
+    box.queues[{rank_, tag | tag_space_}].push_back(std::move(message));
   }
   box.changed.notify_all();
-  bytes_sent_ += data.size();
-  ++messages_sent_;
+  outgoing_->bytes_sent += data.size();
+  ++outgoing_->messages_sent;
 }
 
 void inproc_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> data) {
   check_peer(peer, "receive from");
   auto& box = *hub_->mailboxes[rank_];
-  const std::pair key{peer, tag};
+  const std::pair key{peer, tag | tag_space_};
   detail::inproc_hub::message message;
   {
     std::unique_lock lock(box.mutex);
@@ -201,12 +225,12 @@ void inproc_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> da
   std::this_thread::sleep_until(message.arrival);
   if (!data.empty()) std::memcpy(data.data(), message.payload.data(), data.size());
   last_arrival_ = message.arrival;
-  bytes_received_ += data.size();
+  outgoing_->bytes_received += data.size();
 }
 
 transfer_stats inproc_transport::stats() const {
-  return {bytes_sent_.load(std::memory_order_relaxed), bytes_received_.load(std::memory_order_relaxed),
-          messages_sent_.load(std::memory_order_relaxed)};
+  return {outgoing_->bytes_sent.load(std::memory_order_relaxed), outgoing_->bytes_received.load(std::memory_order_relaxed),
+          outgoing_->messages_sent.load(std::memory_order_relaxed)};
 }
 
 }  // namespace accord

@@ -2,7 +2,9 @@
 // The in-process transport: N ranks as threads of one process. A message is copied once into
 // the receiver's mailbox (matched on sender and tag, FIFO per sender and tag) and once out of
 // it, so sends never wait for the receiver. An optional link model delays delivery as a real
-// network would, and a rank can be failed to emulate a crash.
+// network would, and a rank can be failed to emulate a crash. An endpoint's channel
+// (transport::open_channel) is a second endpoint of the same rank whose tags carry
+// channel_tag_bit: it shares the rank's mailbox, outgoing links and byte counts.
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -28,6 +30,7 @@ struct link_layout {
 
 namespace detail {
 struct inproc_hub;
+struct inproc_outgoing;
 }
 class inproc_transport;
 
@@ -83,19 +86,25 @@ public:
   // itself on an unlimited link); recv never returns before it.
   clock::time_point last_arrival() const { return last_arrival_; }
 
+  // Set in every tag a channel sends and receives with; the endpoint's own tags never have it.
+  static constexpr std::uint64_t channel_tag_bit = 1ull << 62;
+
+protected:
+  std::shared_ptr<transport> make_channel() override;
+
 private:
   friend class inproc_fabric;
-  inproc_transport(std::shared_ptr<detail::inproc_hub> hub, int rank);
+  inproc_transport(std::shared_ptr<detail::inproc_hub> hub, int rank, std::shared_ptr<detail::inproc_outgoing> outgoing,
+                   std::uint64_t tag_space);
   void check_peer(int peer, const char* operation) const;
 
   std::shared_ptr<detail::inproc_hub> hub_;
   int rank_;
-  // This rank's outgoing links (inside its group, across groups) are busy until then (only this
-  // endpoint's thread sends on them).
-  clock::time_point link_free_{}, across_link_free_{};
+  // The rank's outgoing links and byte counts, shared with its channel.
+  std::shared_ptr<detail::inproc_outgoing> outgoing_;
+  std::uint64_t tag_space_;  // 0, or channel_tag_bit on a channel
+  std::weak_ptr<transport> channel_;  // the one open now
   clock::time_point last_arrival_{};
-  // Atomic so that a metrics thread may read stats() while the communicator sends.
-  std::atomic<std::uint64_t> bytes_sent_{0}, bytes_received_{0}, messages_sent_{0};
 };
 
 }  // namespace accord

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <stdexcept>
@@ -57,6 +58,8 @@ public:
   bool raised() const noexcept { return raised_.load(std::memory_order_acquire); }
   // "<who>interrupted: <why>", `who` being a prefix such as "ucx rank 1: "; call once raised.
   std::string message(std::string_view who) const;
+  // The first reason given; call once raised.
+  std::string reason() const;
   void throw_if_raised(std::string_view who) const {
     if (raised()) throw transport_error(message(who));
   }
@@ -113,6 +116,15 @@ public:
   // backend whose waits check interruption() every few milliseconds; one that sleeps on
   // something else overrides this to wake that sleep too, after calling the default.
   virtual void interrupt(const std::string& why);
+
+  // A second endpoint of this rank over the same links, for one other thread: the worker's
+  // collectives in flight (round_peers::start_all_reduce) run on it while this endpoint's owner
+  // runs its rounds. Its tags and collective sequence are its own, disjoint from this
+  // endpoint's; it shares this rank's outgoing links (an emulated link's bandwidth included) and
+  // byte counts (stats() here include its traffic), and interrupt() here interrupts it too. Every
+  // rank calls the same collectives on its channel in the same order, as on the endpoint. At most
+  // one channel at a time; nullptr where the backend has none (NCCL, hierarchical groups).
+  std::shared_ptr<transport> open_channel();
 
   // Ring collectives cut each step into pieces of at most this size (smaller for small
   // buffers, so that several pieces are in flight): small pieces let an emulated link interleave
@@ -176,6 +188,9 @@ public:
                            std::span<std::uint16_t> plus_votes);
 
 protected:
+  // open_channel's backend part (the default has none).
+  virtual std::shared_ptr<transport> make_channel() { return nullptr; }
+
   // `backend` prefixes the rank in error messages ("ucx" gives "ucx rank 1: ..."); empty gives
   // "rank 1: ...".
   explicit transport(std::string_view backend = {}) : backend_(backend) {}
@@ -200,6 +215,9 @@ private:
   std::string backend_;
   interrupt_flag interruption_;
   std::uint64_t collective_sequence_ = 0;
+  // The channels opened here, which interrupt() forwards to.
+  std::mutex channels_mutex_;
+  std::vector<std::weak_ptr<transport>> channels_;
   // The default post_recv's receives, not yet done, in posting order.
   struct deferred_receive {
     request handle;

@@ -130,7 +130,8 @@ struct fields_of<step_metrics> {
                          .progress = {.text = "{} bits/param", .format = fixed, .digits = 1}),
       ACCORD_STEP_METRIC(hidden_fraction, .key = "hidden_fraction",
                          .help = "of communication time, the fraction that compute kept busy (DDP's gradient buckets "
-                                 "count as communication, mostly hidden behind backward)",
+                                 "count as communication, mostly hidden behind backward; so do local-sgd's outer "
+                                 "all-reduces in flight, hidden where no step waited for them)",
                          .prometheus = "communication_hidden_ratio", .kind = gauge,
                          .prometheus_help = "fraction of the last step's communication time hidden behind compute",
                          .tile = "hidden", .format = percent, .digits = 1,

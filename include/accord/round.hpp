@@ -3,6 +3,7 @@
 // (<accord/update_rule.hpp>) or a topology's worker (<accord/topology.hpp>), which get the same
 // view of the round and the same peers. No CAF.
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace accord {
@@ -17,6 +18,16 @@ struct round_view {
   bool estimate = false;
 };
 
+// A collective started by round_peers::start_all_reduce: it completes while the worker goes on.
+class collective_in_flight {
+public:
+  virtual ~collective_in_flight() = default;
+  // Whether it has completed (wait() would return at once), without waiting.
+  virtual bool done() const = 0;
+  // Blocks until it has completed; throws what the collective threw (a peer lost, an interrupt).
+  virtual void wait() = 0;
+};
+
 // This worker's peers in the round, over the job's transport (in-process, UCX or NCCL): every
 // worker calls the same collectives in the same order.
 class round_peers {
@@ -28,8 +39,35 @@ public:
   // bit-identical values.
   virtual void all_reduce(std::span<float> values) = 0;
   virtual void all_reduce(std::span<double> values) = 0;
+  // Starts all_reduce(values) and returns at once: the sums arrive while the worker computes, on a
+  // channel of their own that progresses without the worker calling in (a thread per worker
+  // over the same links; the round's own collectives meanwhile travel beside them). Until it
+  // has completed, `values` must not be touched. Every worker starts the same collectives in the
+  // same order; the results are the bits all_reduce gives. A handle that goes first waits for its
+  // collective (which ends at once when the job is torn down). Where the transport has no such
+  // channel (NCCL, hierarchical groups) the default runs all_reduce at once.
+  virtual std::unique_ptr<collective_in_flight> start_all_reduce(std::span<float> values);
+  virtual std::unique_ptr<collective_in_flight> start_all_reduce(std::span<double> values);
   // Swaps `mine` for `peer`'s (which calls exchange with this rank at the same point).
   virtual void exchange(int peer, std::span<const float> mine, std::span<float> theirs) = 0;
 };
+
+namespace detail {
+// What the default start_all_reduce returns: a collective that completed when it started.
+class completed_collective final : public collective_in_flight {
+public:
+  bool done() const override { return true; }
+  void wait() override {}
+};
+}  // namespace detail
+
+inline std::unique_ptr<collective_in_flight> round_peers::start_all_reduce(std::span<float> values) {
+  all_reduce(values);
+  return std::make_unique<detail::completed_collective>();
+}
+inline std::unique_ptr<collective_in_flight> round_peers::start_all_reduce(std::span<double> values) {
+  all_reduce(values);
+  return std::make_unique<detail::completed_collective>();
+}
 
 }  // namespace accord

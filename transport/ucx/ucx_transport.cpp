@@ -238,7 +238,6 @@ struct ucx_worker {
   bool safe_to_destroy() const;
   std::string broken;  // why the transport became unusable, empty while healthy
   bool connected = false;  // connect() finished: the teardown may flush-close
-  const interrupt_flag* interruption = nullptr;  // the owning transport's, once connected
   // The listener's, while connecting: another thread may give up on a peer that never comes.
   std::shared_ptr<interrupt_flag> setup_interruption = std::make_shared<interrupt_flag>();
 
@@ -281,7 +280,9 @@ struct ucx_worker {
   }
   // Progresses the worker; when nothing happened, spins (yielding) until `spin_until`, then
   // sleeps on the event fd until something happens, `until` or at most max_sleep_ms.
-  void progress(steady::time_point until, steady::time_point spin_until);
+  // With `held` (the lock on `mutex` of a transport's call), the spin's yields and the sleep
+  // release it, so that the other lane's thread may progress the worker meanwhile.
+  void progress(steady::time_point until, steady::time_point spin_until, std::unique_lock<std::mutex>* held = nullptr);
   void progress(steady::time_point until) { progress(until, steady::now() + idle_spin); }
 
   struct operation {
@@ -292,29 +293,41 @@ struct ucx_worker {
     std::uint64_t tag = 0;
     std::size_t bytes = 0;
   };
-  // Posted operations not yet waited for, by request handle.
-  std::map<std::uint64_t, operation> in_flight;
-  std::uint64_t next_request = 0;
+  // The endpoint's traffic (lane 0) and its channel's (lane 1, transport::open_channel): each
+  // driven by one thread, both through this worker. Every call of a transport into the worker
+  // holds `mutex` (UCS_THREAD_MODE_SERIALIZED: one thread at a time), which waits release
+  // between progress calls.
+  struct lane {
+    std::map<std::uint64_t, operation> in_flight;  // posted, not yet waited for, by request handle
+    std::uint64_t next_request = 0;
+    const interrupt_flag* interruption = nullptr;  // its transport's
+    std::uint64_t tag_bit = 0;  // in its frames' tags: 0, or channel_tag_bit
+  };
+  static constexpr std::uint64_t channel_tag_bit = 1ull << 46;  // the top bit of a frame's transport tag
+  lane lanes[2];
+  std::mutex mutex;
+  bool channel_open = false;
+  bool endpoint_interrupted = false;  // recorded when the endpoint went before its channel
 
-  link& checked_peer(int peer, std::uint64_t tag);
+  link& checked_peer(const lane& caller, int peer, std::uint64_t tag);
   // Post a send or a receive; what goes wrong (a bad peer, an interrupted transport) abandons
-  // everything in flight, then throws.
-  std::uint64_t post_send(int peer, std::uint64_t tag, std::span<const std::byte> data);
-  std::uint64_t post_receive(int peer, std::uint64_t tag, std::span<std::byte> data);
+  // everything in flight on the lane, then throws.
+  std::uint64_t post_send(lane& caller, int peer, std::uint64_t tag, std::span<const std::byte> data);
+  std::uint64_t post_receive(lane& caller, int peer, std::uint64_t tag, std::span<std::byte> data);
   template <class Post>
-  std::uint64_t post(Post post_operation);
+  std::uint64_t post(lane& caller, Post post_operation);
   std::string finish(operation& op, ucs_status_t status, std::size_t received);
-  // Waits for the operations `handles`. A frame of the wrong size fails its receive but the
-  // transport stays usable unless other operations were in flight; a failed or silent peer
-  // abandons everything in flight.
-  void wait(std::span<const std::uint64_t> handles);
+  // Waits for the lane's operations `handles`. A frame of the wrong size fails its receive but
+  // the transport stays usable unless other operations were in flight; a failed or silent peer
+  // abandons everything in flight on the lane.
+  void wait(lane& caller, std::span<const std::uint64_t> handles, std::unique_lock<std::mutex>& held);
   // Whether wait({handle}) would return at once; progresses the worker once.
-  bool settled(std::uint64_t handle);
-  operation& in_flight_operation(std::uint64_t handle);
-  // Cancels the receives in flight and gives up on the sends (UCX may still read their buffers,
-  // so the transport becomes unusable), then throws `message`.
-  [[noreturn]] void abandon(const std::string& message);
-  void abandon_in_flight(const std::string& message);
+  bool settled(lane& caller, std::uint64_t handle);
+  operation& in_flight_operation(lane& caller, std::uint64_t handle);
+  // Cancels the lane's receives in flight and gives up on its sends (UCX may still read their
+  // buffers, so the transport becomes unusable), then throws `message`.
+  [[noreturn]] void abandon(lane& caller, const std::string& message);
+  void abandon_in_flight(lane& caller, const std::string& message);
   std::string unexpected_frame_from(int peer);
 };
 
@@ -409,7 +422,9 @@ ucx_worker::~ucx_worker() {
 }
 
 bool ucx_worker::safe_to_destroy() const {
-  return links.empty() || (connected && broken.empty() && !(interruption && interruption->raised()));
+  const interrupt_flag* interruption = lanes[0].interruption;
+  return links.empty() ||
+         (connected && broken.empty() && !endpoint_interrupted && !(interruption && interruption->raised()));
 }
 
 void retire(std::unique_ptr<ucx_worker> worker) {
@@ -427,16 +442,22 @@ void retire(std::unique_ptr<ucx_worker> worker) {
   retired->push_back(worker.release());
 }
 
-void ucx_worker::progress(steady::time_point until, steady::time_point spin_until) {
+void ucx_worker::progress(steady::time_point until, steady::time_point spin_until, std::unique_lock<std::mutex>* held) {
   do {
     if (ucp_worker_progress(worker.get()) != 0) return;
+    if (held) held->unlock();
     sched_yield();
+    if (held) held->lock();
   } while (steady::now() < spin_until);
   // UCS_ERR_BUSY: events arrived meanwhile, progress again (also runs in the destructor, so no throw).
   if (ucp_worker_arm(worker.get()) != UCS_OK) return;
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - steady::now()).count();
   pollfd waiting{event_fd, POLLIN, 0};
+  // Two lanes may both sleep here; whichever progresses first takes the events, and the other
+  // wakes within max_sleep_ms at worst.
+  if (held) held->unlock();
   poll(&waiting, 1, static_cast<int>(std::clamp<long long>(left, 0, max_sleep_ms)));
+  if (held) held->lock();
 }
 
 void* ucx_worker::close(link& l, bool flush) {
@@ -611,52 +632,55 @@ void ucx_worker::connect(int my_rank, const std::vector<std::string>& addresses)
   connected = true;
 }
 
-link& ucx_worker::checked_peer(int peer, std::uint64_t tag) {
+link& ucx_worker::checked_peer(const lane& caller, int peer, std::uint64_t tag) {
   if (!broken.empty()) throw transport_error(who() + "unusable after an earlier error: " + broken);
   if (peer < 0 || peer >= world || peer == rank)
     throw std::invalid_argument(who() + "peer " + std::to_string(peer) + " is not another rank of 0.." +
                                 std::to_string(world - 1));
-  if (!ucx_wire::tag_fits(tag))
-    throw std::invalid_argument(who() + describe_tag(tag) + " needs more than the 47 bits a UCX frame tag carries");
+  if (!ucx_wire::tag_fits(tag) || (caller.tag_bit != 0 && (tag & caller.tag_bit) != 0))
+    throw std::invalid_argument(who() + describe_tag(tag) + " needs more than the " + (caller.tag_bit ? "46" : "47") +
+                                " bits a UCX frame tag carries" + (caller.tag_bit ? " on a channel" : ""));
   return *peers[static_cast<std::size_t>(peer)];
 }
 
 template <class Post>
-std::uint64_t ucx_worker::post(Post post_operation) {
+std::uint64_t ucx_worker::post(lane& caller, Post post_operation) {
   try {
-    if (interruption && interruption->raised()) throw transport_error(interruption->message(who()));
+    if (caller.interruption && caller.interruption->raised()) throw transport_error(caller.interruption->message(who()));
     operation op;
     post_operation(op);
-    in_flight.emplace(next_request, op);
-    return next_request++;
+    caller.in_flight.emplace(caller.next_request, op);
+    return caller.next_request++;
   } catch (...) {
-    abandon_in_flight("an earlier post failed");
+    abandon_in_flight(caller, "an earlier post failed");
     throw;
   }
 }
 
-std::uint64_t ucx_worker::post_send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
-  return post([&](operation& op) {
-    link& l = checked_peer(peer, tag);
+std::uint64_t ucx_worker::post_send(lane& caller, int peer, std::uint64_t tag, std::span<const std::byte> data) {
+  return post(caller, [&](operation& op) {
+    link& l = checked_peer(caller, peer, tag);
     if (l.failure != UCS_OK)
       throw transport_error(who() + "cannot send " + describe_tag(tag) + " to " + describe_peer(peer) +
                             ": it failed (" + ucs_status_string(l.failure) + ")");
     op = {nullptr, false, false, peer, tag, data.size()};
     ucp_request_param_t param{};
-    op.request = posted(ucp_tag_send_nbx(l.endpoint, data.data(), data.size(), ucx_wire::frame_tag(rank, tag), &param),
+    op.request = posted(ucp_tag_send_nbx(l.endpoint, data.data(), data.size(),
+                                         ucx_wire::frame_tag(rank, tag | caller.tag_bit), &param),
                         "sending " + describe_tag(tag) + " to " + describe_peer(peer));
   });
 }
 
 // Posted even when the peer has failed: frames it sent before are still queued here.
-std::uint64_t ucx_worker::post_receive(int peer, std::uint64_t tag, std::span<std::byte> data) {
-  return post([&](operation& op) {
-    checked_peer(peer, tag);
+std::uint64_t ucx_worker::post_receive(lane& caller, int peer, std::uint64_t tag, std::span<std::byte> data) {
+  return post(caller, [&](operation& op) {
+    checked_peer(caller, peer, tag);
     op = {nullptr, true, false, peer, tag, data.size()};
     ucp_request_param_t param{};
     // Always a request, so that ucp_tag_recv_request_test reports the frame's length.
     param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    op.request = posted(ucp_tag_recv_nbx(worker.get(), data.data(), data.size(), ucx_wire::frame_tag(peer, tag),
+    op.request = posted(ucp_tag_recv_nbx(worker.get(), data.data(), data.size(),
+                                         ucx_wire::frame_tag(peer, tag | caller.tag_bit),
                                          ucx_wire::full_mask, &param),
                         "receiving " + describe_tag(tag) + " from " + describe_peer(peer));
   });
@@ -692,8 +716,8 @@ std::string ucx_worker::unexpected_frame_from(int peer) {
          std::to_string(info.length) + " bytes) instead";
 }
 
-void ucx_worker::abandon_in_flight(const std::string& message) {
-  for (auto& [handle, op] : in_flight) {
+void ucx_worker::abandon_in_flight(lane& caller, const std::string& message) {
+  for (auto& [handle, op] : caller.in_flight) {
     if (!op.request) continue;
     if (op.is_receive) {
       // Once cancelled, the receive no longer writes into the caller's buffer.
@@ -708,31 +732,31 @@ void ucx_worker::abandon_in_flight(const std::string& message) {
     ucp_request_free(op.request);
     op.request = nullptr;
   }
-  in_flight.clear();
+  caller.in_flight.clear();
 }
 
-void ucx_worker::abandon(const std::string& message) {
-  abandon_in_flight(message);
+void ucx_worker::abandon(lane& caller, const std::string& message) {
+  abandon_in_flight(caller, message);
   throw transport_error(message);
 }
 
-ucx_worker::operation& ucx_worker::in_flight_operation(std::uint64_t handle) {
-  const auto found = in_flight.find(handle);
-  if (found == in_flight.end())
+ucx_worker::operation& ucx_worker::in_flight_operation(lane& caller, std::uint64_t handle) {
+  const auto found = caller.in_flight.find(handle);
+  if (found == caller.in_flight.end())
     throw std::logic_error(who() + "wait for request " + std::to_string(handle) + ", which is not in flight");
   return found->second;
 }
 
-bool ucx_worker::settled(std::uint64_t handle) {
-  const operation& op = in_flight_operation(handle);
-  if (!op.request || (interruption && interruption->raised())) return true;
+bool ucx_worker::settled(lane& caller, std::uint64_t handle) {
+  const operation& op = in_flight_operation(caller, handle);
+  if (!op.request || (caller.interruption && caller.interruption->raised())) return true;
   while (ucp_worker_progress(worker.get()) != 0) {
   }
   return ucp_request_check_status(op.request) != UCS_INPROGRESS ||
          peers[static_cast<std::size_t>(op.peer)]->failure != UCS_OK;
 }
 
-void ucx_worker::wait(std::span<const std::uint64_t> handles) {
+void ucx_worker::wait(lane& caller, std::span<const std::uint64_t> handles, std::unique_lock<std::mutex>& held) {
   const auto deadline = steady::now() + options.operation_timeout;
   const auto spin_until = steady::now() + idle_spin;  // one spin per wait, however often it wakes
   std::string error;  // the first completed operation's problem, reported once all are done
@@ -740,7 +764,7 @@ void ucx_worker::wait(std::span<const std::uint64_t> handles) {
   for (;;) {
     bool pending = false;
     for (const std::uint64_t handle : handles) {
-      operation& op = in_flight_operation(handle);
+      operation& op = in_flight_operation(caller, handle);
       if (op.finished) continue;
       ucs_status_t status = UCS_OK;
       ucp_tag_recv_info_t info{};
@@ -757,11 +781,11 @@ void ucx_worker::wait(std::span<const std::uint64_t> handles) {
       if (error.empty()) error = problem;
     }
     if (!pending) break;
-    if (interruption && interruption->raised()) abandon(interruption->message(who()));
+    if (caller.interruption && caller.interruption->raised()) abandon(caller, caller.interruption->message(who()));
 
     const operation* stuck = nullptr;
     for (const std::uint64_t handle : handles) {
-      const operation& op = in_flight.at(handle);
+      const operation& op = caller.in_flight.at(handle);
       if (op.request && peers[static_cast<std::size_t>(op.peer)]->failure != UCS_OK) stuck = &op;
     }
     if (stuck) {
@@ -772,25 +796,25 @@ void ucx_worker::wait(std::span<const std::uint64_t> handles) {
         }
         continue;
       }
-      abandon(!error.empty() ? error
+      abandon(caller, !error.empty() ? error
                              : who() + describe_peer(stuck->peer) + " failed during " + describe_tag(stuck->tag) + ": " +
                                    ucs_status_string(peers[static_cast<std::size_t>(stuck->peer)]->failure));
     }
     if (steady::now() >= deadline) {
       const operation* late = nullptr;
       for (const std::uint64_t handle : handles)
-        if (!late && in_flight.at(handle).request) late = &in_flight.at(handle);
-      if (!error.empty()) abandon(error);
+        if (!late && caller.in_flight.at(handle).request) late = &caller.in_flight.at(handle);
+      if (!error.empty()) abandon(caller, error);
       if (late->is_receive)
-        abandon(who() + "no " + describe_tag(late->tag) + " from " + describe_peer(late->peer) + " within " +
+        abandon(caller, who() + "no " + describe_tag(late->tag) + " from " + describe_peer(late->peer) + " within " +
                 seconds(options.operation_timeout) + unexpected_frame_from(late->peer));
-      abandon(who() + describe_peer(late->peer) + " did not take " + describe_tag(late->tag) + " (" +
+      abandon(caller, who() + describe_peer(late->peer) + " did not take " + describe_tag(late->tag) + " (" +
               std::to_string(late->bytes) + " bytes) within " + seconds(options.operation_timeout));
     }
-    progress(deadline, spin_until);
+    progress(deadline, spin_until, &held);
   }
-  for (const std::uint64_t handle : handles) in_flight.erase(handle);
-  if (!error.empty()) abandon(error);
+  for (const std::uint64_t handle : handles) caller.in_flight.erase(handle);
+  if (!error.empty()) abandon(caller, error);
 }
 
 }  // namespace detail
@@ -824,10 +848,34 @@ std::unique_ptr<ucx_transport> ucx_listener::connect(int rank, const std::vector
 }
 
 ucx_transport::ucx_transport(std::unique_ptr<detail::ucx_worker> worker)
-    : transport("ucx"), worker_(std::move(worker)) {
-  worker_->interruption = &interruption();
+    : transport("ucx"), worker_(worker.release(), [](detail::ucx_worker* w) { detail::retire(std::unique_ptr<detail::ucx_worker>(w)); }),
+      lane_(0) {
+  worker_->lanes[0].interruption = &interruption();
 }
-ucx_transport::~ucx_transport() { detail::retire(std::move(worker_)); }
+
+ucx_transport::ucx_transport(std::shared_ptr<detail::ucx_worker> worker, int lane)
+    : transport("ucx"), worker_(std::move(worker)), lane_(lane) {}
+
+ucx_transport::~ucx_transport() {
+  // The worker may outlive this transport (its channel's or its endpoint's is still open).
+  std::lock_guard lock(worker_->mutex);
+  if (lane_ == 0) worker_->endpoint_interrupted = interruption().raised();
+  else worker_->channel_open = false;
+  worker_->lanes[lane_].interruption = nullptr;
+}
+
+std::shared_ptr<transport> ucx_transport::make_channel() {
+  if (lane_ != 0) throw std::logic_error("ucx rank " + std::to_string(rank()) + ": a channel has no channel");
+  std::lock_guard lock(worker_->mutex);
+  if (worker_->channel_open) throw std::logic_error("ucx rank " + std::to_string(rank()) + ": a channel is open already");
+  std::shared_ptr<ucx_transport> channel(new ucx_transport(worker_, 1));
+  detail::ucx_worker::lane& lane = worker_->lanes[1];
+  lane = {};  // a closed channel's requests were all waited for or abandoned
+  lane.interruption = &channel->interruption();
+  lane.tag_bit = detail::ucx_worker::channel_tag_bit;
+  worker_->channel_open = true;
+  return channel;
+}
 
 int ucx_transport::rank() const { return worker_->rank; }
 int ucx_transport::size() const { return worker_->world; }
@@ -842,21 +890,31 @@ void ucx_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> data)
 
 void ucx_transport::send_recv(int to, std::span<const std::byte> out, int from, std::span<std::byte> in,
                               std::uint64_t tag) {
-  const request handles[] = {post_recv(from, tag, in), post_send(to, tag, out)};
-  worker_->wait(handles);
+  std::unique_lock lock(worker_->mutex);
+  detail::ucx_worker::lane& lane = worker_->lanes[lane_];
+  const request handles[] = {worker_->post_receive(lane, from, tag, in), worker_->post_send(lane, to, tag, out)};
+  worker_->wait(lane, handles, lock);
 }
 
 transport::request ucx_transport::post_send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
-  return worker_->post_send(peer, tag, data);
+  std::lock_guard lock(worker_->mutex);
+  return worker_->post_send(worker_->lanes[lane_], peer, tag, data);
 }
 
 transport::request ucx_transport::post_recv(int peer, std::uint64_t tag, std::span<std::byte> data) {
-  return worker_->post_receive(peer, tag, data);
+  std::lock_guard lock(worker_->mutex);
+  return worker_->post_receive(worker_->lanes[lane_], peer, tag, data);
 }
 
-void ucx_transport::wait(request handle) { worker_->wait({&handle, 1}); }
+void ucx_transport::wait(request handle) {
+  std::unique_lock lock(worker_->mutex);
+  worker_->wait(worker_->lanes[lane_], {&handle, 1}, lock);
+}
 
-bool ucx_transport::settled(request handle) { return worker_->settled(handle); }
+bool ucx_transport::settled(request handle) {
+  std::lock_guard lock(worker_->mutex);
+  return worker_->settled(worker_->lanes[lane_], handle);
+}
 
 transfer_stats ucx_transport::stats() const {
   return {worker_->bytes_sent.load(), worker_->bytes_received.load(), worker_->messages_sent.load()};

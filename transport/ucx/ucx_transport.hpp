@@ -1,9 +1,13 @@
 #pragma once
 // UCX (ucp) transport between processes and machines.
 //
-// Each rank owns one UCX context and one worker, driven only by the thread that calls the
-// transport (the communicator actor's), so the worker runs in serialized mode and nothing
-// progresses in the background. Connection setup is by sockaddr: every rank listens, rank i
+// Each rank owns one UCX context and one worker, driven only by the threads that call the
+// transport: the communicator actor's and, with a channel (transport::open_channel), the
+// thread of the worker's collectives in flight. The worker runs in serialized mode: every call
+// into it holds one mutex, which a wait releases between progress calls (its spin's yields and
+// its sleeps), so both threads' transfers progress while either waits, and nothing progresses
+// while neither does. A channel's frames carry bit 46 of the transport tag (its tags must fit
+// in 46 bits); the endpoint and its channel share the connections and the byte counts. Connection setup is by sockaddr: every rank listens, rank i
 // dials every rank j < i and the two exchange a hello naming rank, world, job and epoch
 // (transport/ucx/ucx_wire.hpp), so each pair has exactly one endpoint. Bulk data travels as
 // UCX tag messages into the receivers' buffers (eagerly up to two ring pieces, see
@@ -120,10 +124,16 @@ public:
   // "host:port" this rank dialled or accepted for `peer`.
   const std::string& peer_address(int peer) const;
 
+protected:
+  std::shared_ptr<transport> make_channel() override;
+
 private:
   friend class ucx_listener;
   explicit ucx_transport(std::unique_ptr<detail::ucx_worker> worker);
-  std::unique_ptr<detail::ucx_worker> worker_;
+  ucx_transport(std::shared_ptr<detail::ucx_worker> worker, int lane);
+  // Shared with the channel; torn down (or retired) when the last of the two goes.
+  std::shared_ptr<detail::ucx_worker> worker_;
+  int lane_;  // 0: the endpoint, 1: its channel
 };
 
 // One rank of a multi-process job: listens on addresses[rank] and connects to the others.
