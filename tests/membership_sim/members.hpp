@@ -13,7 +13,8 @@ inline void say_hello(world& w, int p, int c, bool rejoin);
 inline void begin_election(world& w, int p, const std::string& cause);
 inline void coordinator_gone(world& w, int p, const std::string& cause);
 
-inline void member_heard(world& w, int p, int generation, const std::function<void(process&)>& what) {
+template <class What>
+void member_heard(world& w, int p, int generation, const What& what) {
   process& m = w.procs[p];
   if (m.generation != generation || !m.ended.empty()) return;
   what(m);
@@ -55,11 +56,11 @@ inline void coordinator_gone(world& w, int p, const std::string& cause) {
   process& m = w.procs[p];
   if (m.master_lost || !m.ended.empty()) return;
   m.master_lost = true;
-  m.saw_lost = m.replica.coordinator;
+  m.saw_lost = m.replica->coordinator;
   m.lost_cause = cause;
   w.note(p, "judged its coordinator p" + std::to_string(m.coordinator) + " lost: " + cause);
   m.running = 0;
-  if (m.replica.epoch != 0) {
+  if (m.replica->epoch != 0) {
     auto deferred = std::move(m.deferred);
     m.deferred.clear();
     for (auto& answer : deferred) answer(p);
@@ -110,7 +111,7 @@ inline void agent_tick(world& w, int p, int generation) {
 // `deadline` (a flapping link may let it through); then this member says hello there again.
 inline void find_and_follow(world& w, int p, int there, const std::string& control, time_point deadline) {
   const process& t = w.procs[there];
-  const int target = t.hosts() || t.replica.coordinator_control.empty() ? there : process_of(t.replica.coordinator_control);
+  const int target = t.hosts() || t.replica->coordinator_control.empty() ? there : process_of(t.replica->coordinator_control);
   if (w.reachable(p, there) && !t.killed && !t.stopped && w.reachable(p, target) && w.procs[target].hosts())
     return say_hello(w, p, target, true);
   if (w.now() >= deadline || t.killed)
@@ -130,7 +131,7 @@ inline void epoch_plan_came(world& w, int p, int generation, const epoch_assignm
       ++m.machine_generation;
       m.epoch_active = false;
     }
-    if (plan.rejoin == m.replica.coordinator_control) m.saw_lost.reset();
+    if (plan.rejoin == m.replica->coordinator_control) m.saw_lost.reset();
     return find_and_follow(w, p, process_of(plan.rejoin), plan.rejoin, w.now() + rejoin_timeout);
   }
   m.running = plan.epoch;
@@ -163,7 +164,7 @@ inline void follow(world& w, int p, int c) {
 
 inline void say_hello(world& w, int p, int c, bool rejoin) {
   process& m = w.procs[p];
-  w.note(p, std::string(rejoin ? "says hello again to p" : "says hello to p") + std::to_string(c) + " (replica of epoch " + std::to_string(m.replica.epoch) + ")");
+  w.note(p, std::string(rejoin ? "says hello again to p" : "says hello to p") + std::to_string(c) + " (replica of epoch " + std::to_string(m.replica->epoch) + ")");
   ++m.generation;
   m.coordinator = c;
   m.admitted = m.master_lost = m.asking = false;
@@ -213,12 +214,12 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
   const auto take_over_once = [&w, q] {
     process& s = w.procs[q];
     if (!s.hosts()) {
-      w.note(q, "takes over from the replica of epoch " + std::to_string(s.replica.epoch));
-      start_coordination(w, q, w.initial, s.replica, s.lost_cause);
+      w.note(q, "takes over from the replica of epoch " + std::to_string(s.replica->epoch));
+      start_coordination(w, q, w.initial, *s.replica, s.lost_cause);
     }
     return election_result{q};
   };
-  switch (answer_election({s.replica, s.hosts(), s.saw_lost}, epoch)) {
+  switch (answer_election({*s.replica, s.hosts(), s.saw_lost}, epoch)) {
     case election_answer::coordinates: return reply({q});
     case election_answer::no_copy_yet: return reply({});
     case election_answer::take_over: return reply(take_over_once());
@@ -237,10 +238,10 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
 // The members of the last replicated epoch asked in succession order, until one takes over.
 inline void elect(world& w, int p, std::size_t next, std::function<void(election_result)> done) {
   process& m = w.procs[p];
-  const std::vector<replica_member> order = election_candidates(m.replica);
+  const std::vector<replica_member> order = election_candidates(*m.replica);
   if (next >= order.size()) return done({});
   const int q = process_of(order[next].control);
-  const std::uint64_t epoch = m.replica.epoch;
+  const std::uint64_t epoch = m.replica->epoch;
   const auto answered = [&w, p, next, done](election_result a) {
     if (!w.procs[p].ended.empty()) return;
     if (a.elected >= 0 || a.still_heard) return done(a);
@@ -267,8 +268,8 @@ inline void elect(world& w, int p, std::size_t next, std::function<void(election
 inline void wait_for_majority(world& w, int p, time_point since, std::string cause) {
   process& m = w.procs[p];
   if (!m.ended.empty()) return;
-  if (!m.replica.coordinator_control.empty()) {
-    const int last = process_of(m.replica.coordinator_control);
+  if (!m.replica->coordinator_control.empty()) {
+    const int last = process_of(m.replica->coordinator_control);
     if (w.reachable(p, last) && !w.procs[last].killed && !w.procs[last].stopped && w.procs[last].hosts()) {
       m.saw_lost.reset();
       return follow(w, p, last);
@@ -295,19 +296,15 @@ inline void begin_election(world& w, int p, const std::string& cause) {
 
 // The job: process 0 hosts the first coordination; every starting rank says hello to it.
 inline void start_job(world& w) {
-  for (int p = 0; p < w.initial; ++p) {
-    w.procs.emplace_back();
-    w.procs.back().index = p;
-  }
+  for (int p = 0; p < w.initial; ++p) w.add_process();
   start_coordination(w, 0, w.initial, std::nullopt, "");
   for (int p = 0; p < w.initial; ++p) w.local(p, std::chrono::milliseconds(w.rng() % 50), [&w, p] { say_hello(w, p, 0, false); });
 }
 
 inline void world::start_joiner() {
-  const int p = static_cast<int>(procs.size());
-  procs.emplace_back();
-  procs.back().index = p;
-  procs.back().joiner = true;
+  process& joiner = add_process();
+  joiner.joiner = true;
+  const int p = joiner.index;
   // It reaches the coordinator through any member's standby: the newest formed epoch's.
   const int c = formed.empty() ? 0 : formed.back().coordinator;
   say_hello(*this, p, c, false);

@@ -191,7 +191,7 @@ private:
         worlds[{k.steps, k.layout}] = k.world;
       }
     for (const auto& [key, held] : shards)
-      if (static_cast<int>(held.size()) == worlds[key] && c.known_kept.count({key.second, key.first})) best = key;
+      if (static_cast<int>(held.size()) == worlds[key] && c.known_kept.has(key.second, key.first)) best = key;
     const std::uint64_t expected = best ? best->first : 0;
     if (!best && !c.known_kept.empty()) return fail(f, "formed though no kept step is whole among its members");
     if (f.start_steps != expected)
@@ -271,7 +271,7 @@ inline run_result run_schedule(int members, std::uint64_t seed, const std::vecto
     apply(w, f, start);
     quiet = std::max(quiet, start + f.at + f.length);
   }
-  const auto check = [&] { checks.check(); };
+  const auto check = [&checks] { checks.check(); };
   w.run_until(quiet + liveness_bound - 5s, check);
   const auto training = [&w]() -> std::pair<std::uint64_t, std::uint64_t> {  // (epoch, steps) of the newest running
     std::pair<std::uint64_t, std::uint64_t> best{0, 0};
