@@ -224,6 +224,27 @@ inline finding classify(const world& w, const std::string& violation) {
   return finding::none;
 }
 
+// How long a settled job must train on before a run ends early: longer than any work still
+// pending from before it settled (an election's late answer after takeover_confirm_wait and a
+// probe, a wait for a majority's next try, the reconnection and loss graces).
+constexpr auto settle_window = 10s;
+
+// Faults over and nothing left to decide: one coordination, running an epoch that every process
+// still alive trains in, none stopped, cut off, asking, electing or about to change the epoch.
+inline bool settled(const world& w) {
+  if (!w.all_reachable()) return false;
+  const process* host = nullptr;
+  for (const process& p : w.procs) {
+    if (p.killed) continue;
+    if (p.stopped || (p.hosts() && std::exchange(host, &p))) return false;
+  }
+  if (!host || !host->epoch_active || host->machine->phase() != membership_phase::running) return false;
+  return std::none_of(w.procs.begin(), w.procs.end(), [host](const process& p) {
+    return !p.killed && (!p.admitted || p.master_lost || p.asking || p.coordinator != host->index ||
+                         p.running != host->epoch || p.change_epoch >= host->epoch);
+  });
+}
+
 inline void apply(world& w, const fault& f, time_point start) {
   const auto coordinator = [&w] { return w.formed.empty() ? 0 : w.formed.back().coordinator; };
   w.after(start + f.at - w.now(), [&w, f, coordinator] {
@@ -272,16 +293,34 @@ inline run_result run_schedule(int members, std::uint64_t seed, const std::vecto
     quiet = std::max(quiet, start + f.at + f.length);
   }
   const auto check = [&checks] { checks.check(); };
-  w.run_until(quiet + liveness_bound - 5s, check);
   const auto training = [&w]() -> std::pair<std::uint64_t, std::uint64_t> {  // (epoch, steps) of the newest running
     std::pair<std::uint64_t, std::uint64_t> best{0, 0};
     for (const process& p : w.procs)
       if (p.epoch_active && !p.killed && !p.stopped) best = std::max(best, std::make_pair(p.epoch, p.steps->load()));
     return best;
   };
-  const auto before = training();
-  w.run_until(quiet + liveness_bound, check);
-  const auto after = training();
+  // Once the job has settled and trained on for settle_window, the run ends early (liveness
+  // holds); otherwise it runs to the bound and an epoch must train in its last 5 s.
+  std::optional<std::pair<time_point, std::pair<std::uint64_t, std::uint64_t>>> calm;  // since, and the training then
+  std::pair<std::uint64_t, std::uint64_t> before, after;
+  for (time_point t = quiet; t < quiet + liveness_bound - 5s && w.violation.empty(); t += 1s) {
+    w.run_until(t, check);
+    if (!settled(w)) {
+      calm.reset();
+    } else if (!calm) {
+      calm.emplace(t, training());
+    } else if (t - calm->first >= settle_window && training() > calm->second) {
+      before = calm->second;
+      after = training();
+      break;
+    }
+  }
+  if (!(after > before)) {
+    w.run_until(quiet + liveness_bound - 5s, check);
+    before = training();
+    w.run_until(quiet + liveness_bound, check);
+    after = training();
+  }
   run_result result;
   result.violation = w.violation;
   // A side that can still rejoin never stops before --majority-wait.
