@@ -8,10 +8,14 @@
 
 #include "tests/membership_sim/schedule.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
+#include <thread>
+#include <ctime>
 
 using namespace accord;
 using namespace accord::sim;
@@ -23,36 +27,69 @@ int schedules_per_size(int quick) {
   return asked ? std::max(1, std::atoi(asked)) : quick;
 }
 
-// Runs `count` schedules of `members`; a failing one is shrunk and printed with its seed.
+int threads() {
+  const char* asked = std::getenv("ACCORD_SIM_THREADS");
+  return asked ? std::max(1, std::atoi(asked)) : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Runs `count` schedules of `members` (seeds from first_seed) on every core: each schedule is a
+// world of its own, so a seed's result does not depend on the threads. A failing one (the lowest
+// seed that fails, whatever the threads' timing) is shrunk and printed with its seed.
 void run_many(int members, int count, int faults, std::uint64_t first_seed) {
   const auto began = std::chrono::steady_clock::now();
-  std::size_t events = 0;
+  const double cpu_began = cpu_seconds();
+  std::atomic<int> next{0}, first_failure{count};
+  std::atomic<std::size_t> events{0};
+  std::mutex known_mutex;
   std::map<finding, int> known;
-  for (int i = 0; i < count; ++i) {
-    const std::uint64_t seed = first_seed + static_cast<std::uint64_t>(i);
+  const auto work = [&] {
+    std::size_t own_events = 0;
+    std::map<finding, int> own_known;
+    for (int i = next++; i < first_failure.load(); i = next++) {
+      const std::uint64_t seed = first_seed + static_cast<std::uint64_t>(i);
+      std::mt19937_64 rng(seed);
+      const run_result result = run_schedule(members, seed, random_schedule(rng, members, faults, 30s));
+      own_events += result.events;
+      if (result.known != finding::none) {  // found before (schedule.hpp): counted, and pinned below
+        ++own_known[result.known];
+      } else if (!result.violation.empty()) {
+        for (int lowest = first_failure.load(); i < lowest && !first_failure.compare_exchange_weak(lowest, i);) {
+        }
+      }
+    }
+    events += own_events;
+    const std::lock_guard lock(known_mutex);
+    for (const auto& [f, n] : own_known) known[f] += n;
+  };
+  std::vector<std::thread> others;
+  for (int t = 1; t < std::min(threads(), count); ++t) others.emplace_back(work);
+  work();
+  for (std::thread& t : others) t.join();
+  if (first_failure.load() < count) {
+    const std::uint64_t seed = first_seed + static_cast<std::uint64_t>(first_failure.load());
     std::mt19937_64 rng(seed);
     const std::vector<fault> schedule = random_schedule(rng, members, faults, 30s);
-    const run_result result = run_schedule(members, seed, schedule);
-    events += result.events;
-    if (result.known != finding::none) {  // found before (schedule.hpp): counted, and pinned below
-      ++known[result.known];
-      continue;
-    }
-    if (!result.violation.empty()) {
-      const std::vector<fault> shortest = shrink(members, seed, schedule, finding::none);
-      const run_result again = run_schedule(members, seed, shortest);
-      FAIL_CHECK(members << " members, seed " << seed << ": " << again.violation << "\nshrunk from "
-                         << schedule.size() << " to " << shortest.size() << " faults:\n"
-                         << describe(shortest) << "epochs:\n" << again.epochs);
-      return;
-    }
+    const std::vector<fault> shortest = shrink(members, seed, schedule, finding::none);
+    const run_result again = run_schedule(members, seed, shortest);
+    FAIL_CHECK(members << " members, seed " << seed << ": " << again.violation << "\nshrunk from " << schedule.size()
+                       << " to " << shortest.size() << " faults:\n" << describe(shortest) << "epochs:\n" << again.epochs);
+    return;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  const double cpu = cpu_seconds() - cpu_began;
   std::string findings;
   for (const auto& [f, n] : known) findings += "; " + std::to_string(n) + " " + name(f);
-  std::printf("membership simulation: %d members, %d schedules of %d faults, %.0f schedules/s, %.0f events each%s\n",
-              members, count, faults, count / std::max(seconds, 1e-9), static_cast<double>(events) / count,
-              findings.c_str());
+  std::printf("membership simulation: %d members, %d schedules of %d faults in %.1f s on %d threads: %.0f schedules/s, "
+              "%.0f per CPU-second, %.0f events each%s\n",
+              members, count, faults, seconds, std::min(threads(), count), count / std::max(seconds, 1e-9),
+              count / std::max(cpu, 1e-9), static_cast<double>(events.load()) / count, findings.c_str());
+  std::fflush(stdout);
 }
 
 }  // namespace
