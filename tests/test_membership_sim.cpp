@@ -237,6 +237,39 @@ TEST_CASE("membership simulation: seeded fault schedules keep one coordinator pe
     run_many(members, std::max(1, schedules_per_size(40) / 10), 6, 1000 * static_cast<std::uint64_t>(members));
 }
 
+// The fix of the 2-2 split (bdc2efe, --majority-wait: a side without a majority keeps its state
+// and waits for the others instead of stopping at once) reverted with majority_wait 0: flaps of
+// the coordinator's links must lose 4-member jobs again, and none with the fix.
+TEST_CASE("membership simulation: with the wait for a majority reverted, flapping coordinator links lose 4-member "
+          "jobs as in the chaos run; with it none") {
+  sim_options reverted;
+  reverted.majority_wait = 0ms;
+  int lost_reverted = 0, lost_now = 0;
+  std::uint64_t first_lost = 0;
+  for (std::uint64_t seed = 44000; seed < 44200; ++seed) {
+    std::mt19937_64 rng(seed);
+    const std::vector<fault> schedule = flapping_schedule(rng, 4, 3, 30s);
+    const run_result before_fix = run_schedule(4, seed, schedule, reverted);
+    if (before_fix.violation.rfind("no epoch trains", 0) == 0 && lost_reverted++ == 0) first_lost = seed;
+    lost_now += run_schedule(4, seed, schedule).violation.empty() ? 0 : 1;
+  }
+  // Seed 44034's schedule (shrinking keeps all three flaps): p2 and p1 judge the coordinator hung
+  // while it judges them hung; p1 takes over with p2, p3 stays with p0: 2-2, and with the rule
+  // reverted both sides stop at once, as in the chaos run. With the fix the sides wait and rejoin.
+  using k = fault::kind;
+  const std::vector<fault> split{{k::flap, 334ms, 2393ms, -1, 2, {}, 1918ms},
+                                 {k::flap, 743ms, 3013ms, -1, 1, {}, 1579ms},
+                                 {k::flap, 2868ms, 10380ms, -1, 3, {}, 1001ms}};
+  const run_result kept_reverted = run_schedule(4, 44034, split, reverted);
+  CHECK_MESSAGE(kept_reverted.violation.rfind("no epoch trains", 0) == 0, kept_reverted.violation);
+  CHECK(kept_reverted.epochs.find("2 of the last epoch's 4 members are reachable") != std::string::npos);
+  CHECK(run_schedule(4, 44034, split).violation.empty());
+  MESSAGE("with majority_wait 0, " << lost_reverted << " of 200 jobs lost (first seed " << first_lost << "); with the fix "
+                                   << lost_now);
+  CHECK(lost_reverted > 0);
+  CHECK(lost_now == 0);
+}
+
 TEST_CASE("membership simulation: one seed (ACCORD_SIM_SEED, ACCORD_SIM_MEMBERS)" * doctest::skip()) {
   const std::uint64_t seed = std::strtoull(std::getenv("ACCORD_SIM_SEED") ? std::getenv("ACCORD_SIM_SEED") : "1", nullptr, 10);
   const int members = std::atoi(std::getenv("ACCORD_SIM_MEMBERS") ? std::getenv("ACCORD_SIM_MEMBERS") : "4");

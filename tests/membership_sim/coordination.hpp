@@ -17,7 +17,7 @@ inline void epoch_request_failed(world& w, int p, int generation, const std::str
 inline void epoch_over(world& w, int p, std::uint64_t epoch);
 inline void end_member(world& w, int p, const std::string& why);
 
-inline membership_rules sim_rules(int world_size, int host) {
+inline membership_rules sim_rules(int world_size, int host, const sim_options& options) {
   membership_rules r;
   r.initial_world = world_size;
   r.elastic = true;
@@ -25,7 +25,7 @@ inline membership_rules sim_rules(int world_size, int host) {
   r.total_rounds = 1'000'000'000;
   r.detector = heartbeat_detector_settings{};
   r.control = "p" + std::to_string(host);
-  r.majority_wait = majority_wait;
+  r.majority_wait = options.majority_wait;
   r.asks_standbys = true;
   return r;
 }
@@ -230,7 +230,7 @@ inline void perform(world& w, int c) {
 inline void start_coordination(world& w, int c, int world_size, std::optional<coordination_replica> takeover,
                         const std::string& cause) {
   process& host = w.procs[c];
-  membership_rules rules = sim_rules(world_size, c);
+  membership_rules rules = sim_rules(world_size, c, w.options);
   rules.steps_done = host.steps;
   rules.takeover = std::move(takeover);
   rules.takeover_cause = cause;

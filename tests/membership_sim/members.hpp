@@ -275,7 +275,7 @@ inline void wait_for_majority(world& w, int p, time_point since, std::string cau
       return follow(w, p, last);
     }
   }
-  if (w.now() - since >= majority_wait)
+  if (w.now() - since >= w.options.majority_wait)
     return end_member(w, p, "no member could take over from the lost coordinator (" + cause + ")");
   w.local(p, majority_retry, [&w, p, since, cause] {
     elect(w, p, 0, [&w, p, since, cause](election_result a) {

@@ -109,11 +109,18 @@ struct process {
 
 inline int process_of(const std::string& control) { return std::stoi(control.substr(1)); }
 
+// What a run may change of the job's rules: the tests revert a fix with it to show that the
+// simulation finds what the fix fixed.
+struct sim_options {
+  // --majority-wait: 0 is the rule before it existed (a side without a majority stops at once).
+  std::chrono::milliseconds majority_wait = accord::sim::majority_wait;
+};
+
 class world {
 public:
   // `joiners`: how many joiners may come (processes are never moved, so references to them hold).
-  world(int members, std::uint64_t seed, int joiners = 16)
-      : rng(seed), initial(members), stride_(static_cast<std::size_t>(members + joiners)),
+  world(int members, std::uint64_t seed, sim_options options = {}, int joiners = 16)
+      : rng(seed), initial(members), options(options), stride_(static_cast<std::size_t>(members + joiners)),
         links_(stride_ * stride_) {
     procs.reserve(stride_);
   }
@@ -155,6 +162,7 @@ public:
   bool all_reachable() const { return cut_links_ == 0; }
   std::mt19937_64 rng;
   int initial;  // the starting ranks
+  sim_options options;
   // A process for a joiner (fails past the joiners the world was made for).
   process& add_process();
 
