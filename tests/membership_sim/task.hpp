@@ -3,6 +3,7 @@
 // capture over two pointers and copies on every hand-over; most events (heartbeats, agent ticks,
 // steps) capture a few integers, so they live here inline and a run allocates little per event.
 #include <cstddef>
+#include <cstring>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -24,14 +25,12 @@ public:
       ops_ = &heap_ops<stored>;
     }
   }
-  task(task&& other) noexcept : ops_(std::exchange(other.ops_, nullptr)) {
-    if (ops_) ops_->move(storage_, other.storage_);
-  }
+  task(task&& other) noexcept : ops_(std::exchange(other.ops_, nullptr)) { take(other); }
   task& operator=(task&& other) noexcept {
     if (this != &other) {
       reset();
       ops_ = std::exchange(other.ops_, nullptr);
-      if (ops_) ops_->move(storage_, other.storage_);
+      take(other);
     }
     return *this;
   }
@@ -46,24 +45,34 @@ private:
   static constexpr std::size_t inline_size = 48;
   struct operations {
     void (*call)(void*);
-    void (*move)(void* to, void* from);  // and destroys `from`
-    void (*destroy)(void*);
+    void (*move)(void* to, void* from);  // and destroys `from`; null: the bytes are the callable
+    void (*destroy)(void*);              // null: nothing to destroy
   };
+  template <class F>
+  static constexpr bool plain = std::is_trivially_copyable_v<F> && std::is_trivially_destructible_v<F>;
   template <class F>
   static constexpr operations inline_ops{
       [](void* s) { (*static_cast<F*>(s))(); },
-      [](void* to, void* from) {
+      plain<F> ? nullptr : +[](void* to, void* from) {
         ::new (to) F(std::move(*static_cast<F*>(from)));
         static_cast<F*>(from)->~F();
       },
-      [](void* s) { static_cast<F*>(s)->~F(); }};
+      plain<F> ? nullptr : +[](void* s) { static_cast<F*>(s)->~F(); }};
   template <class F>
   static constexpr operations heap_ops{
       [](void* s) { (**static_cast<F**>(s))(); },
-      [](void* to, void* from) { ::new (to) F*(*static_cast<F**>(from)); },
+      nullptr,  // the pointer's bytes move
       [](void* s) { delete *static_cast<F**>(s); }};
   void reset() {
-    if (ops_) std::exchange(ops_, nullptr)->destroy(storage_);
+    if (ops_ && ops_->destroy) ops_->destroy(storage_);
+    ops_ = nullptr;
+  }
+  void take(task& other) {  // other's ops_ are this one's already
+    if (!ops_) return;
+    if (ops_->move)
+      ops_->move(storage_, other.storage_);
+    else
+      std::memcpy(storage_, other.storage_, inline_size);
   }
 
   alignas(std::max_align_t) unsigned char storage_[inline_size];

@@ -151,12 +151,12 @@ public:
   }
   std::string violation;
 
-  void after(duration d, task run) { schedule(-1, d, std::move(run)); }
+  void after(duration d, task&& run) { schedule(-1, d, std::move(run)); }
   // Work on process p after d: dropped when p is killed, held while it is stopped.
-  void local(int p, duration d, task run) { schedule(p, d, std::move(run)); }
+  void local(int p, duration d, task&& run) { schedule(p, d, std::move(run)); }
   // A message from a to b (ordered per link; held while the link is cut). `from_kernel`: sent
   // by a's host even when a is killed (a connection's close).
-  void send(int a, int b, task run, bool from_kernel = false);
+  void send(int a, int b, task&& run, bool from_kernel = false);
   bool reachable(int a, int b) const { return cut_links_ == 0 || a == b || !links_[a * stride_ + b].cut; }
   // No link is cut: every process can reach every other (the common case, checked at every step).
   bool all_reachable() const { return cut_links_ == 0; }
@@ -180,7 +180,7 @@ private:
     time_point last{};  // ordered delivery
     std::vector<task> held;
   };
-  void schedule(int p, duration d, task run);
+  void schedule(int p, duration d, task&& run);
   link& between(int a, int b) { return links_[static_cast<std::size_t>(a) * stride_ + static_cast<std::size_t>(b)]; }
 
   std::size_t stride_;  // the most processes
@@ -195,7 +195,7 @@ private:
   std::size_t events_ = 0;
 };
 
-inline void world::schedule(int p, duration d, task run) {
+inline void world::schedule(int p, duration d, task&& run) {
   std::uint32_t slot;
   if (free_slots_.empty()) {
     slot = static_cast<std::uint32_t>(tasks_.size());
@@ -216,7 +216,7 @@ inline process& world::add_process() {
   return procs.back();
 }
 
-inline void world::send(int a, int b, task run, bool from_kernel) {
+inline void world::send(int a, int b, task&& run, bool from_kernel) {
   if (a == b) return local(b, 0ms, std::move(run));
   if ((procs[a].killed && !from_kernel) || procs[b].killed) return;
   link& l = between(a, b);
