@@ -90,7 +90,7 @@ inline void step_epoch(world& w, int c, std::uint64_t epoch) {
         at = kept.emplace(key, kept_summary{}).first;
       }
       kept_summary& k = at->second;
-      if (k.copies.empty() || k.rank != rank || k.world != world_size) k.copies = copies_kept_by(rank, world_size);
+      if (k.rank != rank || k.world != world_size || k.copies.empty()) k.copies = w.copies_kept(rank, world_size);
       k.layout = epoch;
       k.steps = steps;
       k.rank = rank;

@@ -238,7 +238,7 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
 // The members of the last replicated epoch asked in succession order, until one takes over.
 inline void elect(world& w, int p, std::size_t next, std::function<void(election_result)> done) {
   process& m = w.procs[p];
-  const std::vector<replica_member> order = election_candidates(*m.replica);
+  const std::vector<replica_member>& order = m.election_order();
   if (next >= order.size()) return done({});
   const int q = process_of(order[next].control);
   const std::uint64_t epoch = m.replica->epoch;

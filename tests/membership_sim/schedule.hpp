@@ -276,10 +276,12 @@ inline void apply(world& w, const fault& f, time_point start) {
         w.stop(a);
         return w.after(f.length, [&w, a] { w.resume(a); });
       case fault::kind::partition: {
-        const auto each = [&w, side = f.side](bool on) {
+        std::vector<bool> on_side(static_cast<std::size_t>(w.initial), false);
+        for (const int p : f.side) on_side[p] = true;
+        const auto each = [&w, on_side](bool on) {
           for (int x = 0; x < w.initial; ++x)
             for (int y = 0; y < w.initial; ++y)
-              if (std::count(side.begin(), side.end(), x) && !std::count(side.begin(), side.end(), y)) w.cut(x, y, on);
+              if (on_side[x] && !on_side[y]) w.cut(x, y, on);
         };
         each(true);
         return w.after(f.length, [each] { each(false); });

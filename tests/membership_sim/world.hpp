@@ -6,6 +6,7 @@
 // behave as the TCP connections CAF uses: ordered, held while cut and delivered on heal; a killed
 // process's peers see its connections close (an RST from its host), a stopped one holds
 // everything until it resumes. Everything random comes from one seed.
+#include "membership/election.hpp"
 #include "membership/machine.hpp"
 #include "recovery/elastic_state.hpp"
 #include "tests/membership_sim/task.hpp"
@@ -78,6 +79,14 @@ struct process {
   std::optional<std::uint64_t> saw_lost;  // the coordinator (member id) its agent judged lost
   std::string lost_cause;
   std::vector<std::function<void(int)>> deferred;  // elections waiting for its own verdict
+  // The election order of its replica, computed once per replica (an election asks one at a time).
+  const std::vector<replica_member>& election_order() {
+    if (order_of_ != replica) {
+      order_ = election_candidates(*replica);
+      order_of_ = replica;
+    }
+    return order_;
+  }
   // The coordination it hosts.
   std::unique_ptr<membership_machine> machine;
   int machine_generation = 0;
@@ -104,6 +113,12 @@ struct process {
   bool epoch_active = false;
 
   std::string control() const { return "p" + std::to_string(index); }
+
+private:
+  std::shared_ptr<const coordination_replica> order_of_;
+  std::vector<replica_member> order_;
+
+public:
   bool hosts() const { return machine && machine->phase() != membership_phase::yielded; }
 };
 
@@ -165,6 +180,18 @@ public:
   sim_options options;
   // A process for a joiner (fails past the joiners the world was made for).
   process& add_process();
+  // copies_kept_by(rank, world_size), from copy_holders once per world size: copies_kept_by asks
+  // copy_holders of every shard, which for every rank at every step is N² per step.
+  const std::vector<int>& copies_kept(int rank, int world_size) {
+    if (copies_.size() <= static_cast<std::size_t>(world_size)) copies_.resize(world_size + 1);
+    auto& by_rank = copies_[world_size];
+    if (by_rank.empty()) {
+      by_rank.resize(world_size);
+      for (int shard = 0; shard < world_size; ++shard)
+        for (const int holder : copy_holders(shard, world_size)) by_rank[holder].push_back(shard);
+    }
+    return by_rank[rank];
+  }
 
 private:
   struct event {
@@ -189,6 +216,7 @@ private:
   std::vector<event> queue_;  // a heap, earliest first
   std::vector<task> tasks_;   // the events' work, by slot; freed slots are reused
   std::vector<std::uint32_t> free_slots_;
+  std::vector<std::vector<std::vector<int>>> copies_;  // by world size, by rank
   time_point origin_ = time_point(std::chrono::hours(1));  // heartbeat time 0 means "none"
   time_point now_ = origin_;
   std::uint64_t seq_ = 0;
