@@ -20,6 +20,14 @@ void member_heard(world& w, int p, int generation, const What& what) {
   what(m);
 }
 
+// A hello whose coordinator's process is gone fails, and the member's process ends with it
+// (job/between_processes.cpp, admit: the request to a dead actor fails).
+inline void hello_failed(world& w, int p, int generation, int c) {
+  member_heard(w, p, generation, [&w, c](process& m) {
+    end_member(w, m.index, "its hello to p" + std::to_string(c) + " failed: that process is gone");
+  });
+}
+
 // The process exits: its ports refuse, its connections close.
 inline void world::kill(int p) {
   process& k = procs[p];
@@ -39,6 +47,11 @@ inline void world::kill(int p) {
             feed(*this, c, generation, [&](membership_machine& m) { m.on_connection_closed(member, now()); });
           }, true);
         }
+    // A member whose hello it had not answered yet sees that hello fail.
+    if (!q.admitted && q.coordinator == p && q.ended.empty()) {
+      const int member = q.index, generation = q.generation;
+      send(p, member, [this, member, generation, p] { hello_failed(*this, member, generation, p); }, true);
+    }
     // Members whose coordinator it hosted see their agent's connection close.
     if (q.admitted && q.coordinator == p) {
       const int member = q.index, generation = q.generation;
@@ -179,6 +192,8 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
   hello.rejoin = rejoin;
   hello.member = m.id;
   const int generation = m.generation;
+  if (w.procs[c].killed)  // its port refuses at once
+    return w.local(p, 1ms, [&w, p, generation, c] { hello_failed(w, p, generation, c); });
   w.send(p, c, [&w, p, c, generation, hello] {
     process& host = w.procs[c];
     std::variant<std::uint64_t, std::string> admitted = std::string("no coordinator here");
