@@ -1,7 +1,9 @@
 // The membership state machine in a deterministic simulation (tests/membership_sim/): N members
 // on a virtual clock and network under seeded fault schedules, the invariants checked after
 // every event. ACCORD_SIM_SCHEDULES=N runs N schedules per size instead of the quick default.
-// ACCORD_SIM_SEED=N shows what happens in the kept schedule of seed N. Three skipped cases are tools (run with --no-skip -tc="*one seed*" and so on): one seed's run
+// ACCORD_SIM_SEED=N shows what happens in the kept schedule of seed N. Two skipped cases are the
+// CI-sized sweeps (ctest runs them, tests/CMakeLists.txt); three are tools (run with --no-skip
+// -tc="*one seed*" and so on): one seed's run
 // and what happened (ACCORD_SIM_SEED, ACCORD_SIM_MEMBERS, ACCORD_SIM_SHRINK=1 to shrink it first),
 // its shrunk schedule as code for the table below, and a survey of violations by kind.
 #include <doctest/doctest.h>
