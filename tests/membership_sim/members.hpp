@@ -175,6 +175,14 @@ inline void follow(world& w, int p, int c) {
   say_hello(w, p, c, true);
 }
 
+// After the coordinator's loss a member follows the coordination its own process hosts, if its
+// standby took over meanwhile for members that asked it (they follow it; a coordination without
+// its own process's member fails the job), else the one elected or found
+// (job/between_processes.cpp, own_coordination).
+inline void follow_elected(world& w, int p, int elected) {
+  follow(w, p, w.procs[p].hosts() ? p : elected);
+}
+
 inline void say_hello(world& w, int p, int c, bool rejoin) {
   process& m = w.procs[p];
   w.note(p, std::string(rejoin ? "says hello again to p" : "says hello to p") + std::to_string(c) + " (replica of epoch " + std::to_string(m.replica->epoch) + ")");
@@ -283,6 +291,7 @@ inline void elect(world& w, int p, std::size_t next, std::function<void(election
 inline void wait_for_majority(world& w, int p, time_point since, std::string cause) {
   process& m = w.procs[p];
   if (!m.ended.empty()) return;
+  if (m.hosts()) return follow_elected(w, p, p);
   if (!m.replica->coordinator_control.empty()) {
     const int last = process_of(m.replica->coordinator_control);
     if (w.reachable(p, last) && !w.procs[last].killed && !w.procs[last].stopped && w.procs[last].hosts()) {
@@ -294,7 +303,7 @@ inline void wait_for_majority(world& w, int p, time_point since, std::string cau
     return end_member(w, p, "no member could take over from the lost coordinator (" + cause + ")");
   w.local(p, majority_retry, [&w, p, since, cause] {
     elect(w, p, 0, [&w, p, since, cause](election_result a) {
-      if (a.elected >= 0) return follow(w, p, a.elected);
+      if (a.elected >= 0) return follow_elected(w, p, a.elected);
       if (a.left_behind) return end_member(w, p, "a later epoch formed without this member");
       wait_for_majority(w, p, since, cause);
     });
@@ -302,8 +311,9 @@ inline void wait_for_majority(world& w, int p, time_point since, std::string cau
 }
 
 inline void begin_election(world& w, int p, const std::string& cause) {
+  if (w.procs[p].hosts()) return follow_elected(w, p, p);
   elect(w, p, 0, [&w, p, cause](election_result a) {
-    if (a.elected >= 0) return follow(w, p, a.elected);
+    if (a.elected >= 0) return follow_elected(w, p, a.elected);
     if (a.left_behind) return end_member(w, p, "a later epoch formed without this member");
     wait_for_majority(w, p, w.now(), cause);
   });
