@@ -617,6 +617,16 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       failure.reset();
       admit(true);
     };
+    // The coordination this process hosts when its standby took over, for members that asked it,
+    // while this member elected or waited: they follow it, and so does this member (a coordination
+    // without its own process's member fails the job). Found by the membership simulation.
+    auto own_coordination = [&]() -> std::optional<membership_actor> {
+      if (!hosting) return std::nullopt;
+      std::optional<membership_actor> own;
+      self->request(standby, std::chrono::seconds(2), membership_atom::value)
+          .receive([&](membership_actor& m) { own = std::move(m); }, [](caf::error&) {});
+      return own;
+    };
     // No member took over: those asked still hear the coordinator, or do not answer (a partition,
     // a flapping link, members that hung with it). This side keeps its state, trains nothing and
     // for --majority-wait asks the last coordinator (back, and waiting for its members) and the
@@ -626,6 +636,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       const auto since = std::chrono::steady_clock::now();
       bool announced = false;
       for (;;) {
+        if (auto own = own_coordination()) return own;
         coordination_replica replica;
         self->request(standby, std::chrono::seconds(2), replica_atom::value)
             .receive([&](coordination_replica& r) { replica = std::move(r); }, [](caf::error&) {});
@@ -695,6 +706,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
         std::optional<membership_actor> elected =
             elect_coordinator(*system, self, standby, me.id, cause, refusals, left_behind);
         if (!elected && !left_behind) elected = wait_for_majority(cause, refusals);
+        if (auto own = own_coordination()) elected = std::move(own);
         if (!elected) {
           failure = "no member could take over from the lost coordinator (" + cause + "): " + refusals;
           break;

@@ -19,7 +19,7 @@ std::string still_heard(std::uint64_t coordinator, const std::string& detail) {
 std::vector<replica_member> election_candidates(const coordination_replica& replica) {
   std::vector<replica_member> order;
   for (replica_member& m : succession(replica))
-    if (m.id != replica.coordinator) order.push_back(std::move(m));
+    if (m.id != replica.coordinator && !m.leaving) order.push_back(std::move(m));
   return order;
 }
 

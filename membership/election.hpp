@@ -42,7 +42,8 @@ election_answer answer_election(const standby_view& view, std::uint64_t asker_ep
 // The refusal text of a standby whose coordinator (member `coordinator`) is still heard.
 std::string still_heard(std::uint64_t coordinator, const std::string& detail);
 
-// The members to ask, in order: the replica's succession without its coordinator.
+// The members to ask, in order: the replica's succession without its coordinator, and without
+// members leaving (a leaver's process is not in the next epoch: its coordination would fail the job).
 std::vector<replica_member> election_candidates(const coordination_replica& replica);
 
 }  // namespace accord

@@ -27,6 +27,9 @@ void membership_machine::replicate(bool then_depart) {
   r.epoch_start = epoch_start_;
   r.steps_done = steps_done();
   r.next_id = next_id_;
+  r.members.reserve(members_.size());
+  out.to.reserve(members_.size());
+  r.kept.reserve(replicated_positions);
   for (const auto& [id, m] : members_) {
     if (!m.alive) continue;
     if (!m.remote) r.coordinator = id;

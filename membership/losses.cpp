@@ -221,6 +221,7 @@ void membership_machine::check_silence(time_point now) {
   // still hears them (it echoes them when it answers again).
   note_stall(now);
   last_heartbeats_ = now;
+  out_.reserve(out_.size() + members_.size() + 1);  // a heartbeat each, and the next check's timer
   if (rules_.elastic)
     for (const auto& [id, m] : members_)
       if ((m.alive || returnable(m)) && m.remote && m.has_agent)

@@ -284,6 +284,11 @@ TEST_CASE("membership election: a standby takes over only on its own process's v
   std::vector<std::uint64_t> order;
   for (const replica_member& m : election_candidates(replica)) order.push_back(m.id);
   CHECK(order == std::vector<std::uint64_t>{1, 2, 7});
+  // A member that asked to leave is not asked: its process goes with the next epoch.
+  replica.members[2].leaving = true;
+  order.clear();
+  for (const replica_member& m : election_candidates(replica)) order.push_back(m.id);
+  CHECK(order == std::vector<std::uint64_t>{2, 7});
 }
 
 TEST_CASE("membership machine: an epoch starts from the newest step the coordinator saw kept, and a leaver whose "

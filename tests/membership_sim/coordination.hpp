@@ -10,13 +10,14 @@
 namespace accord::sim {
 
 // members.hpp: what a member's agent (of that generation) hears from its coordinator.
-inline void member_heard(world& w, int p, int generation, const std::function<void(process&)>& what);
+template <class What>
+void member_heard(world& w, int p, int generation, const What& what);
 inline void epoch_plan_came(world& w, int p, int generation, const epoch_assignment& plan);
 inline void epoch_request_failed(world& w, int p, int generation, const std::string& why);
 inline void epoch_over(world& w, int p, std::uint64_t epoch);
 inline void end_member(world& w, int p, const std::string& why);
 
-inline membership_rules sim_rules(int world_size, int host) {
+inline membership_rules sim_rules(int world_size, int host, const sim_options& options) {
   membership_rules r;
   r.initial_world = world_size;
   r.elastic = true;
@@ -24,7 +25,7 @@ inline membership_rules sim_rules(int world_size, int host) {
   r.total_rounds = 1'000'000'000;
   r.detector = heartbeat_detector_settings{};
   r.control = "p" + std::to_string(host);
-  r.majority_wait = majority_wait;
+  r.majority_wait = options.majority_wait;
   r.asks_standbys = true;
   return r;
 }
@@ -32,7 +33,8 @@ inline membership_rules sim_rules(int world_size, int host) {
 inline void perform(world& w, int c);
 
 // Feeds the machine of process c an event, if it still hosts that coordination.
-inline void feed(world& w, int c, int generation, const std::function<void(membership_machine&)>& event) {
+template <class Event>
+void feed(world& w, int c, int generation, const Event& event) {
   process& host = w.procs[c];
   if (!host.machine || host.machine_generation != generation) return;
   event(*host.machine);
@@ -67,26 +69,37 @@ inline void step_epoch(world& w, int c, std::uint64_t epoch) {
     const process& m = w.procs[p];
     all = all && !m.killed && !m.stopped && m.running == epoch;
     change = change || m.change_epoch >= epoch;
-    for (const int q : host.ranks) all = all && w.reachable(p, q);
   }
+  if (all && !w.all_reachable())
+    for (const int p : host.ranks)
+      for (const int q : host.ranks) all = all && w.reachable(p, q);
   if (all) {
     const std::uint64_t steps = host.steps->load() + 1;
     host.steps->store(steps);
     const int world_size = static_cast<int>(host.ranks.size());
     for (int rank = 0; rank < world_size; ++rank) {
-      kept_summary k;
+      auto& kept = w.procs[host.ranks[rank]].kept;
+      const std::pair key{epoch, steps};
+      auto at = kept.find(key);
+      if (at == kept.end() && kept.size() >= 2 && key < kept.begin()->first) continue;  // older than both kept
+      if (at == kept.end() && kept.size() >= 2) {  // the oldest generation's node and vectors are reused
+        auto oldest = kept.extract(kept.begin());
+        oldest.key() = key;
+        at = kept.insert(std::move(oldest)).position;
+      } else if (at == kept.end()) {
+        at = kept.emplace(key, kept_summary{}).first;
+      }
+      kept_summary& k = at->second;
+      if (k.rank != rank || k.world != world_size || k.copies.empty()) k.copies = w.copies_kept(rank, world_size);
       k.layout = epoch;
       k.steps = steps;
       k.rank = rank;
       k.world = world_size;
-      k.copies = copies_kept_by(rank, world_size);
       k.copy_checksums.assign(k.copies.size(), 0);
-      auto& kept = w.procs[host.ranks[rank]].kept;
-      kept[{epoch, steps}] = k;
       while (kept.size() > 2) kept.erase(kept.begin());
     }
     w.completed.emplace_back(epoch, steps);
-    host.known_kept.emplace(epoch, steps);
+    host.known_kept.add(epoch, steps);
     feed(w, c, host.machine_generation, [&](membership_machine& m) { m.on_kept(epoch, steps, steps); });
     if (change) return end_epoch(w, c, std::nullopt);  // the workers voted to stop after this step
   }
@@ -103,7 +116,7 @@ inline void probe_standbys(world& w, int c, int generation, std::vector<std::str
   const process& there = w.procs[p];
   const bool answers = w.reachable(c, p) && !there.killed && !there.stopped;
   w.local(c, answers ? 2ms : probe_timeout,
-          [&w, c, generation, controls, next, answers, epoch = there.replica.epoch, hosts = there.hosts()] {
+          [&w, c, generation, controls, next, answers, epoch = there.replica->epoch, hosts = there.hosts()] {
             if (answers)
               feed(w, c, generation, [&](membership_machine& m) {
                 m.on_standby_answer(controls[next], epoch, hosts, w.now());
@@ -115,7 +128,7 @@ inline void probe_standbys(world& w, int c, int generation, std::vector<std::str
 inline void perform(world& w, int c, membership_action& action) {
   process& host = w.procs[c];
   const int generation = host.machine_generation;
-  const auto to_member = [&](std::uint64_t member, std::function<void(process&)> what) {
+  const auto to_member = [&](std::uint64_t member, auto what) {
     const auto found = host.member_process.find(member);
     if (found == host.member_process.end()) return;
     const auto [p, generation] = found->second;
@@ -165,11 +178,14 @@ inline void perform(world& w, int c, membership_action& action) {
         } else if constexpr (std::is_same_v<A, act::fail_worker>) {
           end_epoch(w, c, a.why);
         } else if constexpr (std::is_same_v<A, act::replicate>) {
+          // One copy shared by every member (a copy each would cost N² per kept step).
+          const auto replica = std::make_shared<const coordination_replica>(std::move(a.replica));
           for (const std::uint64_t member : a.to)
-            to_member(member, [replica = a.replica](process& m) {
-              if (m.master_lost || !newer(replica, m.replica)) return;
+            to_member(member, [replica](process& m) {
+              if (m.master_lost || !newer(*replica, *m.replica)) return;
               m.replica = replica;
-              for (const kept_position& k : replica.kept) m.known_kept.emplace(k.epoch, k.steps);
+              // Oldest first: each adds at the end unless it is known already.
+              for (auto k = replica->kept.rbegin(); k != replica->kept.rend(); ++k) m.known_kept.add(k->epoch, k->steps);
             });
         } else if constexpr (std::is_same_v<A, act::timer>) {
           w.local(c, a.after, [&w, c, generation, t = a] {
@@ -214,7 +230,7 @@ inline void perform(world& w, int c) {
 inline void start_coordination(world& w, int c, int world_size, std::optional<coordination_replica> takeover,
                         const std::string& cause) {
   process& host = w.procs[c];
-  membership_rules rules = sim_rules(world_size, c);
+  membership_rules rules = sim_rules(world_size, c, w.options);
   rules.steps_done = host.steps;
   rules.takeover = std::move(takeover);
   rules.takeover_cause = cause;

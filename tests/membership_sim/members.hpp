@@ -13,10 +13,19 @@ inline void say_hello(world& w, int p, int c, bool rejoin);
 inline void begin_election(world& w, int p, const std::string& cause);
 inline void coordinator_gone(world& w, int p, const std::string& cause);
 
-inline void member_heard(world& w, int p, int generation, const std::function<void(process&)>& what) {
+template <class What>
+void member_heard(world& w, int p, int generation, const What& what) {
   process& m = w.procs[p];
   if (m.generation != generation || !m.ended.empty()) return;
   what(m);
+}
+
+// A hello whose coordinator's process is gone fails, and the member's process ends with it
+// (job/between_processes.cpp, admit: the request to a dead actor fails).
+inline void hello_failed(world& w, int p, int generation, int c) {
+  member_heard(w, p, generation, [&w, c](process& m) {
+    end_member(w, m.index, "its hello to p" + std::to_string(c) + " failed: that process is gone");
+  });
 }
 
 // The process exits: its ports refuse, its connections close.
@@ -38,6 +47,11 @@ inline void world::kill(int p) {
             feed(*this, c, generation, [&](membership_machine& m) { m.on_connection_closed(member, now()); });
           }, true);
         }
+    // A member whose hello it had not answered yet sees that hello fail.
+    if (!q.admitted && q.coordinator == p && q.ended.empty()) {
+      const int member = q.index, generation = q.generation;
+      send(p, member, [this, member, generation, p] { hello_failed(*this, member, generation, p); }, true);
+    }
     // Members whose coordinator it hosted see their agent's connection close.
     if (q.admitted && q.coordinator == p) {
       const int member = q.index, generation = q.generation;
@@ -55,11 +69,11 @@ inline void coordinator_gone(world& w, int p, const std::string& cause) {
   process& m = w.procs[p];
   if (m.master_lost || !m.ended.empty()) return;
   m.master_lost = true;
-  m.saw_lost = m.replica.coordinator;
+  m.saw_lost = m.replica->coordinator;
   m.lost_cause = cause;
   w.note(p, "judged its coordinator p" + std::to_string(m.coordinator) + " lost: " + cause);
   m.running = 0;
-  if (m.replica.epoch != 0) {
+  if (m.replica->epoch != 0) {
     auto deferred = std::move(m.deferred);
     m.deferred.clear();
     for (auto& answer : deferred) answer(p);
@@ -110,7 +124,7 @@ inline void agent_tick(world& w, int p, int generation) {
 // `deadline` (a flapping link may let it through); then this member says hello there again.
 inline void find_and_follow(world& w, int p, int there, const std::string& control, time_point deadline) {
   const process& t = w.procs[there];
-  const int target = t.hosts() || t.replica.coordinator_control.empty() ? there : process_of(t.replica.coordinator_control);
+  const int target = t.hosts() || t.replica->coordinator_control.empty() ? there : process_of(t.replica->coordinator_control);
   if (w.reachable(p, there) && !t.killed && !t.stopped && w.reachable(p, target) && w.procs[target].hosts())
     return say_hello(w, p, target, true);
   if (w.now() >= deadline || t.killed)
@@ -130,7 +144,7 @@ inline void epoch_plan_came(world& w, int p, int generation, const epoch_assignm
       ++m.machine_generation;
       m.epoch_active = false;
     }
-    if (plan.rejoin == m.replica.coordinator_control) m.saw_lost.reset();
+    if (plan.rejoin == m.replica->coordinator_control) m.saw_lost.reset();
     return find_and_follow(w, p, process_of(plan.rejoin), plan.rejoin, w.now() + rejoin_timeout);
   }
   m.running = plan.epoch;
@@ -161,9 +175,17 @@ inline void follow(world& w, int p, int c) {
   say_hello(w, p, c, true);
 }
 
+// After the coordinator's loss a member follows the coordination its own process hosts, if its
+// standby took over meanwhile for members that asked it (they follow it; a coordination without
+// its own process's member fails the job), else the one elected or found
+// (job/between_processes.cpp, own_coordination).
+inline void follow_elected(world& w, int p, int elected) {
+  follow(w, p, w.procs[p].hosts() ? p : elected);
+}
+
 inline void say_hello(world& w, int p, int c, bool rejoin) {
   process& m = w.procs[p];
-  w.note(p, std::string(rejoin ? "says hello again to p" : "says hello to p") + std::to_string(c) + " (replica of epoch " + std::to_string(m.replica.epoch) + ")");
+  w.note(p, std::string(rejoin ? "says hello again to p" : "says hello to p") + std::to_string(c) + " (replica of epoch " + std::to_string(m.replica->epoch) + ")");
   ++m.generation;
   m.coordinator = c;
   m.admitted = m.master_lost = m.asking = false;
@@ -178,6 +200,8 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
   hello.rejoin = rejoin;
   hello.member = m.id;
   const int generation = m.generation;
+  if (w.procs[c].killed)  // its port refuses at once
+    return w.local(p, 1ms, [&w, p, generation, c] { hello_failed(w, p, generation, c); });
   w.send(p, c, [&w, p, c, generation, hello] {
     process& host = w.procs[c];
     std::variant<std::uint64_t, std::string> admitted = std::string("no coordinator here");
@@ -213,12 +237,12 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
   const auto take_over_once = [&w, q] {
     process& s = w.procs[q];
     if (!s.hosts()) {
-      w.note(q, "takes over from the replica of epoch " + std::to_string(s.replica.epoch));
-      start_coordination(w, q, w.initial, s.replica, s.lost_cause);
+      w.note(q, "takes over from the replica of epoch " + std::to_string(s.replica->epoch));
+      start_coordination(w, q, w.initial, *s.replica, s.lost_cause);
     }
     return election_result{q};
   };
-  switch (answer_election({s.replica, s.hosts(), s.saw_lost}, epoch)) {
+  switch (answer_election({*s.replica, s.hosts(), s.saw_lost}, epoch)) {
     case election_answer::coordinates: return reply({q});
     case election_answer::no_copy_yet: return reply({});
     case election_answer::take_over: return reply(take_over_once());
@@ -237,10 +261,10 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
 // The members of the last replicated epoch asked in succession order, until one takes over.
 inline void elect(world& w, int p, std::size_t next, std::function<void(election_result)> done) {
   process& m = w.procs[p];
-  const std::vector<replica_member> order = election_candidates(m.replica);
+  const std::vector<replica_member>& order = m.election_order();
   if (next >= order.size()) return done({});
   const int q = process_of(order[next].control);
-  const std::uint64_t epoch = m.replica.epoch;
+  const std::uint64_t epoch = m.replica->epoch;
   const auto answered = [&w, p, next, done](election_result a) {
     if (!w.procs[p].ended.empty()) return;
     if (a.elected >= 0 || a.still_heard) return done(a);
@@ -267,18 +291,19 @@ inline void elect(world& w, int p, std::size_t next, std::function<void(election
 inline void wait_for_majority(world& w, int p, time_point since, std::string cause) {
   process& m = w.procs[p];
   if (!m.ended.empty()) return;
-  if (!m.replica.coordinator_control.empty()) {
-    const int last = process_of(m.replica.coordinator_control);
+  if (m.hosts()) return follow_elected(w, p, p);
+  if (!m.replica->coordinator_control.empty()) {
+    const int last = process_of(m.replica->coordinator_control);
     if (w.reachable(p, last) && !w.procs[last].killed && !w.procs[last].stopped && w.procs[last].hosts()) {
       m.saw_lost.reset();
       return follow(w, p, last);
     }
   }
-  if (w.now() - since >= majority_wait)
+  if (w.now() - since >= w.options.majority_wait)
     return end_member(w, p, "no member could take over from the lost coordinator (" + cause + ")");
   w.local(p, majority_retry, [&w, p, since, cause] {
     elect(w, p, 0, [&w, p, since, cause](election_result a) {
-      if (a.elected >= 0) return follow(w, p, a.elected);
+      if (a.elected >= 0) return follow_elected(w, p, a.elected);
       if (a.left_behind) return end_member(w, p, "a later epoch formed without this member");
       wait_for_majority(w, p, since, cause);
     });
@@ -286,8 +311,9 @@ inline void wait_for_majority(world& w, int p, time_point since, std::string cau
 }
 
 inline void begin_election(world& w, int p, const std::string& cause) {
+  if (w.procs[p].hosts()) return follow_elected(w, p, p);
   elect(w, p, 0, [&w, p, cause](election_result a) {
-    if (a.elected >= 0) return follow(w, p, a.elected);
+    if (a.elected >= 0) return follow_elected(w, p, a.elected);
     if (a.left_behind) return end_member(w, p, "a later epoch formed without this member");
     wait_for_majority(w, p, w.now(), cause);
   });
@@ -295,19 +321,15 @@ inline void begin_election(world& w, int p, const std::string& cause) {
 
 // The job: process 0 hosts the first coordination; every starting rank says hello to it.
 inline void start_job(world& w) {
-  for (int p = 0; p < w.initial; ++p) {
-    w.procs.emplace_back();
-    w.procs.back().index = p;
-  }
+  for (int p = 0; p < w.initial; ++p) w.add_process();
   start_coordination(w, 0, w.initial, std::nullopt, "");
   for (int p = 0; p < w.initial; ++p) w.local(p, std::chrono::milliseconds(w.rng() % 50), [&w, p] { say_hello(w, p, 0, false); });
 }
 
 inline void world::start_joiner() {
-  const int p = static_cast<int>(procs.size());
-  procs.emplace_back();
-  procs.back().index = p;
-  procs.back().joiner = true;
+  process& joiner = add_process();
+  joiner.joiner = true;
+  const int p = joiner.index;
   // It reaches the coordinator through any member's standby: the newest formed epoch's.
   const int c = formed.empty() ? 0 : formed.back().coordinator;
   say_hello(*this, p, c, false);

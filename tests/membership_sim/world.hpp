@@ -6,12 +6,13 @@
 // behave as the TCP connections CAF uses: ordered, held while cut and delivered on heal; a killed
 // process's peers see its connections close (an RST from its host), a stopped one holds
 // everything until it resumes. Everything random comes from one seed.
+#include "membership/election.hpp"
 #include "membership/machine.hpp"
 #include "recovery/elastic_state.hpp"
+#include "tests/membership_sim/task.hpp"
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,11 @@ struct formed_epoch {
   std::set<int> trained;      // members that got its plan and trained it
 };
 
+inline const std::shared_ptr<const coordination_replica>& no_replica() {
+  static const auto none = std::make_shared<const coordination_replica>();
+  return none;
+}
+
 // One worker process: its member (main thread and agent), its standby, and the coordination it
 // may host.
 struct process {
@@ -53,7 +60,7 @@ struct process {
   bool killed = false, stopped = false;
   bool killed_by_fault = false;  // a schedule's kill (not the process's own end)
   std::string ended;  // why its main thread ended ("" while it runs)
-  std::vector<std::function<void()>> held;  // work that came while it was stopped
+  std::vector<task> held;  // work that came while it was stopped
   int generation = 0;  // of its agent: a new one on every hello, old timers die with the old
   // Its member.
   std::uint64_t id = 0;
@@ -68,31 +75,69 @@ struct process {
   heartbeat_contact contact;
   std::map<std::pair<std::uint64_t, std::uint64_t>, kept_summary> kept;  // the two newest generations
   // Its standby.
-  coordination_replica replica;
+  std::shared_ptr<const coordination_replica> replica = no_replica();  // the newest it holds, shared with the others
   std::optional<std::uint64_t> saw_lost;  // the coordinator (member id) its agent judged lost
   std::string lost_cause;
   std::vector<std::function<void(int)>> deferred;  // elections waiting for its own verdict
+  // The election order of its replica, computed once per replica (an election asks one at a time).
+  const std::vector<replica_member>& election_order() {
+    if (order_of_ != replica) {
+      order_ = election_candidates(*replica);
+      order_of_ = replica;
+    }
+    return order_;
+  }
   // The coordination it hosts.
   std::unique_ptr<membership_machine> machine;
   int machine_generation = 0;
   std::shared_ptr<std::atomic<std::uint64_t>> steps = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::map<std::uint64_t, std::pair<int, int>> member_process;  // member id → (process, agent generation)
-  std::set<std::pair<std::uint64_t, std::uint64_t>> known_kept;  // kept steps it knows completed
+  // Kept steps (layout, steps) it knows completed, sorted: they come nearly in order, so a sorted
+  // vector takes each in about constant time where a set allocated a node per replica and step.
+  struct kept_steps {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> sorted;
+    void add(std::uint64_t layout, std::uint64_t steps) {
+      const std::pair k{layout, steps};
+      if (sorted.empty() || sorted.back() < k) return sorted.push_back(k);
+      const auto at = std::lower_bound(sorted.begin(), sorted.end(), k);
+      if (*at != k) sorted.insert(at, k);
+    }
+    bool has(std::uint64_t layout, std::uint64_t steps) const {
+      return std::binary_search(sorted.begin(), sorted.end(), std::pair{layout, steps});
+    }
+    bool empty() const { return sorted.empty(); }
+  } known_kept;
   // Its running epoch (as coordinator).
   std::uint64_t epoch = 0;
   std::vector<int> ranks;  // processes by rank
   bool epoch_active = false;
 
   std::string control() const { return "p" + std::to_string(index); }
+
+private:
+  std::shared_ptr<const coordination_replica> order_of_;
+  std::vector<replica_member> order_;
+
+public:
   bool hosts() const { return machine && machine->phase() != membership_phase::yielded; }
 };
 
 inline int process_of(const std::string& control) { return std::stoi(control.substr(1)); }
 
+// What a run may change of the job's rules: the tests revert a fix with it to show that the
+// simulation finds what the fix fixed.
+struct sim_options {
+  // --majority-wait: 0 is the rule before it existed (a side without a majority stops at once).
+  std::chrono::milliseconds majority_wait = accord::sim::majority_wait;
+};
+
 class world {
 public:
-  world(int members, std::uint64_t seed) : rng(seed), initial(members) {
-    procs.reserve(4096);
+  // `joiners`: how many joiners may come (processes are never moved, so references to them hold).
+  world(int members, std::uint64_t seed, sim_options options = {}, int joiners = 16)
+      : rng(seed), initial(members), options(options), stride_(static_cast<std::size_t>(members + joiners)),
+        links_(stride_ * stride_) {
+    procs.reserve(stride_);
   }
 
   // Faults, as a schedule applies them.
@@ -104,7 +149,9 @@ public:
   void start_joiner();
   void ask_to_leave(int p);
 
-  void run_until(time_point end, const std::function<void()>& check);
+  // Runs the events due by `end`, calling check() after each, until a violation is found.
+  template <class Check>
+  void run_until(time_point end, const Check& check);
   time_point now() const { return now_; }
   time_point origin() const { return origin_; }
   std::size_t events() const { return events_; }
@@ -119,63 +166,85 @@ public:
   }
   std::string violation;
 
+  void after(duration d, task&& run) { schedule(-1, d, std::move(run)); }
+  // Work on process p after d: dropped when p is killed, held while it is stopped.
+  void local(int p, duration d, task&& run) { schedule(p, d, std::move(run)); }
+  // A message from a to b (ordered per link; held while the link is cut). `from_kernel`: sent
+  // by a's host even when a is killed (a connection's close).
+  void send(int a, int b, task&& run, bool from_kernel = false);
+  bool reachable(int a, int b) const { return cut_links_ == 0 || a == b || !links_[a * stride_ + b].cut; }
+  // No link is cut: every process can reach every other (the common case, checked at every step).
+  bool all_reachable() const { return cut_links_ == 0; }
+  std::mt19937_64 rng;
+  int initial;  // the starting ranks
+  sim_options options;
+  // A process for a joiner (fails past the joiners the world was made for).
+  process& add_process();
+  // copies_kept_by(rank, world_size), from copy_holders once per world size: copies_kept_by asks
+  // copy_holders of every shard, which for every rank at every step is N² per step.
+  const std::vector<int>& copies_kept(int rank, int world_size) {
+    if (copies_.size() <= static_cast<std::size_t>(world_size)) copies_.resize(world_size + 1);
+    auto& by_rank = copies_[world_size];
+    if (by_rank.empty()) {
+      by_rank.resize(world_size);
+      for (int shard = 0; shard < world_size; ++shard)
+        for (const int holder : copy_holders(shard, world_size)) by_rank[holder].push_back(shard);
+    }
+    return by_rank[rank];
+  }
+
 private:
-  friend struct member_side;
-  friend struct coordinator_side;
   struct event {
     time_point at;
     std::uint64_t seq;
-    std::function<void()> run;
+    int process;  // whose work it is (-1: the world's, such as a fault)
+    std::uint32_t slot;  // in tasks_
     bool operator>(const event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
   };
   struct link {
     bool cut = false;
     duration extra{};
     time_point last{};  // ordered delivery
-    std::deque<std::function<void()>> held;
+    std::vector<task> held;
   };
+  void schedule(int p, duration d, task&& run);
+  link& between(int a, int b) { return links_[static_cast<std::size_t>(a) * stride_ + static_cast<std::size_t>(b)]; }
 
-public:
-  void after(duration d, std::function<void()> run);
-  // Work on process p after d: dropped when p is killed, held while it is stopped.
-  void local(int p, duration d, std::function<void()> run);
-  // A message from a to b (ordered per link; held while the link is cut). `from_kernel`: sent
-  // by a's host even when a is killed (a connection's close).
-  void send(int a, int b, std::function<void()> run, bool from_kernel = false);
-  bool reachable(int a, int b) const {
-    const auto found = links_.find({a, b});
-    return a == b || found == links_.end() || !found->second.cut;
-  }
-  std::mt19937_64 rng;
-  int initial;  // the starting ranks
-
-private:
-  link& between(int a, int b) { return links_[{a, b}]; }
+  std::size_t stride_;  // the most processes
+  std::vector<link> links_;  // a → b at a * stride_ + b
+  int cut_links_ = 0;
   std::vector<event> queue_;  // a heap, earliest first
-  std::map<std::pair<int, int>, link> links_;
+  std::vector<task> tasks_;   // the events' work, by slot; freed slots are reused
+  std::vector<std::uint32_t> free_slots_;
+  std::vector<std::vector<std::vector<int>>> copies_;  // by world size, by rank
   time_point origin_ = time_point(std::chrono::hours(1));  // heartbeat time 0 means "none"
   time_point now_ = origin_;
   std::uint64_t seq_ = 0;
   std::size_t events_ = 0;
 };
 
-inline void world::after(duration d, std::function<void()> run) {
-  queue_.push_back({now_ + d, seq_++, std::move(run)});
+inline void world::schedule(int p, duration d, task&& run) {
+  std::uint32_t slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<std::uint32_t>(tasks_.size());
+    tasks_.push_back(std::move(run));
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    tasks_[slot] = std::move(run);
+  }
+  queue_.push_back({now_ + d, seq_++, p, slot});
   std::push_heap(queue_.begin(), queue_.end(), std::greater<>());
 }
 
-inline void world::local(int p, duration d, std::function<void()> run) {
-  after(d, [this, p, run = std::move(run)]() mutable {
-    process& to = procs[p];
-    if (to.killed) return;
-    if (to.stopped)
-      to.held.push_back(std::move(run));
-    else
-      run();
-  });
+inline process& world::add_process() {
+  if (procs.size() == stride_) throw std::length_error("membership simulation: more joiners than the world was made for");
+  procs.emplace_back();
+  procs.back().index = static_cast<int>(procs.size()) - 1;
+  return procs.back();
 }
 
-inline void world::send(int a, int b, std::function<void()> run, bool from_kernel) {
+inline void world::send(int a, int b, task&& run, bool from_kernel) {
   if (a == b) return local(b, 0ms, std::move(run));
   if ((procs[a].killed && !from_kernel) || procs[b].killed) return;
   link& l = between(a, b);
@@ -192,6 +261,7 @@ inline void world::send(int a, int b, std::function<void()> run, bool from_kerne
 inline void world::cut(int a, int b, bool on) {
   for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}}) {
     link& l = between(x, y);
+    cut_links_ += (on ? 1 : 0) - (l.cut ? 1 : 0);
     l.cut = on;
     if (on) continue;
     auto held = std::move(l.held);
@@ -219,14 +289,21 @@ inline void world::resume(int p) {
   for (auto& run : held) local(p, 0ms, std::move(run));
 }
 
-inline void world::run_until(time_point end, const std::function<void()>& check) {
+template <class Check>
+void world::run_until(time_point end, const Check& check) {
   while (!queue_.empty() && queue_.front().at <= end && violation.empty()) {
     std::pop_heap(queue_.begin(), queue_.end(), std::greater<>());
-    event e = std::move(queue_.back());
+    const event e = queue_.back();
     queue_.pop_back();
+    task run = std::move(tasks_[e.slot]);
+    free_slots_.push_back(e.slot);
     now_ = e.at;
     ++events_;
-    e.run();
+    process* to = e.process >= 0 ? &procs[e.process] : nullptr;
+    if (to && to->stopped && !to->killed)
+      to->held.push_back(std::move(run));
+    else if (!to || !to->killed)
+      run();
     check();
   }
   now_ = std::max(now_, end);
