@@ -63,8 +63,9 @@ struct inproc_hub {
   std::vector<bool> handed_out;
 };
 
-// A rank's outgoing side, shared by its endpoint and the endpoint's channel.
-struct inproc_outgoing {
+// A rank's links (when each is free again) and its byte counts, shared by its endpoint and the
+// endpoint's channel.
+struct inproc_rank_links {
   std::mutex mutex;  // guards the links' times: both endpoints' threads send
   // The outgoing links (inside its group, across groups) are busy until then.
   inproc_transport::clock::time_point link_free{}, across_link_free{};
@@ -107,7 +108,7 @@ std::unique_ptr<inproc_transport> inproc_fabric::endpoint(int rank) {
     throw std::logic_error("inproc_fabric: the endpoint of rank " + std::to_string(rank) + " was already handed out");
   hub_->handed_out[rank] = true;
   return std::unique_ptr<inproc_transport>(
-      new inproc_transport(hub_, rank, std::make_shared<detail::inproc_outgoing>(), 0));
+      new inproc_transport(hub_, rank, std::make_shared<detail::inproc_rank_links>(), 0));
 }
 
 std::vector<std::unique_ptr<transport>> inproc_fabric::endpoints() {
@@ -124,8 +125,8 @@ void inproc_fabric::fail(int rank) {
 }
 
 inproc_transport::inproc_transport(std::shared_ptr<detail::inproc_hub> hub, int rank,
-                                   std::shared_ptr<detail::inproc_outgoing> outgoing, std::uint64_t tag_space)
-    : hub_(std::move(hub)), rank_(rank), outgoing_(std::move(outgoing)), tag_space_(tag_space) {}
+                                   std::shared_ptr<detail::inproc_rank_links> rank_links, std::uint64_t tag_space)
+    : hub_(std::move(hub)), rank_(rank), rank_links_(std::move(rank_links)), tag_space_(tag_space) {}
 
 inproc_transport::~inproc_transport() {
   // A channel going changes nothing for the rank: its endpoint is the one that closes.
@@ -136,7 +137,7 @@ std::shared_ptr<transport> inproc_transport::make_channel() {
   if (tag_space_ != 0) throw std::logic_error("inproc rank " + std::to_string(rank_) + ": a channel has no channel");
   if (!channel_.expired())
     throw std::logic_error("inproc rank " + std::to_string(rank_) + ": a channel is open already");
-  std::shared_ptr<transport> channel(new inproc_transport(hub_, rank_, outgoing_, channel_tag_bit));
+  std::shared_ptr<transport> channel(new inproc_transport(hub_, rank_, rank_links_, channel_tag_bit));
   channel_ = channel;
   return channel;
 }
@@ -169,8 +170,8 @@ void inproc_transport::send(int peer, std::uint64_t tag, std::span<const std::by
   const link_model& link = across ? hub_->links.across : hub_->links.inside;
   detail::inproc_hub::message message{{data.begin(), data.end()}, {}};
   {
-    std::lock_guard lock(outgoing_->mutex);
-    clock::time_point& free = across ? outgoing_->across_link_free : outgoing_->link_free;
+    std::lock_guard lock(rank_links_->mutex);
+    clock::time_point& free = across ? rank_links_->across_link_free : rank_links_->link_free;
     free = std::max(clock::now(), free) + link.wire_time(data.size());
     message.arrival = free + link.latency();
   }
@@ -186,8 +187,8 @@ void inproc_transport::send(int peer, std::uint64_t tag, std::span<const std::by
     box.queues[{rank_, tag | tag_space_}].push_back(std::move(message));
   }
   box.changed.notify_all();
-  outgoing_->bytes_sent += data.size();
-  ++outgoing_->messages_sent;
+  rank_links_->bytes_sent += data.size();
+  ++rank_links_->messages_sent;
 }
 
 void inproc_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> data) {
@@ -225,12 +226,12 @@ void inproc_transport::recv(int peer, std::uint64_t tag, std::span<std::byte> da
   std::this_thread::sleep_until(message.arrival);
   if (!data.empty()) std::memcpy(data.data(), message.payload.data(), data.size());
   last_arrival_ = message.arrival;
-  outgoing_->bytes_received += data.size();
+  rank_links_->bytes_received += data.size();
 }
 
 transfer_stats inproc_transport::stats() const {
-  return {outgoing_->bytes_sent.load(std::memory_order_relaxed), outgoing_->bytes_received.load(std::memory_order_relaxed),
-          outgoing_->messages_sent.load(std::memory_order_relaxed)};
+  return {rank_links_->bytes_sent.load(std::memory_order_relaxed), rank_links_->bytes_received.load(std::memory_order_relaxed),
+          rank_links_->messages_sent.load(std::memory_order_relaxed)};
 }
 
 }  // namespace accord

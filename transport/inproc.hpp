@@ -30,7 +30,7 @@ struct link_layout {
 
 namespace detail {
 struct inproc_hub;
-struct inproc_outgoing;
+struct inproc_rank_links;
 }
 class inproc_transport;
 
@@ -94,14 +94,14 @@ protected:
 
 private:
   friend class inproc_fabric;
-  inproc_transport(std::shared_ptr<detail::inproc_hub> hub, int rank, std::shared_ptr<detail::inproc_outgoing> outgoing,
+  inproc_transport(std::shared_ptr<detail::inproc_hub> hub, int rank, std::shared_ptr<detail::inproc_rank_links> rank_links,
                    std::uint64_t tag_space);
   void check_peer(int peer, const char* operation) const;
 
   std::shared_ptr<detail::inproc_hub> hub_;
   int rank_;
   // The rank's outgoing links and byte counts, shared with its channel.
-  std::shared_ptr<detail::inproc_outgoing> outgoing_;
+  std::shared_ptr<detail::inproc_rank_links> rank_links_;
   std::uint64_t tag_space_;  // 0, or channel_tag_bit on a channel
   std::weak_ptr<transport> channel_;  // the one open now
   clock::time_point last_arrival_{};
