@@ -19,7 +19,8 @@ struct communicator_state {
   std::string bucket_failure;
 };
 
-// A bucket's reduce-scatter, on this thread while the compute thread finishes backward.
+// A bucket's reduce-scatter, started on this thread while the compute thread finishes backward;
+// it travels beside the next ones until the round finishes them.
 void reduce_bucket(communicator_state& state, const gradient_bucket& bucket) {
   communicator_setup& s = *state.setup;
   if (!state.bucket_failure.empty()) return;
@@ -92,6 +93,12 @@ communicator_actor::behavior_type communicator_behavior(
           const bool change = (s.change_epoch && s.layout > 0 && s.change_epoch->load() >= s.layout) ||
                               (s.end_steps > 0 && step + 1 >= s.end_steps) ||
                               (s.stop_requested && s.stop_requested->load());
+          if (bucketed) {
+            // The buckets still traveling land before the totals' small messages, which would
+            // otherwise queue behind them on every hop of their ring.
+            const trace_span phase("finish buckets");
+            s.rule->finish_buckets();
+          }
           double totals[5] = {request.local.micro_batches, request.local.loss_sum, request.local.items,
                               change ? 1.0 : 0.0, request.local.ended};
           {

@@ -64,6 +64,7 @@ public:
   void reduce_bucket(transport& link, std::span<float> buffer, shard range) override {
     algorithm_->reduce_bucket(link, buffer, range);
   }
+  void finish_buckets() override { algorithm_->finish_buckets(); }
   void settle(transport& link) override { algorithm_->settle(link); }
   std::span<const float> residuals() const override { return algorithm_->residuals(); }
   rule_state snapshot() const override { return algorithm_->snapshot(); }

@@ -68,8 +68,15 @@ public:
 
   void reduce_bucket(transport& link, std::span<float> buffer, shard range) override {
     if (range.end > bucket_prefix()) update_rule::reduce_bucket(link, buffer, range);
-    link.reduce_scatter_range(buffer, range, precision_.real.gradients);
+    traveling_.push_back(link.start_reduce_scatter_range(buffer, range, precision_.real.gradients));
     bucketed_.push_back(range);
+  }
+
+  void finish_buckets() override {
+    // In starting order, as every worker started them; one that fails leaves the rest to the
+    // destructors, which abandon their transfers on the interrupted transport.
+    for (auto& bucket : traveling_) std::exchange(bucket, nullptr)->finish();
+    traveling_.clear();
   }
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local,
@@ -268,6 +275,7 @@ private:
   // The round's reduce-scatter where no bucket reduced the buffer yet: all of it, or the gaps
   // between the buckets (each element is summed in the same order either way).
   void reduce_unbucketed(transport& link, std::span<float> buffer, wire_precision wire) {
+    finish_buckets();
     if (bucketed_.empty()) return link.reduce_scatter(buffer, wire);
     std::sort(bucketed_.begin(), bucketed_.end(), [](const shard& a, const shard& b) { return a.begin > b.begin; });
     std::size_t end = buffer.size();
@@ -297,6 +305,7 @@ private:
   mutable std::vector<float> master_;  // fp32 master weights of the own shard (stale while device_ holds them)
   std::vector<float> scratch_;  // estimate rounds step a copy of master_
   std::vector<shard> bucketed_;  // ranges of the next round's buffer its buckets reduced already
+  std::vector<std::unique_ptr<transport::range_reduction>> traveling_;  // started buckets, not finished yet
   // int8/sign real rounds: this worker's reduce-scatter residual over the whole buffer, in mean
   // gradient units (zero in its own range between rounds: that range never travels compressed).
   std::vector<float> residual_;

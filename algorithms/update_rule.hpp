@@ -48,13 +48,16 @@ public:
   virtual void apply_on_device(device_collectives& collectives, std::span<float> buffer, const round_totals& local,
                                const round_totals& global, float learning_rate, std::uint64_t step,
                                bool estimate);
-  // DDP's gradient buckets (job_config::bucket_cap_mb): a rule that takes them reduces a range
-  // of the next real round's buffer as soon as backward has finished it, before apply; its apply
-  // then reduces only what no bucket covered. Every worker hands the same ranges in the same order.
-  // The buckets cover [0, bucket_prefix()) only (0: the rule takes none): the rest waits for the
-  // round, whose totals weigh it (the app's kept values, a module's buffers, lie at the end).
+  // DDP's gradient buckets (job_config::bucket_cap_mb): a rule that takes them starts reducing a
+  // range of the next real round's buffer as soon as backward has finished it, before apply
+  // (reduce_bucket, which may return while the bucket travels); finish_buckets, called first in
+  // the round, completes them, and apply then reduces only what no bucket covered. Every worker
+  // hands the same ranges in the same order. The buckets cover [0, bucket_prefix()) only (0: the
+  // rule takes none): the rest waits for the round, whose totals weigh it (the app's kept
+  // values, a module's buffers, lie at the end).
   virtual std::size_t bucket_prefix() const { return 0; }
   virtual void reduce_bucket(transport& link, std::span<float> buffer, shard range);
+  virtual void finish_buckets() {}
   // Before a snapshot (a checkpoint or an elastic kept step: every worker calls it after the
   // same real round) brings state spread over workers into the shape snapshot() takes; a
   // collective. The sharded rule folds its error-feedback residuals into their ranges' owners.

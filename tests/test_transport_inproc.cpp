@@ -323,42 +323,6 @@ TEST_CASE("wire precision: bf16 and fp16 round to nearest even, keep NaN and ove
                        "--wire-precision: 'fp2' (expected fp32|bf16|fp16|int8|fp8|fp4|sign|sign2|sign3)", std::invalid_argument);
 }
 
-// DDP's gradient buckets: reduce-scatters of ranges, from the buffer's end to its start as
-// backward finishes them, leave every rank's shard with the bits one reduce_scatter gives it
-// (each element summed in the same order), in fp32 and over 16-bit wires.
-TEST_CASE("reduce_scatter_range over buckets in reverse gives reduce_scatter's bits") {
-  for (wire_precision precision : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16}) {
-    for (int world = 1; world <= 4; ++world) {
-      for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{100003}}) {
-        CAPTURE(precision_name(precision));
-        CAPTURE(world);
-        CAPTURE(n);
-        auto endpoints = inproc_fabric(world).endpoints();
-        std::vector<std::vector<float>> whole(world), bucketed(world);
-        run_ranks(endpoints, [&](transport& t) {
-          auto& w = whole[t.rank()];
-          for (std::size_t i = 0; i < n; ++i) w.push_back(static_cast<float>(testing::unit_random(t.rank(), i)));
-          bucketed[t.rank()] = w;
-          t.reduce_scatter(w, precision);
-          // Buckets of uneven sizes that straddle shard bounds, plus an empty one.
-          std::size_t end = n;
-          for (std::size_t size = n / 7 + 1; end > 0; size = size * 3 / 2 + 1) {
-            const std::size_t begin = end > size ? end - size : 0;
-            t.reduce_scatter_range(bucketed[t.rank()], {begin, end}, precision);
-            end = begin;
-          }
-          t.reduce_scatter_range(bucketed[t.rank()], {0, 0}, precision);
-        });
-        for (int rank = 0; rank < world; ++rank) {
-          const shard own = shard_of(n, world, rank);
-          for (std::size_t i = own.begin; i < own.end; ++i)
-            REQUIRE(std::bit_cast<std::uint32_t>(bucketed[rank][i]) == std::bit_cast<std::uint32_t>(whole[rank][i]));
-        }
-      }
-    }
-  }
-}
-
 TEST_CASE("grouped collectives reduce a range onto every rank's shard of it") {
   const std::size_t n = 1001;
   const shard range{300, 900};

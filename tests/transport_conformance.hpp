@@ -983,11 +983,77 @@ inline void check_channel(const transport_factory& make) {
 }
 
 // The whole suite against one backend configuration.
+// DDP's gradient buckets: reduce-scatters of ranges, from the buffer's end to its start as
+// backward finishes them, leave every rank's shard with the bits one reduce_scatter gives it
+// (each element summed in the same order), in fp32 and over 16-bit wires; run one by one, or
+// started together and finished later, with another collective between.
+inline void check_bucket_reductions(const transport_factory& make) {
+  for (const bool started : {false, true}) {
+    for (wire_precision precision : {wire_precision::fp32, wire_precision::bf16, wire_precision::fp16}) {
+      for (int world = 1; world <= 4; ++world) {
+        world_endpoints endpoints = make_world(make, world);
+        for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{100003}}) {
+          CAPTURE(started);
+          CAPTURE(precision_name(precision));
+          CAPTURE(world);
+          CAPTURE(n);
+          std::vector<std::vector<float>> whole(world), bucketed(world);
+          run_ranks(endpoints, [&](transport& t) {
+            auto& w = whole[t.rank()];
+            w.clear();
+            for (std::size_t i = 0; i < n; ++i) w.push_back(static_cast<float>(unit_random(t.rank(), i)));
+            bucketed[t.rank()] = w;
+            t.reduce_scatter(w, precision);
+            // Buckets of uneven sizes that straddle shard bounds, plus an empty one.
+            std::vector<shard> ranges;
+            for (std::size_t end = n, size = n / 7 + 1; end > 0; size = size * 3 / 2 + 1) {
+              ranges.push_back({end > size ? end - size : 0, end});
+              end = ranges.back().begin;
+            }
+            ranges.push_back({0, 0});
+            if (!started) {
+              for (const shard& range : ranges) t.reduce_scatter_range(bucketed[t.rank()], range, precision);
+              return;
+            }
+            std::vector<std::unique_ptr<transport::range_reduction>> traveling;
+            for (const shard& range : ranges)
+              traveling.push_back(t.start_reduce_scatter_range(bucketed[t.rank()], range, precision));
+            double other[2] = {1.0, static_cast<double>(t.rank())};
+            t.all_reduce(std::span<double>(other));
+            REQUIRE(other[0] == world);
+            for (auto& bucket : traveling) bucket->finish();
+          });
+          for (int rank = 0; rank < world; ++rank) {
+            const shard own = shard_of(n, world, rank);
+            for (std::size_t i = own.begin; i < own.end; ++i)
+              REQUIRE(std::bit_cast<std::uint32_t>(bucketed[rank][i]) == std::bit_cast<std::uint32_t>(whole[rank][i]));
+          }
+        }
+      }
+    }
+  }
+  SUBCASE("a started range dropped unfinished interrupts its endpoint") {
+    world_endpoints endpoints = make_world(make, 2);
+    std::vector<std::string> errors(2);
+    run_ranks(endpoints, [&](transport& t) {
+      std::vector<float> data(100003, 1.f);
+      t.start_reduce_scatter_range(data, {0, data.size()}, wire_precision::bf16).reset();
+      try {
+        t.all_reduce(std::span<float>(data));
+      } catch (const transport_error& e) {
+        errors[t.rank()] = e.what();
+      }
+    });
+    for (const std::string& error : errors) CHECK(error.find("interrupted: an exchange was left unfinished") != std::string::npos);
+  }
+}
+
 inline void run_transport_conformance(const char* backend_name, const transport_factory& make) {
   INFO("backend: " << backend_name);
   SUBCASE("point to point") { check_point_to_point(make); }
   SUBCASE("reduce-scatter, all-gather, all-reduce") { check_reductions(make); }
   SUBCASE("bf16 and fp16 on the wire") { check_precision_reductions(make); }
+  SUBCASE("gradient buckets: ranges reduced one by one or in flight together") { check_bucket_reductions(make); }
   SUBCASE("int8, fp8 and sign blocks (estimate rounds; real rounds with error feedback)") { check_block_quantized(make); }
   SUBCASE("sign votes") { check_sign_votes(make); }
   SUBCASE("traffic") { check_traffic(make); }

@@ -7,6 +7,8 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,52 +54,120 @@ struct exchange_step {
   std::size_t in_count = 0;
 };
 
-// Runs `steps` in pieces of `piece` elements, pipelined: up to pipeline_depth receives are
-// posted ahead of the one being consumed, so pieces keep arriving while one is reduced. Sends
-// are posted as soon as their data is ready: all at once, or with `chained` (ring reduce-scatter
+// Runs `steps` in pieces of `piece` elements, pipelined: up to `depth` receives are posted
+// ahead of the one being consumed, so pieces keep arriving while one is reduced. Sends are
+// posted as soon as their data is ready: all at once, or with `chained` (ring reduce-scatter
 // and all-gather, where step s+1 forwards what step s received) piece j of step s+1 right after
 // piece j of step s was consumed; out(s+1) must then be as long as in_count(s). Piece k of all
-// receives lands in landing(step, offset, count, k % pipeline_depth) — a slot is reused only
-// after its previous piece was consumed — and received(step, offset, piece) consumes it, in
-// step order, then offset order. Sender and receiver cut the same pieces because they agree on
-// the lengths; empty pieces never travel.
-template <class T, class Landing, class Received>
-void pipelined_exchange(transport& t, std::uint64_t tag, std::span<const exchange_step<T>> steps, bool chained,
-                        std::size_t piece, Landing landing, Received received) {
+// receives lands in landing(step, offset, count, k % depth) — a slot is reused only after its
+// previous piece was consumed — and finish's received(step, offset, piece) consumes it, in step
+// order, then offset order. Sender and receiver cut the same pieces because they agree on the
+// lengths; empty pieces never travel.
+// Construction posts the first sends and receives and returns: with every receive posted
+// (depth: receive_count()) and not chained, the whole exchange travels while this thread does
+// other work until finish(). Destroyed unfinished (an error between start and finish), it
+// interrupts the transport and abandons its transfers, so that nothing writes into or reads
+// from freed buffers and nothing waits on a peer that may be gone: the collective sequence of
+// that endpoint is broken anyway.
+template <class T>
+class piece_exchange {
+public:
+  using landing_fn = std::function<std::span<T>(std::size_t step, std::size_t offset, std::size_t count, std::size_t slot)>;
+
+  piece_exchange(transport& t, std::uint64_t tag, std::vector<exchange_step<T>> steps, bool chained, std::size_t piece,
+                 std::size_t depth, landing_fn landing)
+      : t_(t), tag_(tag), steps_(std::move(steps)), chained_(chained), piece_(piece), depth_(std::max<std::size_t>(1, depth)),
+        landing_(std::move(landing)) {
+    for (std::size_t s = 0; s < steps_.size(); ++s)
+      for (std::size_t offset = 0; offset < steps_[s].in_count; offset += piece_)
+        receives_.push_back({s, offset, std::min(piece_, steps_[s].in_count - offset), {}});
+    guarded([&] {
+      for (std::size_t s = 0; s < (chained_ ? std::min<std::size_t>(1, steps_.size()) : steps_.size()); ++s)
+        for (std::size_t offset = 0; offset < steps_[s].out.size(); offset += piece_) send_piece(s, offset);
+      post_receives(depth_);
+    });
+  }
+  piece_exchange(const piece_exchange&) = delete;
+  piece_exchange& operator=(const piece_exchange&) = delete;
+
+  ~piece_exchange() {
+    if (done_) return;
+    t_.interrupt("an exchange was left unfinished");
+    // Waiting for the newest transfer meets the interruption (the defaults' receives before it
+    // in posting order first) and abandons every transfer in flight.
+    std::optional<transport::request> newest;
+    if (!sends_.empty()) newest = sends_.back();
+    if (consumed_ < posted_) newest = std::max(newest.value_or(0), receives_[posted_ - 1].handle);
+    try {
+      if (newest) t_.wait(*newest);
+    } catch (...) {
+    }
+  }
+
+  // Receives every piece (received: as above), forwarding chained ones, then waits for the sends.
+  template <class Received>
+  void finish(Received received) {
+    guarded([&] {
+      for (; consumed_ < receives_.size(); ++consumed_) {
+        const incoming& r = receives_[consumed_];
+        t_.wait(r.handle);
+        received(r.step, r.offset, std::span<const T>(r.into));
+        if (chained_ && r.step + 1 < steps_.size()) send_piece(r.step + 1, r.offset);
+        post_receives(consumed_ + 1 + depth_);
+      }
+      for (const transport::request handle : sends_) t_.wait(handle);
+    });
+    done_ = true;
+  }
+
+private:
   struct incoming {
     std::size_t step, offset, count;
     std::span<T> into;
     transport::request handle = 0;
   };
-  std::vector<incoming> receives;
-  for (std::size_t s = 0; s < steps.size(); ++s)
-    for (std::size_t offset = 0; offset < steps[s].in_count; offset += piece)
-      receives.push_back({s, offset, std::min(piece, steps[s].in_count - offset), {}});
-  std::vector<transport::request> sends;
-  const auto send_piece = [&](std::size_t s, std::size_t offset) {
-    const std::span<const T> out = clamped_subspan(steps[s].out, offset, piece);
-    if (!out.empty()) sends.push_back(t.post_send(steps[s].to, tag, std::as_bytes(out)));
-  };
-  for (std::size_t s = 0; s < (chained ? std::min<std::size_t>(1, steps.size()) : steps.size()); ++s)
-    for (std::size_t offset = 0; offset < steps[s].out.size(); offset += piece) send_piece(s, offset);
 
-  std::size_t posted = 0;
-  const auto post_receives = [&](std::size_t until) {
-    for (; posted < std::min(until, receives.size()); ++posted) {
-      incoming& r = receives[posted];
-      r.into = landing(r.step, r.offset, r.count, posted % pipeline_depth);
-      r.handle = t.post_recv(steps[r.step].from, tag, std::as_writable_bytes(r.into));
+  // A post or wait that throws has abandoned every transfer in flight: nothing is left to end.
+  template <class Body>
+  void guarded(Body body) {
+    try {
+      body();
+    } catch (...) {
+      done_ = true;
+      throw;
     }
-  };
-  post_receives(pipeline_depth);
-  for (std::size_t k = 0; k < receives.size(); ++k) {
-    const incoming& r = receives[k];
-    t.wait(r.handle);
-    received(r.step, r.offset, std::span<const T>(r.into));
-    if (chained && r.step + 1 < steps.size()) send_piece(r.step + 1, r.offset);
-    post_receives(k + 1 + pipeline_depth);
   }
-  for (const transport::request handle : sends) t.wait(handle);
+
+  void send_piece(std::size_t s, std::size_t offset) {
+    const std::span<const T> out = clamped_subspan(steps_[s].out, offset, piece_);
+    if (!out.empty()) sends_.push_back(t_.post_send(steps_[s].to, tag_, std::as_bytes(out)));
+  }
+
+  void post_receives(std::size_t until) {
+    for (; posted_ < std::min(until, receives_.size()); ++posted_) {
+      incoming& r = receives_[posted_];
+      r.into = landing_(r.step, r.offset, r.count, posted_ % depth_);
+      r.handle = t_.post_recv(steps_[r.step].from, tag_, std::as_writable_bytes(r.into));
+    }
+  }
+
+  transport& t_;
+  std::uint64_t tag_;
+  std::vector<exchange_step<T>> steps_;
+  bool chained_;
+  std::size_t piece_, depth_;
+  landing_fn landing_;
+  std::vector<incoming> receives_;
+  std::vector<transport::request> sends_;
+  std::size_t posted_ = 0, consumed_ = 0;
+  bool done_ = false;
+};
+
+// piece_exchange from start to finish, pipeline_depth receives ahead.
+template <class T, class Landing, class Received>
+void pipelined_exchange(transport& t, std::uint64_t tag, std::vector<exchange_step<T>> steps, bool chained,
+                        std::size_t piece, Landing landing, Received received) {
+  piece_exchange<T>(t, tag, std::move(steps), chained, piece, pipeline_depth, landing).finish(received);
 }
 
 // Storage kept per thread between calls (a transport is driven by one thread at a time):
@@ -221,13 +291,10 @@ void ring_reduce_scatter(transport& t, std::span<float> data, OwnerBlock owner_b
       });
 }
 
-// Every rank sends block s of `data` (owner_block(s)) to its owner s and receives its own
-// block from every other rank, pairwise: step k sends to r+k and receives from r-k, so each
-// rank sends all of `data` but its own block. Pieces of the own block arrive in a fixed order
-// (from r-1, then r-2, ...) and go to received(offset in the block, piece).
-template <class T, class OwnerBlock, class Received>
-void send_shards_to_owners(transport& t, std::span<const T> data, OwnerBlock owner_block, std::uint64_t tag,
-                           Received received) {
+// The steps of sending block s of `data` (owner_block(s)) to each other owner s, pairwise:
+// step k sends to r+k and receives this rank's block from r-k.
+template <class T, class OwnerBlock>
+std::vector<exchange_step<T>> steps_to_owners(const transport& t, std::span<const T> data, OwnerBlock owner_block) {
   const int world = t.size(), rank = t.rank();
   const shard mine = owner_block(rank);
   std::vector<exchange_step<T>> steps;
@@ -236,10 +303,21 @@ void send_shards_to_owners(transport& t, std::span<const T> data, OwnerBlock own
     const shard out = owner_block(to);
     steps.push_back({to, data.subspan(out.begin, out.size()), ring_rank(rank, -step, world), mine.size()});
   }
+  return steps;
+}
+
+// Every rank sends block s of `data` (owner_block(s)) to its owner s and receives its own
+// block from every other rank, pairwise: step k sends to r+k and receives from r-k, so each
+// rank sends all of `data` but its own block. Pieces of the own block arrive in a fixed order
+// (from r-1, then r-2, ...) and go to received(offset in the block, piece).
+template <class T, class OwnerBlock, class Received>
+void send_shards_to_owners(transport& t, std::span<const T> data, OwnerBlock owner_block, std::uint64_t tag,
+                           Received received) {
+  const shard mine = owner_block(t.rank());
   const std::size_t piece = piece_elements<T>(t, data.size());
   piece_slots<T> scratch(piece, mine.size());
   pipelined_exchange<T>(
-      t, tag, steps, false, piece,
+      t, tag, steps_to_owners(t, data, owner_block), false, piece,
       [&](std::size_t, std::size_t, std::size_t count, std::size_t slot) { return scratch.slot(slot, count); },
       [&](std::size_t, std::size_t offset, std::span<const T> piece_in) { received(offset, piece_in); });
 }
@@ -260,6 +338,41 @@ void direct_reduce_scatter(transport& t, std::span<float> data, OwnerBlock owner
                                          add_from_wire(precision, piece, sums.subspan(offset, piece.size()));
                                        });
 }
+
+// direct_reduce_scatter of a bucket, started (transport::start_reduce_scatter_range): its rounded
+// values and the room its pieces land in are its own and every piece is posted at once, so the
+// exchange travels while the caller starts the next bucket; finish() adds the pieces in
+// direct_reduce_scatter's order, with its bits.
+class started_direct_reduction final : public transport::range_reduction {
+public:
+  template <class OwnerBlock>
+  started_direct_reduction(transport& t, std::span<float> data, OwnerBlock owner_block, wire_precision precision,
+                           std::uint64_t tag)
+      : precision_(precision), wire_(data.size()), sums_(data.subspan(owner_block(t.rank()).begin, owner_block(t.rank()).size())),
+        landing_(static_cast<std::size_t>(t.size() - 1) * sums_.size()) {
+    to_wire(precision, data, wire_);
+    auto steps = steps_to_owners<std::uint16_t>(t, std::span<const std::uint16_t>(wire_), owner_block);
+    const std::size_t piece = piece_elements<std::uint16_t>(t, data.size());
+    const std::size_t receives = steps.size() * ((sums_.size() + piece - 1) / piece);
+    exchange_.emplace(t, tag, std::move(steps), false, piece, receives,
+                      [this](std::size_t step, std::size_t offset, std::size_t count, std::size_t) {
+                        return std::span<std::uint16_t>(landing_).subspan(step * sums_.size() + offset, count);
+                      });
+  }
+
+  void finish() override {
+    exchange_->finish([&](std::size_t, std::size_t offset, std::span<const std::uint16_t> piece) {
+      add_from_wire(precision_, piece, sums_.subspan(offset, piece.size()));
+    });
+  }
+
+private:
+  wire_precision precision_;
+  std::vector<std::uint16_t> wire_;
+  std::span<float> sums_;
+  std::vector<std::uint16_t> landing_;
+  std::optional<piece_exchange<std::uint16_t>> exchange_;  // last: ends before the buffers it uses
+};
 
 // The own shard of an error-feedback reduce-scatter: data = scale·data + residual, exact; with
 // `commit` the residual is paid (zero).
@@ -593,28 +706,48 @@ void transport::reduce_scatter(std::span<float> data, wire_precision precision) 
     direct_reduce_scatter(*this, data, even_shards(data.size(), size()), precision, next_collective_tag());
 }
 
-void transport::reduce_scatter_range(std::span<float> data, shard range, wire_precision precision) {
-  throw_if_interrupted();
-  if (range.begin > range.end || range.end > data.size())
-    throw std::invalid_argument("reduce_scatter_range: range [" + std::to_string(range.begin) + ", " +
-                                std::to_string(range.end) + ") lies outside " + std::to_string(data.size()) +
-                                " values");
+namespace {
+
+// reduce_scatter_range's checks; returns the block each rank sums (offsets in the range).
+auto checked_owner_parts(const char* collective, std::size_t total, int world, shard range, wire_precision precision) {
+  if (range.begin > range.end || range.end > total)
+    throw std::invalid_argument(std::string(collective) + ": range [" + std::to_string(range.begin) + ", " +
+                                std::to_string(range.end) + ") lies outside " + std::to_string(total) + " values");
   if (block_quantized(precision))
-    throw std::invalid_argument("reduce_scatter_range: " + std::string(precision_name(precision)) +
+    throw std::invalid_argument(std::string(collective) + ": " + std::string(precision_name(precision)) +
                                 " quantizes whole shards, not a range of them");
-  if (size() == 1 || range.size() == 0) return;
-  // Rank s sums its shard of the whole buffer where it overlaps the range (offsets in the range).
-  const auto owner_part = [&, total = data.size(), world = size()](int s) {
+  // Rank s sums its shard of the whole buffer where it overlaps the range.
+  return [=](int s) {
     const shard own = shard_of(total, world, s);
     const std::size_t begin = std::clamp(own.begin, range.begin, range.end);
     const std::size_t end = std::clamp(own.end, range.begin, range.end);
     return shard{begin - range.begin, end - range.begin};
   };
+}
+
+}  // namespace
+
+void transport::reduce_scatter_range(std::span<float> data, shard range, wire_precision precision) {
+  throw_if_interrupted();
+  const auto owner_part = checked_owner_parts("reduce_scatter_range", data.size(), size(), range, precision);
+  if (size() == 1 || range.size() == 0) return;
   const std::span<float> part = data.subspan(range.begin, range.size());
   if (precision == wire_precision::fp32)
     ring_reduce_scatter(*this, part, owner_part, next_collective_tag());
   else
     direct_reduce_scatter(*this, part, owner_part, precision, next_collective_tag());
+}
+
+std::unique_ptr<transport::range_reduction> transport::start_reduce_scatter_range(std::span<float> data, shard range,
+                                                                                   wire_precision precision) {
+  throw_if_interrupted();
+  const auto owner_part = checked_owner_parts("reduce_scatter_range", data.size(), size(), range, precision);
+  if (precision == wire_precision::fp32 || size() == 1 || range.size() == 0) {
+    reduce_scatter_range(data, range, precision);
+    return std::make_unique<range_reduction>();
+  }
+  return std::make_unique<started_direct_reduction>(*this, data.subspan(range.begin, range.size()), owner_part,
+                                                    precision, next_collective_tag());
 }
 
 void transport::reduce_scatter_feedback(std::span<float> data, float scale, std::span<float> residual,

@@ -139,6 +139,12 @@ public:
     if (range.begin > range.end || range.end > data.size()) return transport::reduce_scatter_range(data, range, precision);
     all_reduce(data.subspan(range.begin, range.size()), precision);
   }
+  // The groups' collectives run at once: nothing is left to travel.
+  std::unique_ptr<range_reduction> start_reduce_scatter_range(std::span<float> data, shard range,
+                                                              wire_precision precision) override {
+    reduce_scatter_range(data, range, precision);
+    return std::make_unique<range_reduction>();
+  }
 
   void all_gather(std::span<float> data, wire_precision precision) override {
     throw_if_interrupted();

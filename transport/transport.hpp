@@ -158,6 +158,22 @@ public:
   // the rest of `range` is scratch and nothing outside it changes. Block-quantized precisions
   // quantize whole shards and are refused (std::invalid_argument).
   virtual void reduce_scatter_range(std::span<float> data, shard range, wire_precision precision = wire_precision::fp32);
+  // A reduce_scatter_range under way; finish() completes it (call it exactly once, before
+  // reading the range). The base class is one already complete.
+  class range_reduction {
+  public:
+    virtual ~range_reduction() = default;
+    virtual void finish() {}
+  };
+  // reduce_scatter_range, started: 16-bit ones post every piece and return, so that this thread
+  // can start the next bucket while this one travels. A bucket inside one owner's shard loads
+  // only that owner's link; buckets in flight together load every link, as the whole buffer's
+  // reduce-scatter does. Same bits as reduce_scatter_range; every rank starts the same ranges in
+  // the same order; `data` stays untouched until finish(). fp32 (a ring, whose pieces wait for
+  // each other) runs at once. Destroyed unfinished, it interrupts this transport (its collective
+  // sequence is broken) and abandons its transfers.
+  virtual std::unique_ptr<range_reduction> start_reduce_scatter_range(std::span<float> data, shard range,
+                                                                      wire_precision precision = wire_precision::fp32);
   // Every rank contributes its shard_of(...) of `data`; afterwards all of `data` is filled.
   virtual void all_gather(std::span<float> data, wire_precision precision = wire_precision::fp32);
   // all_gather where `base` (as long as `data`) holds values every rank already has, the same
