@@ -454,6 +454,10 @@ def epochs():
                             # The last step() left the final parameters and buffers in the module.
                             final = module_state(net)
                             assert all(torch.equal(a, b) for a, b in zip(final, module_state(net)))
+                            # Every step() call is in the loop's time breakdown.
+                            spent = job.loop_seconds
+                            assert spent.pop("micro_batches") == seen, (spent, seen)
+                            assert min(spent.values()) >= 0 and spent["parameters"] > 0, spent
                             return job.finish(), net, final
         except KeyError:
             pass

@@ -15,6 +15,7 @@ import argparse
 import itertools
 import os
 import sys
+import time
 
 import accord
 
@@ -104,14 +105,23 @@ def own_loop(model, corpus, sent, settings, args):
         settings.update(accumulation=args.accumulation + estimate, estimate_accumulation=estimate)
     settings["max_accumulation"] = settings["accumulation"]  # a fixed step: no more while a round flies
     job = accord.torch.Job(model, **settings)
+    started = None
     for index in itertools.count():
         sent.start()
         position = (index * job.workers + job.rank) * args.micro_batch
         loss = gpt.loss_of(model, *corpus.micro_batch(position, args.micro_batch))
         loss.backward()
+        started = started or time.perf_counter()  # from the first micro-batch's step on
         if not job.step(loss):
             break
-    return job.finish()
+    result = job.finish()
+    # Where the loop's time went, per micro-batch (the first one's forward and backward excluded).
+    spent, loop = job.loop_seconds, time.perf_counter() - started
+    count = max(1, spent.pop("micro_batches"))
+    in_step = sum(spent.values())
+    print(f"rank {job.rank} own loop per micro-batch: forward+backward {1e3 * (loop - in_step) / count:.1f} ms, "
+          + ", ".join(f"{name} {1e3 * seconds / count:.1f} ms" for name, seconds in spent.items()), flush=True)
+    return result
 
 
 if __name__ == "__main__":

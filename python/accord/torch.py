@@ -35,6 +35,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 
 import torch
 
@@ -300,6 +301,8 @@ class Job:
         self.checkpoint_path = self._prepared.config.checkpoint_path
         self._start = self._worker = self._request = self._result = None
         self._replicas = []
+        self._loop_seconds = dict.fromkeys(("gradients", "submit", "parameters"), 0.0)
+        self._micro_batches = 0
 
     def _begin(self):
         self._prepared.launch()
@@ -319,6 +322,7 @@ class Job:
             self._start.flats[index].module, self._group, index, self.loss_scale)
         replica._prepared, replica._start, replica._result, replica._replicas = None, self._start, None, []
         replica.checkpoint_path, replica._restore = self.checkpoint_path, lambda: None
+        replica._loop_seconds, replica._micro_batches = dict.fromkeys(self._loop_seconds, 0.0), 0
         replica._flat, replica._worker = self._start.flats[index], self._start.job.worker(index)
         replica._request = replica._flat.next_request(replica._worker)
         return replica
@@ -383,17 +387,35 @@ class Job:
             self._begin()
         if self._request is None:
             return False
+        clock, spent = time.perf_counter, self._loop_seconds
+        started = clock()
         try:
             self._flat.collect_gradients()
+            collected = clock()
             self._flat.submit(self._worker, float(items if items is not None else self._request.examples), float(loss))
         except BaseException as error:
             self._worker.fail(f"{type(error).__name__}: {error}")
             raise
         self._flat.zero_gradients()
+        submitted = clock()
         self._request = self._flat.next_request(self._worker)
+        spent["gradients"] += collected - started
+        spent["submit"] += submitted - collected
+        spent["parameters"] += clock() - submitted
+        self._micro_batches += 1
         if self._request is None:
             self.finish()  # the final parameters into the module
         return self._request is not None
+
+    @property
+    def loop_seconds(self):
+        """Where this worker's step() calls spent their time, in seconds summed over its
+        micro-batches (`micro_batches` of them): `gradients`, autograd's gradients copied into
+        accord's flat buffer (and checked finite); `submit`, the hand-off to accord and the
+        gradients zeroed; `parameters`, the wait for the next micro-batch's parameters (the
+        round, where one was due) and their copy into the module. The rest of the loop is the
+        app's own forward and backward."""
+        return dict(self._loop_seconds, micro_batches=self._micro_batches)
 
     def finish(self):
         """Waits for the end and returns the JobResult; the module holds the final parameters
