@@ -1,7 +1,7 @@
 // Declared settings (include/accord/settings.hpp, config_settings.hpp): values parsed as declared,
 // the topologies' own settings in a job's open bag, job_config's declarations against its fields,
 // and the docs' tables of settings (docs/topologies.md, docs/training.md: job_config's and
-// accord-train's own model and data settings) and of a step's metrics
+// accord-train's own settings: the model's, the data's and the place's) and of a step's metrics
 // (docs/observability.md, <accord/metrics_fields.hpp>), generated from the declarations
 // (ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites them; the test fails when the docs drift).
 #include <accord/config_fields.hpp>
@@ -72,15 +72,26 @@ std::string job_settings_table() {
   return table;
 }
 
-// docs/training.md's table of accord-train's own settings (apps/training_options.cpp): the model's
-// and the data's, with the mode that reads each.
-std::string model_settings_table() {
+// Where a setting of accord-train's own is read, as its owner says: "always", "with --model gpt",
+// "between processes", "with --elastic".
+std::string read_where(const std::string& owner) {
+  if (owner == "job") return "always";
+  if (owner.starts_with("run ")) return owner.substr(4);
+  if (owner.ends_with(" on")) return "with --" + owner.substr(0, owner.size() - 3);
+  return "with --" + owner;
+}
+
+// docs/training.md's table of accord-train's own settings (apps/training_options.cpp): the model's,
+// the data's and the place's (between processes), with where each is read.
+std::string own_settings_table() {
+  std::vector<setting_declaration> own = declared_model_settings();
+  for (const process_setting& s : declared_process_settings()) own.push_back(s.declared);
   std::string table = "| section | flag | accepts | default | unit | read | what it does |\n"
                       "|---|---|---|---|---|---|---|\n";
-  for (const setting_declaration& s : declared_model_settings())
+  for (const setting_declaration& s : own)
     table += "| " + s.group + " | `--" + s.flag + "` | " + cell(accepted(s)) + " | " +
-             cell(default_text(s).value_or("none")) + " | " + s.unit + " | " +
-             (s.owner == "job" ? std::string("always") : "with --" + s.owner) + " | " + cell(s.help) + " |\n";
+             cell(default_text(s).value_or("none")) + " | " + s.unit + " | " + read_where(s.owner) + " | " +
+             cell(s.help) + " |\n";
   return table;
 }
 
@@ -134,7 +145,7 @@ TEST_CASE("the docs' settings tables are the declarations'") {
   topology_names();
   check_docs_table("docs/topologies.md", topology_settings_table());
   check_docs_table("docs/training.md", job_settings_table());
-  check_docs_table("docs/training.md", model_settings_table(), "model and data settings");
+  check_docs_table("docs/training.md", own_settings_table(), "accord-train's own settings");
 }
 
 TEST_CASE("docs/observability.md's table of a step's metrics is the declarations'") {
