@@ -65,17 +65,7 @@ void request_stop(int signal) {
 int main(int argc, char** argv) {
   flag_sections sections;
   add_training_options(sections, default_job());
-  sections.output.add_options()
-      ("log-interval", number_flag<std::uint64_t>(0, 1'000'000'000, 10), "progress line every this many steps (0: none)")
-      ("show-config", po::bool_switch(),
-       "print the job's settings as the flags, --config and the environment make them, one 'name = value' line "
-       "per job_config field (between processes also the process_group's, as 'group.name = value'), and exit")
-      ("save-parameters", po::value<std::string>(),
-       "write the final parameters (raw float32) to this file; between processes rank 0 writes it (every rank "
-       "holds the same parameters)")
-      ("status-port", number_flag(0, 65535),
-       "rank 0 serves a live status page (loss curves, workers, membership) at http://HOST:PORT/ and "
-       "Prometheus metrics at /metrics (0: a free port, printed)");
+  add_output_options(sections);
   add_process_options(sections);
   po::options_description options("accord-train options");
   options.add_options()("help,h", "show this help");
@@ -150,7 +140,7 @@ int main(int argc, char** argv) {
     // In an elastic job any process may come to host the coordinator (a failover), and only the
     // coordinator's process hears of the steps: each is ready to report them.
     const bool may_coordinate = leader || (place && elastic);
-    const std::uint64_t log_interval = may_coordinate ? flags["log-interval"].as<std::uint64_t>() : 0;
+    const std::uint64_t log_interval = may_coordinate ? static_cast<std::uint64_t>(whole_flag(flags, "log-interval")) : 0;
     const job_config& job = setup.job;
     const bool language_model = flags["model"].as<std::string>() == "gpt";
     const blas_threads_choice blas = choose_blas_threads(job.blas_threads, place ? 1 : job.workers);
@@ -174,7 +164,7 @@ int main(int argc, char** argv) {
       const std::string description = job.algorithm + ", " + std::to_string(job.workers) + " workers, " +
                                       setup.net->signature() + ", " + setup.data_description;
       try {
-        status = std::make_unique<status_server>(flags["status-port"].as<int>(), description, job.steps);
+        status = std::make_unique<status_server>(static_cast<int>(whole_flag(flags, "status-port")), description, job.steps);
       } catch (const std::exception&) {
         if (leader) throw;
         status = std::make_unique<status_server>(0, description, job.steps);

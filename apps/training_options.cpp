@@ -189,19 +189,16 @@ setting_value flag_value(const po::variables_map& flags, const setting_declarati
   return parse_setting(s, flags[s.flag].as<std::string>());
 }
 
-// accord-train's own whole-number setting `flag`, as given (checked as it was parsed) or its default.
-int whole_flag(const po::variables_map& flags, const char* flag) {
-  return static_cast<int>(std::stoll(flags[flag].as<std::string>()));
-}
 
-// Every declared setting accord-train has a flag for: its own, job_config's, the topologies' and
-// the place's.
+// Every declared setting accord-train has a flag for: its own, job_config's, the topologies', the
+// place's and its output's.
 std::vector<setting_declaration> flag_declarations() {
-  std::vector<setting_declaration> all = declared_model_settings();
+  std::vector<setting_declaration> all = declared_training_settings();
   for (const job_setting& s : declared_job_settings())
     if (s.command_line) all.push_back(s.declared);
   for (const auto& [topology, settings] : declared_topology_settings()) all.insert(all.end(), settings.begin(), settings.end());
   for (const process_setting& s : declared_process_settings()) all.push_back(s.declared);
+  all.insert(all.end(), declared_output_settings().begin(), declared_output_settings().end());
   return all;
 }
 
@@ -287,7 +284,7 @@ const job_setting& topology_setting_of_job() {
 
 }  // namespace
 
-const std::vector<setting_declaration>& declared_model_settings() {
+const std::vector<setting_declaration>& declared_training_settings() {
   using d = setting_declaration;
   using enum setting_kind;
   static const std::vector<setting_declaration> settings = {
@@ -324,8 +321,55 @@ const std::vector<setting_declaration>& declared_model_settings() {
       d{.name = "eval_data", .flag = "eval-data", .kind = text, .fallback = std::string(),
         .help = "gpt: held-out data as --data takes it (default: the last tenth of --data)", .group = "data",
         .fingerprint = false, .owner = "model gpt"},
+      d{.name = "speed_factors", .flag = "speed", .kind = text, .fallback = std::string(),
+        .help = "per-worker slowdown factors, e.g. 1,1,1,4 (emulates heterogeneous hardware)", .group = "topology",
+        .fingerprint = false, .owner = "job",
+        .check = [](const setting_value& v) { parse_speed_factors(std::get<std::string>(v)); },
+        .accepts = "factors in [1, " + number_text(slowest_speed) + "], one per worker"},
+      d{.name = "membership", .flag = "membership", .kind = text, .fallback = std::string(),
+        .help = "elastic run in one process: e.g. 50:3,100:5,150:2:crash (after STEP the job goes on with "
+                "WORKERS; crash: a worker dies mid-round and the survivors redo it)",
+        .group = "elastic", .fingerprint = false, .owner = "job",
+        .check = [](const setting_value& v) { parse_membership(std::get<std::string>(v)); },
+        .accepts = "STEP:WORKERS[:crash],..."},
+      d{.name = "membership_replay", .flag = "replay-membership", .kind = text, .fallback = std::string(),
+        .help = "the membership changes a --record-membership file tells, at the same steps: in one process "
+                "through the emulation; between processes (elastic; accord-launch --replay-membership starts the "
+                "joiners too) real workers leave, join and the coordinator's process goes away at the recorded "
+                "steps. With --max-accumulation 1 --blas-threads 1 in both runs the replay ends with the recorded "
+                "parameters and optimizer state, bit for bit",
+        .group = "elastic", .fingerprint = false, .owner = "job"},
   };
   return settings;
+}
+
+const std::vector<setting_declaration>& declared_output_settings() {
+  using d = setting_declaration;
+  using enum setting_kind;
+  static const std::vector<setting_declaration> settings = {
+      d{.name = "log_interval", .flag = "log-interval", .kind = whole, .fallback = std::int64_t{10}, .low = 0,
+        .high = 1e9, .unit = "steps", .help = "progress line every this many steps (0: none)", .group = "output",
+        .fingerprint = false, .owner = "job"},
+      d{.name = "show_config", .flag = "show-config", .kind = boolean, .fallback = false,
+        .help = "print the job's settings as the flags, --config and the environment make them, one 'name = value' "
+                "line per job_config field (between processes also the process_group's, as 'group.name = value'), "
+                "and exit",
+        .group = "output", .fingerprint = false, .owner = "job"},
+      d{.name = "save_parameters", .flag = "save-parameters", .kind = text, .fallback = std::string(),
+        .help = "write the final parameters (raw float32) to this file; between processes rank 0 writes it (every "
+                "rank holds the same parameters)",
+        .group = "output", .fingerprint = false, .owner = "job"},
+      d{.name = "status_port", .flag = "status-port", .kind = whole, .fallback = std::int64_t{-1}, .low = 0,
+        .high = 65535,
+        .help = "rank 0 serves a live status page (loss curves, workers, membership) at http://HOST:PORT/ and "
+                "Prometheus metrics at /metrics (0: a free port, printed)",
+        .group = "output", .fingerprint = false, .owner = "job"},
+  };
+  return settings;
+}
+
+void add_output_options(flag_sections& sections) {
+  for (const setting_declaration& s : declared_output_settings()) add_declared_flag(sections.output, s, s.help);
 }
 
 namespace {
@@ -423,23 +467,10 @@ void add_training_options(flag_sections& sections, const job_config& d) {
       {"model", &sections.model},         {"data", &sections.data},         {"algorithm", &sections.algorithm},
       {"topology", &sections.topology},   {"precision", &sections.precision},
       {"distributed", &sections.distributed}, {"elastic", &sections.elastic}, {"output", &sections.output}};
-  // What builds the model and reads the data: accord-train's own, first in their sections.
-  for (const setting_declaration& s : declared_model_settings()) add_declared_flag(*by_group.at(s.group), s, s.help);
+  // --topology and the topologies' settings lead their section; what builds the model and reads
+  // the data (accord-train's own) leads the others.
   add_topology_options(sections.topology, d);
-  // Lists, and the replay of a log, parsed here (make_training_setup).
-  sections.topology.add_options()
-      ("speed", po::value<std::string>(),
-       "per-worker slowdown factors in [1, 1000], e.g. 1,1,1,4 (emulates heterogeneous hardware)");
-  sections.elastic.add_options()
-      ("membership", po::value<std::string>(),
-       "elastic run in one process: STEP:WORKERS[:crash],... e.g. 50:3,100:5,150:2:crash "
-       "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
-      ("replay-membership", po::value<std::string>(),
-       "the membership changes a --record-membership file tells, at the same steps: in one process through "
-       "the emulation; between processes (elastic; accord-launch --replay-membership starts the joiners too) "
-       "real workers leave, join and the coordinator's process goes away at the recorded steps. With "
-       "--max-accumulation 1 --blas-threads 1 in both runs the replay ends with the recorded parameters and "
-       "optimizer state, bit for bit");
+  for (const setting_declaration& s : declared_training_settings()) add_declared_flag(*by_group.at(s.group), s, s.help);
   // job_config's declared settings, each in its section, `d`'s value as the default.
   for (const job_setting& s : declared_job_settings())
     if (s.command_line && &s != &topology_setting_of_job())  // --topology leads its section (above)
@@ -537,14 +568,14 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   const std::string data = flags.count("data") ? flags["data"].as<std::string>() : "";
   if (kind == "gpt") {
     gpt_config& config = shape.gpt;
-    config.context = whole_flag(flags, "context");
-    config.layers = whole_flag(flags, "layers");
-    config.heads = whole_flag(flags, "heads");
-    config.width = whole_flag(flags, "width");
+    config.context = static_cast<int>(whole_flag(flags, "context"));
+    config.layers = static_cast<int>(whole_flag(flags, "layers"));
+    config.heads = static_cast<int>(whole_flag(flags, "heads"));
+    config.width = static_cast<int>(whole_flag(flags, "width"));
     config.tied_head = !flags["untied-head"].as<bool>();
     // Checked before the data are opened (a job too big for any data is refused at once) and
     // again with the vocabulary the data give.
-    const int vocab = flags.count("vocab") ? whole_flag(flags, "vocab") : 0;  // 0: from the data
+    const int vocab = flags.count("vocab") ? static_cast<int>(whole_flag(flags, "vocab")) : 0;  // 0: from the data
     config.vocab = vocab ? vocab : 256;
     require_job_memory(flags, shape, workers_flag);
     const auto load_tokens = [data, eval_data = flags.count("eval-data") ? flags["eval-data"].as<std::string>() : "",
@@ -577,6 +608,10 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   }
   setup.data_description = setup.train->describe();
   return setup;
+}
+
+std::int64_t whole_flag(const po::variables_map& flags, const std::string& flag) {
+  return std::stoll(flags[flag].as<std::string>());
 }
 
 seeded_data data_for_seed(const training_setup& setup, std::uint64_t seed) {

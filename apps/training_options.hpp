@@ -50,9 +50,16 @@ struct flag_sections {
 };
 
 // accord-train's own settings, declared as job_config's are (<accord/settings.hpp>): what builds
-// the model and reads the data, each owned by "job" or by the model that reads it ("model gpt").
-// The fingerprint states the model's signature and the data's description instead.
-const std::vector<setting_declaration>& declared_model_settings();
+// the model and reads the data, each owned by "job" or by the model that reads it ("model gpt"),
+// and the lists parsed into the job (--speed, --membership, --replay-membership). The fingerprint
+// states the model's signature and the data's description instead. add_training_options adds them.
+const std::vector<setting_declaration>& declared_training_settings();
+// accord-train's output settings (--log-interval, --show-config, --save-parameters,
+// --status-port), which accord-train alone reads; add_output_options adds them to their section.
+const std::vector<setting_declaration>& declared_output_settings();
+void add_output_options(flag_sections& sections);
+// A declared whole-number flag's value: as given (checked as it was parsed) or its default.
+std::int64_t whole_flag(const boost::program_options::variables_map& flags, const std::string& flag);
 
 // accord-train's settings of a job between processes (the distributed and elastic sections),
 // declared as the others, each with what it sets in the process's place. Owned by "run between

@@ -54,6 +54,10 @@ std::string row(const std::string& first, const std::string& flag, const setting
 constexpr const char* columns = " | flag | key | accepts | default | unit | same in every process | what it does |\n"
                                 "|---|---|---|---|---|---|---|---|\n";
 
+// accord-train's --help sections, in order (apps/training_options.hpp's flag_sections).
+constexpr const char* sections_in_order[] = {"model",       "data",    "algorithm", "topology", "precision",
+                                             "distributed", "elastic", "output"};
+
 // docs/topologies.md's table: a row per declared setting, by topology.
 std::string topology_settings_table() {
   std::string table = std::string("| topology") + columns;
@@ -65,7 +69,7 @@ std::string topology_settings_table() {
 // docs/training.md's table: a row per declared setting of job_config, by --help section.
 std::string job_settings_table() {
   std::string table = std::string("| section") + columns;
-  for (const char* group : {"model", "data", "algorithm", "topology", "precision", "distributed", "elastic", "output"})
+  for (const char* group : sections_in_order)
     for (const job_setting& s : declared_job_settings())
       if (s.declared.group == group)
         table += row(group, "`--" + s.declared.flag + "`" + (s.command_line ? "" : " †"), s.declared);
@@ -82,16 +86,20 @@ std::string read_where(const std::string& owner) {
 }
 
 // docs/training.md's table of accord-train's own settings (apps/training_options.cpp): the model's,
-// the data's and the place's (between processes), with where each is read.
+// the data's, the emulation's lists, the place's (between processes) and the output's, with where
+// each is read.
 std::string own_settings_table() {
-  std::vector<setting_declaration> own = declared_model_settings();
+  std::vector<setting_declaration> own = declared_training_settings();
   for (const process_setting& s : declared_process_settings()) own.push_back(s.declared);
+  own.insert(own.end(), declared_output_settings().begin(), declared_output_settings().end());
   std::string table = "| section | flag | accepts | default | unit | read | what it does |\n"
                       "|---|---|---|---|---|---|---|\n";
-  for (const setting_declaration& s : own)
-    table += "| " + s.group + " | `--" + s.flag + "` | " + cell(accepted(s)) + " | " +
-             cell(default_text(s).value_or("none")) + " | " + s.unit + " | " + read_where(s.owner) + " | " +
-             cell(s.help) + " |\n";
+  for (const char* group : sections_in_order)
+    for (const setting_declaration& s : own)
+      if (s.group == group)
+        table += "| " + s.group + " | `--" + s.flag + "` | " + cell(accepted(s)) + " | " +
+                 cell(default_text(s).value_or("none")) + " | " + s.unit + " | " + read_where(s.owner) + " | " +
+                 cell(s.help) + " |\n";
   return table;
 }
 
