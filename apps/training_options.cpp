@@ -171,9 +171,10 @@ private:
 };
 
 // A declared setting's flag in `options`: a switch, or a value parsed as declared, with its
-// default where it has one; a text of choices leads its help with them ("gpt | mlp: ...").
+// default where it has one; a text of choices, or one that says what it accepts, leads its help
+// with them ("gpt | mlp: ...").
 void add_declared_flag(po::options_description& options, const setting_declaration& s, const std::string& help) {
-  const std::string line = s.choices ? accepted(s) + ": " + help : help;
+  const std::string line = s.choices || !s.accepts.empty() ? accepted(s) + ": " + help : help;
   if (s.kind == setting_kind::boolean) {
     options.add_options()(s.flag.c_str(), po::bool_switch(), line.c_str());
     return;
@@ -327,7 +328,7 @@ const std::vector<setting_declaration>& declared_training_settings() {
         .check = [](const setting_value& v) { parse_speed_factors(std::get<std::string>(v)); },
         .accepts = "factors in [1, " + number_text(slowest_speed) + "], one per worker"},
       d{.name = "membership", .flag = "membership", .kind = text, .fallback = std::string(),
-        .help = "elastic run in one process: e.g. 50:3,100:5,150:2:crash (after STEP the job goes on with "
+        .help = "an elastic run in one process, e.g. 50:3,100:5,150:2:crash (after STEP the job goes on with "
                 "WORKERS; crash: a worker dies mid-round and the survivors redo it)",
         .group = "elastic", .fingerprint = false, .owner = "job",
         .check = [](const setting_value& v) { parse_membership(std::get<std::string>(v)); },
