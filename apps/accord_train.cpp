@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
     // One process per GPU: its model (and so its resident tensors) on GPU LOCAL_RANK, where
     // its NCCL rank is too; the CUDA device current now is the one the model is made on.
     const std::string device = flags["device"].as<std::string>();
-    if (place && cuda_index(device) && place->transport == "nccl" && *cuda_index(device) != place->local_rank)
+    if (const std::optional<int> gpu = cuda_index(device);
+        place && gpu && place->transport == "nccl" && *gpu != place->local_rank)
       throw std::invalid_argument("--device " + device + ": with --transport nccl each process computes on GPU "
                                   "LOCAL_RANK (" + std::to_string(place->local_rank) + "), where its NCCL rank is: "
                                   "give --device cuda");
