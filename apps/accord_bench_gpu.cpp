@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -294,14 +295,16 @@ int main(int argc, char** argv) try {
       "accord-bench-gpu: kernel bandwidth vs peak and copy, NCCL all-reduce, GPT tokens/s with and without a "
       "communicator");
   options.add_options()("help", "show this help")
-      ("device", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
+      ("device", po::value<std::string>()->default_value("auto"), "cpu, cuda, cuda:N (GPU N) or auto")
       ("elements", number_flag<std::size_t>(1, std::size_t{1} << 36, std::size_t{1} << 26), "floats per kernel call")
       ("iterations", number_flag(1, 1'000'000, 20), "timed calls per kernel")
       ("gpt-steps", number_flag(0, 1'000'000, 5), "timed GPT steps (0: skip)");
   const auto parsed = parse_flags(argc, argv, options, "usage: accord-bench-gpu [options]");
   if (!parsed) return 0;  // --help
   const po::variables_map& vm = *parsed;
-  const device_kind device = parse_device(vm["device"].as<std::string>());
+  const std::string device_name = vm["device"].as<std::string>();
+  const device_kind device = parse_device(device_name);
+  if (const std::optional<int> gpu = cuda_index(device_name)) use_cuda_device(*gpu);
   const std::size_t n = vm["elements"].as<std::size_t>();
   const int iterations = vm["iterations"].as<int>();
   // Host bytes per element: its float; on the cpu also the five float arrays, the packed signs

@@ -22,6 +22,8 @@ using namespace accord;
 
 namespace {
 
+// accord-train's defaults where they differ from job_config{}'s: a run that shows ACCO on a slow
+// emulated link in a minute.
 job_config default_job() {
   job_config job;
   job.algorithm = "acco";
@@ -29,8 +31,6 @@ job_config default_job() {
   job.steps = 300;
   job.micro_batch = 8;
   job.link = "200mbit,100us";
-  job.eval_interval = 50;
-  job.metrics_path = "";
   return job;
 }
 
@@ -65,40 +65,8 @@ void request_stop(int signal) {
 int main(int argc, char** argv) {
   flag_sections sections;
   add_training_options(sections, default_job());
-  sections.output.add_options()
-      ("log-interval", number_flag<std::uint64_t>(0, 1'000'000'000, 10), "progress line every this many steps (0: none)")
-      ("show-config", po::bool_switch(),
-       "print the job's settings as the flags, --config and the environment make them, one 'name = value' line "
-       "per job_config field (between processes also the process_group's, as 'group.name = value'), and exit")
-      ("save-parameters", po::value<std::string>(),
-       "write the final parameters (raw float32) to this file; between processes rank 0 writes it (every rank "
-       "holds the same parameters)")
-      ("status-port", number_flag(0, 65535),
-       "rank 0 serves a live status page (loss curves, workers, membership) at http://HOST:PORT/ and "
-       "Prometheus metrics at /metrics (0: a free port, printed)");
-  sections.distributed.add_options()
-      ("transport", po::value<std::string>()->default_value("ucx"),
-       "between processes: ucx | nccl (GPU to GPU; device = LOCAL_RANK)")
-      ("heartbeat-timeout", number_flag(0.1, 86400.0, 30.0),
-       "between processes: seconds of silence after which a worker process counts as dead, at the latest")
-      ("failure-detector", po::value<std::string>()->default_value("adaptive"),
-       "elastic jobs: adaptive (a worker silent well past what its own heartbeats allowed, and at least "
-       "1.5 s, counts as hung) | timeout (only --heartbeat-timeout, as every job that is not elastic)")
-      ("rendezvous-timeout", number_flag(0.1, 1e6, 300.0),
-       "between processes: rank 0 gives up when the starting ranks have not all said hello by then (seconds)")
-      ("master-bind", po::value<std::string>()->default_value(""),
-       "rank 0: the address its master port listens on (0.0.0.0: every interface; default: MASTER_ADDR's, "
-       "loopback when every rank is local)");
-  sections.elastic.add_options()
-      ("elastic", po::bool_switch(),
-       "between processes: go on when a worker dies or leaves (SIGTERM: leave at the next step), admit "
-       "joiners (also set by ACCORD_ELASTIC=1, as accord-launch --elastic does)")
-      ("join", po::value<std::string>(),
-       "join the running elastic job whose rank 0 listens at HOST:PORT (also set by ACCORD_JOIN, as "
-       "accord-launch --join does)")
-      ("majority-wait", number_flag(0.0, 86400.0, 30.0),
-       "elastic: seconds a side without a majority of the last epoch's members (a partition, members "
-       "stopped) keeps its state and waits for them before it stops (0: at once)");
+  add_output_options(sections);
+  add_process_options(sections);
   po::options_description options("accord-train options");
   options.add_options()("help,h", "show this help");
   sections.add_to(options);
@@ -116,42 +84,28 @@ int main(int argc, char** argv) {
                                    "writes --checkpoint and exits 128+signal (143, 130); a second one kills.");
     if (!parsed) return 0;  // --help
     const po::variables_map& flags = *parsed;
-    const std::string transport = flags["transport"].as<std::string>();
-    if (transport != "ucx" && transport != "nccl")
-      throw std::invalid_argument("--transport: '" + transport + "' (expected ucx|nccl)");
-    const double heartbeat = flags["heartbeat-timeout"].as<double>();
-    const std::string detector = flags["failure-detector"].as<std::string>();
-    if (detector != "adaptive" && detector != "timeout")
-      throw std::invalid_argument("--failure-detector: '" + detector + "' (expected adaptive|timeout)");
-    const double rendezvous_timeout = flags["rendezvous-timeout"].as<double>();
-    const double majority_wait = flags["majority-wait"].as<double>();
     // RANK, WORLD_SIZE, ... (or Slurm's), ACCORD_ELASTIC, and --join or ACCORD_JOIN as
-    // accord-launch --join sets it; nullopt: a job in this process.
+    // accord-launch --join sets it, then what the flags add; nullopt: a job in this process.
     std::optional<process_group> place =
         process_group_from_environment(flags.count("join") ? flags["join"].as<std::string>() : std::string());
+    if (place) read_process_options(flags, *place);
     const bool joining = place && place->join;
-    const bool elastic = flags["elastic"].as<bool>() || (place && place->elastic);
+    const bool elastic = place && place->elastic;  // --elastic, ACCORD_ELASTIC=1 or a joiner
     // One process per GPU: its model (and so its resident tensors) on GPU LOCAL_RANK, where
     // its NCCL rank is too; the CUDA device current now is the one the model is made on.
-    if (place && flags["device"].as<std::string>() != "cpu" && place->local_rank < cuda_device_count())
-      use_cuda_device(place->local_rank);
+    const std::string device = flags["device"].as<std::string>();
+    if (const std::optional<int> gpu = cuda_index(device);
+        place && gpu && place->transport == "nccl" && *gpu != place->local_rank)
+      throw std::invalid_argument("--device " + device + ": with --transport nccl each process computes on GPU "
+                                  "LOCAL_RANK (" + std::to_string(place->local_rank) + "), where its NCCL rank is: "
+                                  "give --device cuda");
+    if (place && device != "cpu" && place->local_rank < cuda_device_count()) use_cuda_device(place->local_rank);
     // Between processes each process runs one worker; in one process, all of them.
     training_setup setup = make_training_setup(flags, place ? 1 : 0);
-    warn_ignored_training_flags(flags, "accord-train");
+    warn_ignored_training_flags(flags, "accord-train", job_place{.between_processes = place.has_value(), .elastic = elastic});
     // accord-launch --trace FILE: every rank writes its part beside FILE, the launcher merges them.
     if (const char* trace = std::getenv("ACCORD_TRACE"); trace && *trace && !flags.count("trace"))
       setup.job.trace_path = trace;
-    if (place) {
-      warn_ignored(flags, "accord-train", {{"link", "between processes (the network is real)"}});
-      if (!elastic && !joining)
-        for (const char* flag : {"keep-interval", "majority-wait"})
-          warn_ignored(flags, "accord-train", {{flag, "without --elastic"}});
-    } else {
-      for (const char* flag :
-           {"transport", "elastic", "keep-interval", "heartbeat-timeout", "failure-detector", "rendezvous-timeout",
-            "majority-wait"})
-        warn_ignored(flags, "accord-train", {{flag, "in one process (it applies between processes)"}});
-    }
     if (!joining && place) {
       if (flags["workers"].defaulted())
         setup.job.workers = place->world_size;
@@ -161,31 +115,24 @@ int main(int argc, char** argv) {
     }
     const bool leader = !place || place->rank == 0;
     // An elastic worker other than rank 0 leaves gracefully on SIGTERM (a second one kills it).
-    if (place && (elastic || joining) && !leader)
+    if (place && elastic && !leader)
       std::signal(SIGTERM, [](int) {
         if (leave_requested.exchange(true)) std::_Exit(128 + SIGTERM);
       });
-    if (!(place && (elastic || joining))) {
+    if (!(place && elastic)) {
       std::signal(SIGTERM, request_stop);
       std::signal(SIGINT, request_stop);
       setup.job.stop_requested = &stop_requested;
     }
-    if (place) {  // what the flags add to this process's place
-      place->master_bind = flags["master-bind"].as<std::string>();
-      place->transport = transport;
-      place->elastic = elastic || joining;
+    if (place) {  // what this process adds to its place
       place->leave_requested = &leave_requested;
-      place->heartbeat_timeout = std::chrono::milliseconds(static_cast<long long>(heartbeat * 1000));
-      place->adaptive_failure_detection = detector == "adaptive";
       // The coordinator's process records the job's; in an elastic job any may come to be it.
-      if (!(elastic || joining) && place->rank != 0) setup.job.membership_log.clear();
+      if (!elastic && place->rank != 0) setup.job.membership_log.clear();
       // accord-launch --replay-membership names the log for every worker, its joiners included.
       if (flags.count("replay-membership"))
         place->membership_replay = flags["replay-membership"].as<std::string>();
       else if (const char* log = std::getenv("ACCORD_REPLAY_MEMBERSHIP"); log && *log)
         place->membership_replay = log;
-      place->rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
-      place->majority_wait = std::chrono::milliseconds(static_cast<long long>(majority_wait * 1000));
     }
     if (flags["show-config"].as<bool>()) {
       std::printf("%s%s", describe(setup.job).c_str(), place ? describe(*place, "group.").c_str() : "");
@@ -193,8 +140,8 @@ int main(int argc, char** argv) {
     }
     // In an elastic job any process may come to host the coordinator (a failover), and only the
     // coordinator's process hears of the steps: each is ready to report them.
-    const bool may_coordinate = leader || (place && (elastic || joining));
-    const std::uint64_t log_interval = may_coordinate ? flags["log-interval"].as<std::uint64_t>() : 0;
+    const bool may_coordinate = leader || (place && elastic);
+    const std::uint64_t log_interval = may_coordinate ? static_cast<std::uint64_t>(whole_flag(flags, "log-interval")) : 0;
     const job_config& job = setup.job;
     const bool language_model = flags["model"].as<std::string>() == "gpt";
     const blas_threads_choice blas = choose_blas_threads(job.blas_threads, place ? 1 : job.workers);
@@ -218,7 +165,7 @@ int main(int argc, char** argv) {
       const std::string description = job.algorithm + ", " + std::to_string(job.workers) + " workers, " +
                                       setup.net->signature() + ", " + setup.data_description;
       try {
-        status = std::make_unique<status_server>(flags["status-port"].as<int>(), description, job.steps);
+        status = std::make_unique<status_server>(static_cast<int>(whole_flag(flags, "status-port")), description, job.steps);
       } catch (const std::exception&) {
         if (leader) throw;
         status = std::make_unique<status_server>(0, description, job.steps);

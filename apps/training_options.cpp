@@ -5,12 +5,15 @@
 #include "cluster/membership_log.hpp"
 #include "data/fashion_mnist.hpp"
 #include "data/text.hpp"
+#include "gpu/device.hpp"
 #include "gpu/model_factory.hpp"
 #include "models/gpt.hpp"
 #include "models/memory.hpp"
 #include "models/mlp.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -168,9 +171,10 @@ private:
 };
 
 // A declared setting's flag in `options`: a switch, or a value parsed as declared, with its
-// default where it has one; a text of choices leads its help with them ("gpt | mlp: ...").
+// default where it has one; a text of choices, or one that says what it accepts, leads its help
+// with them ("gpt | mlp: ...").
 void add_declared_flag(po::options_description& options, const setting_declaration& s, const std::string& help) {
-  const std::string line = s.choices ? accepted(s) + ": " + help : help;
+  const std::string line = s.choices || !s.accepts.empty() ? accepted(s) + ": " + help : help;
   if (s.kind == setting_kind::boolean) {
     options.add_options()(s.flag.c_str(), po::bool_switch(), line.c_str());
     return;
@@ -186,41 +190,63 @@ setting_value flag_value(const po::variables_map& flags, const setting_declarati
   return parse_setting(s, flags[s.flag].as<std::string>());
 }
 
-// accord-train's own whole-number setting `flag`, as given (checked as it was parsed) or its default.
-int whole_flag(const po::variables_map& flags, const char* flag) {
-  return static_cast<int>(std::stoll(flags[flag].as<std::string>()));
-}
 
-// Every declared setting accord-train has a flag for: its own, job_config's and the topologies'.
+// Every declared setting accord-train has a flag for: its own, job_config's, the topologies', the
+// place's and its output's.
 std::vector<setting_declaration> flag_declarations() {
-  std::vector<setting_declaration> all = declared_model_settings();
+  std::vector<setting_declaration> all = declared_training_settings();
   for (const job_setting& s : declared_job_settings())
     if (s.command_line) all.push_back(s.declared);
   for (const auto& [topology, settings] : declared_topology_settings()) all.insert(all.end(), settings.begin(), settings.end());
+  for (const process_setting& s : declared_process_settings()) all.push_back(s.declared);
+  all.insert(all.end(), declared_output_settings().begin(), declared_output_settings().end());
   return all;
 }
 
+// The mode of the settings owned by "run VALUE": where the job runs, "between processes" or "in
+// one process" (job_place), which no flag chooses; and --elastic's, which the environment can
+// choose too.
+const std::string place_mode = "run";
+const std::string elastic_mode = "elastic";
+// The owners of the place's settings: read only between processes, only in an elastic job.
+const std::string between_processes = place_mode + " between processes";
+const std::string elastic_only = elastic_mode + " on";
+
 // The flags of `declared` that the modes chosen leave unread, each with why ("without --topology
 // gossip"), in declaration order. A setting owned by "WORD VALUE" is read only where the setting
-// WORD (by key or flag: topology, algorithm, model, schedule) is VALUE; `chosen` gives a mode's flag
-// its value (nullopt: not chosen here, so read). A flag that several settings declare (two
-// topologies) is unread only where none of them is read.
+// WORD (by key or flag: topology, algorithm, model, schedule, elastic) is VALUE, or, for WORD
+// place_mode, where the job runs VALUE; `chosen` gives a mode's value by its flag or place_mode
+// (nullopt: not chosen here, so read). A setting whose mode is itself unread is unread for the
+// same reason. A flag that several settings declare (two topologies) is unread only where none of
+// them is read.
 std::vector<std::pair<std::string, std::string>> flags_ignored(
     const std::vector<setting_declaration>& declared,
-    const std::function<std::optional<std::string>(const std::string& flag)>& chosen) {
+    const std::function<std::optional<std::string>(const std::string& mode)>& chosen) {
+  // Why `s` is unread, nullopt where it is read; `depth` bounds a chain of modes.
+  const std::function<std::optional<std::string>(const setting_declaration&, std::size_t)> why_unread =
+      [&](const setting_declaration& s, std::size_t depth) -> std::optional<std::string> {
+    const auto space = s.owner.find(' ');
+    if (space == std::string::npos || depth > declared.size()) return std::nullopt;
+    const std::string word = s.owner.substr(0, space), value = s.owner.substr(space + 1);
+    if (word == place_mode) {
+      const std::optional<std::string> now = chosen(place_mode);
+      if (!now || *now == value) return std::nullopt;
+      return *now + " (it applies " + value + ")";
+    }
+    const auto mode = std::find_if(declared.begin(), declared.end(),
+                                   [&](const setting_declaration& m) { return m.name == word || m.flag == word; });
+    if (mode == declared.end()) return std::nullopt;
+    if (auto mode_unread = why_unread(*mode, depth + 1)) return mode_unread;
+    const std::optional<std::string> now = chosen(mode->flag);
+    if (!now || *now == value) return std::nullopt;
+    if (mode->kind == setting_kind::boolean) return (value == "on" ? "without --" : "with --") + mode->flag;
+    return "without --" + mode->flag + " " + value;
+  };
   std::set<std::string> read;
   std::vector<std::pair<std::string, std::string>> unread;
   for (const setting_declaration& s : declared) {
-    const auto space = s.owner.find(' ');
-    const std::string word = s.owner.substr(0, space);
-    const auto mode = space == std::string::npos
-                          ? declared.end()
-                          : std::find_if(declared.begin(), declared.end(),
-                                         [&](const setting_declaration& m) { return m.name == word || m.flag == word; });
-    const std::string value = space == std::string::npos ? "" : s.owner.substr(space + 1);
-    const std::optional<std::string> now = mode == declared.end() ? std::nullopt : chosen(mode->flag);
-    if (!now || *now == value) read.insert(s.flag);
-    else unread.emplace_back(s.flag, "without --" + mode->flag + " " + value);
+    if (auto why = why_unread(s, 0)) unread.emplace_back(s.flag, *why);
+    else read.insert(s.flag);
   }
   std::set<std::string> listed;
   std::erase_if(unread, [&](const auto& flag_why) {
@@ -259,7 +285,7 @@ const job_setting& topology_setting_of_job() {
 
 }  // namespace
 
-const std::vector<setting_declaration>& declared_model_settings() {
+const std::vector<setting_declaration>& declared_training_settings() {
   using d = setting_declaration;
   using enum setting_kind;
   static const std::vector<setting_declaration> settings = {
@@ -267,8 +293,11 @@ const std::vector<setting_declaration>& declared_model_settings() {
         .help = "the byte-level transformer (gpt) or a classifier of images (mlp)", .group = "model",
         .fingerprint = false, .owner = "job", .choices = [] { return std::vector<std::string>{"gpt", "mlp"}; }},
       d{.name = "device", .flag = "device", .kind = text, .fallback = std::string("auto"),
-        .help = "where compute actors run the gpt: cpu | cuda | auto (cuda when a GPU exists); the mlp runs on the cpu",
-        .group = "model", .fingerprint = false, .owner = "job"},
+        .help = "where compute actors run the gpt: cuda:N on GPU N, cuda on GPU 0 (between processes GPU "
+                "LOCAL_RANK), auto: cuda when a GPU exists; the mlp runs on the cpu",
+        .group = "model", .fingerprint = false, .owner = "job",
+        .check = [](const setting_value& v) { check_device_name(std::get<std::string>(v)); },
+        .accepts = "cpu | cuda | cuda:N | auto"},
       d{.name = "vocab", .flag = "vocab", .kind = whole, .fallback = std::int64_t{0}, .low = 1, .high = 65536,
         .help = "gpt: vocabulary size (default: from the data: 256 for text, the largest token + 1 for token shards)",
         .group = "model", .fingerprint = false, .owner = "model gpt"},
@@ -293,8 +322,139 @@ const std::vector<setting_declaration>& declared_model_settings() {
       d{.name = "eval_data", .flag = "eval-data", .kind = text, .fallback = std::string(),
         .help = "gpt: held-out data as --data takes it (default: the last tenth of --data)", .group = "data",
         .fingerprint = false, .owner = "model gpt"},
+      d{.name = "speed_factors", .flag = "speed", .kind = text, .fallback = std::string(),
+        .help = "per-worker slowdown factors, e.g. 1,1,1,4 (emulates heterogeneous hardware)", .group = "topology",
+        .fingerprint = false, .owner = "job",
+        .check = [](const setting_value& v) { parse_speed_factors(std::get<std::string>(v)); },
+        .accepts = "factors in [1, " + number_text(slowest_speed) + "], one per worker"},
+      d{.name = "membership", .flag = "membership", .kind = text, .fallback = std::string(),
+        .help = "an elastic run in one process, e.g. 50:3,100:5,150:2:crash (after STEP the job goes on with "
+                "WORKERS; crash: a worker dies mid-round and the survivors redo it)",
+        .group = "elastic", .fingerprint = false, .owner = "job",
+        .check = [](const setting_value& v) { parse_membership(std::get<std::string>(v)); },
+        .accepts = "STEP:WORKERS[:crash],..."},
+      d{.name = "membership_replay", .flag = "replay-membership", .kind = text, .fallback = std::string(),
+        .help = "the membership changes a --record-membership file tells, at the same steps: in one process "
+                "through the emulation; between processes (elastic; accord-launch --replay-membership starts the "
+                "joiners too) real workers leave, join and the coordinator's process goes away at the recorded "
+                "steps. With --max-accumulation 1 --blas-threads 1 in both runs the replay ends with the recorded "
+                "parameters and optimizer state, bit for bit",
+        .group = "elastic", .fingerprint = false, .owner = "job"},
   };
   return settings;
+}
+
+const std::vector<setting_declaration>& declared_output_settings() {
+  using d = setting_declaration;
+  using enum setting_kind;
+  static const std::vector<setting_declaration> settings = {
+      d{.name = "log_interval", .flag = "log-interval", .kind = whole, .fallback = std::int64_t{10}, .low = 0,
+        .high = 1e9, .unit = "steps", .help = "progress line every this many steps (0: none)", .group = "output",
+        .fingerprint = false, .owner = "job"},
+      d{.name = "show_config", .flag = "show-config", .kind = boolean, .fallback = false,
+        .help = "print the job's settings as the flags, --config and the environment make them, one 'name = value' "
+                "line per job_config field (between processes also the process_group's, as 'group.name = value'), "
+                "and exit",
+        .group = "output", .fingerprint = false, .owner = "job"},
+      d{.name = "save_parameters", .flag = "save-parameters", .kind = text, .fallback = std::string(),
+        .help = "write the final parameters (raw float32) to this file; between processes rank 0 writes it (every "
+                "rank holds the same parameters)",
+        .group = "output", .fingerprint = false, .owner = "job"},
+      d{.name = "status_port", .flag = "status-port", .kind = whole, .fallback = std::int64_t{-1}, .low = 0,
+        .high = 65535,
+        .help = "rank 0 serves a live status page (loss curves, workers, membership) at http://HOST:PORT/ and "
+                "Prometheus metrics at /metrics (0: a free port, printed)",
+        .group = "output", .fingerprint = false, .owner = "job"},
+  };
+  return settings;
+}
+
+void add_output_options(flag_sections& sections) {
+  for (const setting_declaration& s : declared_output_settings()) add_declared_flag(sections.output, s, s.help);
+}
+
+namespace {
+
+// The place's duration `member`, a number of seconds, declared by `d`.
+process_setting seconds_field(std::chrono::milliseconds process_group::*member, setting_declaration d) {
+  d.kind = setting_kind::number;
+  d.unit = "s";
+  d.fallback = std::chrono::duration<double>(process_group{}.*member).count();
+  return {std::move(d), [member](process_group& place, const setting_value& v) {
+            place.*member = std::chrono::milliseconds(std::llround(std::get<double>(v) * 1000));
+          }};
+}
+
+// The place's text `member`, declared by `d`.
+process_setting text_field(std::string process_group::*member, setting_declaration d) {
+  d.kind = setting_kind::text;
+  d.fallback = process_group{}.*member;
+  return {std::move(d), [member](process_group& place, const setting_value& v) { place.*member = std::get<std::string>(v); }};
+}
+
+std::vector<process_setting> declare_process_settings() {
+  using d = setting_declaration;
+  const auto detectors = [] { return std::vector<std::string>{"adaptive", "timeout"}; };
+  return {
+      text_field(&process_group::transport,
+                 d{.name = "transport", .flag = "transport",
+                   .help = "how tensors travel between processes (nccl: GPU to GPU, each process on GPU LOCAL_RANK)",
+                   .group = "distributed", .fingerprint = false, .owner = between_processes,
+                   .choices = [] { return std::vector<std::string>{"ucx", "nccl"}; }}),
+      seconds_field(&process_group::heartbeat_timeout,
+                    d{.name = "heartbeat_timeout", .flag = "heartbeat-timeout", .low = 0.1, .high = 86400,
+                      .help = "seconds of silence after which a worker process counts as dead, at the latest",
+                      .group = "distributed", .fingerprint = false, .owner = between_processes}),
+      {d{.name = "failure_detector", .flag = "failure-detector", .kind = setting_kind::text,
+         .fallback = std::string(process_group{}.adaptive_failure_detection ? "adaptive" : "timeout"),
+         .help = "how an elastic job finds a hung worker: one silent well past what its own heartbeats allowed, "
+                 "and at least 1.5 s (adaptive), or only --heartbeat-timeout, as every job that is not elastic",
+         .group = "distributed", .fingerprint = false, .owner = elastic_only, .choices = detectors},
+       [](process_group& place, const setting_value& v) {
+         place.adaptive_failure_detection = std::get<std::string>(v) == "adaptive";
+       }},
+      seconds_field(&process_group::rendezvous_timeout,
+                    d{.name = "rendezvous_timeout", .flag = "rendezvous-timeout", .low = 0.1, .high = 1e6,
+                      .help = "seconds after which rank 0 gives up when the starting ranks have not all said hello",
+                      .group = "distributed", .fingerprint = false, .owner = between_processes}),
+      text_field(&process_group::master_bind,
+                 d{.name = "master_bind", .flag = "master-bind",
+                   .help = "rank 0: the address its master port listens on (0.0.0.0: every interface; default: "
+                           "MASTER_ADDR's, loopback when every rank is local)",
+                   .group = "distributed", .fingerprint = false, .owner = between_processes}),
+      {d{.name = elastic_mode, .flag = elastic_mode, .kind = setting_kind::boolean, .fallback = process_group{}.elastic,
+         .help = "go on when a worker dies or leaves (SIGTERM: leave at the next step), admit joiners (also set by "
+                 "ACCORD_ELASTIC=1, as accord-launch --elastic does)",
+         .group = "elastic", .fingerprint = false, .owner = between_processes},
+       [](process_group& place, const setting_value& v) { place.elastic = place.elastic || std::get<bool>(v); }},
+      {d{.name = "join", .flag = "join", .kind = setting_kind::text, .fallback = std::string(),
+         .help = "join the running elastic job whose rank 0 listens at HOST:PORT (also set by ACCORD_JOIN, as "
+                 "accord-launch --join does)",
+         .group = "elastic", .fingerprint = false, .owner = "job"},
+       nullptr},
+      seconds_field(&process_group::majority_wait,
+                    d{.name = "majority_wait", .flag = "majority-wait", .low = 0, .high = 86400,
+                      .help = "seconds a side without a majority of the last epoch's members (a partition, members "
+                              "stopped) keeps its state and waits for them before it stops (0: at once)",
+                      .group = "elastic", .fingerprint = false, .owner = elastic_only}),
+  };
+}
+
+}  // namespace
+
+const std::vector<process_setting>& declared_process_settings() {
+  static const std::vector<process_setting> settings = declare_process_settings();
+  return settings;
+}
+
+void add_process_options(flag_sections& sections) {
+  for (const process_setting& s : declared_process_settings())
+    add_declared_flag(s.declared.group == "elastic" ? sections.elastic : sections.distributed, s.declared, s.declared.help);
+}
+
+void read_process_options(const po::variables_map& flags, process_group& place) {
+  for (const process_setting& s : declared_process_settings())
+    if (s.set && flags.count(s.declared.flag)) s.set(place, flag_value(flags, s.declared));
 }
 
 void add_topology_options(po::options_description& options, const job_config& d) {
@@ -308,23 +468,10 @@ void add_training_options(flag_sections& sections, const job_config& d) {
       {"model", &sections.model},         {"data", &sections.data},         {"algorithm", &sections.algorithm},
       {"topology", &sections.topology},   {"precision", &sections.precision},
       {"distributed", &sections.distributed}, {"elastic", &sections.elastic}, {"output", &sections.output}};
-  // What builds the model and reads the data: accord-train's own, first in their sections.
-  for (const setting_declaration& s : declared_model_settings()) add_declared_flag(*by_group.at(s.group), s, s.help);
+  // --topology and the topologies' settings lead their section; what builds the model and reads
+  // the data (accord-train's own) leads the others.
   add_topology_options(sections.topology, d);
-  // Lists, and the replay of a log, parsed here (make_training_setup).
-  sections.topology.add_options()
-      ("speed", po::value<std::string>(),
-       "per-worker slowdown factors in [1, 1000], e.g. 1,1,1,4 (emulates heterogeneous hardware)");
-  sections.elastic.add_options()
-      ("membership", po::value<std::string>(),
-       "elastic run in one process: STEP:WORKERS[:crash],... e.g. 50:3,100:5,150:2:crash "
-       "(after STEP the job goes on with WORKERS; crash: a worker dies mid-round and the survivors redo it)")
-      ("replay-membership", po::value<std::string>(),
-       "the membership changes a --record-membership file tells, at the same steps: in one process through "
-       "the emulation; between processes (elastic; accord-launch --replay-membership starts the joiners too) "
-       "real workers leave, join and the coordinator's process goes away at the recorded steps. With "
-       "--max-accumulation 1 --blas-threads 1 in both runs the replay ends with the recorded parameters and "
-       "optimizer state, bit for bit");
+  for (const setting_declaration& s : declared_training_settings()) add_declared_flag(*by_group.at(s.group), s, s.help);
   // job_config's declared settings, each in its section, `d`'s value as the default.
   for (const job_setting& s : declared_job_settings())
     if (s.command_line && &s != &topology_setting_of_job())  // --topology leads its section (above)
@@ -393,12 +540,13 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   }
 
   const std::string kind = flags["model"].as<std::string>();  // gpt or mlp, checked as it was parsed
-  const std::string device_name = flags["device"].as<std::string>();
+  const std::string device_name = flags["device"].as<std::string>();  // checked as it was parsed
   // The MLP has no CUDA path: auto means the cpu for it, and cuda is a mistake.
-  if (kind == "mlp" && device_name == "cuda")
-    throw std::invalid_argument("--device cuda: --model mlp runs on the cpu only");
-  device_kind device = parse_device(device_name);  // also refuses an unknown name for the mlp
-  if (kind == "mlp") device = device_kind::cpu;
+  if (kind == "mlp" && device_name.starts_with("cuda"))
+    throw std::invalid_argument("--device " + device_name + ": --model mlp runs on the cpu only");
+  // Opened here: whether CUDA (GPU N) is usable is asked only now.
+  device_kind device = kind == "mlp" ? device_kind::cpu : parse_device(device_name);
+  if (const std::optional<int> gpu = cuda_index(device_name)) use_cuda_device(*gpu);
   if (device == device_kind::cpu && precision != compute_precision::fp32)
     throw std::invalid_argument("--compute-precision " + job.compute_precision + ": bf16 compute is for GPU workers "
                                 "(--device cuda, --model gpt); cpu models compute in fp32");
@@ -421,14 +569,14 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   const std::string data = flags.count("data") ? flags["data"].as<std::string>() : "";
   if (kind == "gpt") {
     gpt_config& config = shape.gpt;
-    config.context = whole_flag(flags, "context");
-    config.layers = whole_flag(flags, "layers");
-    config.heads = whole_flag(flags, "heads");
-    config.width = whole_flag(flags, "width");
+    config.context = static_cast<int>(whole_flag(flags, "context"));
+    config.layers = static_cast<int>(whole_flag(flags, "layers"));
+    config.heads = static_cast<int>(whole_flag(flags, "heads"));
+    config.width = static_cast<int>(whole_flag(flags, "width"));
     config.tied_head = !flags["untied-head"].as<bool>();
     // Checked before the data are opened (a job too big for any data is refused at once) and
     // again with the vocabulary the data give.
-    const int vocab = flags.count("vocab") ? whole_flag(flags, "vocab") : 0;  // 0: from the data
+    const int vocab = flags.count("vocab") ? static_cast<int>(whole_flag(flags, "vocab")) : 0;  // 0: from the data
     config.vocab = vocab ? vocab : 256;
     require_job_memory(flags, shape, workers_flag);
     const auto load_tokens = [data, eval_data = flags.count("eval-data") ? flags["eval-data"].as<std::string>() : "",
@@ -463,19 +611,31 @@ training_setup make_training_setup(const po::variables_map& flags, int local_wor
   return setup;
 }
 
+std::int64_t whole_flag(const po::variables_map& flags, const std::string& flag) {
+  return std::stoll(flags[flag].as<std::string>());
+}
+
 seeded_data data_for_seed(const training_setup& setup, std::uint64_t seed) {
   return seed == setup.job.seed ? seeded_data{setup.train, setup.eval} : setup.load_data(seed);
 }
 
-std::vector<std::pair<std::string, std::string>> training_flags_ignored(const po::variables_map& flags) {
-  return flags_ignored(flag_declarations(), [&flags](const std::string& flag) -> std::optional<std::string> {
-    if (!flags.count(flag)) return std::nullopt;
-    return flags[flag].as<std::string>();
+std::vector<std::pair<std::string, std::string>> training_flags_ignored(const po::variables_map& flags,
+                                                                        std::optional<job_place> place) {
+  const std::vector<setting_declaration> declared = flag_declarations();
+  return flags_ignored(declared, [&](const std::string& mode) -> std::optional<std::string> {
+    if (mode == place_mode)
+      return place ? std::optional<std::string>(place->between_processes ? "between processes" : "in one process")
+                   : std::nullopt;
+    if (mode == elastic_mode && place) return place->elastic ? "on" : "off";
+    if (!flags.count(mode)) return std::nullopt;
+    const auto setting = std::find_if(declared.begin(), declared.end(), [&](const auto& s) { return s.flag == mode; });
+    return setting_text(flag_value(flags, *setting));
   });
 }
 
-void warn_ignored_training_flags(const po::variables_map& flags, const std::string& program) {
-  warn_ignored(flags, program, training_flags_ignored(flags));
+void warn_ignored_training_flags(const po::variables_map& flags, const std::string& program,
+                                 std::optional<job_place> place) {
+  warn_ignored(flags, program, training_flags_ignored(flags, place));
 }
 
 }  // namespace accord

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,9 +50,40 @@ struct flag_sections {
 };
 
 // accord-train's own settings, declared as job_config's are (<accord/settings.hpp>): what builds
-// the model and reads the data, each owned by "job" or by the model that reads it ("model gpt").
-// The fingerprint states the model's signature and the data's description instead.
-const std::vector<setting_declaration>& declared_model_settings();
+// the model and reads the data, each owned by "job" or by the model that reads it ("model gpt"),
+// and the lists parsed into the job (--speed, --membership, --replay-membership). The fingerprint
+// states the model's signature and the data's description instead. add_training_options adds them.
+const std::vector<setting_declaration>& declared_training_settings();
+// accord-train's output settings (--log-interval, --show-config, --save-parameters,
+// --status-port), which accord-train alone reads; add_output_options adds them to their section.
+const std::vector<setting_declaration>& declared_output_settings();
+void add_output_options(flag_sections& sections);
+// A declared whole-number flag's value: as given (checked as it was parsed) or its default.
+std::int64_t whole_flag(const boost::program_options::variables_map& flags, const std::string& flag);
+
+// accord-train's settings of a job between processes (the distributed and elastic sections),
+// declared as the others, each with what it sets in the process's place. Owned by "run between
+// processes" (read only there), "elastic on" (only in an elastic job) or "job" (--join, which
+// makes the place).
+struct process_setting {
+  setting_declaration declared;  // its default: process_group{}'s
+  // What it sets in the place; empty for --join, which process_group_from_environment reads.
+  std::function<void(process_group&, const setting_value&)> set;
+};
+const std::vector<process_setting>& declared_process_settings();
+// Adds them to their sections, process_group{}'s values as the defaults.
+void add_process_options(flag_sections& sections);
+// What the flags set in `place` (as process_group_from_environment read it, --join included):
+// --elastic adds to ACCORD_ELASTIC's.
+void read_process_options(const boost::program_options::variables_map& flags, process_group& place);
+
+// Where a job runs, once the environment is read (process_group_from_environment): between
+// processes or in one, elastic or not. The settings owned by "run between processes", "run in
+// one process" or "elastic on" are read or not as it says.
+struct job_place {
+  bool between_processes = false;
+  bool elastic = false;  // --elastic, ACCORD_ELASTIC=1 or a joiner
+};
 
 // Adds the model, data and job flags to their sections, with `defaults` shown as the defaults.
 void add_training_options(flag_sections& sections, const job_config& defaults);
@@ -72,12 +104,16 @@ std::vector<std::pair<std::string, std::string>> topology_flags_ignored_by(const
 // this process (0: all of them, as run_job runs them).
 training_setup make_training_setup(const boost::program_options::variables_map& flags, int local_workers = 0);
 
-// The flags that the chosen model, algorithm, topology and schedule leave unread, each with why,
-// as the declarations' owners say: --width, owned by "model gpt", with --model mlp is
-// ("width", "without --model gpt").
-std::vector<std::pair<std::string, std::string>> training_flags_ignored(const boost::program_options::variables_map& flags);
+// The flags that the chosen model, algorithm, topology and schedule, and `place` where it is
+// known, leave unread, each with why, as the declarations' owners say: --width, owned by "model
+// gpt", with --model mlp is ("width", "without --model gpt"); --transport in one process is
+// ("transport", "in one process (it applies between processes)"). A setting whose mode is itself
+// unread is unread for the same reason (--keep-interval, owned by "elastic on", in one process).
+std::vector<std::pair<std::string, std::string>> training_flags_ignored(const boost::program_options::variables_map& flags,
+                                                                        std::optional<job_place> place = std::nullopt);
 // One warning line on stderr for each of them that was given ("accord-train: warning: --width
 // does nothing without --model gpt; ignored").
-void warn_ignored_training_flags(const boost::program_options::variables_map& flags, const std::string& program);
+void warn_ignored_training_flags(const boost::program_options::variables_map& flags, const std::string& program,
+                                 std::optional<job_place> place = std::nullopt);
 
 }  // namespace accord

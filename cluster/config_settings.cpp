@@ -292,7 +292,7 @@ std::vector<job_setting> declare() {
             d{.name = "keep_interval", .flag = "keep-interval", .low = 1, .high = most_steps, .unit = "steps",
               .help = "elastic: steps between states kept in memory and replicated to a buddy (a crash redoes at "
                       "most these)",
-              .group = "elastic"}),
+              .group = "elastic", .owner = "elastic on"}),
       // The rest each process may set as it likes.
       field(&job_config::resume_path,
             d{.name = "resume_path", .flag = "resume",
@@ -307,7 +307,7 @@ std::vector<job_setting> declare() {
       field(&job_config::link,
             d{.name = "link", .flag = "link",
               .help = "emulated link between workers: bandwidth and/or latency, e.g. 1gbit,50us | 100mbit | unlimited",
-              .group = "topology", .fingerprint = false}),  // checked when the job is planned (benchmarks take auto)
+              .group = "topology", .fingerprint = false, .owner = "run in one process"}),  // checked when the job is planned (benchmarks take auto)
       field(&job_config::defer_evaluation,
             d{.name = "defer_evaluation", .flag = "defer-evaluation",
               .help = "keep the parameters of every --eval-interval step and evaluate them after the last step, so "

@@ -68,6 +68,7 @@ bool fits(const setting_value& value, setting_kind kind) {
 }  // namespace
 
 std::string accepted(const setting_declaration& s) {
+  if (!s.accepts.empty()) return s.accepts;
   switch (s.kind) {
     case setting_kind::boolean: return "on or off";
     case setting_kind::whole:

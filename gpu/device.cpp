@@ -1,6 +1,7 @@
 #include "gpu/device.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -36,16 +37,34 @@ bool cuda_available() { return cuda_device_count() > 0; }
 
 device_kind default_device() { return cuda_available() ? device_kind::cuda : device_kind::cpu; }
 
+std::optional<int> cuda_index(std::string_view name) {
+  constexpr std::string_view prefix = "cuda:";
+  if (!name.starts_with(prefix)) return std::nullopt;
+  const std::string_view digits = name.substr(prefix.size());
+  int index = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+  if (digits.empty() || digits.front() == '-' || error != std::errc{} || end != digits.data() + digits.size())
+    return std::nullopt;
+  return index;
+}
+
+void check_device_name(std::string_view name) {
+  if (name == "cpu" || name == "cuda" || name == "auto" || cuda_index(name)) return;
+  throw std::invalid_argument("--device: '" + std::string(name) + "' is not cpu, cuda, cuda:N or auto");
+}
+
 device_kind parse_device(std::string_view name) {
+  check_device_name(name);
   if (name == "cpu") return device_kind::cpu;
   if (name == "auto") return default_device();
-  if (name == "cuda") {
-    if (const std::string reason = cuda_unavailable_reason(); !reason.empty())
-      throw std::runtime_error("--device cuda: no usable CUDA device: " + reason);
+  if (const std::optional<int> index = cuda_index(name)) {
+    if (const std::string why = cuda_device_unusable(*index); !why.empty())
+      throw std::runtime_error("--device " + std::string(name) + ": " + why);
     return device_kind::cuda;
   }
-  throw std::invalid_argument("--device: unknown device '" + std::string(name) +
-                              "' (expected cpu, cuda or auto)");
+  if (const std::string reason = cuda_unavailable_reason(); !reason.empty())
+    throw std::runtime_error("--device cuda: no usable CUDA device: " + reason);
+  return device_kind::cuda;
 }
 
 cuda_device_properties cuda_properties() { return require_cuda_backend("CUDA").properties(); }

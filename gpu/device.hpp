@@ -1,11 +1,12 @@
 #pragma once
-// Where compute runs, chosen at run time (--device cpu|cuda|auto). The CUDA calls live in the
+// Where compute runs, chosen at run time (--device cpu|cuda|cuda:N|auto). The CUDA calls live in the
 // CUDA plugin (gpu/cuda_backend.hpp), loaded on the first question about a CUDA device, so
 // every binary starts, and picks the CPU, on machines without a GPU or driver.
 #include <accord/device_span.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -23,8 +24,15 @@ int cuda_device_count();
 bool cuda_available();
 // cuda when a device exists, else cpu.
 device_kind default_device();
-// "cpu", "cuda" or "auto". Unknown names throw std::invalid_argument; "cuda" without a device
-// throws std::runtime_error saying why (no driver, no GPU, build without CUDA).
+// Refuses, in one line naming it, a device name that is not "cpu", "cuda", "cuda:N" (GPU N) or
+// "auto" (std::invalid_argument: "--device: 'tpu' is not cpu, cuda, cuda:N or auto"). Asks no
+// driver: a flag's check, before anything is opened.
+void check_device_name(std::string_view name);
+// N of "cuda:N"; nullopt for the other names.
+std::optional<int> cuda_index(std::string_view name);
+// "cpu", "cuda", "cuda:N" or "auto". Unknown names throw std::invalid_argument (as
+// check_device_name); "cuda" without a device, or "cuda:N" without GPU N, throws
+// std::runtime_error saying why (no driver, no GPU, build without CUDA, too few GPUs).
 device_kind parse_device(std::string_view name);
 // One line for the first progress line: "cuda:0 NVIDIA H200 (139.8 GiB, sm_90)" or "cpu (8 threads)".
 std::string describe_device(device_kind kind);

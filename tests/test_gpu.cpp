@@ -64,20 +64,27 @@ void check_close(const std::vector<float>& actual, const std::vector<float>& exp
 
 }  // namespace
 
-TEST_CASE("parse_device accepts cpu, cuda and auto and names a bad value") {
+TEST_CASE("parse_device accepts cpu, cuda, cuda:N and auto and names a bad value") {
   CHECK(parse_device("cpu") == device_kind::cpu);
   CHECK(parse_device("auto") == default_device());
   CHECK(to_string(device_kind::cuda) == "cuda");
-  try {
-    parse_device("gpu");
-    FAIL("parse_device accepted 'gpu'");
-  } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()) == "--device: unknown device 'gpu' (expected cpu, cuda or auto)");
+  CHECK(cuda_index("cuda:3") == 3);
+  for (const char* name : {"cpu", "cuda", "auto"}) CHECK_FALSE(cuda_index(name));
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "CPU", ""}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(check_device_name(bad), ("--device: '" + std::string(bad) + "' is not cpu, cuda, cuda:N or auto").c_str(),
+                         std::invalid_argument);
+    CHECK_THROWS_AS(parse_device(bad), std::invalid_argument);
   }
   if (cuda_available()) {
     CHECK(parse_device("cuda") == device_kind::cuda);
+    CHECK(parse_device("cuda:0") == device_kind::cuda);
+    CHECK_THROWS_WITH_AS(parse_device("cuda:" + std::to_string(cuda_device_count())),
+                         doctest::Contains("does not exist: this machine has"), std::runtime_error);
   } else {
     CHECK_THROWS_WITH_AS(parse_device("cuda"), doctest::Contains("--device cuda: no usable CUDA device"),
+                         std::runtime_error);
+    CHECK_THROWS_WITH_AS(parse_device("cuda:1"), doctest::Contains("--device cuda:1: no usable CUDA device"),
                          std::runtime_error);
     CHECK_THROWS_AS(make_kernels(device_kind::cuda), std::runtime_error);
   }

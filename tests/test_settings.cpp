@@ -1,7 +1,7 @@
 // Declared settings (include/accord/settings.hpp, config_settings.hpp): values parsed as declared,
 // the topologies' own settings in a job's open bag, job_config's declarations against its fields,
 // and the docs' tables of settings (docs/topologies.md, docs/training.md: job_config's and
-// accord-train's own model and data settings) and of a step's metrics
+// accord-train's own settings: the model's, the data's and the place's) and of a step's metrics
 // (docs/observability.md, <accord/metrics_fields.hpp>), generated from the declarations
 // (ACCORD_WRITE_DOCS=1 build/tests/test_settings rewrites them; the test fails when the docs drift).
 #include <accord/config_fields.hpp>
@@ -54,6 +54,10 @@ std::string row(const std::string& first, const std::string& flag, const setting
 constexpr const char* columns = " | flag | key | accepts | default | unit | same in every process | what it does |\n"
                                 "|---|---|---|---|---|---|---|---|\n";
 
+// accord-train's --help sections, in order (apps/training_options.hpp's flag_sections).
+constexpr const char* sections_in_order[] = {"model",       "data",    "algorithm", "topology", "precision",
+                                             "distributed", "elastic", "output"};
+
 // docs/topologies.md's table: a row per declared setting, by topology.
 std::string topology_settings_table() {
   std::string table = std::string("| topology") + columns;
@@ -65,22 +69,37 @@ std::string topology_settings_table() {
 // docs/training.md's table: a row per declared setting of job_config, by --help section.
 std::string job_settings_table() {
   std::string table = std::string("| section") + columns;
-  for (const char* group : {"model", "data", "algorithm", "topology", "precision", "distributed", "elastic", "output"})
+  for (const char* group : sections_in_order)
     for (const job_setting& s : declared_job_settings())
       if (s.declared.group == group)
         table += row(group, "`--" + s.declared.flag + "`" + (s.command_line ? "" : " †"), s.declared);
   return table;
 }
 
-// docs/training.md's table of accord-train's own settings (apps/training_options.cpp): the model's
-// and the data's, with the mode that reads each.
-std::string model_settings_table() {
+// Where a setting of accord-train's own is read, as its owner says: "always", "with --model gpt",
+// "between processes", "with --elastic".
+std::string read_where(const std::string& owner) {
+  if (owner == "job") return "always";
+  if (owner.starts_with("run ")) return owner.substr(4);
+  if (owner.ends_with(" on")) return "with --" + owner.substr(0, owner.size() - 3);
+  return "with --" + owner;
+}
+
+// docs/training.md's table of accord-train's own settings (apps/training_options.cpp): the model's,
+// the data's, the emulation's lists, the place's (between processes) and the output's, with where
+// each is read.
+std::string own_settings_table() {
+  std::vector<setting_declaration> own = declared_training_settings();
+  for (const process_setting& s : declared_process_settings()) own.push_back(s.declared);
+  own.insert(own.end(), declared_output_settings().begin(), declared_output_settings().end());
   std::string table = "| section | flag | accepts | default | unit | read | what it does |\n"
                       "|---|---|---|---|---|---|---|\n";
-  for (const setting_declaration& s : declared_model_settings())
-    table += "| " + s.group + " | `--" + s.flag + "` | " + cell(accepted(s)) + " | " +
-             cell(default_text(s).value_or("none")) + " | " + s.unit + " | " +
-             (s.owner == "job" ? std::string("always") : "with --" + s.owner) + " | " + cell(s.help) + " |\n";
+  for (const char* group : sections_in_order)
+    for (const setting_declaration& s : own)
+      if (s.group == group)
+        table += "| " + s.group + " | `--" + s.flag + "` | " + cell(accepted(s)) + " | " +
+                 cell(default_text(s).value_or("none")) + " | " + s.unit + " | " + read_where(s.owner) + " | " +
+                 cell(s.help) + " |\n";
   return table;
 }
 
@@ -134,7 +153,7 @@ TEST_CASE("the docs' settings tables are the declarations'") {
   topology_names();
   check_docs_table("docs/topologies.md", topology_settings_table());
   check_docs_table("docs/training.md", job_settings_table());
-  check_docs_table("docs/training.md", model_settings_table(), "model and data settings");
+  check_docs_table("docs/training.md", own_settings_table(), "accord-train's own settings");
 }
 
 TEST_CASE("docs/observability.md's table of a step's metrics is the declarations'") {

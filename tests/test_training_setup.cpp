@@ -1,10 +1,14 @@
 // What the training programs build from their flags (apps/training_options): the data a seed
-// selects, which every benchmark repetition with another seed must train on.
+// selects, which every benchmark repetition with another seed must train on; the settings the
+// flags set, and the flags a mode or the job's place leaves unread.
 #include <doctest/doctest.h>
 
 #include "apps/training_options.hpp"
 
+#include <accord/config_fields.hpp>
+
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,4 +91,81 @@ TEST_CASE("--seed, --topology and --keep-interval are made from their declaratio
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(flags_of({"--context", "0"}), "--context: '0' is not a whole number in 1..1048576",
                        std::invalid_argument);
+}
+
+namespace {
+
+// accord-train's flags: the training options and the place's.
+boost::program_options::variables_map train_flags_of(std::vector<std::string> args) {
+  flag_sections sections;
+  add_training_options(sections, job_config{});
+  add_process_options(sections);
+  boost::program_options::options_description options("options");
+  sections.add_to(options);
+  args.insert(args.begin(), "test");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return *parse_flags(static_cast<int>(argv.size()), argv.data(), options, "usage");
+}
+
+}  // namespace
+
+TEST_CASE("the place's flags are made from their declarations and set the process_group") {
+  process_group place;
+  read_process_options(train_flags_of({"--transport", "nccl", "--heartbeat-timeout", "2.5", "--failure-detector",
+                                       "timeout", "--rendezvous-timeout", "9", "--master-bind", "0.0.0.0",
+                                       "--majority-wait", "0", "--elastic"}),
+                       place);
+  CHECK(place.transport == "nccl");
+  CHECK(place.heartbeat_timeout == std::chrono::milliseconds(2500));
+  CHECK_FALSE(place.adaptive_failure_detection);
+  CHECK(place.rendezvous_timeout == std::chrono::seconds(9));
+  CHECK(place.master_bind == "0.0.0.0");
+  CHECK(place.majority_wait == std::chrono::milliseconds(0));
+  CHECK(place.elastic);
+  // Not given: process_group{}'s values, which are the flags' defaults; ACCORD_ELASTIC's elastic stays.
+  process_group environment;
+  environment.elastic = true;
+  process_group defaults = environment;
+  read_process_options(train_flags_of({}), defaults);
+  CHECK(describe(defaults) == describe(environment));
+
+  CHECK_THROWS_WITH_AS(train_flags_of({"--transport", "nope"}), "--transport: 'nope' (expected ucx|nccl)",
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(train_flags_of({"--heartbeat-timeout", "0"}),
+                       "--heartbeat-timeout: '0' is not a number in [0.1, 86400]", std::invalid_argument);
+  CHECK_THROWS_WITH_AS(train_flags_of({"--failure-detector", "sometimes"}),
+                       "--failure-detector: 'sometimes' (expected adaptive|timeout)", std::invalid_argument);
+}
+
+TEST_CASE("--device takes cpu, cuda, cuda:N or auto, refused in one line naming the value") {
+  for (const char* device : {"cpu", "cuda", "cuda:1", "auto"}) CHECK_NOTHROW(train_flags_of({"--device", device}));
+  for (const char* device : {"tpu", "cuda:", "cuda:one", "gpu:0"})
+    CHECK_THROWS_WITH_AS(train_flags_of({"--device", device}),
+                         ("--device: '" + std::string(device) + "' is not cpu, cuda, cuda:N or auto").c_str(),
+                         std::invalid_argument);
+  CHECK_THROWS_WITH_AS(setup_from({"--model", "mlp", "--device", "cuda:0"}),
+                       "--device cuda:0: --model mlp runs on the cpu only", std::invalid_argument);
+}
+
+TEST_CASE("where the job runs decides which of the place's flags are read, as their owners say") {
+  const auto flags = train_flags_of({"--transport", "ucx", "--elastic", "--keep-interval", "2", "--majority-wait", "1",
+                                     "--failure-detector", "timeout", "--link", "unlimited", "--join", "h:1"});
+  const std::string one_process = "in one process (it applies between processes)";
+  const auto alone = training_flags_ignored(flags, job_place{.between_processes = false});
+  for (const char* flag : {"transport", "elastic", "keep-interval", "majority-wait", "failure-detector"})
+    CHECK_MESSAGE(ignored(alone, flag, one_process), flag);
+  for (const char* read : {"link", "join"})
+    CHECK_MESSAGE(std::none_of(alone.begin(), alone.end(), [&](const auto& f) { return f.first == read; }), read);
+
+  const auto not_elastic = training_flags_ignored(flags, job_place{.between_processes = true, .elastic = false});
+  CHECK(ignored(not_elastic, "link", "between processes (it applies in one process)"));
+  for (const char* flag : {"keep-interval", "majority-wait", "failure-detector"})
+    CHECK_MESSAGE(ignored(not_elastic, flag, "without --elastic"), flag);
+  CHECK(std::none_of(not_elastic.begin(), not_elastic.end(), [](const auto& f) { return f.first == "transport"; }));
+
+  const auto elastic = training_flags_ignored(flags, job_place{.between_processes = true, .elastic = true});
+  CHECK(ignored(elastic, "link", "between processes (it applies in one process)"));
+  for (const char* read : {"transport", "elastic", "keep-interval", "majority-wait", "failure-detector", "join"})
+    CHECK_MESSAGE(std::none_of(elastic.begin(), elastic.end(), [&](const auto& f) { return f.first == read; }), read);
 }

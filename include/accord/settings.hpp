@@ -39,7 +39,8 @@ struct setting_declaration {
   bool fingerprint = true;   // every process of a job must agree on it
   // Who reads it: "job", "algorithm", or a mode "WORD VALUE", read only where the setting WORD (by
   // key or flag) is VALUE: "topology gossip" (register_topology fills it in), "algorithm dpu",
-  // "model gpt". accord-train warns of a flag given where its mode is not chosen.
+  // "model gpt", "elastic on"; or where the job runs: "run between processes", "run in one
+  // process". accord-train warns of a flag given where its mode is not chosen.
   std::string owner = {};
   // Checks a value in range further (a link spec, say): throws std::invalid_argument naming the
   // problem in one line. May be empty.
@@ -47,10 +48,13 @@ struct setting_declaration {
   // A text taking one of these values, as they are when asked (the registered topologies): another
   // is refused "--topology: 'star' (expected gossip|ring)". Empty: any text its check takes.
   std::function<std::vector<std::string>()> choices = {};
+  // What a text its check decides takes, as --help and the docs show it ("cpu | cuda | cuda:N").
+  // Empty: its choices, or "a text".
+  std::string accepts = {};
 };
 
 // "a whole number in 1..1000000000", "a number in (0, 1e+06]", "on or off", "a text", "gossip | ring"
-// (the choices). A whole number's range ends at 2^63-1 at most.
+// (the choices), or what the declaration says it accepts. A whole number's range ends at 2^63-1 at most.
 std::string accepted(const setting_declaration& setting);
 // `text` as `setting` takes it (whole numbers digits only, numbers finite, switches on|off|true|
 // false|1|0, texts among the choices), in range and passing its check; else std::invalid_argument
