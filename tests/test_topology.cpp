@@ -379,8 +379,8 @@ TEST_CASE("Streaming DiLoCo: eager and compressed outer rounds leave every repli
       CHECK(delayed.agree[step] == merged);
       const bool same = eager.copies[step][1] == eager.copies[step][0] && eager.copies[step][2] == eager.copies[step][0];
       CHECK(same == merged);
-      // With the whole copy taking θ_global at each merge, eager differs from delayed only while
-      // an outer round is out (steps 3-4, 7-8, 11-12: from the proxy; the last step's outer round
+      // With the whole copy taking θ_global at each merge and an inner step without state
+      // (sgd_rules), eager differs from delayed only while an outer round is out (steps 3-4, 7-8, 11-12: from the proxy; the last step's outer round
       // starts before the one out lands), so fp32 rounds give the same bits after every merge and
       // until the next round starts.
       if (precision == "fp32") {
