@@ -1,5 +1,7 @@
 #include "algorithms/transport_peers.hpp"
 
+#include "transport/feedback_all_reduce.hpp"
+
 #include <stdexcept>
 #include <string>
 
@@ -39,6 +41,16 @@ std::unique_ptr<collective_in_flight> transport_peers::start_all_reduce(std::spa
   if (collective_channel* in_flight = channel())
     return in_flight->start([values](transport& link) { link.all_reduce(values); });
   return round_peers::start_all_reduce(values);
+}
+
+std::unique_ptr<collective_in_flight> transport_peers::start_all_reduce(std::span<float> values,
+                                                                       std::span<float> residual,
+                                                                       std::string_view precision) {
+  const wire_precision wire = parse_wire_precision(precision, "round_peers::start_all_reduce");
+  const auto sum = [values, residual, wire](transport& link) { all_reduce_with_feedback(link, values, residual, wire); };
+  if (collective_channel* in_flight = channel()) return in_flight->start(sum);
+  sum(link_);
+  return std::make_unique<detail::completed_collective>();
 }
 
 }  // namespace accord

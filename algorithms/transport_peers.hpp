@@ -20,6 +20,9 @@ public:
   void all_reduce(std::span<double> values) override { link_.all_reduce(values); }
   std::unique_ptr<collective_in_flight> start_all_reduce(std::span<float> values) override;
   std::unique_ptr<collective_in_flight> start_all_reduce(std::span<double> values) override;
+  // all_reduce_with_feedback (transport/feedback_all_reduce.hpp), in flight as the others.
+  std::unique_ptr<collective_in_flight> start_all_reduce(std::span<float> values, std::span<float> residual,
+                                                         std::string_view precision) override;
   // Over a user tag of its own: these pairwise messages never match anything else's.
   void exchange(int peer, std::span<const float> mine, std::span<float> theirs) override;
 

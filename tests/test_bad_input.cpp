@@ -218,6 +218,8 @@ TEST_CASE("accord-train refuses bad words, stray arguments and bad environments 
       {train, "--topology gossip --algo ddp --gossip-lockstep --gossip-graph exponential" + tiny, "with --gossip-lockstep"},
       {train, "--topology gossip --algo ddp --gossip-momentum nesterov" + tiny, "--gossip-momentum: 'nesterov' (expected none|a2cid2)"},
       {train, "--topology local-sgd --algo ddp --local-steps 2 --fragments 3" + tiny, "--fragments must be in 1..--local-steps"},
+      {train, "--topology local-sgd --algo ddp --outer-update soon" + tiny, "--outer-update: 'soon' (expected delayed|eager)"},
+      {train, "--topology local-sgd --algo ddp --outer-precision int4" + tiny, "--outer-precision: 'int4' (expected fp32|bf16"},
       {train, "--topology parameter-server" + tiny, "--topology parameter-server: servers step a sharded optimizer"},
       {train, "--topology hierarchical --group-size 2 --inter-link 3parsecs" + tiny, "3parsecs"},
       {train, "--algo dlion-mavo --wire-precision int8" + tiny, "wire precision: 'int8' means nothing for dlion-mavo"},

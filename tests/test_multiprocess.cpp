@@ -163,6 +163,9 @@ TEST_CASE("topologies over UCX between 3 processes give the same parameters as i
       // Its outer all-reduces in flight, on the UCX worker's channel and on the in-process one.
       {"streaming_diloco", " --algo ddp --topology local-sgd --local-steps 4 --fragments 2 --overlap-steps 3"
                            " --overlap-mix 0.5 --steps 9"},
+      // Eager, its pseudo-gradients in fp4 with error feedback.
+      {"streaming_diloco_eager_fp4", " --algo ddp --topology local-sgd --local-steps 4 --fragments 2 --overlap-steps 3"
+                                     " --overlap-mix 0.5 --outer-update eager --outer-precision fp4 --steps 9"},
       {"gossip", " --algo ddp --topology gossip --gossip-lockstep --gossip-graph complete --gossip-rate 2 --steps 4"},
       {"hierarchical", " --algo ddp --topology hierarchical --group-size 2 --steps 3"},
       {"hierarchical_vote", " --algo dlion-mavo --topology hierarchical --group-size 2 --steps 3"},

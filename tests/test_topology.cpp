@@ -9,6 +9,7 @@
 #include "algorithms/transport_peers.hpp"
 #include "topologies/gossip/arithmetic.hpp"
 #include "transport/inproc.hpp"
+#include "transport/shard.hpp"
 #include "topologies/gossip/rules.hpp"
 #include "quadratic_model.hpp"
 #include "test_job.hpp"
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <deque>
 #include <fstream>
 #include <random>
 #include <span>
@@ -207,13 +209,26 @@ public:
   }
 };
 
-// Each rank's parameters after `steps` rounds of a local-sgd worker pulled towards a target of
-// its own, its outer all-reduces in flight on a channel (else run at once), over `link`.
-std::vector<std::vector<float>> local_sgd_copies(const topology& local_sgd, std::uint64_t steps, bool in_flight,
-                                                 const char* link) {
+// A local-sgd worker's target in a round (two micro-batches' gradient of ‖θ − target‖² pull it
+// there): a rank's own, moving with the step.
+float local_sgd_target(int rank, std::size_t i, std::uint64_t step) {
+  return static_cast<float>(rank) * std::sin(static_cast<float>(i + step));
+}
+
+// Each rank's parameters after each of `steps` rounds of a local-sgd worker ([step][rank]),
+// its outer all-reduces in flight on a channel (else run at once), over `link`; `agree[step]`:
+// whether the worker said the replicas agree then.
+struct local_sgd_run {
+  std::vector<std::vector<std::vector<float>>> copies;
+  std::vector<bool> agree;
+  const std::vector<float>& last(int rank) const { return copies.back()[rank]; }
+};
+
+local_sgd_run run_local_sgd(const topology& local_sgd, std::uint64_t steps, bool in_flight, const char* link) {
   constexpr int workers = 3;
   auto endpoints = inproc_fabric(workers, link_model::parse(link)).endpoints();
-  std::vector<std::vector<float>> copies(workers);
+  local_sgd_run run{std::vector<std::vector<std::vector<float>>>(steps, std::vector<std::vector<float>>(workers)),
+                    std::vector<bool>(steps)};
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < workers; ++rank)
     ranks.emplace_back([&, rank] {
@@ -222,17 +237,17 @@ std::vector<std::vector<float>> local_sgd_copies(const topology& local_sgd, std:
       std::unique_ptr<collective_channel> channel;  // closes before the worker, whose buffers it fills
       sgd_rules rules;
       for (std::uint64_t step = 0; step < steps; ++step) {
-        for (std::size_t i = 0; i < dim; ++i)  // two micro-batches' gradient of ‖θ − target‖²
-          buffer[i] = 4 * (parameters[i] - static_cast<float>(rank) * std::sin(static_cast<float>(i + step)));
+        for (std::size_t i = 0; i < dim; ++i) buffer[i] = 4 * (parameters[i] - local_sgd_target(rank, i, step));
         transport_peers peers(*endpoints[rank], in_flight ? &channel : nullptr);
         topology_report report;
         worker->round(buffer, round_view{step, 0.1f, 2, 2 * workers, false}, peers, rules, report);
         parameters.assign(buffer.begin(), buffer.end());
+        run.copies[step][rank] = parameters;
+        if (rank == 0) run.agree[step] = worker->replicas_agree(step);
       }
-      copies[rank] = parameters;
     });
   for (auto& rank : ranks) rank.join();
-  return copies;
+  return run;
 }
 
 TEST_CASE("Streaming DiLoCo: outer all-reduces in flight over a slow link give the bits of running them at once") {
@@ -242,16 +257,138 @@ TEST_CASE("Streaming DiLoCo: outer all-reduces in flight over a slow link give t
   job.steps = 23;
   job.parameter_count = dim;
   job.options.set("local_steps", 6).set("fragments", 3).set("overlap_steps", 5).set("overlap_mix", 0.25);
-  const std::unique_ptr<topology> local_sgd = make_topology("local-sgd", job);
-  const auto at_once = local_sgd_copies(*local_sgd, job.steps, false, "unlimited");
-  // 1 ms per message: every outer round is still out for several of the (instant) inner steps.
-  const auto in_flight = local_sgd_copies(*local_sgd, job.steps, true, "1gbit,1ms");
-  for (int rank = 0; rank < 3; ++rank) {
-    CAPTURE(rank);
-    CHECK(in_flight[rank] == at_once[rank]);
-    CHECK(in_flight[rank] == in_flight[0]);  // the last step merges every fragment fully
+  for (const std::string update : {"delayed", "eager"}) {
+    CAPTURE(update);
+    job.options.set("outer_update", update).set("outer_precision", "fp4");
+    const std::unique_ptr<topology> local_sgd = make_topology("local-sgd", job);
+    const local_sgd_run at_once = run_local_sgd(*local_sgd, job.steps, false, "unlimited");
+    // 1 ms per message: every outer round is still out for several of the (instant) inner steps.
+    const local_sgd_run in_flight = run_local_sgd(*local_sgd, job.steps, true, "1gbit,1ms");
+    for (int rank = 0; rank < 3; ++rank) {
+      CAPTURE(rank);
+      CHECK(in_flight.last(rank) == at_once.last(rank));
+      CHECK(in_flight.last(rank) == in_flight.last(0));  // the last step merges every fragment fully
+    }
+    CHECK(worst_difference(at_once.last(0), std::vector<float>(dim, 1.f)) > 0);
   }
-  CHECK(worst_difference(at_once[0], std::vector<float>(dim, 1.f)) > 0);
+}
+
+// Streaming DiLoCo written out from docs/topologies.md, one coordinate at a time in double, for
+// 3 workers under run_local_sgd's rounds. Eager's correction is the closed form −η(1 + μ)(Δ̄ − Δ_i)
+// (the code recomputes the proxy instead).
+struct streaming_reference {
+  std::uint64_t local_steps, fragments, overlap, steps;
+  double mix, rate, momentum;
+  bool eager;
+
+  std::vector<std::vector<std::vector<double>>> copies() const {
+    constexpr int workers = 3;
+    std::vector<std::vector<std::vector<double>>> out(steps, std::vector<std::vector<double>>(workers, std::vector<double>(dim)));
+    for (std::size_t i = 0; i < dim; ++i) {
+      std::uint64_t f = 0;
+      while (shard_of(dim, static_cast<int>(fragments), static_cast<int>(f)).end <= i) ++f;
+      const std::uint64_t offset = f * local_steps / fragments;
+      double global = 1, velocity = 0;
+      std::vector<double> copy(workers, 1.0);
+      struct outer_round {
+        std::uint64_t merge_at;
+        std::vector<double> delta;  // each worker's θ_global − θ_i
+        bool landed = false;
+      };
+      std::deque<outer_round> pending;
+      const auto land = [&](outer_round& round) {
+        double mean = 0;
+        for (const double d : round.delta) mean += d / workers;
+        velocity = momentum * velocity + mean;
+        global -= rate * (mean + momentum * velocity);
+        if (eager)
+          for (int w = 0; w < workers; ++w) copy[w] -= rate * (1 + momentum) * (mean - round.delta[w]);
+        round.landed = true;
+      };
+      for (std::uint64_t step = 0; step < steps; ++step) {
+        const bool last = step + 1 == steps;
+        for (int w = 0; w < workers; ++w) copy[w] -= 0.1 * 2 * (copy[w] - local_sgd_target(w, i, step));
+        if (last || (step + 1 + offset) % local_steps == 0) {
+          for (outer_round& earlier : pending)
+            if (!earlier.landed) land(earlier);
+          outer_round round{last ? step : step + overlap, std::vector<double>(workers)};
+          for (int w = 0; w < workers; ++w) {
+            round.delta[w] = global - copy[w];
+            // The proxy: the outer step with the worker's own Δ_i, the velocity left as it is.
+            if (eager) copy[w] = global - rate * (round.delta[w] + momentum * (momentum * velocity + round.delta[w]));
+          }
+          pending.push_back(round);
+        }
+        while (!pending.empty() && (last || pending.front().merge_at <= step)) {
+          if (!pending.front().landed) land(pending.front());
+          for (double& c : copy) c = mix == 0 || last ? global : mix * c + (1 - mix) * global;
+          pending.pop_front();
+        }
+        for (int w = 0; w < workers; ++w) out[step][w][i] = copy[w];
+      }
+    }
+    return out;
+  }
+};
+
+TEST_CASE("Streaming DiLoCo, delayed and eager outer updates: the arithmetic of the reference written out by hand") {
+  topology_job job;
+  job.algorithm = "ddp";
+  job.workers = 3;
+  job.steps = 15;
+  job.parameter_count = dim;
+  job.options.set("local_steps", 4).set("fragments", 2).set("overlap_steps", 2).set("overlap_mix", 0.5);
+  job.options.set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
+  std::vector<std::vector<float>> last_copies;
+  for (const bool eager : {false, true}) {
+    CAPTURE(eager);
+    job.options.set("outer_update", eager ? "eager" : "delayed");
+    const local_sgd_run run = run_local_sgd(*make_topology("local-sgd", job), job.steps, true, "unlimited");
+    const auto expected = streaming_reference{4, 2, 2, job.steps, 0.5, 0.7, 0.9, eager}.copies();
+    double worst = 0;
+    for (std::uint64_t step = 0; step < job.steps; ++step)
+      for (int rank = 0; rank < 3; ++rank)
+        for (std::size_t i = 0; i < dim; ++i)
+          worst = std::max(worst, std::fabs(run.copies[step][rank][i] - expected[step][rank][i]));
+    MESSAGE(std::string(eager ? "eager" : "delayed") << ": largest difference from the reference " << worst);
+    CHECK(worst < 1e-5);
+    last_copies.push_back(run.last(0));
+  }
+  CHECK(worst_difference(last_copies[0], last_copies[1]) > 1e-3);  // eager is not delayed
+}
+
+TEST_CASE("Streaming DiLoCo: eager and compressed outer rounds leave every replica the same bits after each merge") {
+  // One fragment, merged wholly τ = 2 steps after its outer round starts (steps 5 and 9; 13 is
+  // past the last step, 12, where everything merges).
+  topology_job job;
+  job.algorithm = "ddp";
+  job.workers = 3;
+  job.steps = 13;
+  job.parameter_count = dim;
+  job.options.set("local_steps", 4).set("overlap_steps", 2).set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
+  job.options.set("outer_update", "delayed");
+  const local_sgd_run delayed = run_local_sgd(*make_topology("local-sgd", job), job.steps, true, "unlimited");
+  for (const std::string precision : {"fp32", "fp4", "bf16"}) {
+    CAPTURE(precision);
+    job.options.set("outer_update", "eager").set("outer_precision", precision);
+    const local_sgd_run eager = run_local_sgd(*make_topology("local-sgd", job), job.steps, true, "unlimited");
+    for (std::uint64_t step = 0; step < job.steps; ++step) {
+      CAPTURE(step);
+      const bool merged = step == 5 || step == 9 || step == 12;
+      CHECK(eager.agree[step] == merged);
+      CHECK(delayed.agree[step] == merged);
+      const bool same = eager.copies[step][1] == eager.copies[step][0] && eager.copies[step][2] == eager.copies[step][0];
+      CHECK(same == merged);
+      // With the whole copy taking θ_global at each merge and an inner step without state
+      // (sgd_rules), eager differs from delayed only while an outer round is out (steps 3-4, 7-8, 11-12: from the proxy; the last step's outer round
+      // starts before the one out lands), so fp32 rounds give the same bits after every merge and
+      // until the next round starts.
+      if (precision == "fp32") {
+        const bool out = (step >= 3 && step <= 4) || (step >= 7 && step <= 8) || step >= 11;
+        CHECK((eager.copies[step] == delayed.copies[step]) == !out);
+      }
+    }
+  }
 }
 
 TEST_CASE("local SGD refuses what it cannot run with one line") {
@@ -272,6 +409,31 @@ TEST_CASE("local SGD refuses what it cannot run with one line") {
   job.membership.clear();
   job.topology_settings.set("outer_momentum", 1.0f);
   CHECK(refusal(job).find("--outer-momentum") != std::string::npos);
+  job.topology_settings.set("outer_momentum", 0.9f);
+  job.topology_settings.set("outer_update", "soon");
+  CHECK(refusal(job) == "--topology local-sgd: --outer-update must be delayed or eager, not 'soon'");
+  job.topology_settings.set("outer_update", "eager");
+  job.topology_settings.set("outer_precision", "fp5");
+  CHECK(refusal(job).find("--topology local-sgd: --outer-precision: 'fp5' (expected fp32|bf16|fp16|") == 0);
+}
+
+TEST_CASE("Streaming DiLoCo with eager fp4 outer rounds: a job's replicas agree wherever checked, for a seventh of "
+          "fp32's bytes") {
+  job_config job = sgd_job(4, 13);
+  job.topology = "local-sgd";
+  job.topology_settings.set("local_steps", 4);
+  job.topology_settings.set("overlap_steps", 2);
+  job.replica_check_interval = 1;  // checked after each merge (steps 6, 10) and the last
+  const job_result fp32 = run_quadratic(job, {}, dim * 64);
+  job.topology_settings.set("outer_update", "eager");
+  job.topology_settings.set("outer_precision", "fp4");
+  const job_result fp4 = run_quadratic(job, {}, dim * 64);
+  CHECK(fp4.replicas_identical);
+  // fp4's 4.125 bits per value make the outer rounds 7.8x cheaper; the round's counts travel
+  // every step beside them.
+  MESSAGE("bits/param/step: fp32 outer rounds " << fp32.bits_per_parameter_per_step << ", eager fp4 "
+                                                << fp4.bits_per_parameter_per_step);
+  CHECK(fp4.bytes_sent * 7 < fp32.bytes_sent);
 }
 
 TEST_CASE("hierarchical is the flat ring within float tolerance, and its votes are the flat votes exactly") {

@@ -11,33 +11,61 @@
 // round that merges it, which waits for it only if it has not arrived; the outer step itself
 // is taken there. The arithmetic is that of running it at once (the fragment's θ_global is read
 // only by its merge and its next outer round), so only when the link is busy changes.
+// Eager outer updates (--outer-update eager; Kale et al., arXiv 2502.12996): when a fragment's
+// outer round starts, the worker's copy of it takes the outer step at once with the worker's own
+// pseudo-gradient as a proxy for the mean; when the mean lands, the copy trades the proxy's step
+// for the mean's, keeping what its inner steps did meanwhile, and merges. Only the mean ever
+// steps θ_global and the momentum, so they stay the same bits on every worker
+// (docs/topologies.md#eager-outer-updates has the arithmetic).
+// Compressed outer rounds (--outer-precision fp4, ...): the pseudo-gradients travel in a lossy
+// code with error feedback (round_peers::start_all_reduce with a residual), each fragment's
+// residual kept in its range from one of its rounds to the next.
 #include "topologies/builtins.hpp"
 
 #include "transport/shard.hpp"
+#include "transport/wire_precision.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <deque>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace accord {
 namespace {
 
+enum class outer_update { delayed, eager };
+
 // The settings local-sgd declares (local_sgd_settings), read once from the job's.
 struct local_sgd_options {
   std::uint64_t local_steps = 1, fragments = 1, overlap_steps = 0;
   float outer_learning_rate = 0, outer_momentum = 0, overlap_mix = 0;
+  outer_update update = outer_update::delayed;
+  wire_precision outer_precision = wire_precision::fp32;
+};
+
+// What outlives a worker's rounds besides its own copy and inner optimizer state: θ_global and
+// the outer momentum (every worker's the same bits), and this worker's own error-feedback
+// residuals. local-sgd refuses checkpoints and membership changes so far; this is what they
+// would keep, with the copy and the inner optimizer's state.
+struct local_sgd_outer_state {
+  std::vector<float> global;    // θ_global after the last outer steps
+  std::vector<float> velocity;  // outer momentum (none without it)
+  // What the compressed outer rounds still owe the sums, each fragment's in its range (none at fp32)
+  std::vector<float> residual;
 };
 
 class local_sgd_worker final : public worker_topology {
 public:
   local_sgd_worker(const local_sgd_options& options, std::uint64_t steps, std::span<const float> initial)
-      : steps_(steps), local_steps_(options.local_steps), fragments_(options.fragments), overlap_(options.overlap_steps),
-        mix_(options.overlap_mix), outer_rate_(options.outer_learning_rate), outer_momentum_(options.outer_momentum),
-        global_(initial.begin(), initial.end()), local_(initial.begin(), initial.end()),
-        pseudo_gradient_(initial.size()), square_sums_(options.fragments), velocity_(options.outer_momentum > 0 ? initial.size() : 0) {}
+      : options_(options), steps_(steps),
+        outer_{{initial.begin(), initial.end()},
+               std::vector<float>(options.outer_momentum > 0 ? initial.size() : 0),
+               std::vector<float>(compressed() ? initial.size() : 0)},
+        local_(initial.begin(), initial.end()), pseudo_gradient_(initial.size()),
+        own_pseudo_gradient_(eager() ? initial.size() : 0), square_sums_(options.fragments) {}
 
   void round(std::span<float> buffer, const round_view& round, round_peers& peers, algorithm_rules& rules,
              topology_report& report) override {
@@ -51,13 +79,13 @@ public:
       spread_square += outer_step(outer, peers.size());
       measured = true;
     };
-    for (std::uint64_t f = 0; f < fragments_; ++f) {
-      if (!last && (round.step + 1 + offset(f)) % local_steps_ != 0) continue;
+    for (std::uint64_t f = 0; f < options_.fragments; ++f) {
+      if (!last && (round.step + 1 + offset(f)) % options_.local_steps != 0) continue;
       // Only at the job's last step can the fragment's previous outer round still be out (τ < H):
       // its θ_global is the base of this one's pseudo-gradient.
       for (outer_round& earlier : pending_)
         if (earlier.fragment == f && earlier.sums) land(earlier);
-      pending_.push_back(start_outer_round(peers, f, round.step + (last ? 0 : overlap_)));
+      pending_.push_back(start_outer_round(peers, f, round.step + (last ? 0 : options_.overlap_steps)));
     }
     // Outer rounds whose overlap is over (every one at the job's last step) land, waiting for
     // their sums only if they have not arrived, and merge into the copy.
@@ -72,7 +100,11 @@ public:
 
   bool replicas_agree(std::uint64_t step) const override {
     if (step + 1 == steps_) return true;
-    return fragments_ == 1 && overlap_ == 0 && mix_ == 0 && (step + 1) % local_steps_ == 0;
+    // One fragment taking θ_global wholly: every copy is θ_global after the round that merges
+    // it, τ steps after the one that issued the outer round.
+    const std::uint64_t overlap = options_.overlap_steps;
+    return options_.fragments == 1 && options_.overlap_mix == 0 && step >= overlap &&
+           (step + 1 - overlap) % options_.local_steps == 0;
   }
 
 private:
@@ -84,30 +116,62 @@ private:
     std::unique_ptr<collective_in_flight> sums, squares;  // null once landed
   };
 
+  bool eager() const { return options_.update == outer_update::eager; }
+  bool compressed() const { return options_.outer_precision != wire_precision::fp32; }
+
   // The steps fragment f's outer steps come after the plain schedule's.
-  std::uint64_t offset(std::uint64_t f) const { return f * local_steps_ / fragments_; }
+  std::uint64_t offset(std::uint64_t f) const { return f * options_.local_steps / options_.fragments; }
   shard range_of(std::uint64_t f) const {
-    return shard_of(local_.size(), static_cast<int>(fragments_), static_cast<int>(f));
+    return shard_of(local_.size(), static_cast<int>(options_.fragments), static_cast<int>(f));
+  }
+  template <class T>
+  static std::span<T> part(std::vector<T>& values, shard range) {
+    return std::span<T>(values).subspan(range.begin, range.size());
   }
 
   // Starts summing the fragment's pseudo-gradients θ_global − θ_i (and their squared norms, for
-  // the spread) over the workers; the worker goes on with its copy meanwhile.
+  // the spread) over the workers; the worker goes on with its copy meanwhile (eager: from the
+  // proxy's outer step).
   outer_round start_outer_round(round_peers& peers, std::uint64_t f, std::uint64_t merge_at) {
     const shard range = range_of(f);
     double own_square = 0;
     for (std::size_t i = range.begin; i < range.end; ++i) {
-      pseudo_gradient_[i] = global_[i] - local_[i];
+      pseudo_gradient_[i] = outer_.global[i] - local_[i];
       own_square += static_cast<double>(pseudo_gradient_[i]) * pseudo_gradient_[i];
     }
     square_sums_[f] = own_square;
+    if (eager())
+      for (std::size_t i = range.begin; i < range.end; ++i) {
+        own_pseudo_gradient_[i] = pseudo_gradient_[i];
+        local_[i] = proxy_at(i);
+      }
     outer_round outer{merge_at, f, nullptr, nullptr};
-    outer.sums = peers.start_all_reduce(std::span<float>(pseudo_gradient_.data() + range.begin, range.size()));
+    outer.sums = compressed() ? peers.start_all_reduce(part(pseudo_gradient_, range), part(outer_.residual, range),
+                                                       precision_name(options_.outer_precision))
+                              : peers.start_all_reduce(part(pseudo_gradient_, range));
     outer.squares = peers.start_all_reduce(std::span<double>(&square_sums_[f], 1));
     return outer;
   }
 
-  // Waits for the outer round's sums, then steps the fragment's θ_global with their mean;
-  // returns the workers' spread over the fragment before the merge, mean_i ‖θ_i − θ̄‖².
+  // The direction of an outer step on the outer gradient `delta`: Nesterov's (v ← μv + Δ, step
+  // along Δ + μv), or Δ without momentum.
+  float outer_direction(float delta, float& velocity) const {
+    if (options_.outer_momentum == 0) return delta;
+    velocity = options_.outer_momentum * velocity + delta;
+    return delta + options_.outer_momentum * velocity;
+  }
+
+  // Eager: where the proxy puts the copy, θ_global taking the outer step with this worker's own
+  // Δ_i instead of the mean, from the velocity as it is (the same bits at the round's start and
+  // where its mean lands: only that landing moves the fragment's θ_global and velocity).
+  float proxy_at(std::size_t i) const {
+    float velocity = outer_.velocity.empty() ? 0.f : outer_.velocity[i];
+    return outer_.global[i] - options_.outer_learning_rate * outer_direction(own_pseudo_gradient_[i], velocity);
+  }
+
+  // Waits for the outer round's sums, then steps the fragment's θ_global with their mean (eager:
+  // the copy trades the proxy's step for it); returns the workers' spread over the fragment
+  // before the merge, mean_i ‖θ_i − θ̄‖².
   double outer_step(outer_round& outer, int workers) {
     outer.sums->wait();
     outer.squares->wait();
@@ -116,14 +180,14 @@ private:
     const shard range = range_of(outer.fragment);
     const float inverse = 1.0f / static_cast<float>(workers);
     double mean_square = 0;
+    float no_velocity = 0;
     for (std::size_t i = range.begin; i < range.end; ++i) {
-      float delta = pseudo_gradient_[i] * inverse;
+      const float delta = pseudo_gradient_[i] * inverse;
       mean_square += static_cast<double>(delta) * delta;
-      if (outer_momentum_ > 0) {  // Nesterov: v ← μv + Δ, step along Δ + μv
-        velocity_[i] = outer_momentum_ * velocity_[i] + delta;
-        delta += outer_momentum_ * velocity_[i];
-      }
-      global_[i] -= outer_rate_ * delta;
+      const float proxy = eager() ? proxy_at(i) : 0.f;
+      float& velocity = outer_.velocity.empty() ? no_velocity : outer_.velocity[i];
+      outer_.global[i] -= options_.outer_learning_rate * outer_direction(delta, velocity);
+      if (eager()) local_[i] += outer_.global[i] - proxy;
     }
     // mean_i ‖Δ_i‖² − ‖Δ̄‖² is the spread of the θ_i around their mean (Δ_i = θ_global − θ_i).
     return std::max(0.0, square_sums_[outer.fragment] / workers - mean_square);
@@ -132,26 +196,23 @@ private:
   // The worker's copy of the fragment takes the global one (mixed with its own by α, except at
   // the job's end, which ends with one model).
   void merge(shard range, bool last) {
-    if (mix_ == 0 || last) {
-      std::copy(global_.begin() + static_cast<std::ptrdiff_t>(range.begin),
-                global_.begin() + static_cast<std::ptrdiff_t>(range.end),
-                local_.begin() + static_cast<std::ptrdiff_t>(range.begin));
+    const float mix = options_.overlap_mix;
+    if (mix == 0 || last) {
+      std::ranges::copy(part(outer_.global, range), part(local_, range).begin());
       return;
     }
-    for (std::size_t i = range.begin; i < range.end; ++i) local_[i] = mix_ * local_[i] + (1 - mix_) * global_[i];
+    for (std::size_t i = range.begin; i < range.end; ++i) local_[i] = mix * local_[i] + (1 - mix) * outer_.global[i];
   }
 
+  local_sgd_options options_;
   std::uint64_t steps_;  // the job's
-  std::uint64_t local_steps_, fragments_, overlap_;
-  float mix_;
-  float outer_rate_, outer_momentum_;
-  std::vector<float> global_;           // θ_global after the last outer steps (every worker's the same)
-  std::vector<float> local_;            // this worker's own θ_i
+  local_sgd_outer_state outer_;
+  std::vector<float> local_;  // this worker's own θ_i
   // Σ_i (θ_global − θ_i) (a fragment's range is being summed while its outer round is out)
   std::vector<float> pseudo_gradient_;
-  std::vector<double> square_sums_;     // per fragment, Σ_i ‖θ_global − θ_i‖²
-  std::vector<float> velocity_;         // outer momentum (none without it)
-  std::deque<outer_round> pending_;     // outer rounds not merged yet, in order
+  std::vector<float> own_pseudo_gradient_;  // eager: this worker's Δ_i, from its round's start to its landing
+  std::vector<double> square_sums_;         // per fragment, Σ_i ‖θ_global − θ_i‖²
+  std::deque<outer_round> pending_;         // outer rounds not merged yet, in order
 };
 
 class local_sgd final : public topology {
@@ -167,6 +228,17 @@ private:
 };
 
 void refuse(const std::string& why) { throw std::invalid_argument("--topology local-sgd: " + why); }
+
+// "fp32", "bf16", ...: every wire precision's name, as precision_names lists them.
+std::vector<std::string> every_precision_name() {
+  std::vector<std::string> names;
+  const std::string listed = precision_names(false);
+  for (std::size_t begin = 0, bar = 0; bar != std::string::npos; begin = bar + 1) {
+    bar = listed.find('|', begin);
+    names.push_back(listed.substr(begin, bar == std::string::npos ? std::string::npos : bar - begin));
+  }
+  return names;
+}
 
 }  // namespace
 
@@ -200,6 +272,10 @@ topology_factory local_sgd_topology() {
     o.local_steps = static_cast<std::uint64_t>(local_steps);
     o.fragments = static_cast<std::uint64_t>(fragments);
     o.overlap_steps = static_cast<std::uint64_t>(overlap_steps);
+    const std::string update = given.text("outer_update");
+    if (update != "delayed" && update != "eager") refuse("--outer-update must be delayed or eager, not '" + update + "'");
+    o.update = update == "eager" ? outer_update::eager : outer_update::delayed;
+    o.outer_precision = parse_wire_precision(given.text("outer_precision"), "--topology local-sgd: --outer-precision");
     return std::make_unique<local_sgd>(o, job.steps);
   };
 }
@@ -220,6 +296,14 @@ std::vector<setting_declaration> local_sgd_settings() {
        .high = most, .unit = "steps", .help = "inner steps an outer step's result is merged late (tau; 0: at once)"},
       {.name = "overlap_mix", .flag = "overlap-mix", .kind = number, .fallback = 0.0, .low = 0, .high = 1,
        .help = "weight of the worker's own fragment when the late result merges (alpha; 0: the global one)"},
+      {.name = "outer_update", .flag = "outer-update", .kind = text, .fallback = std::string("delayed"),
+       .help = "delayed: a copy goes on from its own fragment until the mean's outer step lands; eager: it takes the "
+               "outer step with its own pseudo-gradient at once and trades it for the mean's when that lands",
+       .choices = [] { return std::vector<std::string>{"delayed", "eager"}; }},
+      {.name = "outer_precision", .flag = "outer-precision", .kind = text, .fallback = std::string("fp32"),
+       .help = "what the outer rounds' pseudo-gradients travel as (other than fp32: with error feedback, "
+               "residuals kept per fragment)",
+       .choices = every_precision_name},
   };
 }
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <stdexcept>
+#include <string_view>
 
 namespace accord {
 
@@ -48,6 +50,16 @@ public:
   // channel (NCCL, hierarchical groups) the default runs all_reduce at once.
   virtual std::unique_ptr<collective_in_flight> start_all_reduce(std::span<float> values);
   virtual std::unique_ptr<collective_in_flight> start_all_reduce(std::span<double> values);
+  // start_all_reduce(values) travelling in `precision`, a --wire-precision name (fp32, bf16,
+  // fp16, or a block code: int8, fp8, fp4, sign, sign2, sign3), with error feedback: `residual`,
+  // as long as `values` and this worker's own (zeros at first, kept from call to call), is sent
+  // with the values and keeps what the wire missed, which a later call sends again. Every worker
+  // gets the same bits: the sum of values + residual less what the residuals keep afterwards.
+  // Neither span may be touched until it has completed; an unknown precision throws
+  // std::invalid_argument naming it. The default sends fp32 and misses nothing (the residual is
+  // sent and left at zero).
+  virtual std::unique_ptr<collective_in_flight> start_all_reduce(std::span<float> values, std::span<float> residual,
+                                                                 std::string_view precision);
   // Swaps `mine` for `peer`'s (which calls exchange with this rank at the same point).
   virtual void exchange(int peer, std::span<const float> mine, std::span<float> theirs) = 0;
 };
@@ -68,6 +80,17 @@ inline std::unique_ptr<collective_in_flight> round_peers::start_all_reduce(std::
 inline std::unique_ptr<collective_in_flight> round_peers::start_all_reduce(std::span<double> values) {
   all_reduce(values);
   return std::make_unique<detail::completed_collective>();
+}
+inline std::unique_ptr<collective_in_flight> round_peers::start_all_reduce(std::span<float> values,
+                                                                           std::span<float> residual,
+                                                                           std::string_view) {
+  if (residual.size() != values.size())
+    throw std::invalid_argument("round_peers::start_all_reduce: the residual is not as long as the values");
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] += residual[i];
+    residual[i] = 0;
+  }
+  return start_all_reduce(values);
 }
 
 }  // namespace accord
