@@ -4,6 +4,7 @@
 #include "observe/trace.hpp"
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -12,10 +13,11 @@ namespace {
 
 struct communicator_state {
   std::shared_ptr<communicator_setup> setup;
-  // The gradient buckets reduced ahead of the next round: its buffer, their time, and the
-  // error of one that failed (the round reports it).
+  // The gradient buckets reduced ahead of the next round: its buffer, when the first one
+  // started (they travel from then on, beside backward), and the error of one that failed (the
+  // round reports it).
   tensor bucketed;
-  double bucket_seconds = 0;
+  std::optional<std::chrono::steady_clock::time_point> first_bucket_start;
   std::string bucket_failure;
 };
 
@@ -29,7 +31,7 @@ void reduce_bucket(communicator_state& state, const gradient_bucket& bucket) {
                            " came for another buffer than the earlier buckets";
     return;
   }
-  const auto start = std::chrono::steady_clock::now();
+  if (!state.first_bucket_start) state.first_bucket_start = std::chrono::steady_clock::now();
   set_thread_track(worker_track(s.link->rank(), trace_role::communicator));
   const trace_span span("reduce-scatter bucket", -1, static_cast<std::int64_t>(bucket.round));
   try {
@@ -38,7 +40,6 @@ void reduce_bucket(communicator_state& state, const gradient_bucket& bucket) {
     state.bucket_failure = e.what();
   }
   state.bucketed = bucket.buffer;
-  state.bucket_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // Keeps the state after `round` (a real round: its step is complete); stored only once the
@@ -75,8 +76,11 @@ communicator_actor::behavior_type communicator_behavior(
                                                               std::to_string(request.round));
         }
         const auto start = std::chrono::steady_clock::now();
-        // The buckets reduced ahead count as this round's communication (hidden behind backward).
-        const double bucket_seconds = std::exchange(buckets.bucket_seconds, 0.0);
+        // The buckets' time before the round counts as this round's communication, hidden
+        // behind backward: from the first one's start, as they travel together.
+        const auto first_bucket_start = std::exchange(buckets.first_bucket_start, std::nullopt);
+        const double bucket_seconds =
+            first_bucket_start ? std::chrono::duration<double>(start - *first_bucket_start).count() : 0.0;
         const tensor bucketed = std::exchange(buckets.bucketed, nullptr);
         if (const std::string failure = std::exchange(buckets.bucket_failure, {}); !failure.empty())
           return caf::make_error(caf::sec::runtime_error, "rank " + std::to_string(s.link->rank()) + " round " +
