@@ -206,7 +206,6 @@ struct ucx_worker {
   static constexpr std::uint64_t channel_tag_bit = 1ull << 46;  // the top bit of a frame's transport tag
   lane lanes[2];
   std::mutex mutex;
-  bool channel_open = false;
   bool endpoint_interrupted = false;  // recorded when the endpoint went before its channel
 
   // Waits for the lane's operations `handles`. A frame of the wrong size fails its receive but
