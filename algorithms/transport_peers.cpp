@@ -31,16 +31,19 @@ collective_channel* transport_peers::channel() {
   return channel_->get();
 }
 
-std::unique_ptr<collective_in_flight> transport_peers::start_all_reduce(std::span<float> values) {
+template <class Value>
+std::unique_ptr<collective_in_flight> transport_peers::start_on_channel(std::span<Value> values) {
   if (collective_channel* in_flight = channel())
     return in_flight->start([values](transport& link) { link.all_reduce(values); });
   return round_peers::start_all_reduce(values);
 }
 
+std::unique_ptr<collective_in_flight> transport_peers::start_all_reduce(std::span<float> values) {
+  return start_on_channel(values);
+}
+
 std::unique_ptr<collective_in_flight> transport_peers::start_all_reduce(std::span<double> values) {
-  if (collective_channel* in_flight = channel())
-    return in_flight->start([values](transport& link) { link.all_reduce(values); });
-  return round_peers::start_all_reduce(values);
+  return start_on_channel(values);
 }
 
 std::unique_ptr<collective_in_flight> transport_peers::start_all_reduce(std::span<float> values,

@@ -30,6 +30,9 @@ private:
   // The channel on this round's link, opened (or reopened, after a membership change) on first
   // use; nullptr where the link has none.
   collective_channel* channel();
+  // start_all_reduce of either element type: on the channel, or at once where there is none.
+  template <class Value>
+  std::unique_ptr<collective_in_flight> start_on_channel(std::span<Value> values);
 
   transport& link_;
   std::unique_ptr<collective_channel>* channel_;

@@ -365,7 +365,9 @@ TEST_CASE("a channel has its own tags, shares its rank's link and byte counts, a
   std::unique_ptr<inproc_transport> sender = fabric.endpoint(0), receiver = fabric.endpoint(1);
   std::shared_ptr<transport> sender_channel = sender->open_channel(), receiver_channel = receiver->open_channel();
   REQUIRE(sender_channel);
-  CHECK_THROWS_AS(sender->open_channel(), std::logic_error);  // one at a time
+  CHECK_THROWS_WITH_AS(sender->open_channel(),
+                       doctest::Contains("rank 0: a channel has no channel, and an endpoint one channel at a time"),
+                       std::logic_error);
   constexpr std::size_t bulk = 10'000, small = 10;
   const auto sent = inproc_transport::clock::now();
   sender_channel->send(1, 7, byte_pattern(bulk, 1));

@@ -942,7 +942,8 @@ inline void check_channel(const transport_factory& make) {
     {
       const std::shared_ptr<transport> channel = t.open_channel();
       REQUIRE(channel);
-      CHECK_THROWS_AS(t.open_channel(), std::logic_error);
+      CHECK_THROWS_WITH_AS(t.open_channel(), doctest::Contains("one channel at a time"), std::logic_error);
+      CHECK_THROWS_WITH_AS(channel->open_channel(), doctest::Contains("a channel has no channel"), std::logic_error);
       std::thread beside([&] {
         for (int repeat = 0; repeat < 3; ++repeat) channel->all_reduce(on_channel);
       });

@@ -244,19 +244,28 @@ void transport::interrupt(const std::string& why) {
 }
 
 std::shared_ptr<transport> transport::open_channel() {
+  {
+    std::lock_guard lock(channels_mutex_);
+    std::erase_if(channels_, [](const auto& opened) { return opened.expired(); });
+    // Each backend counts on it: its channel is a second thread's, and a lane of its own.
+    if (is_channel_ || !channels_.empty())
+      throw std::logic_error(who() + "a channel has no channel, and an endpoint one channel at a time");
+  }
   std::shared_ptr<transport> channel = make_channel();
   if (!channel) return nullptr;
+  channel->is_channel_ = true;
   std::lock_guard lock(channels_mutex_);
-  std::erase_if(channels_, [](const auto& opened) { return opened.expired(); });
   // Raised before or after the channel's registration, it reaches the channel either way.
   if (interruption_.raised()) channel->interrupt(interruption_.reason());
   channels_.push_back(channel);
   return channel;
 }
 
-void transport::throw_if_interrupted() const {
-  interruption_.throw_if_raised((backend_.empty() ? "" : backend_ + " ") + "rank " + std::to_string(rank()) + ": ");
+std::string transport::who() const {
+  return (backend_.empty() ? "" : backend_ + " ") + "rank " + std::to_string(rank()) + ": ";
 }
+
+void transport::throw_if_interrupted() const { interruption_.throw_if_raised(who()); }
 
 transport::request transport::post_send(int peer, std::uint64_t tag, std::span<const std::byte> data) {
   try {

@@ -103,7 +103,6 @@ private:
   // The rank's outgoing links and byte counts, shared with its channel.
   std::shared_ptr<detail::inproc_rank_links> rank_links_;
   std::uint64_t tag_space_;  // 0, or channel_tag_bit on a channel
-  std::weak_ptr<transport> channel_;  // the one open now
   clock::time_point last_arrival_{};
 };
 

@@ -122,8 +122,10 @@ public:
   // runs its rounds. Its tags and collective sequence are its own, disjoint from this
   // endpoint's; it shares this rank's outgoing links (an emulated link's bandwidth included) and
   // byte counts (stats() here include its traffic), and interrupt() here interrupts it too. Every
-  // rank calls the same collectives on its channel in the same order, as on the endpoint. At most
-  // one channel at a time; nullptr where the backend has none (NCCL, hierarchical groups).
+  // rank calls the same collectives on its channel in the same order, as on the endpoint. A
+  // channel has no channel, and an endpoint one channel at a time: opening another while one is
+  // still owned throws std::logic_error. nullptr where the backend has none (NCCL, hierarchical
+  // groups).
   std::shared_ptr<transport> open_channel();
 
   // Ring collectives cut each step into pieces of at most this size (smaller for small
@@ -204,7 +206,8 @@ public:
                            std::span<std::uint16_t> plus_votes);
 
 protected:
-  // open_channel's backend part (the default has none).
+  // open_channel's backend part (the default has none), called only on an endpoint without an
+  // open channel.
   virtual std::shared_ptr<transport> make_channel() { return nullptr; }
 
   // `backend` prefixes the rank in error messages ("ucx" gives "ucx rank 1: ..."); empty gives
@@ -231,9 +234,12 @@ private:
   std::string backend_;
   interrupt_flag interruption_;
   std::uint64_t collective_sequence_ = 0;
+  // "<backend> rank <r>: ", which error messages start with.
+  std::string who() const;
   // The channels opened here, which interrupt() forwards to.
   std::mutex channels_mutex_;
   std::vector<std::weak_ptr<transport>> channels_;
+  bool is_channel_ = false;  // opened by open_channel
   // The default post_recv's receives, not yet done, in posting order.
   struct deferred_receive {
     request handle;

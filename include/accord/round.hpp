@@ -71,15 +71,20 @@ public:
   bool done() const override { return true; }
   void wait() override {}
 };
+
+// The default start_all_reduce of either element type: all_reduce at once.
+template <class Value>
+std::unique_ptr<collective_in_flight> all_reduce_at_once(round_peers& peers, std::span<Value> values) {
+  peers.all_reduce(values);
+  return std::make_unique<completed_collective>();
+}
 }  // namespace detail
 
 inline std::unique_ptr<collective_in_flight> round_peers::start_all_reduce(std::span<float> values) {
-  all_reduce(values);
-  return std::make_unique<detail::completed_collective>();
+  return detail::all_reduce_at_once(*this, values);
 }
 inline std::unique_ptr<collective_in_flight> round_peers::start_all_reduce(std::span<double> values) {
-  all_reduce(values);
-  return std::make_unique<detail::completed_collective>();
+  return detail::all_reduce_at_once(*this, values);
 }
 inline std::unique_ptr<collective_in_flight> round_peers::start_all_reduce(std::span<float> values,
                                                                            std::span<float> residual,
