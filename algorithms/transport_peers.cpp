@@ -3,7 +3,6 @@
 #include "transport/feedback_all_reduce.hpp"
 #include "transport/hierarchical.hpp"
 
-#include <algorithm>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -26,9 +25,7 @@ transport_peers::transport_peers(transport& link, std::unique_ptr<collective_cha
 
 std::unique_ptr<round_peers> transport_peers::among(std::vector<int> members) {
   const int own = rank(), count = size();
-  const bool ranks = !members.empty() && members.front() >= 0 && members.back() < count &&
-                     std::ranges::adjacent_find(members, std::greater_equal<>()) == members.end();
-  if (!ranks || !std::ranges::binary_search(members, own))
+  if (!subgroup_members_fit(members, count, own))
     throw std::invalid_argument("round_peers::among: the members are not ascending ranks of the " + std::to_string(count) +
                                 " holding this worker's, " + std::to_string(own));
   if (!members_.empty())

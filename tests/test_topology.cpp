@@ -436,6 +436,22 @@ TEST_CASE("local SGD refuses what it cannot run with one line") {
   }
 }
 
+TEST_CASE("round_peers::among: subgroups name their ranks within them; bad members are refused with one line") {
+  auto endpoints = inproc_fabric(4).endpoints();
+  transport_peers peers(*endpoints[1]);
+  for (const std::vector<int>& members : {std::vector<int>{}, {0, 2}, {2, 1}, {1, 4}, {-1, 1}, {1, 1}}) {
+    CAPTURE(members.size());
+    CHECK_THROWS_WITH_AS(peers.among(members),
+                         "round_peers::among: the members are not ascending ranks of the 4 holding this worker's, 1",
+                         std::invalid_argument);
+  }
+  const std::unique_ptr<round_peers> column = peers.among({1, 3});
+  CHECK(column->rank() == 0);
+  CHECK(column->size() == 2);
+  CHECK(column->among({0})->size() == 1);
+  CHECK_THROWS_AS(column->among({1}), std::invalid_argument);  // the column's rank 1 is rank 3
+}
+
 // A rank's endpoint that counts the bytes it sends to each peer, its channel's included; the
 // in-process transport underneath does the sending.
 class counting_transport final : public transport {

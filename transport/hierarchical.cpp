@@ -276,11 +276,15 @@ private:
 
 }  // namespace
 
+bool subgroup_members_fit(std::span<const int> members, int world, int rank) {
+  return !members.empty() && members.front() >= 0 && members.back() < world &&
+         std::ranges::adjacent_find(members, std::greater_equal<>()) == members.end() &&
+         std::ranges::binary_search(members, rank);
+}
+
 std::unique_ptr<transport> make_subgroup_transport(transport& flat, std::vector<int> members, std::uint64_t level) {
   if (level < 1 || level > 7) throw std::invalid_argument("subgroup transport: level " + std::to_string(level) + " is not in 1..7");
-  const bool ranks = !members.empty() && members.front() >= 0 && members.back() < flat.size() &&
-                     std::ranges::adjacent_find(members, std::greater_equal<>()) == members.end();
-  if (!ranks || !std::ranges::binary_search(members, flat.rank()))
+  if (!subgroup_members_fit(members, flat.size(), flat.rank()))
     throw std::invalid_argument("subgroup transport: the members are not ascending ranks of the " +
                                 std::to_string(flat.size()) + " holding rank " + std::to_string(flat.rank()));
   return std::make_unique<subgroup>(flat, std::move(members), level);
