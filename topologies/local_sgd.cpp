@@ -132,6 +132,7 @@ private:
   };
 
   bool eager() const { return options_.update == outer_update::eager; }
+  bool compressed() const { return options_.outer_precision != wire_precision::fp32; }
 
   // The ranks of `rank`'s group, and those at its place in every group.
   std::vector<int> group_of(int rank) const {
@@ -163,7 +164,6 @@ private:
     const shard share = shard_of(range.size(), inside->size(), inside->rank());
     return {range.begin + share.begin, range.begin + share.end};
   }
-  bool compressed() const { return options_.outer_precision != wire_precision::fp32; }
 
   // The steps fragment f's outer steps come after the plain schedule's.
   std::uint64_t offset(std::uint64_t f) const { return f * options_.local_steps / options_.fragments; }
