@@ -61,8 +61,8 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
   const int workers = plan.workers;
   const app_workers& apps = hooks.apps;
   size_blas(plan, workers);
-  inproc_fabric fabric(workers, link_layout{plan.link, plan.inter_link,
-                                            plan.topo->group_size() > 1 ? plan.topo->group_size() : 0});
+  const int linked_group = plan.topo->link_group_size();
+  inproc_fabric fabric(workers, link_layout{plan.link, plan.inter_link, linked_group > 1 ? linked_group : 0});
   // After a failure every transport throws, so no communicator stays blocked in a collective.
   auto fail_everyone = [&fabric, workers] {
     for (int rank = 0; rank < workers; ++rank) fabric.fail(rank);

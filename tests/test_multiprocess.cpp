@@ -185,6 +185,23 @@ TEST_CASE("topologies over UCX between 3 processes give the same parameters as i
   }
 }
 
+TEST_CASE("hierarchical DiLoCo, 2 groups of 2 processes over UCX, gives one process's parameters bit for bit") {
+  // DDP inside each group every inner step; eager fp4 outer rounds in flight between the groups,
+  // on each UCX worker's channel, over its column's subgroup.
+  const std::string flags = " --algo ddp --topology local-sgd --inner-group 2 --local-steps 4 --fragments 2"
+                            " --overlap-steps 3 --overlap-mix 0.5 --outer-update eager --outer-precision fp4 --steps 9";
+  const std::string launched = "multiprocess_inner_group_launched.f32", inproc = "multiprocess_inner_group_inproc.f32";
+  const run_output distributed = run(launch + "-n 4 -- " + train + flags + train_flags + " --save-parameters " + launched);
+  INFO(distributed.text);
+  REQUIRE(distributed.status == 0);
+  CHECK(distributed.text.find("replicas identical") != std::string::npos);
+  const run_output local = run(train + " --workers 4" + flags + train_flags + " --save-parameters " + inproc);
+  REQUIRE(local.status == 0);
+  const auto a = read_all(launched), b = read_all(inproc);
+  REQUIRE(a.size() > 0);
+  CHECK(a == b);
+}
+
 TEST_CASE("the asynchronous topologies between processes refuse an elastic job they cannot keep, with one line") {
   const run_output elastic = run(launch + "--elastic -n 2 -- " + train +
                                  " --algo ddp --topology parameter-server --max-staleness 0" + train_flags + " --steps 2");

@@ -20,6 +20,13 @@
 // Compressed outer rounds (--outer-precision fp4, ...): the pseudo-gradients travel in a lossy
 // code with error feedback (round_peers::start_all_reduce with a residual), each fragment's
 // residual kept in its range from one of its rounds to the next.
+// Hierarchical DiLoCo (--inner-group G): consecutive ranks in groups of G take each inner step
+// as DDP inside the group (the group's gradient sum over its micro-batches, summed over the
+// group's links, then the same optimizer step on every member: one replica per group, the same
+// bits on each member), and the outer rounds run between groups only: member k of every group
+// sums the k-th of G shares of the fragment's pseudo-gradient with member k of the others (its
+// "column"), then the group gathers its shares over its own links. The slow links between groups
+// carry the outer rounds and nothing else, spread over G columns (docs/topologies.md).
 #include "topologies/builtins.hpp"
 
 #include "transport/shard.hpp"
@@ -41,6 +48,7 @@ enum class outer_update { delayed, eager };
 // The settings local-sgd declares (local_sgd_settings), read once from the job's.
 struct local_sgd_options {
   std::uint64_t local_steps = 1, fragments = 1, overlap_steps = 0;
+  int inner_group = 1;  // workers per group whose inner steps are DDP over the group
   float outer_learning_rate = 0, outer_momentum = 0, overlap_mix = 0;
   outer_update update = outer_update::delayed;
   wire_precision outer_precision = wire_precision::fp32;
@@ -69,14 +77,20 @@ public:
 
   void round(std::span<float> buffer, const round_view& round, round_peers& peers, algorithm_rules& rules,
              topology_report& report) override {
-    const float scale = round.micro_batches > 0 ? static_cast<float>(1.0 / round.micro_batches) : 0.f;
-    for (float& g : buffer) g *= scale;  // this worker's own mean gradient
+    // Grouped: the group inside, and this worker's column (its place in every group) across.
+    std::unique_ptr<round_peers> inside, across;
+    if (options_.inner_group > 1) {
+      inside = peers.among(group_of(peers.rank()));
+      across = peers.among(column_of(peers.rank(), peers.size()));
+    }
+    round_peers& outer_peers = across ? *across : peers;
+    mean_gradient(buffer, round, inside.get());
     rules.local_step(local_, buffer);
     const bool last = round.step + 1 == steps_;
     double spread_square = 0;
     bool measured = false;
     const auto land = [&](outer_round& outer) {
-      spread_square += outer_step(outer, peers.size());
+      spread_square += outer_step(outer, inside.get(), outer_peers.size());
       measured = true;
     };
     for (std::uint64_t f = 0; f < options_.fragments; ++f) {
@@ -85,7 +99,8 @@ public:
       // its θ_global is the base of this one's pseudo-gradient.
       for (outer_round& earlier : pending_)
         if (earlier.fragment == f && earlier.sums) land(earlier);
-      pending_.push_back(start_outer_round(peers, f, round.step + (last ? 0 : options_.overlap_steps)));
+      pending_.push_back(
+          start_outer_round(outer_peers, inside.get(), f, round.step + (last ? 0 : options_.overlap_steps)));
     }
     // Outer rounds whose overlap is over (every one at the job's last step) land, waiting for
     // their sums only if they have not arrived, and merge into the copy.
@@ -119,6 +134,37 @@ private:
   bool eager() const { return options_.update == outer_update::eager; }
   bool compressed() const { return options_.outer_precision != wire_precision::fp32; }
 
+  // The ranks of `rank`'s group, and those at its place in every group.
+  std::vector<int> group_of(int rank) const {
+    std::vector<int> members(static_cast<std::size_t>(options_.inner_group));
+    for (int m = 0; m < options_.inner_group; ++m) members[m] = rank / options_.inner_group * options_.inner_group + m;
+    return members;
+  }
+  std::vector<int> column_of(int rank, int workers) const {
+    std::vector<int> members;
+    for (int r = rank % options_.inner_group; r < workers; r += options_.inner_group) members.push_back(r);
+    return members;
+  }
+
+  // `buffer`, this worker's gradient sum, becomes the mean gradient of its inner step: its own,
+  // or (grouped) its group's, the same bits on every member.
+  static void mean_gradient(std::span<float> buffer, const round_view& round, round_peers* inside) {
+    double micro_batches = round.micro_batches;
+    if (inside) {
+      inside->all_reduce(buffer);
+      inside->all_reduce(std::span<double>(&micro_batches, 1));
+    }
+    const float scale = micro_batches > 0 ? static_cast<float>(1.0 / micro_batches) : 0.f;
+    for (float& g : buffer) g *= scale;
+  }
+
+  // What of fragment f's range this worker sums across: all of it, or (grouped) its share.
+  static shard share_of(shard range, round_peers* inside) {
+    if (!inside) return range;
+    const shard share = shard_of(range.size(), inside->size(), inside->rank());
+    return {range.begin + share.begin, range.begin + share.end};
+  }
+
   // The steps fragment f's outer steps come after the plain schedule's.
   std::uint64_t offset(std::uint64_t f) const { return f * options_.local_steps / options_.fragments; }
   shard range_of(std::uint64_t f) const {
@@ -130,9 +176,9 @@ private:
   }
 
   // Starts summing the fragment's pseudo-gradients θ_global − θ_i (and their squared norms, for
-  // the spread) over the workers; the worker goes on with its copy meanwhile (eager: from the
-  // proxy's outer step).
-  outer_round start_outer_round(round_peers& peers, std::uint64_t f, std::uint64_t merge_at) {
+  // the spread) over the replicas (grouped: this worker's share, over its column); the worker goes
+  // on with its copy meanwhile (eager: from the proxy's outer step).
+  outer_round start_outer_round(round_peers& peers, round_peers* inside, std::uint64_t f, std::uint64_t merge_at) {
     const shard range = range_of(f);
     double own_square = 0;
     for (std::size_t i = range.begin; i < range.end; ++i) {
@@ -146,9 +192,10 @@ private:
         local_[i] = proxy_at(i);
       }
     outer_round outer{merge_at, f, nullptr, nullptr};
-    outer.sums = compressed() ? peers.start_all_reduce(part(pseudo_gradient_, range), part(outer_.residual, range),
+    const shard sent = share_of(range, inside);
+    outer.sums = compressed() ? peers.start_all_reduce(part(pseudo_gradient_, sent), part(outer_.residual, sent),
                                                        precision_name(options_.outer_precision))
-                              : peers.start_all_reduce(part(pseudo_gradient_, range));
+                              : peers.start_all_reduce(part(pseudo_gradient_, sent));
     outer.squares = peers.start_all_reduce(std::span<double>(&square_sums_[f], 1));
     return outer;
   }
@@ -169,16 +216,18 @@ private:
     return outer_.global[i] - options_.outer_learning_rate * outer_direction(own_pseudo_gradient_[i], velocity);
   }
 
-  // Waits for the outer round's sums, then steps the fragment's θ_global with their mean (eager:
-  // the copy trades the proxy's step for it); returns the workers' spread over the fragment
-  // before the merge, mean_i ‖θ_i − θ̄‖².
-  double outer_step(outer_round& outer, int workers) {
+  // Waits for the outer round's sums (grouped: gathers the group's shares of them), then steps
+  // the fragment's θ_global with their mean over the `replicas` (eager: the copy trades the
+  // proxy's step for it); returns the replicas' spread over the fragment before the merge,
+  // mean_i ‖θ_i − θ̄‖².
+  double outer_step(outer_round& outer, round_peers* inside, int replicas) {
     outer.sums->wait();
     outer.squares->wait();
     outer.sums.reset();
     outer.squares.reset();
     const shard range = range_of(outer.fragment);
-    const float inverse = 1.0f / static_cast<float>(workers);
+    if (inside) gather_shares(range, *inside);
+    const float inverse = 1.0f / static_cast<float>(replicas);
     double mean_square = 0;
     float no_velocity = 0;
     for (std::size_t i = range.begin; i < range.end; ++i) {
@@ -190,7 +239,17 @@ private:
       if (eager()) local_[i] += outer_.global[i] - proxy;
     }
     // mean_i ‖Δ_i‖² − ‖Δ̄‖² is the spread of the θ_i around their mean (Δ_i = θ_global − θ_i).
-    return std::max(0.0, square_sums_[outer.fragment] / workers - mean_square);
+    return std::max(0.0, square_sums_[outer.fragment] / replicas - mean_square);
+  }
+
+  // Every member's share of the range's sums to every member of the group, over its own links:
+  // a sum in which each share is one member's and zeros elsewhere (x + 0 is x), the same bits
+  // on every member.
+  void gather_shares(shard range, round_peers& inside) {
+    const shard mine = share_of(range, &inside);
+    std::fill(pseudo_gradient_.begin() + range.begin, pseudo_gradient_.begin() + mine.begin, 0.f);
+    std::fill(pseudo_gradient_.begin() + mine.end, pseudo_gradient_.begin() + range.end, 0.f);
+    inside.all_reduce(part(pseudo_gradient_, range));
   }
 
   // The worker's copy of the fragment takes the global one (mixed with its own by α, except at
@@ -221,6 +280,8 @@ public:
   std::unique_ptr<worker_topology> make_worker(int, std::span<const float> initial) const override {
     return std::make_unique<local_sgd_worker>(options_, steps_, initial);
   }
+  // Its groups reduce over the flat transport themselves; the links between them are the slow ones.
+  int link_group_size() const override { return options_.inner_group; }
 
 private:
   local_sgd_options options_;
@@ -258,7 +319,7 @@ topology_factory local_sgd_topology() {
     require_own_copies_fit(job, "local-sgd");
     const topology_options& given = job.options;
     const std::int64_t local_steps = given.whole("local_steps"), fragments = given.whole("fragments"),
-                       overlap_steps = given.whole("overlap_steps");
+                       overlap_steps = given.whole("overlap_steps"), inner_group = given.whole("inner_group");
     local_sgd_options o;
     o.outer_learning_rate = static_cast<float>(given.number("outer_learning_rate"));
     o.outer_momentum = static_cast<float>(given.number("outer_momentum"));
@@ -269,6 +330,10 @@ topology_factory local_sgd_topology() {
     if (fragments < 1 || fragments > local_steps) refuse("--fragments must be in 1..--local-steps");
     if (overlap_steps < 0 || overlap_steps >= local_steps) refuse("--overlap-steps must be below --local-steps");
     if (!(o.overlap_mix >= 0 && o.overlap_mix < 1)) refuse("--overlap-mix must be in [0, 1)");
+    if (inner_group < 1 || job.workers % inner_group != 0)
+      refuse("--inner-group must be a whole number of workers dividing the " + std::to_string(job.workers) +
+             " workers, not " + std::to_string(inner_group));
+    o.inner_group = static_cast<int>(inner_group);
     o.local_steps = static_cast<std::uint64_t>(local_steps);
     o.fragments = static_cast<std::uint64_t>(fragments);
     o.overlap_steps = static_cast<std::uint64_t>(overlap_steps);
@@ -296,6 +361,11 @@ std::vector<setting_declaration> local_sgd_settings() {
        .high = most, .unit = "steps", .help = "inner steps an outer step's result is merged late (tau; 0: at once)"},
       {.name = "overlap_mix", .flag = "overlap-mix", .kind = number, .fallback = 0.0, .low = 0, .high = 1,
        .help = "weight of the worker's own fragment when the late result merges (alpha; 0: the global one)"},
+      {.name = "inner_group", .flag = "inner-group", .kind = whole, .fallback = std::int64_t{1}, .low = 1,
+       .high = 65535, .unit = "workers",
+       .help = "workers per group (consecutive ranks) whose inner steps are DDP over the group's links (--link; "
+               "--inter-link between groups, in one process); the outer rounds run between groups only "
+               "(1: each worker alone)"},
       {.name = "outer_update", .flag = "outer-update", .kind = text, .fallback = std::string("delayed"),
        .help = "delayed: a copy goes on from its own fragment until the mean's outer step lands; eager: it takes the "
                "outer step with its own pseudo-gradient at once and trades it for the mean's when that lands",

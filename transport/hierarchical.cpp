@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
 
 namespace accord {
 namespace {
@@ -272,6 +275,20 @@ private:
 };
 
 }  // namespace
+
+bool subgroup_members_fit(std::span<const int> members, int world, int rank) {
+  return !members.empty() && members.front() >= 0 && members.back() < world &&
+         std::ranges::adjacent_find(members, std::greater_equal<>()) == members.end() &&
+         std::ranges::binary_search(members, rank);
+}
+
+std::unique_ptr<transport> make_subgroup_transport(transport& flat, std::vector<int> members, std::uint64_t level) {
+  if (level < 1 || level > 7) throw std::invalid_argument("subgroup transport: level " + std::to_string(level) + " is not in 1..7");
+  if (!subgroup_members_fit(members, flat.size(), flat.rank()))
+    throw std::invalid_argument("subgroup transport: the members are not ascending ranks of the " +
+                                std::to_string(flat.size()) + " holding rank " + std::to_string(flat.rank()));
+  return std::make_unique<subgroup>(flat, std::move(members), level);
+}
 
 std::unique_ptr<transport> make_hierarchical_transport(std::shared_ptr<transport> flat, int group_size) {
   if (group_size < 1)

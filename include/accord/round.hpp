@@ -7,6 +7,7 @@
 #include <span>
 #include <stdexcept>
 #include <string_view>
+#include <vector>
 
 namespace accord {
 
@@ -62,6 +63,13 @@ public:
                                                                  std::string_view precision);
   // Swaps `mine` for `peer`'s (which calls exchange with this rank at the same point).
   virtual void exchange(int peer, std::span<const float> mine, std::span<float> theirs) = 0;
+  // The peers among ranks `members` alone (ascending, this worker's rank among them) as a round
+  // of their own: rank() and size() count within them, and their collectives (started ones too,
+  // on this worker's channel in the order started with the others) travel only between those
+  // ranks' links: a group of fast-linked workers, or one worker per group. Every member takes the
+  // same subgroup at the same point. Members that are not ascending ranks holding this one throw
+  // std::invalid_argument; the default throws std::logic_error (peers without subgroups).
+  virtual std::unique_ptr<round_peers> among(std::vector<int> members);
 };
 
 namespace detail {
@@ -80,6 +88,9 @@ std::unique_ptr<collective_in_flight> all_reduce_at_once(round_peers& peers, std
 }
 }  // namespace detail
 
+inline std::unique_ptr<round_peers> round_peers::among(std::vector<int>) {
+  throw std::logic_error("round_peers::among: these peers have no subgroups");
+}
 inline std::unique_ptr<collective_in_flight> round_peers::start_all_reduce(std::span<float> values) {
   return detail::all_reduce_at_once(*this, values);
 }

@@ -81,6 +81,10 @@ public:
   // Workers per group (consecutive ranks): every collective reduces inside groups first, then
   // across the group leaders. 1: one flat ring.
   virtual int group_size() const { return 1; }
+  // Workers per group of fast-linked ranks (consecutive): in one process the links inside a group
+  // emulate --link and those between groups --inter-link. group_size(), unless the topology
+  // groups its workers itself over the flat transport (local-sgd's --inner-group).
+  virtual int link_group_size() const { return group_size(); }
   // The worker of rank `rank`, starting from `initial` (every worker's initial parameters).
   virtual std::unique_ptr<worker_topology> make_worker(int rank, std::span<const float> initial) const = 0;
 };
