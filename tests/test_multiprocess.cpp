@@ -157,6 +157,27 @@ TEST_CASE("int8 and sign real rounds with error feedback over UCX give the in-pr
   CHECK(read_all("multiprocess_ef_elastic.f32") == read_all("multiprocess_ef_checkpointed.f32"));
 }
 
+namespace {
+
+// `flags` trained by `workers` processes over UCX (accord-launch) end with the parameters that
+// `workers` workers in one process reach, bit for bit.
+void check_launched_equals_one_process(const std::string& name, int workers, const std::string& flags) {
+  CAPTURE(name);
+  const std::string launched = "multiprocess_" + name + "_launched.f32", inproc = "multiprocess_" + name + "_inproc.f32";
+  const std::string count = std::to_string(workers);
+  const run_output distributed = run(launch + "-n " + count + " -- " + train + flags + train_flags + " --save-parameters " + launched);
+  INFO(distributed.text);
+  REQUIRE(distributed.status == 0);
+  CHECK(distributed.text.find("replicas identical") != std::string::npos);
+  const run_output local = run(train + " --workers " + count + flags + train_flags + " --save-parameters " + inproc);
+  REQUIRE(local.status == 0);
+  const auto a = read_all(launched), b = read_all(inproc);
+  REQUIRE(a.size() > 0);
+  CHECK(a == b);
+}
+
+}  // namespace
+
 TEST_CASE("topologies over UCX between 3 processes give the same parameters as in one process") {
   const std::vector<std::pair<std::string, std::string>> topologies = {
       {"local_sgd", " --algo ddp --topology local-sgd --local-steps 2 --steps 5"},
@@ -170,19 +191,7 @@ TEST_CASE("topologies over UCX between 3 processes give the same parameters as i
       {"hierarchical", " --algo ddp --topology hierarchical --group-size 2 --steps 3"},
       {"hierarchical_vote", " --algo dlion-mavo --topology hierarchical --group-size 2 --steps 3"},
   };
-  for (const auto& [name, flags] : topologies) {
-    CAPTURE(name);
-    const std::string launched = "multiprocess_" + name + "_launched.f32", inproc = "multiprocess_" + name + "_inproc.f32";
-    const run_output distributed = run(launch + "-n 3 -- " + train + flags + train_flags + " --save-parameters " + launched);
-    INFO(distributed.text);
-    REQUIRE(distributed.status == 0);
-    CHECK(distributed.text.find("replicas identical") != std::string::npos);
-    const run_output local = run(train + " --workers 3" + flags + train_flags + " --save-parameters " + inproc);
-    REQUIRE(local.status == 0);
-    const auto a = read_all(launched), b = read_all(inproc);
-    REQUIRE(a.size() > 0);
-    CHECK(a == b);
-  }
+  for (const auto& [name, flags] : topologies) check_launched_equals_one_process(name, 3, flags);
 }
 
 TEST_CASE("hierarchical DiLoCo, 2 groups of 2 processes over UCX, gives one process's parameters bit for bit") {
@@ -190,16 +199,7 @@ TEST_CASE("hierarchical DiLoCo, 2 groups of 2 processes over UCX, gives one proc
   // on each UCX worker's channel, over its column's subgroup.
   const std::string flags = " --algo ddp --topology local-sgd --inner-group 2 --local-steps 4 --fragments 2"
                             " --overlap-steps 3 --overlap-mix 0.5 --outer-update eager --outer-precision fp4 --steps 9";
-  const std::string launched = "multiprocess_inner_group_launched.f32", inproc = "multiprocess_inner_group_inproc.f32";
-  const run_output distributed = run(launch + "-n 4 -- " + train + flags + train_flags + " --save-parameters " + launched);
-  INFO(distributed.text);
-  REQUIRE(distributed.status == 0);
-  CHECK(distributed.text.find("replicas identical") != std::string::npos);
-  const run_output local = run(train + " --workers 4" + flags + train_flags + " --save-parameters " + inproc);
-  REQUIRE(local.status == 0);
-  const auto a = read_all(launched), b = read_all(inproc);
-  REQUIRE(a.size() > 0);
-  CHECK(a == b);
+  check_launched_equals_one_process("inner_group", 4, flags);
 }
 
 TEST_CASE("the asynchronous topologies between processes refuse an elastic job they cannot keep, with one line") {
