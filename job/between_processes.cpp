@@ -196,7 +196,9 @@ std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf
   coordination_replica replica;
   self->request(standby, candidate_timeout, replica_atom::value)
       .receive([&](coordination_replica& r) { replica = std::move(r); }, [](caf::error&) {});
-  for (const replica_member& candidate : election_candidates(replica)) {
+  std::vector<replica_member> candidates = election_candidates(replica);
+  for (std::size_t next = 0; next < candidates.size(); ++next) {
+    const replica_member& candidate = candidates[next];
     const std::string name = member_name(candidate.initial_rank, candidate.id, candidate.host);
     standby_actor asked = standby;
     if (candidate.id != me) {
@@ -224,6 +226,22 @@ std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf
     if (elected) {
       if (candidate.id != me) caf::anon_send(standby, elected_atom::value);  // no takeover here too
       return elected;
+    }
+    if (left_behind) {
+      // A later epoch formed: without this member, or with it while a cut held its plan and
+      // its copies (it judged that epoch's coordinator lost first). In the second case it
+      // takes the candidate's copy and elects from it (membership/election.hpp, counted_in).
+      std::optional<coordination_replica> later;
+      self->request(asked, candidate_timeout, replica_atom::value)
+          .receive([&](coordination_replica& r) { later = std::move(r); }, [](caf::error&) {});
+      if (later && newer(*later, replica) && counted_in(*later, me)) {
+        left_behind = false;
+        replica = std::move(*later);
+        caf::anon_send(standby, replica_atom::value, replica);
+        candidates = election_candidates(replica);
+        next = static_cast<std::size_t>(-1);  // from the first of its candidates
+        continue;
+      }
     }
     // The coordinator lives, and a member reaches it: this process is the one cut off. Asking
     // the next in line (this process's own standby, maybe) would start a second coordinator.
@@ -608,7 +626,14 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                                                                 elastic ? detector : std::nullopt,
                                                                 master ? nullptr : hooks.stop_requested});
       self->request(me.agent, caf::infinite, hello_atom::value, std::move(hello))
-          .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
+          .receive([&](std::uint64_t id) { me.id = id; },
+                   [&](caf::error& e) {
+                     // A coordinator refuses with its reason; CAF's own error says that the one
+                     // this member elected or found went away before it answered: lost as well.
+                     const bool refused = e.context().match_elements<std::string>();
+                     failure = refused || !rejoin ? describe(*system, e)
+                                                  : std::string(coordinator_lost) + ": " + system->render(e);
+                   });
     };
     // Says hello again as this member to `next`, the coordinator after a loss.
     auto follow = [&](const membership_actor& next) {
@@ -680,6 +705,26 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
         if (left_behind) return std::nullopt;
       }
     };
+    // After the coordinator's loss (`cause`) the survivors elect the next coordinator and say
+    // hello there, keeping their member ids; when that one goes away before it answers (killed
+    // meanwhile), it is lost too and they elect again. Found by the membership simulation.
+    auto follow_next = [&](std::string cause) {
+      for (;;) {
+        std::string refusals;
+        bool left_behind = false;
+        std::optional<membership_actor> elected =
+            elect_coordinator(*system, self, standby, me.id, cause, refusals, left_behind);
+        if (!elected && !left_behind) elected = wait_for_majority(cause, refusals);
+        if (auto own = own_coordination()) elected = std::move(own);
+        if (!elected) {
+          failure = "no member could take over from the lost coordinator (" + cause + "): " + refusals;
+          return;
+        }
+        follow(*elected);
+        if (!failure || failure->rfind(coordinator_lost, 0) != 0) return;
+        cause = failure->substr(std::string(coordinator_lost).size() + 2);
+      }
+    };
     admit(false);
     if (trace_recorder* trace = trace_recorder::active(); trace && !master && !failure)
       trace->set_clock_offset(clock_offset_to(self, me.membership));
@@ -699,19 +744,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
           .receive([&](epoch_plan& p) { plan = std::move(p); },
                    [&](caf::error& e) { failure = describe(*system, e); });
       if (failure && elastic && failure->rfind(coordinator_lost, 0) == 0) {
-        // The survivors elect the next coordinator and reconnect to it, keeping their member ids.
-        const std::string cause = failure->substr(std::string(coordinator_lost).size() + 2);
-        std::string refusals;
-        bool left_behind = false;
-        std::optional<membership_actor> elected =
-            elect_coordinator(*system, self, standby, me.id, cause, refusals, left_behind);
-        if (!elected && !left_behind) elected = wait_for_majority(cause, refusals);
-        if (auto own = own_coordination()) elected = std::move(own);
-        if (!elected) {
-          failure = "no member could take over from the lost coordinator (" + cause + "): " + refusals;
-          break;
-        }
-        follow(*elected);
+        follow_next(failure->substr(std::string(coordinator_lost).size() + 2));
         continue;
       }
       if (!failure && !plan.rejoin.empty()) {
@@ -725,13 +758,18 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
           coordination.shut_down(self);
           hosting = false;
         }
+        caf::anon_send(standby, follow_atom::value, plan.rejoin);  // it hosts nothing from now on
         auto there = membership_at(*system, plan.rejoin, std::chrono::milliseconds(10'000));
         if (!there) {
-          failure = "this side gave way to the coordinator at " + plan.rejoin + ", which does not answer: " +
-                    describe(*system, there.error());
-          break;
+          // Gone meanwhile (killed just after): lost as any coordinator, and this process's
+          // standby may take over from now on, as after its agent's verdict. Found by the
+          // membership simulation.
+          const std::string cause = "this side gave way to the coordinator at " + plan.rejoin +
+                                    ", which does not answer: " + describe(*system, there.error());
+          caf::anon_send(standby, lost_atom::value, cause);
+          follow_next(cause);
+          continue;
         }
-        caf::anon_send(standby, follow_atom::value, plan.rejoin);
         follow(*there);
         continue;
       }
