@@ -629,10 +629,12 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
           .receive([&](std::uint64_t id) { me.id = id; },
                    [&](caf::error& e) {
                      // A coordinator refuses with its reason; CAF's own error says that the one
-                     // this member elected or found went away before it answered: lost as well.
+                     // this member elected or found went away before it answered: lost as well,
+                     // as one that gave way meanwhile.
                      const bool refused = e.context().match_elements<std::string>();
-                     failure = refused || !rejoin ? describe(*system, e)
-                                                  : std::string(coordinator_lost) + ": " + system->render(e);
+                     const std::string why = describe(*system, e);
+                     failure = rejoin && (!refused || refused_as_gone(why)) ? std::string(coordinator_lost) + ": " + why
+                                                                            : why;
                    });
     };
     // Says hello again as this member to `next`, the coordinator after a loss.

@@ -81,7 +81,7 @@ std::variant<std::uint64_t, std::string> membership_machine::on_hello(const memb
   };
   if (failure_) return *failure_;
   if (now_ == membership_phase::finished) return refuse("the job is already over");
-  if (!yielded_to_.empty()) return refuse("this side gave way to the coordinator at " + yielded_to_);
+  if (!yielded_to_.empty()) return refuse(gave_way_refusal + yielded_to_);
   if (hello.rejoin) {
     // After a takeover, or (a side waiting for a majority) a lost member that comes back.
     const auto found = members_.find(hello.member);

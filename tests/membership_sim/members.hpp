@@ -12,6 +12,7 @@ namespace accord::sim {
 inline void say_hello(world& w, int p, int c, bool rejoin);
 inline void begin_election(world& w, int p, const std::string& cause);
 inline void coordinator_gone(world& w, int p, const std::string& cause);
+inline void coordination_gone(world& w, int c);
 
 template <class What>
 void member_heard(world& w, int p, int generation, const What& what) {
@@ -56,15 +57,21 @@ inline void world::kill(int p) {
       const int member = q.index, generation = q.generation;
       send(p, member, [this, member, generation, p] { hello_failed(*this, member, generation, p); }, true);
     }
-    // Members whose coordinator it hosted see their agent's connection close.
-    if (q.admitted && q.coordinator == p) {
-      const int member = q.index, generation = q.generation;
-      send(p, member, [this, member, generation] {
-        member_heard(*this, member, generation, [this](process& m) {
-          coordinator_gone(*this, m.index, closed_cause(heartbeat_detector_settings{}, m.contact, now()));
-        });
-      }, true);
-    }
+  }
+  coordination_gone(*this, p);
+}
+
+// The coordination process c hosted is gone (its process killed, or it gave way): the agents of
+// the members that followed it see the membership actor they monitor go down.
+inline void coordination_gone(world& w, int c) {
+  for (process& q : w.procs) {
+    if (q.index == c || q.killed || !q.admitted || q.coordinator != c) continue;
+    const int member = q.index, generation = q.generation;
+    w.send(c, member, [&w, member, generation] {
+      member_heard(w, member, generation, [&w](process& m) {
+        coordinator_gone(w, m.index, closed_cause(heartbeat_detector_settings{}, m.contact, w.now()));
+      });
+    }, true);
   }
 }
 
@@ -153,6 +160,7 @@ inline void epoch_plan_came(world& w, int p, int generation, const epoch_assignm
       m.machine.reset();
       ++m.machine_generation;
       m.epoch_active = false;
+      coordination_gone(w, p);
     }
     if (plan.rejoin == m.replica->coordinator_control) m.saw_lost.reset();  // the standby's follow_atom
     return find_and_follow(w, p, process_of(plan.rejoin), plan.rejoin, w.now() + rejoin_timeout);
@@ -213,18 +221,24 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
   const int generation = m.generation;
   if (w.procs[c].killed)  // its port refuses at once
     return w.local(p, 1ms, [&w, p, generation, c] { hello_failed(w, p, generation, c); });
-  w.send(p, c, [&w, p, c, generation, hello] {
+  // The hello goes to the coordination c hosts now (the actor the member was handed): when that
+  // one has ended by its arrival, the hello fails as to a dead actor.
+  w.send(p, c, [&w, p, c, generation, hello, coordination = w.procs[c].machine_generation] {
     process& host = w.procs[c];
-    std::variant<std::uint64_t, std::string> admitted = std::string("no coordinator here");
-    if (host.hosts()) {
+    const bool there = host.machine && host.machine_generation == coordination;
+    std::variant<std::uint64_t, std::string> admitted = std::string();
+    if (there) {
       admitted = host.machine->on_hello(hello, p != c, w.now());
       if (const auto* id = std::get_if<std::uint64_t>(&admitted)) host.member_process[*id] = {p, generation};
       perform(w, c);
     }
-    w.send(c, p, [&w, p, generation, admitted] {
+    w.send(c, p, [&w, p, c, generation, admitted, there] {
       process& m = w.procs[p];
       if (m.generation != generation || !m.ended.empty()) return;
+      if (!there) return hello_failed(w, p, generation, c);
       if (const auto* why = std::get_if<std::string>(&admitted)) {
+        // A coordination that gave way meanwhile is gone for this member, as a dead one.
+        if (m.rejoin && refused_as_gone(*why)) return coordinator_gone(w, p, *why);
         return end_member(w, p, *why);
       }
       m.id = std::get<std::uint64_t>(admitted);
