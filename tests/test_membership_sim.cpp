@@ -331,6 +331,28 @@ const std::vector<kept_schedule>& kept_schedules() {
         {k::stop, 7452ms, 4840ms, -1, -1, {}, 0ms},
         {k::partition, 7746ms, 5061ms, -1, -1, {0, 1, 3, 4}, 0ms}},
        finding::none},
+      // The stalled coordinator p0 admits a joiner p3 as member 3 while p1's coordination admits
+      // p4 as member 3 too; p0's side gives way to p2 (a later epoch, 64000128's fix), and p2
+      // took p3's hello as member 3's (p4's) return: a false majority, and two epochs 4. Found
+      // by the CI sweep after that fix. Fixed (membership/admission.cpp, on_hello): a member
+      // coming back is its id and its control port.
+      {3, 3074258,
+       {{k::stop, 2306ms, 6476ms, -1, -1, {}, 0ms},
+        {k::join, 3519ms, 4601ms, -1, -1, {}, 0ms},
+        {k::partition, 8056ms, 5889ms, -1, -1, {0}, 0ms},
+        {k::join, 10861ms, 4847ms, -1, -1, {}, 0ms},
+        {k::partition, 12832ms, 5679ms, -1, -1, {2}, 0ms}},
+       finding::none},
+      // p1's side gives way to the member holding epoch 2 (p3, following p0); p1's standby, its
+      // verdict on p0 kept since the give-way did not name p0, takes over again for p3 while
+      // p1's own member is at p0: a coordination without its own member failed the job. Found
+      // by the CI sweep. Fixed (actors/standby_actor.cpp, follow_atom): a side that gives way
+      // spends its standby's verdict, whoever it follows.
+      {5, 5015219,
+       {{k::partition, 9315ms, 2376ms, -1, -1, {3, 4}, 0ms},
+        {k::partition, 16312ms, 4387ms, -1, -1, {0, 2, 3}, 0ms},
+        {k::stop, 18852ms, 6546ms, 0, -1, {}, 0ms}},
+       finding::none},
   };
   return schedules;
 }

@@ -162,7 +162,7 @@ inline void epoch_plan_came(world& w, int p, int generation, const epoch_assignm
       m.epoch_active = false;
       coordination_gone(w, p);
     }
-    if (plan.rejoin == m.replica->coordinator_control) m.saw_lost.reset();  // the standby's follow_atom
+    m.saw_lost.reset();  // the standby's follow_atom: its verdict is spent
     return find_and_follow(w, p, process_of(plan.rejoin), plan.rejoin, w.now() + rejoin_timeout);
   }
   m.running = plan.epoch;
