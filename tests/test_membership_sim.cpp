@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <ctime>
 
@@ -353,6 +355,17 @@ const std::vector<kept_schedule>& kept_schedules() {
         {k::partition, 16312ms, 4387ms, -1, -1, {0, 2, 3}, 0ms},
         {k::stop, 18852ms, 6546ms, 0, -1, {}, 0ms}},
        finding::none},
+      // p2's coordination (a takeover) forms epoch 3 with p4; a cut sends p4 to p1's (from
+      // epoch 2), and both wait: p1 asked p2's standby where the job is, which answered with the
+      // epoch-2 copy it took over from (a coordinator's own standby got no copies), so p1 did
+      // not give way to p2's later epoch. Found by the CI sweep. Fixed (membership/forming.cpp,
+      // replicate): the coordinator's own process's standby gets the copies too.
+      {5, 5015697,
+       {{k::flap, 1505ms, 8754ms, 3, 0, {}, 1725ms},
+        {k::stop, 12563ms, 2054ms, 1, -1, {}, 0ms},
+        {k::kill, 13988ms, 3034ms, 0, -1, {}, 0ms},
+        {k::partition, 16297ms, 9442ms, -1, -1, {1, 3, 4}, 0ms}},
+       finding::none},
   };
   return schedules;
 }
@@ -390,9 +403,20 @@ constexpr sweep_size ci_sweep[] = {{3, 250'000}, {4, 100'000}, {5, 40'000}, {7, 
                                    {16, 3'000},  {32, 1'000},  {64, 300}};
 constexpr int ci_parts_at_256 = 4, ci_schedules_at_256 = 2'500;  // per part: ctest runs the parts side by side
 
+// ACCORD_SIM_SIZES ("5 7 16"): only those sizes of the sweep (ctest runs the sizes that pass apart
+// from those that do not yet).
 TEST_CASE("membership simulation: the CI sweep of 3 to 64 members" * doctest::skip()) {
-  for (const sweep_size& size : ci_sweep)
+  const char* sizes = std::getenv("ACCORD_SIM_SIZES");
+  std::set<int> only;
+  for (std::istringstream in(sizes ? sizes : ""); in;)
+    if (int members = 0; in >> members) only.insert(members);
+  for (const sweep_size& size : ci_sweep) {
+    if (!only.empty() && !only.count(size.members)) continue;
     run_many(size.members, size.schedules, 6, 1'000'000 * static_cast<std::uint64_t>(size.members));
+  }
+  for (const int members : only)
+    CHECK_MESSAGE(std::any_of(std::begin(ci_sweep), std::end(ci_sweep), [members](const sweep_size& s) { return s.members == members; }),
+                  "ACCORD_SIM_SIZES: " << members << " is not a size of the CI sweep");
 }
 
 TEST_CASE("membership simulation: the CI sweep at 256 members (part ACCORD_SIM_PART of 4)" * doctest::skip()) {
