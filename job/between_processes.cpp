@@ -12,6 +12,7 @@
 #include "cluster/membership_log.hpp"
 #include "job/scope_exit.hpp"
 #include "observe/metrics_file.hpp"
+#include "observe/stall_watchdog.hpp"
 #include "observe/trace.hpp"
 #include "cluster/rendezvous.hpp"
 #include "job/worker_spawn.hpp"
@@ -435,6 +436,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                                  std::shared_ptr<const dataset> eval, const job_plan& origin,
                                  const process_group& group, const job_hooks& hooks) {
   const trace_session trace(origin.config.trace_path, group.rank, group.join);
+  const stall_watchdog watchdog(std::chrono::duration<double>(origin.config.watchdog_seconds), census_report);
   const std::string host = host_of(group);
   const bool master = !group.join && group.rank == 0;
   const bool elastic = group.elastic || group.join;
@@ -551,9 +553,9 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       c.started = started - origin.clock_before();
       c.on_kept = std::move(on_kept);
       std::lock_guard lock(coordination_mutex);
-      return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
+      return coordination.keep(spawn_coordinator_actor(*system, std::move(c)), "coordinator, epoch " + std::to_string(spec.epoch));
     };
-    return coordination.keep(spawn_membership_actor(*system, std::move(setup)));
+    return coordination.keep(spawn_membership_actor(*system, std::move(setup)), "membership");
   };
   standby_actor standby;
   {
@@ -571,6 +573,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       standby = spawn_standby_actor(*system, [&](const coordination_replica& replica, const std::string& cause) {
         return start_coordination(replica, cause);
       });
+      census_add(caf::actor_cast<caf::actor>(standby), "standby");
       auto port = system->middleman().publish(standby, 0, "127.0.0.1", true);
       if (!port) throw std::runtime_error("cannot publish this worker's standby: " + system->render(port.error()));
       control_guard = std::make_unique<master_port_guard>(
@@ -625,6 +628,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                                                                 caf::actor_cast<caf::actor>(standby),
                                                                 elastic ? detector : std::nullopt,
                                                                 master ? nullptr : hooks.stop_requested});
+      census_add(caf::actor_cast<caf::actor>(me.agent), "member agent");
       self->request(me.agent, caf::infinite, hello_atom::value, std::move(hello))
           .receive([&](std::uint64_t id) { me.id = id; },
                    [&](caf::error& e) {
