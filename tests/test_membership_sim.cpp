@@ -172,7 +172,8 @@ const std::vector<kept_schedule>& kept_schedules() {
        {{k::partition, 8464ms, 5011ms, -1, -1, {0, 2, 4}, 0ms}, {k::kill, 10187ms, 9639ms, 4, -1, {}, 0ms}},
        finding::shard_of_suspected_holders},
       // Epoch 2 forms with p1 and p2 behind a partition (their plans held); they keep epoch 1's
-      // replica, and when p3 (of epoch 2) gives way to them their side stops: "the job went on".
+      // replica, and p1 forms another epoch 2 from it. (Their side stopped too, "the job went
+      // on", when p3 of epoch 2 gave way to them; a side gives way to a later epoch now.)
       {5, 5111,
        {{k::stop, 7029ms, 4627ms, 4, -1, {}, 0ms},
         {k::slow, 7972ms, 8127ms, 3, 0, {}, 1031ms},
