@@ -436,7 +436,10 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                                  std::shared_ptr<const dataset> eval, const job_plan& origin,
                                  const process_group& group, const job_hooks& hooks) {
   const trace_session trace(origin.config.trace_path, group.rank, group.join);
-  const stall_watchdog watchdog(std::chrono::duration<double>(origin.config.watchdog_seconds), census_report);
+  // Watches the training; the coordinator's wait at the end for the members to hear that the
+  // job is over is no stall (it goes before that wait).
+  std::optional<stall_watchdog> watchdog;
+  watchdog.emplace(std::chrono::duration<double>(origin.config.watchdog_seconds), census_report);
   const std::string host = host_of(group);
   const bool master = !group.join && group.rank == 0;
   const bool elastic = group.elastic || group.join;
@@ -782,6 +785,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       if (failure || plan.finished) break;
       run_process_epoch(*system, self, prototype, train, origin, hooks, plan, *rendezvous, elastic, me);
     }
+    watchdog.reset();
     // The coordinator's process stays until every member has heard that the job is over (unless
     // it failed on its own, as every rank does with a broken UCX setup: nobody would hear of it).
     if (hosting && !failed_here)
