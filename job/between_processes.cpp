@@ -556,7 +556,8 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       c.started = started - origin.clock_before();
       c.on_kept = std::move(on_kept);
       std::lock_guard lock(coordination_mutex);
-      return coordination.keep(spawn_coordinator_actor(*system, std::move(c)), "coordinator, epoch " + std::to_string(spec.epoch));
+      return coordination.keep(spawn_coordinator_actor(*system, std::move(c)),
+                               "coordinator, epoch " + std::to_string(spec.epoch));
     };
     return coordination.keep(spawn_membership_actor(*system, std::move(setup)), "membership");
   };
