@@ -379,10 +379,12 @@ void membership_machine::on_standby_answer(const std::string& control, std::uint
     emit(membership_do::timer{membership_timer::probe, epoch_, majority_probe_interval});
     return;
   }
-  if (epoch > epoch_)
+  if (epoch > epoch_) {
+    const std::string why = waiting_since_ ? no_majority() : "the training state cannot be rebuilt";
     return give_way(control, "the member at " + control + " holds a later epoch, " + std::to_string(epoch) +
-                                 ": this side (" + (waiting_since_ ? no_majority() : "the training state cannot be rebuilt") +
-                                 ") gives way to its coordinator; its members say hello there again");
+                                 ": this side (" + why + ") gives way to its coordinator; its members say hello there "
+                                 "again");
+  }
   const member_entry* own = own_member();
   const auto there =
       std::find_if(members_.begin(), members_.end(), [&](const auto& entry) { return entry.second.control == control; });
