@@ -1,5 +1,6 @@
 #include "actors/compute_actor.hpp"
 
+#include "observe/stall_watchdog.hpp"
 #include "observe/thread_cpu.hpp"
 #include "observe/trace.hpp"
 #include "gpu/device.hpp"
@@ -127,6 +128,7 @@ compute_actor::behavior_type compute_behavior(compute_actor::stateful_pointer<co
         if (s.speed_factor > 1.0)  // a slower device: take speed_factor times as long
           std::this_thread::sleep_for(took * (s.speed_factor - 1.0));
         const std::chrono::duration<double> total = std::chrono::steady_clock::now() - start;
+        note_progress();  // the stall watchdog's sign of life
         return gradient_result{std::move(sum), loss, items, total.count(), s.position, ended};
       },
       [self](params_atom, tensor& parameters) -> caf::result<tensor> {

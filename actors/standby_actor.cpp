@@ -89,10 +89,12 @@ standby_actor::behavior_type standby_behavior(standby_pointer self, take_over_fu
         s.deferred.erase(found);
       },
       [self](elected_atom) { self->state.lost_coordinator.reset(); },
-      [self](follow_atom, const std::string& control) {
+      // Whether it follows the last coordinator (back) or another side's, the verdict is spent:
+      // a later asker must not make it take over while its own member is elsewhere.
+      [self](follow_atom, const std::string&) {
         auto& s = self->state;
         s.hosted = membership_actor{};
-        if (control == s.replica.coordinator_control) s.lost_coordinator.reset();
+        s.lost_coordinator.reset();
       },
   };
 }

@@ -43,8 +43,9 @@ using standby_actor = caf::typed_actor<
     caf::replies_to<elect_atom, std::uint64_t, std::string>::with<membership_actor>,
     caf::reacts_to<unconfirmed_atom, std::uint64_t>,  // a deferred election's wait is over
     // This process said hello again to the coordinator reached through the standby at HOST:PORT
-    // (its side had no majority): a coordination it hosted is over, and a verdict that this
-    // coordinator was lost no longer holds.
+    // (its side had no majority, or the last coordinator is back): a coordination it hosted is
+    // over, and its verdict on the last coordinator is spent (its member follows another one; a
+    // takeover here would be a coordination without it, found by the membership simulation).
     caf::reacts_to<follow_atom, std::string>,
     // This process follows a member elected elsewhere after the coordinator's loss: its verdict on
     // that coordinator is spent, and a later asker must not make it take over from it too (a

@@ -322,6 +322,11 @@ std::vector<job_setting> declare() {
               .help = "BLAS threads per worker (0: OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else cores / "
                       "(LOCAL_WORLD_SIZE x workers))",
               .group = "model", .fingerprint = false}),
+      field(&job_config::watchdog_seconds,
+            d{.name = "watchdog_seconds", .flag = "watchdog", .low = 0, .high = 1e6, .unit = "s",
+              .help = "when no step completes in a process for this long, it writes every thread's stack and its "
+                      "actors to stderr, once (0: off)",
+              .group = "output", .fingerprint = false}),
       field(&job_config::metrics_path,
             d{.name = "metrics_path", .flag = "metrics",
               .help = "write one JSON line per step to this file (CSV when it ends in .csv)", .group = "output",

@@ -12,6 +12,7 @@
 #include "cluster/membership_log.hpp"
 #include "job/scope_exit.hpp"
 #include "observe/metrics_file.hpp"
+#include "observe/stall_watchdog.hpp"
 #include "observe/trace.hpp"
 #include "cluster/rendezvous.hpp"
 #include "job/worker_spawn.hpp"
@@ -196,7 +197,9 @@ std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf
   coordination_replica replica;
   self->request(standby, candidate_timeout, replica_atom::value)
       .receive([&](coordination_replica& r) { replica = std::move(r); }, [](caf::error&) {});
-  for (const replica_member& candidate : election_candidates(replica)) {
+  std::vector<replica_member> candidates = election_candidates(replica);
+  for (std::size_t next = 0; next < candidates.size(); ++next) {
+    const replica_member& candidate = candidates[next];
     const std::string name = member_name(candidate.initial_rank, candidate.id, candidate.host);
     standby_actor asked = standby;
     if (candidate.id != me) {
@@ -224,6 +227,22 @@ std::optional<membership_actor> elect_coordinator(caf::actor_system& system, caf
     if (elected) {
       if (candidate.id != me) caf::anon_send(standby, elected_atom::value);  // no takeover here too
       return elected;
+    }
+    if (left_behind) {
+      // A later epoch formed: without this member, or with it while a cut held its plan and
+      // its copies (it judged that epoch's coordinator lost first). In the second case it
+      // takes the candidate's copy and elects from it (membership/election.hpp, counted_in).
+      std::optional<coordination_replica> later;
+      self->request(asked, candidate_timeout, replica_atom::value)
+          .receive([&](coordination_replica& r) { later = std::move(r); }, [](caf::error&) {});
+      if (later && newer(*later, replica) && counted_in(*later, me)) {
+        left_behind = false;
+        replica = std::move(*later);
+        caf::anon_send(standby, replica_atom::value, replica);
+        candidates = election_candidates(replica);
+        next = static_cast<std::size_t>(-1);  // from the first of its candidates
+        continue;
+      }
     }
     // The coordinator lives, and a member reaches it: this process is the one cut off. Asking
     // the next in line (this process's own standby, maybe) would start a second coordinator.
@@ -417,6 +436,10 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                                  std::shared_ptr<const dataset> eval, const job_plan& origin,
                                  const process_group& group, const job_hooks& hooks) {
   const trace_session trace(origin.config.trace_path, group.rank, group.join);
+  // Watches the training; the coordinator's wait at the end for the members to hear that the
+  // job is over is no stall (it goes before that wait).
+  std::optional<stall_watchdog> watchdog;
+  watchdog.emplace(std::chrono::duration<double>(origin.config.watchdog_seconds), census_report);
   const std::string host = host_of(group);
   const bool master = !group.join && group.rank == 0;
   const bool elastic = group.elastic || group.join;
@@ -533,9 +556,10 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       c.started = started - origin.clock_before();
       c.on_kept = std::move(on_kept);
       std::lock_guard lock(coordination_mutex);
-      return coordination.keep(spawn_coordinator_actor(*system, std::move(c)));
+      return coordination.keep(spawn_coordinator_actor(*system, std::move(c)),
+                               "coordinator, epoch " + std::to_string(spec.epoch));
     };
-    return coordination.keep(spawn_membership_actor(*system, std::move(setup)));
+    return coordination.keep(spawn_membership_actor(*system, std::move(setup)), "membership");
   };
   standby_actor standby;
   {
@@ -553,6 +577,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       standby = spawn_standby_actor(*system, [&](const coordination_replica& replica, const std::string& cause) {
         return start_coordination(replica, cause);
       });
+      census_add(caf::actor_cast<caf::actor>(standby), "standby");
       auto port = system->middleman().publish(standby, 0, "127.0.0.1", true);
       if (!port) throw std::runtime_error("cannot publish this worker's standby: " + system->render(port.error()));
       control_guard = std::make_unique<master_port_guard>(
@@ -607,8 +632,18 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
                                                                 caf::actor_cast<caf::actor>(standby),
                                                                 elastic ? detector : std::nullopt,
                                                                 master ? nullptr : hooks.stop_requested});
+      census_add(caf::actor_cast<caf::actor>(me.agent), "member agent");
       self->request(me.agent, caf::infinite, hello_atom::value, std::move(hello))
-          .receive([&](std::uint64_t id) { me.id = id; }, [&](caf::error& e) { failure = describe(*system, e); });
+          .receive([&](std::uint64_t id) { me.id = id; },
+                   [&](caf::error& e) {
+                     // A coordinator refuses with its reason; CAF's own error says that the one
+                     // this member elected or found went away before it answered: lost as well,
+                     // as one that gave way meanwhile.
+                     const bool refused = e.context().match_elements<std::string>();
+                     const std::string why = describe(*system, e);
+                     failure = rejoin && (!refused || refused_as_gone(why)) ? std::string(coordinator_lost) + ": " + why
+                                                                            : why;
+                   });
     };
     // Says hello again as this member to `next`, the coordinator after a loss.
     auto follow = [&](const membership_actor& next) {
@@ -680,6 +715,26 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
         if (left_behind) return std::nullopt;
       }
     };
+    // After the coordinator's loss (`cause`) the survivors elect the next coordinator and say
+    // hello there, keeping their member ids; when that one goes away before it answers (killed
+    // meanwhile), it is lost too and they elect again. Found by the membership simulation.
+    auto follow_next = [&](std::string cause) {
+      for (;;) {
+        std::string refusals;
+        bool left_behind = false;
+        std::optional<membership_actor> elected =
+            elect_coordinator(*system, self, standby, me.id, cause, refusals, left_behind);
+        if (!elected && !left_behind) elected = wait_for_majority(cause, refusals);
+        if (auto own = own_coordination()) elected = std::move(own);
+        if (!elected) {
+          failure = "no member could take over from the lost coordinator (" + cause + "): " + refusals;
+          return;
+        }
+        follow(*elected);
+        if (!failure || failure->rfind(coordinator_lost, 0) != 0) return;
+        cause = failure->substr(std::string(coordinator_lost).size() + 2);
+      }
+    };
     admit(false);
     if (trace_recorder* trace = trace_recorder::active(); trace && !master && !failure)
       trace->set_clock_offset(clock_offset_to(self, me.membership));
@@ -699,19 +754,7 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
           .receive([&](epoch_plan& p) { plan = std::move(p); },
                    [&](caf::error& e) { failure = describe(*system, e); });
       if (failure && elastic && failure->rfind(coordinator_lost, 0) == 0) {
-        // The survivors elect the next coordinator and reconnect to it, keeping their member ids.
-        const std::string cause = failure->substr(std::string(coordinator_lost).size() + 2);
-        std::string refusals;
-        bool left_behind = false;
-        std::optional<membership_actor> elected =
-            elect_coordinator(*system, self, standby, me.id, cause, refusals, left_behind);
-        if (!elected && !left_behind) elected = wait_for_majority(cause, refusals);
-        if (auto own = own_coordination()) elected = std::move(own);
-        if (!elected) {
-          failure = "no member could take over from the lost coordinator (" + cause + "): " + refusals;
-          break;
-        }
-        follow(*elected);
+        follow_next(failure->substr(std::string(coordinator_lost).size() + 2));
         continue;
       }
       if (!failure && !plan.rejoin.empty()) {
@@ -725,19 +768,25 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
           coordination.shut_down(self);
           hosting = false;
         }
+        caf::anon_send(standby, follow_atom::value, plan.rejoin);  // it hosts nothing from now on
         auto there = membership_at(*system, plan.rejoin, std::chrono::milliseconds(10'000));
         if (!there) {
-          failure = "this side gave way to the coordinator at " + plan.rejoin + ", which does not answer: " +
-                    describe(*system, there.error());
-          break;
+          // Gone meanwhile (killed just after): lost as any coordinator, and this process's
+          // standby may take over from now on, as after its agent's verdict. Found by the
+          // membership simulation.
+          const std::string cause = "this side gave way to the coordinator at " + plan.rejoin +
+                                    ", which does not answer: " + describe(*system, there.error());
+          caf::anon_send(standby, lost_atom::value, cause);
+          follow_next(cause);
+          continue;
         }
-        caf::anon_send(standby, follow_atom::value, plan.rejoin);
         follow(*there);
         continue;
       }
       if (failure || plan.finished) break;
       run_process_epoch(*system, self, prototype, train, origin, hooks, plan, *rendezvous, elastic, me);
     }
+    watchdog.reset();
     // The coordinator's process stays until every member has heard that the job is over (unless
     // it failed on its own, as every rank does with a broken UCX setup: nobody would hear of it).
     if (hosting && !failed_here)

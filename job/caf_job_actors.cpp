@@ -55,7 +55,7 @@ job_actors::job_actors(caf::actor_system& system, const model& prototype, std::s
   setup.on_step = hooks.on_step;
   setup.abort = [fabric = p.fabric, workers] { parts::fail_everyone(*fabric, workers); };
   setup.result = p.result;
-  p.coordinator = p.local.keep(spawn_coordinator_actor(system, std::move(setup)));
+  p.coordinator = p.local.keep(spawn_coordinator_actor(system, std::move(setup)), "coordinator");
   for (int rank = 0; rank < workers; ++rank) {
     worker_spec spec;
     spec.rank = rank;

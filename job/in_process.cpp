@@ -7,6 +7,7 @@
 #include "job/runners.hpp"
 #include "job/asynchronous_setup.hpp"
 #include "job/scope_exit.hpp"
+#include "observe/stall_watchdog.hpp"
 #include "observe/trace.hpp"
 #include "job/worker_spawn.hpp"
 #include "transport/inproc.hpp"
@@ -114,7 +115,7 @@ job_result run_epoch(const model& prototype, std::shared_ptr<const dataset> trai
     };
     setup.result = result;
     if (keeps_state) setup.on_checkpoint = keep;
-    auto coordinator = local.keep(spawn_coordinator_actor(system, std::move(setup)));
+    auto coordinator = local.keep(spawn_coordinator_actor(system, std::move(setup)), "coordinator");
     std::vector<accumulator_actor> accumulators;
     if (const auto* asynchronous = as_asynchronous(*plan.topo))
       servers = asynchronous->start(system, asynchronous_for(plan, prototype, train, hooks, coordinator));
@@ -209,6 +210,7 @@ job_plan plan_in_process(const model& prototype, const std::shared_ptr<const dat
 job_result run_in_process(const model& prototype, std::shared_ptr<const dataset> train,
                           std::shared_ptr<const dataset> eval, const job_plan& plan, const job_hooks& hooks) {
   const trace_session trace(plan.config.trace_path);
+  const stall_watchdog watchdog(std::chrono::duration<double>(plan.config.watchdog_seconds), census_report);
   if (!plan.config.membership_log.empty()) record_membership(plan);
   // Asynchronous topologies follow membership changes themselves: their workers come and go.
   if (plan.config.membership.empty() || as_asynchronous(*plan.topo)) return run_epoch(prototype, train, eval, plan, hooks);

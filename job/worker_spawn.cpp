@@ -72,7 +72,8 @@ coordinator_setup coordination_for(const job_plan& plan, const model& prototype,
 
 evaluator_actor spawn_evaluation(caf::actor_system& system, local_actors& local, const model& prototype,
                                  std::shared_ptr<const dataset> eval, const job_plan& plan) {
-  return local.keep(spawn_evaluator_actor(system, prototype.clone(), std::move(eval), plan.config.eval_examples));
+  return local.keep(spawn_evaluator_actor(system, prototype.clone(), std::move(eval), plan.config.eval_examples),
+                    "evaluator");
 }
 
 // Buckets where they change nothing but timing: a synchronous rule on the ring that takes them
@@ -196,13 +197,15 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   }
   worker_handles handles;
   handles.rank = rank;
-  handles.compute = accumulation.compute = local.keep(spawn_compute_actor(system, std::move(compute)));
+  const std::string of_rank = ", rank " + std::to_string(rank);  // the roles in the stall watchdog's report
+  handles.compute = accumulation.compute =
+      local.keep(spawn_compute_actor(system, std::move(compute)), "compute" + of_rank);
   handles.communicator = accumulation.communicator =
-      local.keep(spawn_communicator_actor(system, std::move(communication)));
+      local.keep(spawn_communicator_actor(system, std::move(communication)), "communicator" + of_rank);
   *bucket_receiver = handles.communicator;
   accumulation.coordinator = spec.coordinator;
   accumulation.meter = local.meter;
-  handles.accumulator = local.keep(spawn_accumulator_actor(system, std::move(accumulation)));
+  handles.accumulator = local.keep(spawn_accumulator_actor(system, std::move(accumulation)), "accumulator" + of_rank);
   return handles;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Spawning a job's actors in one process: a worker's compute, communicator and accumulator
 // actors, the evaluator, and the coordinator's setup, plus what the process accounts for them.
+#include "actors/actor_census.hpp"
 #include "actors/app_bridge.hpp"
 #include "actors/coordinator_actor.hpp"
 #include "actors/worker_handles.hpp"
@@ -42,9 +43,11 @@ struct local_actors {
   int workers = 0;
   std::vector<float> final_parameters;  // written by the lowest local rank's accumulator
 
+  // `role` names it in the stall watchdog's report (actors/actor_census.hpp).
   template <class Handle>
-  Handle keep(Handle h) {
+  Handle keep(Handle h, std::string role) {
     everyone.push_back(caf::actor_cast<caf::actor>(h));
+    census_add(everyone.back(), std::move(role));
     return h;
   }
   // Handles keep actors alive, and the actor system's destructor waits for detached actors:

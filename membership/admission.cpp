@@ -81,10 +81,15 @@ std::variant<std::uint64_t, std::string> membership_machine::on_hello(const memb
   };
   if (failure_) return *failure_;
   if (now_ == membership_phase::finished) return refuse("the job is already over");
-  if (!yielded_to_.empty()) return refuse("this side gave way to the coordinator at " + yielded_to_);
+  if (!yielded_to_.empty()) return refuse(gave_way_refusal + yielded_to_);
   if (hello.rejoin) {
     // After a takeover, or (a side waiting for a majority) a lost member that comes back.
-    const auto found = members_.find(hello.member);
+    // A member is its id and its process: a coordination that went on apart (stalled, or cut
+    // off) may have given the same id to another joiner, whose side gives way here later.
+    auto found = members_.find(hello.member);
+    if (found != members_.end() && !found->second.control.empty() && !hello.control.empty() &&
+        found->second.control != hello.control)
+      found = members_.end();
     const bool back = found != members_.end() && returnable(found->second);
     if (found == members_.end() || !(found->second.reconnecting || back)) {
       if (const auto dropped = dropped_.find(hello.member); dropped != dropped_.end()) return dropped->second;

@@ -1,5 +1,7 @@
 #include "membership/election.hpp"
 
+#include <algorithm>
+
 namespace accord {
 
 election_answer answer_election(const standby_view& view, std::uint64_t asker_epoch) {
@@ -14,6 +16,11 @@ election_answer answer_election(const standby_view& view, std::uint64_t asker_ep
 std::string still_heard(std::uint64_t coordinator, const std::string& detail) {
   return std::string(coordinator_still_heard) + " (member " + std::to_string(coordinator) + ", " + detail +
          "): the asker is the one cut off from it";
+}
+
+bool counted_in(const coordination_replica& later, std::uint64_t member) {
+  return std::any_of(later.members.begin(), later.members.end(),
+                     [member](const replica_member& m) { return m.id == member && m.rank >= 0; });
 }
 
 std::vector<replica_member> election_candidates(const coordination_replica& replica) {

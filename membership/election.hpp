@@ -42,6 +42,12 @@ election_answer answer_election(const standby_view& view, std::uint64_t asker_ep
 // The refusal text of a standby whose coordinator (member `coordinator`) is still heard.
 std::string still_heard(std::uint64_t coordinator, const std::string& detail);
 
+// Whether `later` (a replica of an epoch newer than the asker's) counted `member` in its epoch.
+// A standby refuses such an asker as formed_without_asker by the epochs alone; but the epoch
+// may have counted it while a cut held its plan and copies and it judged that coordinator lost
+// first: then it takes `later` and elects from it (found by the membership simulation).
+bool counted_in(const coordination_replica& later, std::uint64_t member);
+
 // The members to ask, in order: the replica's succession without its coordinator, and without
 // members leaving (a leaver's process is not in the next epoch: its coordination would fail the job).
 std::vector<replica_member> election_candidates(const coordination_replica& replica);

@@ -34,7 +34,10 @@ void membership_machine::replicate(bool then_depart) {
     if (!m.alive) continue;
     if (!m.remote) r.coordinator = id;
     r.members.push_back({id, m.initial_rank, m.host, m.control, m.last_rank, m.leaving});
-    if (m.remote && m.has_agent) out.to.push_back(id);
+    // Its own process's standby too: asked by a waiting side where the job is, it answers with
+    // the epoch this coordination formed, not the one it took over from (found by the
+    // membership simulation: both sides waited, each behind the other's epoch).
+    if (m.has_agent) out.to.push_back(id);
   }
   for (auto it = kept_positions_.rbegin(); it != kept_positions_.rend() && r.kept.size() < replicated_positions; ++it)
     r.kept.push_back({it->first.first, it->first.second, it->second});

@@ -365,9 +365,13 @@ void membership_machine::probe_lost_members() {
   emit(membership_do::probe_standbys{std::move(controls)});
 }
 
-// The answer of a lost member's standby at `control`: it holds a later epoch (a majority went on
-// without this side, which stops), or it coordinates a side of its own and comes earlier in the
-// last epoch's order (this side, its coordinator a successor, gives way: every member goes there).
+// The answer of a lost member's standby at `control`: it holds a later epoch, or it coordinates a
+// side of its own and comes earlier in the last epoch's order (this side, its coordinator a
+// successor). Either way this side gives way: every member says hello there again. A later
+// epoch may have counted this side's members while a cut held their plans (they judged its
+// coordinator lost first): they come back to it as lost members of its running epoch. Those it
+// formed without are refused there as dropped, and end, as this side once stopped at once
+// (found by the membership simulation).
 void membership_machine::on_standby_answer(const std::string& control, std::uint64_t epoch, bool coordinates,
                                            time_point) {
   if (!waiting() || now_ != membership_phase::forming) return;
@@ -376,9 +380,10 @@ void membership_machine::on_standby_answer(const std::string& control, std::uint
     return;
   }
   if (epoch > epoch_) {
-    fail_job((waiting_since_ ? no_majority() : "the training state cannot be rebuilt") + "; the job went on without this side (the member at " + control + " holds epoch " +
-             std::to_string(epoch) + "), which stops");
-    return;
+    const std::string why = waiting_since_ ? no_majority() : "the training state cannot be rebuilt";
+    return give_way(control, "the member at " + control + " holds a later epoch, " + std::to_string(epoch) +
+                                 ": this side (" + why + ") gives way to its coordinator; its members say hello there "
+                                 "again");
   }
   const member_entry* own = own_member();
   const auto there =
@@ -386,11 +391,14 @@ void membership_machine::on_standby_answer(const std::string& control, std::uint
   if (!coordinates || !own || there == members_.end() || there->second.last_rank < 0 ||
       there->second.last_rank >= own->last_rank)
     return;
+  give_way(control, "this side (no majority) gives way to the coordinator of " + there->second.name() +
+                        ", earlier in the last epoch's order; its members say hello there again");
+}
+
+void membership_machine::give_way(const std::string& control, const std::string& why) {
   now_ = membership_phase::yielded;
   yielded_to_ = control;
-  tell_everyone("membership: this side (no majority) gives way to the coordinator of " + there->second.name() +
-                    ", earlier in the last epoch's order; its members say hello there again",
-                UINT64_MAX);
+  tell_everyone("membership: " + why, UINT64_MAX);
   for (auto& [id, m] : members_)
     if (m.alive && m.asking) answer(m, rejoin_at(control));
 }

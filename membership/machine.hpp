@@ -154,6 +154,8 @@ private:
   void check_released();
   void answer(member_entry& m, epoch_assignment plan);
   void fail_job(const std::string& why);
+  // This side stops coordinating; its members say hello to the coordination at `control`.
+  void give_way(const std::string& control, const std::string& why);
   void finish_job();
   void check_rendezvous(time_point now, bool stop_requested);
   void check_restored(const restored_report& r);

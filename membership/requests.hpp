@@ -56,6 +56,12 @@ inline epoch_assignment rejoin_at(std::string control) {
   plan.rejoin = std::move(control);
   return plan;
 }
+// How a coordination that gave way refuses a hello.
+inline constexpr const char* gave_way_refusal = "this side gave way to the coordinator at ";
+// Whether a refusal of a member's hello after a coordinator's loss says that the coordination it
+// elected or found is gone (it gave way meanwhile): the member then elects again, as when that
+// coordination's process is gone (job/between_processes.cpp, follow_next).
+inline bool refused_as_gone(const std::string& why) { return why.find(gave_way_refusal) != std::string::npos; }
 
 // A rank's view of the state it restored, to compare with what was kept.
 struct restored_report {

@@ -108,11 +108,12 @@ TEST_CASE("membership machine: the starting ranks form epoch 1 in rank order fro
   REQUIRE(of<membership_do::spawn_coordinator>(job.formed).size() == 1);
   CHECK(of<membership_do::spawn_coordinator>(job.formed)[0].spec.epoch == 1);
   CHECK(job.machine.phase() == membership_phase::running);
-  // A kept step is copied to the other members' standbys.
+  // A kept step is copied to every member's standby, the coordinator's own process's included
+  // (a waiting side that asks it where the job is hears of this epoch).
   job.keep(5);
   const auto copies = of<membership_do::replicate>(job.machine.take_actions());
   REQUIRE(copies.size() == 1);
-  CHECK(copies[0].to == std::vector<std::uint64_t>{job.ids[1], job.ids[2]});
+  CHECK(copies[0].to == std::vector<std::uint64_t>{job.ids[0], job.ids[1], job.ids[2]});
   CHECK(copies[0].replica.kept.front().steps == 5);
 }
 
@@ -249,6 +250,35 @@ TEST_CASE("membership machine: a majority whose newest kept step lacks a shard o
   }
 }
 
+TEST_CASE("membership machine: a side waiting for a majority that hears of a later epoch gives way to it, and a "
+          "hello that comes after is refused as to a coordination gone") {
+  membership_rules rules = started_job::rules(4);
+  rules.asks_standbys = true;
+  started_job job(4, rules);
+  job.keep(3);
+  job.machine.on_connection_closed(job.ids[2], job.now);
+  job.machine.on_connection_closed(job.ids[3], job.now);
+  for (const auto& probe : of<membership_do::probe_death>(job.machine.take_actions()))
+    job.machine.on_death_probe(probe.member, false, job.now);  // alive: cut off, not dead
+  job.machine.on_epoch_ended(1, std::string("ranks 2, 3 lost"), {3, false, 3}, job.now);
+  job.ask({0, 1}, 3);
+  CHECK(printed(job.machine.take_actions(), "waits for a majority"));
+  // Rank 2's standby holds epoch 2: a majority went on, and may have counted this side's members.
+  job.machine.on_standby_answer("10.0.0.3:7000", 2, false, job.now);
+  const membership_actions gave = job.machine.take_actions();
+  CHECK(job.machine.phase() == membership_phase::yielded);
+  CHECK(printed(gave, "the member at 10.0.0.3:7000 holds a later epoch, 2"));
+  const auto answers = of<membership_do::answer>(gave);
+  REQUIRE(answers.size() == 2);
+  for (const auto& a : answers) CHECK(a.plan.rejoin == "10.0.0.3:7000");
+  member_hello late = starting_rank(1, 4);
+  late.rejoin = true;
+  late.member = job.ids[1];
+  const auto refused = job.machine.on_hello(late, true, job.now);
+  REQUIRE(std::holds_alternative<std::string>(refused));
+  CHECK(refused_as_gone(std::get<std::string>(refused)));
+}
+
 TEST_CASE("membership machine: a member lost in the running epoch that says hello again before the epoch's end "
           "is heard is taken back, not refused as dropped") {
   started_job job(3);
@@ -258,6 +288,11 @@ TEST_CASE("membership machine: a member lost in the running epoch that says hell
   again.rejoin = true;
   again.member = job.ids[2];
   job.now += 100ms;
+  // Another process with its id (a coordination that went on apart gave that id to a joiner of
+  // its own) is not it: a member is its id and its control port.
+  member_hello stranger = again;
+  stranger.control = "10.0.0.9:7000";
+  CHECK(std::holds_alternative<std::string>(job.machine.on_hello(stranger, true, job.now)));
   CHECK(std::holds_alternative<std::uint64_t>(job.machine.on_hello(again, true, job.now)));
   job.machine.on_epoch_ended(1, std::string("rank 2 lost"), {3, false, 3}, job.now);
   job.ask({0, 1, 2}, 3);
@@ -281,6 +316,14 @@ TEST_CASE("membership election: a standby takes over only on its own process's v
   CHECK(answer_election({replica, false, std::uint64_t{3}}, 5) == election_answer::wait_for_own_verdict);
   CHECK(answer_election({replica, false, std::nullopt}, 4) == election_answer::formed_without_asker);
   CHECK(answer_election({replica, false, std::nullopt}, 5) == election_answer::wait_for_own_verdict);
+  // Refused as formed without it, an asker that this later epoch counted (a cut held its plan)
+  // takes its replica and elects from it; a joiner waiting outside it, or a stranger, does not.
+  CHECK(counted_in(replica, 2));
+  CHECK(!counted_in(replica, 7));
+  CHECK(!counted_in(replica, 9));
+  // A hello refused by a coordination that gave way meanwhile: the one elected is gone.
+  CHECK(refused_as_gone(std::string("rank 2 refused: ") + gave_way_refusal + "h0:1"));
+  CHECK(!refused_as_gone("rank 2 refused: member 2 is not one this coordinator waits for after the last one's loss"));
   std::vector<std::uint64_t> order;
   for (const replica_member& m : election_candidates(replica)) order.push_back(m.id);
   CHECK(order == std::vector<std::uint64_t>{1, 2, 7});

@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <ctime>
 
@@ -170,7 +172,8 @@ const std::vector<kept_schedule>& kept_schedules() {
        {{k::partition, 8464ms, 5011ms, -1, -1, {0, 2, 4}, 0ms}, {k::kill, 10187ms, 9639ms, 4, -1, {}, 0ms}},
        finding::shard_of_suspected_holders},
       // Epoch 2 forms with p1 and p2 behind a partition (their plans held); they keep epoch 1's
-      // replica, and when p3 (of epoch 2) gives way to them their side stops: "the job went on".
+      // replica, and p1 forms another epoch 2 from it. (Their side stopped too, "the job went
+      // on", when p3 of epoch 2 gave way to them; a side gives way to a later epoch now.)
       {5, 5111,
        {{k::stop, 7029ms, 4627ms, 4, -1, {}, 0ms},
         {k::slow, 7972ms, 8127ms, 3, 0, {}, 1031ms},
@@ -241,6 +244,129 @@ const std::vector<kept_schedule>& kept_schedules() {
         {k::stop, 4479ms, 2797ms, 1, -1, {}, 0ms},
         {k::kill, 13094ms, 1924ms, 2, -1, {}, 0ms}},
        finding::none},
+      // p2's hello to p1, which it elected, fails: p1 was killed meanwhile. Its process ended (as
+      // between_processes.cpp's admit did), and p0, back, waited for it in vain. Found by the CI
+      // sweep. Fixed (job/between_processes.cpp, follow_next): the one elected is lost too, and
+      // the member elects again.
+      {3, 3001683,
+       {{k::slow, 7663ms, 11608ms, 0, 1, {}, 550ms},
+        {k::flap, 9031ms, 5315ms, 0, 1, {}, 1101ms},
+        {k::flap, 9563ms, 10609ms, -1, 2, {}, 1752ms},
+        {k::stop, 12532ms, 10317ms, 2, -1, {}, 0ms},
+        {k::stop, 12678ms, 7323ms, -1, -1, {}, 0ms},
+        {k::kill, 17757ms, 5211ms, 1, -1, {}, 0ms}},
+       finding::none},
+      // p3's side gave way to p0 while p3 judged its coordinator p1 lost: the simulation let the
+      // plan through after the agent's verdict, and kept the agent judging while the member
+      // looked for p0, so p3 said hello twice and p0 refused the second. A modelling error (the
+      // real agent drops a plan after its verdict and is gone while the member follows): fixed
+      // in the simulation (members.hpp, epoch_plan_came). Found by the CI sweep.
+      {4, 4010120,
+       {{k::partition, 163ms, 7298ms, -1, -1, {0, 3}, 0ms},
+        {k::kill, 6478ms, 9966ms, 2, -1, {}, 0ms},
+        {k::partition, 7377ms, 10130ms, -1, -1, {0}, 0ms},
+        {k::slow, 15881ms, 5987ms, 3, 0, {}, 1222ms}},
+       finding::none},
+      // p2's side gives way to p0, which is killed before p3 (stopped meanwhile) reaches it:
+      // p3's process ended ("which does not answer") and p1's side, without it, had no majority.
+      // Found by the CI sweep. Fixed (between_processes.cpp): the coordinator given way to is
+      // lost as any other; the standby may take over, and the member elects again.
+      {5, 5003305,
+       {{k::partition, 1459ms, 4305ms, -1, -1, {0, 1}, 0ms},
+        {k::kill, 4093ms, 1509ms, 4, -1, {}, 0ms},
+        {k::stop, 7889ms, 9666ms, 3, -1, {}, 0ms},
+        {k::kill, 17394ms, 11550ms, -1, -1, {}, 0ms}},
+       finding::none},
+      // The same at 16 members: a side gives way to p0, killed just after. Fixed with the above.
+      {16, 16002882,
+       {{k::flap, 414ms, 3272ms, 1, 0, {}, 1555ms},
+        {k::partition, 1074ms, 9133ms, -1, -1, {1, 2, 6, 8, 9, 10, 12, 13, 14}, 0ms},
+        {k::kill, 5664ms, 3649ms, 0, -1, {}, 0ms}},
+       finding::none},
+      // Epoch 2 forms at p1 counting p3, p4, p5, whose plans and copies a cut holds; they judge
+      // p1 lost, and p2's standby, holding epoch 2, refused them as formed without them: they
+      // ended, and p1's side lacked a majority. Found by the CI sweep. Fixed (membership/
+      // election.cpp, counted_in; between_processes.cpp, elect_coordinator): a member that a
+      // later epoch counted takes that replica and elects from it (and finds p1).
+      {7, 7002031,
+       {{k::stop, 9669ms, 9974ms, 6, -1, {}, 0ms},
+        {k::stop, 11106ms, 6699ms, -1, -1, {}, 0ms},
+        {k::partition, 14486ms, 2992ms, -1, -1, {3, 4, 5}, 0ms}},
+       finding::none},
+      // The same at 64 members, where the cut-off half's own standby took over from epoch 1: its
+      // side, told by a standby that epoch 2 formed, stopped ("the job went on without this
+      // side") though epoch 2 counted it, and epoch 2's side lacked a majority. Found by the CI
+      // sweep. Fixed (membership/losses.cpp, on_standby_answer): a side that hears of a later
+      // epoch gives way to it; those it counted come back, those it dropped are refused there.
+      {64, 64000128,
+       {{k::stop, 1605ms, 7888ms, 57, -1, {}, 0ms},
+        {k::stop, 2061ms, 10997ms, -1, -1, {}, 0ms},
+        {k::partition, 3976ms, 4146ms, -1, -1,
+         {0, 1, 4, 5, 6, 10, 11, 12, 16, 17, 18, 19, 20, 24, 31, 32, 34, 35, 38, 40, 41, 43, 44, 45, 48, 52, 54, 55, 57, 59,
+          60, 61},
+         0ms}},
+       finding::none},
+      // p2's hello to p1, which it elected, arrives after p1's side gave way to p0: the
+      // coordination p2 was handed is gone, and p2's process ended ("no coordinator here"; in a
+      // real process, CAF's error from the ended actor or its refusal, "this side gave way").
+      // Found by the CI sweep. Fixed (between_processes.cpp, admit; membership/requests.hpp,
+      // refused_as_gone): it is lost as a dead coordinator, and the member elects again.
+      {3, 3068563,
+       {{k::partition, 37ms, 9495ms, -1, -1, {0}, 0ms},
+        {k::slow, 1473ms, 8296ms, 1, 2, {}, 1472ms},
+        {k::flap, 2505ms, 8298ms, 0, 1, {}, 1185ms},
+        {k::kill, 5167ms, 10067ms, -1, -1, {}, 0ms}},
+       finding::none},
+      // p3's side gives way to p2 just before p2's side gives way to p1: p3, admitted at p2 but
+      // not asking yet, got no plan to follow, and the simulation never told its agent that p2's
+      // coordination ended (a real agent sees the membership actor it monitors go down). A
+      // modelling error, fixed in the simulation (members.hpp, coordination_gone). Found by the
+      // CI sweep.
+      {4, 4023419,
+       {{k::stop, 352ms, 9971ms, 1, -1, {}, 0ms},
+        {k::kill, 730ms, 1993ms, 0, -1, {}, 0ms},
+        {k::partition, 1941ms, 7742ms, -1, -1, {1, 2}, 0ms}},
+       finding::none},
+      // A chain of sides giving way (p3 to p2, p2 to p1): p4's hello reaches p2 after it gave
+      // way, and p4's process ended. Found by the CI sweep. Fixed with 3068563's.
+      {5, 5003670,
+       {{k::partition, 2441ms, 9829ms, -1, -1, {0}, 0ms},
+        {k::stop, 7452ms, 4840ms, -1, -1, {}, 0ms},
+        {k::partition, 7746ms, 5061ms, -1, -1, {0, 1, 3, 4}, 0ms}},
+       finding::none},
+      // The stalled coordinator p0 admits a joiner p3 as member 3 while p1's coordination admits
+      // p4 as member 3 too; p0's side gives way to p2 (a later epoch, 64000128's fix), and p2
+      // took p3's hello as member 3's (p4's) return: a false majority, and two epochs 4. Found
+      // by the CI sweep after that fix. Fixed (membership/admission.cpp, on_hello): a member
+      // coming back is its id and its control port.
+      {3, 3074258,
+       {{k::stop, 2306ms, 6476ms, -1, -1, {}, 0ms},
+        {k::join, 3519ms, 4601ms, -1, -1, {}, 0ms},
+        {k::partition, 8056ms, 5889ms, -1, -1, {0}, 0ms},
+        {k::join, 10861ms, 4847ms, -1, -1, {}, 0ms},
+        {k::partition, 12832ms, 5679ms, -1, -1, {2}, 0ms}},
+       finding::none},
+      // p1's side gives way to the member holding epoch 2 (p3, following p0); p1's standby, its
+      // verdict on p0 kept since the give-way did not name p0, takes over again for p3 while
+      // p1's own member is at p0: a coordination without its own member failed the job. Found
+      // by the CI sweep. Fixed (actors/standby_actor.cpp, follow_atom): a side that gives way
+      // spends its standby's verdict, whoever it follows.
+      {5, 5015219,
+       {{k::partition, 9315ms, 2376ms, -1, -1, {3, 4}, 0ms},
+        {k::partition, 16312ms, 4387ms, -1, -1, {0, 2, 3}, 0ms},
+        {k::stop, 18852ms, 6546ms, 0, -1, {}, 0ms}},
+       finding::none},
+      // p2's coordination (a takeover) forms epoch 3 with p4; a cut sends p4 to p1's (from
+      // epoch 2), and both wait: p1 asked p2's standby where the job is, which answered with the
+      // epoch-2 copy it took over from (a coordinator's own standby got no copies), so p1 did
+      // not give way to p2's later epoch. Found by the CI sweep. Fixed (membership/forming.cpp,
+      // replicate): the coordinator's own process's standby gets the copies too.
+      {5, 5015697,
+       {{k::flap, 1505ms, 8754ms, 3, 0, {}, 1725ms},
+        {k::stop, 12563ms, 2054ms, 1, -1, {}, 0ms},
+        {k::kill, 13988ms, 3034ms, 0, -1, {}, 0ms},
+        {k::partition, 16297ms, 9442ms, -1, -1, {1, 3, 4}, 0ms}},
+       finding::none},
   };
   return schedules;
 }
@@ -278,9 +404,20 @@ constexpr sweep_size ci_sweep[] = {{3, 250'000}, {4, 100'000}, {5, 40'000}, {7, 
                                    {16, 3'000},  {32, 1'000},  {64, 300}};
 constexpr int ci_parts_at_256 = 4, ci_schedules_at_256 = 2'500;  // per part: ctest runs the parts side by side
 
+// ACCORD_SIM_SIZES ("5 7 16"): only those sizes of the sweep (ctest runs the sizes that pass apart
+// from those that do not yet).
 TEST_CASE("membership simulation: the CI sweep of 3 to 64 members" * doctest::skip()) {
-  for (const sweep_size& size : ci_sweep)
+  const char* sizes = std::getenv("ACCORD_SIM_SIZES");
+  std::set<int> only;
+  for (std::istringstream in(sizes ? sizes : ""); in;)
+    if (int members = 0; in >> members) only.insert(members);
+  for (const sweep_size& size : ci_sweep) {
+    if (!only.empty() && !only.count(size.members)) continue;
     run_many(size.members, size.schedules, 6, 1'000'000 * static_cast<std::uint64_t>(size.members));
+  }
+  for (const int members : only)
+    CHECK_MESSAGE(std::any_of(std::begin(ci_sweep), std::end(ci_sweep), [members](const sweep_size& s) { return s.members == members; }),
+                  "ACCORD_SIM_SIZES: " << members << " is not a size of the CI sweep");
 }
 
 TEST_CASE("membership simulation: the CI sweep at 256 members (part ACCORD_SIM_PART of 4)" * doctest::skip()) {

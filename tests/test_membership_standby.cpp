@@ -190,6 +190,13 @@ TEST_CASE("membership: a member that says hello again to the coordinator it judg
   CHECK(!after_follow.elected);
   CHECK(after_follow.refusal.find(coordinator_still_heard) != std::string::npos);
   CHECK(take_overs.count == 0);
+  // This process judged the coordinator lost, and its side gave way to another member's: a
+  // takeover here would be a coordination without this process's member.
+  self->send(standby, lost_atom::value, std::string("hung (silent for 1.60 s)"));
+  self->send(standby, follow_atom::value, std::string("127.0.0.1:9"));
+  const election after_giving_way = elect(self, standby, 5);
+  CHECK(!after_giving_way.elected);
+  CHECK(take_overs.count == 0);
   // This process judged the coordinator lost and followed a member elected elsewhere: a later
   // asker does not make it take over from that coordinator too.
   self->send(standby, lost_atom::value, std::string("hung (silent for 1.60 s)"));

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "observe/progress_line.hpp"
+#include "observe/stall_watchdog.hpp"
 #include "observe/step_figures.hpp"
 #include "run_command.hpp"
 
@@ -326,6 +327,51 @@ bool inside(const nlohmann::json& inner, const nlohmann::json& outer) {
 }
 
 }  // namespace
+
+TEST_CASE("the stall watchdog reports once a set time passed without progress, once per stall, from the first step") {
+  using namespace std::chrono_literals;
+  const auto t0 = std::chrono::steady_clock::time_point(10s);
+  accord::stall_judge judge(2000ms, 7);
+  // Before the first progress the job has not started: nothing to report, however long.
+  CHECK(!judge.report(7, t0));
+  CHECK(!judge.report(7, t0 + 60s));
+  // From the first progress on, a silence of the limit reports, once.
+  CHECK(!judge.report(8, t0 + 61s));
+  CHECK(!judge.report(8, t0 + 62s));
+  CHECK(judge.report(8, t0 + 63s));
+  CHECK(!judge.report(8, t0 + 64s));
+  CHECK(!judge.report(8, t0 + 600s));
+  // Progress again re-arms it: the next stall reports too.
+  CHECK(!judge.report(9, t0 + 601s));
+  CHECK(!judge.report(9, t0 + 602999ms));
+  CHECK(judge.report(9, t0 + 603s));
+  // A limit of 0 never reports.
+  accord::stall_judge off(0ms, 0);
+  CHECK(!off.report(1, t0));
+  CHECK(!off.report(1, t0 + 3600s));
+}
+
+TEST_CASE("--watchdog: a process whose steps stall writes every thread's stack and its actors to stderr, once") {
+  // A worker 1000 times slower (--speed) holds DDP's round for most of a second per micro-batch:
+  // a real stall of the other worker, which the watchdog names with every thread.
+  const std::string slow = train + " --width 32 --heads 2 --layers 1 --context 16 --micro-batch 4 --eval-examples 16"
+                                   " --link unlimited --log-interval 0 --blas-threads 1 --algo ddp --workers 2 --steps 2"
+                                   " --max-accumulation 1 --speed 1,1000";
+  const accord::testing::run_output stalled = accord::testing::run(slow + " --watchdog 0.3");
+  REQUIRE_MESSAGE(stalled.status == 0, stalled.text);
+  const auto report = stalled.text.find("accord: watchdog: no step completed in this process for 0.3 s (--watchdog)");
+  REQUIRE_MESSAGE(report != std::string::npos, stalled.text);
+  const std::string after = stalled.text.substr(report);
+  for (const char* named : {"thread ", "(compute.0)", "(compute.1)", "(comm.0)", ", the watchdog's own:",
+                            "actors (", "(compute, rank 1): ", "(accumulator, rank 0): ", "(coordinator): ",
+                            "accord: watchdog: end of the report"})
+    CHECK_MESSAGE(after.find(named) != std::string::npos, named << " missing from:\n" << after);
+  // The main thread is named after the program.
+  CHECK(after.find("(accord-train)") != std::string::npos);
+  const accord::testing::run_output off = accord::testing::run(slow + " --watchdog 0");
+  REQUIRE_MESSAGE(off.status == 0, off.text);
+  CHECK(off.text.find("accord: watchdog") == std::string::npos);
+}
 
 TEST_CASE("--trace writes a Chrome trace: a track per actor, spans for micro-batches, rounds, phases, waits, steps") {
   const scratch_dir dir;

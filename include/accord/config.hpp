@@ -172,6 +172,10 @@ struct job_config {
   // since (redone by the survivors). Each keep costs one more optimizer shard on the wire.
   std::uint64_t keep_interval = 1;
   int blas_threads = 0;              // per compute actor; 0: cores / workers
+  // When no step's work completes in a process for this long (after its first), it writes every
+  // thread's stack and its actors to stderr, once per stall, before anyone kills it
+  // (observe/stall_watchdog.hpp). 0: no watchdog.
+  double watchdog_seconds = 120.0;
   // Set it (from a SIGTERM/SIGINT handler, say) and every worker stops after the same step:
   // the coordinator writes the checkpoint (when checkpoint_path is set) and run_job /
   // run_job_process return the steps done so far. May be null. Not for elastic jobs between

@@ -111,6 +111,7 @@ struct fields_of<job_config> {
       ACCORD_FIELD(job_config, membership_log),
       ACCORD_FIELD(job_config, keep_interval),
       ACCORD_FIELD(job_config, blas_threads),
+      ACCORD_FIELD(job_config, watchdog_seconds),
       ACCORD_FIELD(job_config, stop_requested),
       ACCORD_FIELD(job_config, on_checkpoint_written),
   };

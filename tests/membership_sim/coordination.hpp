@@ -145,7 +145,10 @@ inline void perform(world& w, int c, membership_action& action) {
         } else if constexpr (std::is_same_v<A, act::abort>) {
           to_member(a.member, [&w, epoch = a.epoch](process& m) { epoch_over(w, m.index, epoch); });
         } else if constexpr (std::is_same_v<A, act::drop>) {
-          to_member(a.member, [&w, why = a.why](process& m) { end_member(w, m.index, why); });
+          // An agent that judged its coordinator lost already ignores it (member_agent.cpp, stop_relaying).
+          to_member(a.member, [&w, why = a.why](process& m) {
+            if (!m.master_lost) end_member(w, m.index, why);
+          });
         } else if constexpr (std::is_same_v<A, act::heartbeat>) {
           to_member(a.member, [&w, sent = a.sent, echo = a.echo](process& m) {
             if (m.master_lost) return;

@@ -12,6 +12,7 @@ namespace accord::sim {
 inline void say_hello(world& w, int p, int c, bool rejoin);
 inline void begin_election(world& w, int p, const std::string& cause);
 inline void coordinator_gone(world& w, int p, const std::string& cause);
+inline void coordination_gone(world& w, int c);
 
 template <class What>
 void member_heard(world& w, int p, int generation, const What& what) {
@@ -20,11 +21,15 @@ void member_heard(world& w, int p, int generation, const What& what) {
   what(m);
 }
 
-// A hello whose coordinator's process is gone fails, and the member's process ends with it
-// (job/between_processes.cpp, admit: the request to a dead actor fails).
+// A hello whose coordinator's process is gone fails. A first hello ends the member's process
+// (job/between_processes.cpp, admit: the request to a dead actor fails); a member saying hello
+// again after a coordinator's loss, to the one it elected or found, takes that one for lost
+// too and elects again (between_processes.cpp, follow_next).
 inline void hello_failed(world& w, int p, int generation, int c) {
   member_heard(w, p, generation, [&w, c](process& m) {
-    end_member(w, m.index, "its hello to p" + std::to_string(c) + " failed: that process is gone");
+    const std::string why = "its hello to p" + std::to_string(c) + " failed: that process is gone";
+    if (m.rejoin) return coordinator_gone(w, m.index, why);
+    end_member(w, m.index, why);
   });
 }
 
@@ -52,15 +57,21 @@ inline void world::kill(int p) {
       const int member = q.index, generation = q.generation;
       send(p, member, [this, member, generation, p] { hello_failed(*this, member, generation, p); }, true);
     }
-    // Members whose coordinator it hosted see their agent's connection close.
-    if (q.admitted && q.coordinator == p) {
-      const int member = q.index, generation = q.generation;
-      send(p, member, [this, member, generation] {
-        member_heard(*this, member, generation, [this](process& m) {
-          coordinator_gone(*this, m.index, closed_cause(heartbeat_detector_settings{}, m.contact, now()));
-        });
-      }, true);
-    }
+  }
+  coordination_gone(*this, p);
+}
+
+// The coordination process c hosted is gone (its process killed, or it gave way): the agents of
+// the members that followed it see the membership actor they monitor go down.
+inline void coordination_gone(world& w, int c) {
+  for (process& q : w.procs) {
+    if (q.index == c || q.killed || !q.admitted || q.coordinator != c) continue;
+    const int member = q.index, generation = q.generation;
+    w.send(c, member, [&w, member, generation] {
+      member_heard(w, member, generation, [&w](process& m) {
+        coordinator_gone(w, m.index, closed_cause(heartbeat_detector_settings{}, m.contact, w.now()));
+      });
+    }, true);
   }
 }
 
@@ -127,24 +138,31 @@ inline void find_and_follow(world& w, int p, int there, const std::string& contr
   const int target = t.hosts() || t.replica->coordinator_control.empty() ? there : process_of(t.replica->coordinator_control);
   if (w.reachable(p, there) && !t.killed && !t.stopped && w.reachable(p, target) && w.procs[target].hosts())
     return say_hello(w, p, target, true);
+  // Gone: this member elects again, as after any coordinator's loss (between_processes.cpp).
   if (w.now() >= deadline || t.killed)
-    return end_member(w, p, "this side gave way to the coordinator at " + control + ", which does not answer");
+    return coordinator_gone(w, p, "this side gave way to the coordinator at " + control + ", which does not answer");
   w.local(p, 200ms, [&w, p, there, control, deadline] { find_and_follow(w, p, there, control, deadline); });
 }
 
+// A plan or refusal that comes after the agent judged its coordinator lost is dropped: the agent
+// answered the main thread's request with the loss already (actors/member_agent.cpp, relay).
 inline void epoch_plan_came(world& w, int p, int generation, const epoch_assignment& plan) {
   process& m = w.procs[p];
-  if (m.generation != generation || !m.ended.empty()) return;
+  if (m.generation != generation || !m.ended.empty() || m.master_lost) return;
   m.asking = false;
   if (plan.finished) return end_member(w, p, "finished");
   if (!plan.rejoin.empty()) {
     // This side gave way: a coordination hosted here ends, and the member follows the other.
+    // Its agent goes first (between_processes.cpp): no verdict on the old coordinator meanwhile.
+    ++m.generation;
+    m.coordinator_heartbeats.reset();
     if (m.machine) {
       m.machine.reset();
       ++m.machine_generation;
       m.epoch_active = false;
+      coordination_gone(w, p);
     }
-    if (plan.rejoin == m.replica->coordinator_control) m.saw_lost.reset();
+    m.saw_lost.reset();  // the standby's follow_atom: its verdict is spent
     return find_and_follow(w, p, process_of(plan.rejoin), plan.rejoin, w.now() + rejoin_timeout);
   }
   m.running = plan.epoch;
@@ -156,7 +174,7 @@ inline void epoch_plan_came(world& w, int p, int generation, const epoch_assignm
 
 inline void epoch_request_failed(world& w, int p, int generation, const std::string& why) {
   process& m = w.procs[p];
-  if (m.generation != generation || !m.ended.empty()) return;
+  if (m.generation != generation || !m.ended.empty() || m.master_lost) return;
   m.asking = false;
   end_member(w, p, why);
 }
@@ -188,6 +206,7 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
   w.note(p, std::string(rejoin ? "says hello again to p" : "says hello to p") + std::to_string(c) + " (replica of epoch " + std::to_string(m.replica->epoch) + ")");
   ++m.generation;
   m.coordinator = c;
+  m.rejoin = rejoin;
   m.admitted = m.master_lost = m.asking = false;
   m.running = 0;
   m.coordinator_heartbeats.reset();
@@ -202,18 +221,24 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
   const int generation = m.generation;
   if (w.procs[c].killed)  // its port refuses at once
     return w.local(p, 1ms, [&w, p, generation, c] { hello_failed(w, p, generation, c); });
-  w.send(p, c, [&w, p, c, generation, hello] {
+  // The hello goes to the coordination c hosts now (the actor the member was handed): when that
+  // one has ended by its arrival, the hello fails as to a dead actor.
+  w.send(p, c, [&w, p, c, generation, hello, coordination = w.procs[c].machine_generation] {
     process& host = w.procs[c];
-    std::variant<std::uint64_t, std::string> admitted = std::string("no coordinator here");
-    if (host.hosts()) {
+    const bool there = host.machine && host.machine_generation == coordination;
+    std::variant<std::uint64_t, std::string> admitted = std::string();
+    if (there) {
       admitted = host.machine->on_hello(hello, p != c, w.now());
       if (const auto* id = std::get_if<std::uint64_t>(&admitted)) host.member_process[*id] = {p, generation};
       perform(w, c);
     }
-    w.send(c, p, [&w, p, generation, admitted] {
+    w.send(c, p, [&w, p, c, generation, admitted, there] {
       process& m = w.procs[p];
       if (m.generation != generation || !m.ended.empty()) return;
+      if (!there) return hello_failed(w, p, generation, c);
       if (const auto* why = std::get_if<std::string>(&admitted)) {
+        // A coordination that gave way meanwhile is gone for this member, as a dead one.
+        if (m.rejoin && refused_as_gone(*why)) return coordinator_gone(w, p, *why);
         return end_member(w, p, *why);
       }
       m.id = std::get<std::uint64_t>(admitted);
@@ -230,6 +255,7 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
 struct election_result {
   int elected = -1;
   bool still_heard = false, left_behind = false;
+  std::shared_ptr<const coordination_replica> later;  // left_behind: the refusing standby's replica
 };
 
 inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<void(election_result)> reply) {
@@ -246,7 +272,7 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
     case election_answer::coordinates: return reply({q});
     case election_answer::no_copy_yet: return reply({});
     case election_answer::take_over: return reply(take_over_once());
-    case election_answer::formed_without_asker: return reply({-1, true, true});
+    case election_answer::formed_without_asker: return reply({-1, true, true, s.replica});
     case election_answer::wait_for_own_verdict: break;
   }
   auto answered = std::make_shared<bool>(false);
@@ -266,7 +292,15 @@ inline void elect(world& w, int p, std::size_t next, std::function<void(election
   const int q = process_of(order[next].control);
   const std::uint64_t epoch = m.replica->epoch;
   const auto answered = [&w, p, next, done](election_result a) {
-    if (!w.procs[p].ended.empty()) return;
+    process& m = w.procs[p];
+    if (!m.ended.empty()) return;
+    // A later epoch that counted this member (a cut held its plan and copies): it takes that
+    // replica and elects from it (between_processes.cpp, elect_coordinator; election.hpp, counted_in).
+    if (a.left_behind && newer(*a.later, *m.replica) && counted_in(*a.later, m.id)) {
+      m.replica = a.later;
+      for (auto k = m.replica->kept.rbegin(); k != m.replica->kept.rend(); ++k) m.known_kept.add(k->epoch, k->steps);
+      return elect(w, p, 0, done);
+    }
     if (a.elected >= 0 || a.still_heard) return done(a);
     elect(w, p, next + 1, done);
   };

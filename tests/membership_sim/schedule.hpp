@@ -140,9 +140,9 @@ enum class finding {
   // Safety: a coordinator forms an epoch from the epoch requests of members that meanwhile went
   // to another coordinator (it was stopped and reads its mailbox in order, or a partition held
   // its plans): both count those members, and two epochs of one number form. The stale one never
-  // trains (its plans reach nobody), but its replicas carry the same epoch number as the live one,
-  // and a waiting side that hears of it stops ("the job went on without this side") though
-  // the job did not.
+  // trains (its plans reach nobody), but its replicas carry the same epoch number as the live one.
+  // (A waiting side that hears of a later epoch gives way to it now, where it stopped: the
+  // liveness loss this finding also counted is gone.)
   phantom_epoch,
 };
 
@@ -232,11 +232,6 @@ inline finding classify(const world& w, const std::string& violation) {
     return finding::none;
   }
   if (violation.rfind("no epoch trains", 0) != 0) return finding::none;
-  const bool phantom = std::any_of(w.formed.begin(), w.formed.end(), [](const formed_epoch& f) {
-    return f.trained.size() < f.members.size();
-  });
-  for (const process& p : w.procs)
-    if (phantom && p.ended.find("the job went on without this side") != std::string::npos) return finding::phantom_epoch;
   for (const process& p : w.procs)
     if (p.ended.find("the training state cannot be rebuilt") != std::string::npos)
       return finding::shard_of_suspected_holders;

@@ -65,7 +65,7 @@ struct process {
   // Its member.
   std::uint64_t id = 0;
   bool joiner = false;
-  bool rejoin = false;
+  bool rejoin = false;  // its hello in flight follows a coordinator's loss
   int coordinator = 0;  // the process whose coordination it follows
   bool admitted = false, master_lost = false, asking = false, leaving = false;
   std::uint64_t running = 0;  // the epoch it trains in (0: none)

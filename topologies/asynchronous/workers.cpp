@@ -1,5 +1,6 @@
 #include "topologies/asynchronous/workers.hpp"
 
+#include "observe/stall_watchdog.hpp"
 #include "observe/thread_cpu.hpp"
 
 
@@ -278,6 +279,7 @@ struct asynchronous_workers::impl {
         }
         const std::chrono::duration<double> took = clock_type::now() - computing;
         if (speed > 1.0) std::this_thread::sleep_for(took * (speed - 1.0));
+        note_progress();  // the stall watchdog's sign of life
         add(mine.compute, seconds_since(computing));
         if (!lockstep() && !setup.claim_next && dies(w)) {  // the membership schedule's crash: this gradient is lost
           settle(ticket, true);
