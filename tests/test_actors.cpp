@@ -1032,7 +1032,7 @@ TEST_CASE("a global batch is kept when workers leave, join and crash: the same m
       const std::uint64_t workers = first.steps[s].workers, per_round = std::max<std::uint64_t>(4, workers);
       // An overlapped epoch's first round goes out with each worker's first micro-batch
       // (nothing was in flight to hide more behind): ACCO's first estimate round of an epoch.
-      const bool epoch_start = s == 0 || workers != first.steps[s - 1].workers;
+      const bool epoch_start = s == 0 || workers != static_cast<std::uint64_t>(first.steps[s - 1].workers);
       CHECK(first.steps[s].micro_batches == (acco ? (epoch_start ? workers : per_round) + per_round : per_round));
     }
     CHECK(first.steps[2].workers == 3);

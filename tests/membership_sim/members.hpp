@@ -266,7 +266,9 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
       w.note(q, "takes over from the replica of epoch " + std::to_string(s.replica->epoch));
       start_coordination(w, q, w.initial, *s.replica, s.lost_cause);
     }
-    return election_result{q};
+    election_result elected;
+    elected.elected = q;
+    return elected;
   };
   switch (answer_election({*s.replica, s.hosts(), s.saw_lost}, epoch)) {
     case election_answer::coordinates: return reply({q});
