@@ -436,7 +436,7 @@ TEST_CASE("local SGD refuses what it cannot run with one line") {
   }
 }
 
-TEST_CASE("round_peers::among: subgroups name their ranks within them; bad members are refused with one line") {
+TEST_CASE("round_peers::among: subgroups name their ranks within them, and bad members are refused with one line") {
   auto endpoints = inproc_fabric(4).endpoints();
   transport_peers peers(*endpoints[1]);
   for (const std::vector<int>& members : {std::vector<int>{}, {0, 2}, {2, 1}, {1, 4}, {-1, 1}, {1, 1}}) {
@@ -586,7 +586,7 @@ TEST_CASE("hierarchical DiLoCo: 2 groups of 2 are flat DiLoCo over 2 workers pul
   CHECK(worst < 1e-5);
 }
 
-TEST_CASE("hierarchical DiLoCo in a job: --inner-group 1 is today's local SGD bit for bit; 2 groups of 2 over a "
+TEST_CASE("hierarchical DiLoCo in a job: --inner-group 1 is today's local SGD bit for bit, and 2 groups of 2 over a "
           "slow link between them agree after each merge") {
   job_config job = sgd_job(4, 13);
   job.topology = "local-sgd";
