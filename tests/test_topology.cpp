@@ -255,17 +255,23 @@ local_sgd_run run_local_sgd_over(const topology& local_sgd, std::uint64_t steps,
   return run;
 }
 
+// A local-sgd job of DDP inner steps over `workers` workers and the quadratic's `dim` parameters.
+topology_job local_sgd_job(int workers, std::uint64_t steps) {
+  topology_job job;
+  job.algorithm = "ddp";
+  job.workers = workers;
+  job.steps = steps;
+  job.parameter_count = dim;
+  return job;
+}
+
 // Over 3 workers linked by `link`.
 local_sgd_run run_local_sgd(const topology& local_sgd, std::uint64_t steps, bool in_flight, const char* link) {
   return run_local_sgd_over(local_sgd, steps, in_flight, inproc_fabric(3, link_model::parse(link)).endpoints());
 }
 
 TEST_CASE("Streaming DiLoCo: outer all-reduces in flight over a slow link give the bits of running them at once") {
-  topology_job job;
-  job.algorithm = "ddp";
-  job.workers = 3;
-  job.steps = 23;
-  job.parameter_count = dim;
+  topology_job job = local_sgd_job(3, 23);
   job.options.set("local_steps", 6).set("fragments", 3).set("overlap_steps", 5).set("overlap_mix", 0.25);
   for (const std::string update : {"delayed", "eager"}) {
     CAPTURE(update);
@@ -342,11 +348,7 @@ struct streaming_reference {
 };
 
 TEST_CASE("Streaming DiLoCo, delayed and eager outer updates: the arithmetic of the reference written out by hand") {
-  topology_job job;
-  job.algorithm = "ddp";
-  job.workers = 3;
-  job.steps = 15;
-  job.parameter_count = dim;
+  topology_job job = local_sgd_job(3, 15);
   job.options.set("local_steps", 4).set("fragments", 2).set("overlap_steps", 2).set("overlap_mix", 0.5);
   job.options.set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
   std::vector<std::vector<float>> last_copies;
@@ -370,11 +372,7 @@ TEST_CASE("Streaming DiLoCo, delayed and eager outer updates: the arithmetic of 
 TEST_CASE("Streaming DiLoCo: eager and compressed outer rounds leave every replica the same bits after each merge") {
   // One fragment, merged wholly τ = 2 steps after its outer round starts (steps 5 and 9; 13 is
   // past the last step, 12, where everything merges).
-  topology_job job;
-  job.algorithm = "ddp";
-  job.workers = 3;
-  job.steps = 13;
-  job.parameter_count = dim;
+  topology_job job = local_sgd_job(3, 13);
   job.options.set("local_steps", 4).set("overlap_steps", 2).set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
   job.options.set("outer_update", "delayed");
   const local_sgd_run delayed = run_local_sgd(*make_topology("local-sgd", job), job.steps, true, "unlimited");
@@ -517,11 +515,7 @@ TEST_CASE("hierarchical DiLoCo, 2 groups of 2: a group's replicas are the same b
           "of them after each merge, and only the outer rounds cross between groups") {
   // One fragment merged wholly τ = 2 steps after its outer round starts (steps 5 and 9; the last
   // step, 12, merges everything). Outer rounds start after steps 3, 7, 11 and 12.
-  topology_job job;
-  job.algorithm = "ddp";
-  job.workers = 4;
-  job.steps = 13;
-  job.parameter_count = dim;
+  topology_job job = local_sgd_job(4, 13);
   job.options.set("local_steps", 4).set("overlap_steps", 2).set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
   job.options.set("inner_group", 2);
   for (const auto& [update, precision] : {std::pair{"delayed", "fp32"}, {"eager", "fp32"}, {"eager", "fp4"}}) {
@@ -560,11 +554,7 @@ TEST_CASE("hierarchical DiLoCo, 2 groups of 2: a group's replicas are the same b
 }
 
 TEST_CASE("hierarchical DiLoCo: 2 groups of 2 are flat DiLoCo over 2 workers pulled to each group's mean target") {
-  topology_job job;
-  job.algorithm = "ddp";
-  job.workers = 4;
-  job.steps = 15;
-  job.parameter_count = dim;
+  topology_job job = local_sgd_job(4, 15);
   job.options.set("local_steps", 4).set("fragments", 2).set("overlap_steps", 2).set("overlap_mix", 0.5);
   job.options.set("outer_learning_rate", 0.7).set("outer_momentum", 0.9).set("outer_update", "eager");
   job.options.set("inner_group", 2);
