@@ -351,12 +351,13 @@ void transport::reduce_scatter_range(std::span<float> data, shard range, wire_pr
 
 std::unique_ptr<transport::range_reduction> transport::start_reduce_scatter_range(std::span<float> data, shard range,
                                                                                    wire_precision precision) {
-  throw_if_interrupted();
-  const auto owner_part = checked_owner_parts("reduce_scatter_range", data.size(), size(), range, precision);
-  if (precision == wire_precision::fp32 || size() == 1 || range.size() == 0) {
+  if (precision == wire_precision::fp32) {  // the ring, at once (it checks the range itself)
     reduce_scatter_range(data, range, precision);
     return std::make_unique<range_reduction>();
   }
+  throw_if_interrupted();
+  const auto owner_part = checked_owner_parts("reduce_scatter_range", data.size(), size(), range, precision);
+  if (size() == 1 || range.size() == 0) return std::make_unique<range_reduction>();
   return std::make_unique<started_direct_reduction>(*this, data.subspan(range.begin, range.size()), owner_part,
                                                     precision, next_collective_tag());
 }
