@@ -911,7 +911,7 @@ def run_workers(job, x, y):
         worker = workers[index]
         while (request := worker.request) is not None:
             loss = mean_loss(worker.module, x, y, request.first_position, request.examples)
-            loss.backward()
+            (loss * worker.loss_scale).backward()
             worker.step(loss)
         results[index] = worker.finish()
 
@@ -1029,12 +1029,62 @@ def deep_model():
                                torch.nn.Linear(32, CLASSES))
 
 
+class Cast(torch.nn.Module):
+    """The input in the module's dtype (the test data are float32)."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x):
+        return x.to(self.dtype)
+
+
+def deep_model_in(dtype):
+    """deep_model computing in `dtype` (its output back in float32 for the loss)."""
+    net = deep_model()
+    if dtype == torch.float32:
+        return net
+    return torch.nn.Sequential(Cast(dtype), net.to(dtype), Cast(torch.float32))
+
+
 def gradient_buckets():
     x, y = data()
     group = accord.process_group()
     workers = group.world_size if group else 2
     settings = dict(algorithm="ddp", workers=workers, steps=5, micro_batch=4, accumulation=2, max_accumulation=2,
                     learning_rate=0.01, eval_interval=0)
+    # Backward's hooks finish each gradient in accord's flat buffer: in place for float32, widened
+    # (bfloat16) or unscaled (a loss scale) by the hook.
+    for dtype, loss_scale in ((torch.float32, 1.0), (torch.bfloat16, 1.0), (torch.float32, 8.0)):
+        buckets_equal_whole(x, y, group, dict(settings, loss_scale=loss_scale), dtype)
+
+    def twice(net, request):
+        step_loss = mean_loss(net, x, y, request.first_position, request.examples)
+        step_loss.backward(retain_graph=True)  # accord's backward comes second
+        return step_loss
+
+    raises(RuntimeError, "got a second gradient in one micro-batch",
+           lambda: accord.torch.train(deep_model(), twice, group=group, bucket_cap_mb=0.0005, **settings))
+    print("a second backward in one micro-batch: one error naming the parameter")
+
+    # A bfloat16 gradient that overflows in its hook goes in no bucket, and step() names it (in one
+    # process: between processes a rank may hear first that the other rank's worker failed).
+    if group is not None:
+        return
+
+    def huge(net, request):  # the first layer's weight gets an infinite gradient, after the others'
+        return mean_loss(net, x, y, request.first_position, request.examples) + net[1][0].weight.sum() * float("inf")
+
+    raises(FloatingPointError, "parameter '1.0.weight' (torch.bfloat16) has an inf or NaN gradient",
+           lambda: accord.torch.train(deep_model_in(torch.bfloat16), huge, group=group, bucket_cap_mb=0.0005,
+                                      **settings))
+    print("a bfloat16 gradient overflowing during backward: one error naming the parameter")
+
+
+def buckets_equal_whole(x, y, group, settings, dtype):
+    """DDP with gradient buckets fed by backward's hooks trains a `dtype` deep_model bit for bit
+    as without buckets, through train() and through a Job's loop."""
     reports = []
     real_report = accord.Worker.gradients_final_from
 
@@ -1049,11 +1099,7 @@ def gradient_buckets():
         job = accord.torch.Job(net, group=group, bucket_cap_mb=bucket_cap_mb, **settings)
         if group is None:
             return run_workers(job, x, y)[0]
-        while (request := job.request) is not None:
-            step_loss = mean_loss(net, x, y, request.first_position, request.examples)
-            step_loss.backward()
-            job.step(step_loss)
-        return job.finish()
+        return run_scaled_job(job, net, x, y)
 
     # 0.0005 MB: buckets of 131 values, a few per step of this 2.5k-parameter model.
     accord.Worker.gradients_final_from = counted
@@ -1062,7 +1108,7 @@ def gradient_buckets():
                                                                           **settings)),
                           ("own loop", own_loop)):
             reports.clear()
-            bucketed_net, whole_net = deep_model(), deep_model()
+            bucketed_net, whole_net = deep_model_in(dtype), deep_model_in(dtype)
             bucketed = run(bucketed_net, 0.0005)
             runs = sorted(set(reports), reverse=True)
             assert reports and 0 in reports, f"{name}: backward's hooks reported nothing"
@@ -1075,19 +1121,10 @@ def gradient_buckets():
             assert [m.train_loss for m in bucketed.steps] == [m.train_loss for m in whole.steps]
             for a, b in zip(bucketed_net.state_dict().values(), whole_net.state_dict().values()):
                 assert torch.equal(a, b), f"{name}: the modules differ"
-            print(f"{name}: buckets fed during backward ({len(runs)} distinct reports per micro-batch, "
-                  f"e.g. {runs[:4]}) == no buckets, bit for bit")
+            print(f"{name}, {dtype}, loss scale {settings['loss_scale']:g}: buckets fed during backward "
+                  f"({len(runs)} distinct reports per micro-batch, e.g. {runs[:4]}) == no buckets, bit for bit")
     finally:
         accord.Worker.gradients_final_from = real_report
-
-    def twice(net, request):
-        step_loss = loss(net, request)
-        step_loss.backward(retain_graph=True)  # accord's backward comes second
-        return step_loss
-
-    raises(RuntimeError, "got a second gradient in one micro-batch",
-           lambda: accord.torch.train(deep_model(), twice, group=group, bucket_cap_mb=0.0005, **settings))
-    print("a second backward in one micro-batch: one error naming the parameter")
 
 
 if __name__ == "__main__":

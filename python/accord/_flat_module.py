@@ -111,6 +111,8 @@ class FlatModule:
             self.ranges.append(flat_range)
             offset = flat_range.end
         self._views = [view for r in self.ranges for view in r.views]
+        # Each trained parameter's range and first position in the flat buffers, in _views' order.
+        self._slots = [(r, r.begin + offset) for r in self.ranges for offset in r.view_offsets]
         names = {id(p): name for name, p in module.named_parameters()}
         self._names = [names[id(p)] for p, _ in self._views]
         # Gradients that went through a narrower dtype (or a scale) may have overflowed.
@@ -147,10 +149,14 @@ class FlatModule:
         """Autograd accumulates into the gradient views in place; a gradient it replaced (or one
         the user set to None) is copied back into its view. Then the gradients go into the flat
         buffer, in float32 and unscaled, and the buffers' current values where their gradients
-        would be: accord averages or broadcasts them. FloatingPointError naming the first
+        would be: accord averages or broadcasts them. Parameters backward's hooks already
+        finished (GradientProgress) are left as they are. FloatingPointError naming the first
         parameter whose gradient is inf or NaN, where a narrower dtype or a loss scale may have
         overflowed: accord never trains on one."""
-        for p, view in self._views:
+        finished = self.progress.finished if self.progress is not None else None
+        for index, (p, view) in enumerate(self._views):
+            if finished is not None and finished[index]:
+                continue
             if p.grad is None:
                 view.zero_()
             elif p.grad.data_ptr() != view.data_ptr():
@@ -160,15 +166,38 @@ class FlatModule:
             p.grad = view
         sent = self.progress is not None and self.progress.buffers_sent
         for flat_range in self.ranges:
-            if not (sent and flat_range.gradients is None):  # buffers backward's hooks sent stay
+            if flat_range.gradients is None and not sent:  # buffers backward's hooks sent stay
                 flat_range.to_accord()
+        if finished is None or not any(finished):
+            for flat_range in self.ranges:
+                if flat_range.gradients is not None:
+                    flat_range.to_accord()
+            if self.loss_scale != 1:
+                self.gradients[:self.trained].mul_(1 / self.loss_scale)
+        else:
+            for index, done in enumerate(finished):
+                if not done:
+                    self.finish_gradient(index)
+        if self.progress is not None and self.progress.overflow is not None:
+            raise self._overflow(self.progress.overflow)
         trained = self.gradients[:self.trained]
-        if self.loss_scale != 1:
-            trained.mul_(1 / self.loss_scale)
         # The sum is inf or NaN when an element is (one pass without a temporary; torch.isfinite
         # costs 30 times more), or when finite ones overflow it: only then look closer.
         if self._checks_finite and not math.isfinite(trained.sum()) and not torch.isfinite(trained).all():
             raise self._overflow(trained)
+
+    def finish_gradient(self, index):
+        """Trained parameter `index`'s gradient (in its view) into the flat buffer, widened to
+        float32 and unscaled; whether it is finite there (always True where no narrower dtype or
+        loss scale could have overflowed)."""
+        flat_range, begin = self._slots[index]
+        end = begin + self._views[index][0].numel()
+        gradient = self.gradients[begin:end]
+        if flat_range.staged:
+            flat_range.to_accord(begin, end)
+        if self.loss_scale != 1:
+            gradient.mul_(1 / self.loss_scale)
+        return not self._checks_finite or math.isfinite(gradient.sum()) or bool(torch.isfinite(gradient).all())
 
     def submit(self, worker, items, loss):
         """worker.submit(gradients, ...), torch's work on a CUDA buffer finished first: accord reads
@@ -182,7 +211,10 @@ class FlatModule:
             flat_range.zero_gradients()
 
     def _overflow(self, gradients):
+        """FloatingPointError naming the parameter of the first inf or NaN in `gradients` (the
+        trained gradients, or from a parameter's own first position)."""
         first, end = int((~torch.isfinite(gradients)).nonzero()[0]), 0
+        first += self.trained - gradients.numel()  # a tail of the trained gradients
         for (parameter, _), name in zip(self._views, self._names):
             end += parameter.numel()
             if first < end:

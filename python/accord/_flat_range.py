@@ -53,6 +53,7 @@ class FlatRange:
         through_host = device != flat_parameters.device and dtype != torch.float32
         self._pinned = torch.empty(count, dtype=dtype, pin_memory=True) if through_host else None
         self.views = []  # (parameter, its gradient's view) for the trained ones
+        self.view_offsets = []  # each view's first position in the range
         offset = 0
         with torch.no_grad():
             for tensor in tensors:
@@ -66,6 +67,7 @@ class FlatRange:
                         gradient.copy_(tensor.grad)
                     tensor.grad = gradient
                     self.views.append((tensor, gradient))
+                    self.view_offsets.append(offset)
                 offset += n
             if self.staged:
                 self._copy(self.values, self.accord_values)  # widening is exact
@@ -75,13 +77,16 @@ class FlatRange:
         if self.staged:
             self._copy(self.accord_values, self.values)
 
-    def to_accord(self):
+    def to_accord(self, begin=None, end=None):
         """Into accord's flat gradients: the parameters' gradients widened to float32, or the
-        buffers' current values (which accord averages or broadcasts in place of gradients)."""
+        buffers' current values (which accord averages or broadcasts in place of gradients); only
+        flat positions [begin, end) of the range when given."""
+        first = 0 if begin is None else begin - self.begin
+        last = self.end - self.begin if end is None else end - self.begin
         if self.gradients is None:
-            self._copy(self.values, self.accord_gradients)
+            self._copy(self.values[first:last], self.accord_gradients[first:last])
         elif self.staged:
-            self._copy(self.gradients, self.accord_gradients)
+            self._copy(self.gradients[first:last], self.accord_gradients[first:last])
 
     def zero_gradients(self):
         if self.gradients is not None:
@@ -91,5 +96,6 @@ class FlatRange:
         if self._pinned is None:
             target.copy_(source)
         else:
-            self._pinned.copy_(source)
-            target.copy_(self._pinned)
+            pinned = self._pinned[:source.numel()]
+            pinned.copy_(source)
+            target.copy_(pinned)

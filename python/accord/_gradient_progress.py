@@ -5,8 +5,11 @@ of final gradients at the end of accord's flat buffer has grown by a bucket's wo
 hears of it (Worker.gradients_final_from). accord adds that run into its sum at once and, for
 DDP's buckets (JobConfig.bucket_cap_mb), reduces it while the rest of backward goes on.
 
-Only for a FlatModule whose trained parameters are float32 views of host flat buffers, without
-a loss scale: their gradients are then final in place when the hook runs. Buffers (BatchNorm's
+For a FlatModule whose flat buffers are on the host: a float32 host parameter's gradient is then
+final in place when its hook runs; any other (bfloat16, float16, or a GPU module's) the hook
+widens into the flat buffer, and unscales where a loss scale was used (FlatModule.finish_gradient),
+so collect_gradients leaves it alone. A gradient that is not finite there stops the reports
+(no bucket carries it) and step() raises FloatingPointError naming it. Buffers (BatchNorm's
 statistics) were updated by forward, so they go into the flat gradients when backward starts.
 A parameter whose gradient arrives twice in one micro-batch (two backward passes before
 step()) is an error, as in torch DDP: its first gradient was already sent."""
@@ -27,19 +30,21 @@ class GradientProgress:
             self._accumulators.append(accumulator)
         self._worker = None
         self.buffers_sent = False
+        self.finished, self.overflow = [False] * len(self._begins), None
 
     @staticmethod
     def eligible(flat):
-        """Whether backward's gradients are final in accord's flat buffer when their hooks run."""
-        return (flat.gradients.device.type == "cpu" and not flat._checks_finite and
-                all(not r.staged for r in flat.ranges if r.gradients is not None))
+        """Whether the hooks can finish backward's gradients in accord's flat buffer: where it is
+        on the host (a CUDA flat buffer would need backward's stream waited for first)."""
+        return flat.gradients.device.type == "cpu"
 
     def arm(self, worker, request):
         """`request`'s backward comes next: report its progress to `worker` when accord wants it."""
         wanted = request is not None and request.gradient_progress > 0
         self._worker = worker if wanted else None
         self._bucket = request.gradient_progress if wanted else 0
-        self._final = [False] * len(self._begins)
+        self.finished = [False] * len(self._begins)  # by the hooks, in this micro-batch
+        self.overflow = None  # the flat gradients from a non-finite one's first position on
         self._frontier = len(self._begins)  # views [frontier, n) are final
         self._reported = self._flat.gradients.numel()
         self.buffers_sent = False
@@ -53,22 +58,26 @@ class GradientProgress:
     def _ready(self, index):
         flat = self._flat
         parameter, view = flat._views[index]
-        if self._final[index]:
+        if self.finished[index]:
             self._worker = None
             raise RuntimeError(f"accord.torch: parameter '{flat._names[index]}' got a second gradient in one "
                                "micro-batch (backward ran twice before step()); its first was already being "
                                "reduced, as in torch DDP: call step() after each backward, or set "
                                "bucket_cap_mb=0 to reduce gradients only at step()")
-        self._final[index] = True
+        self.finished[index] = True
         if parameter.grad is None or parameter.grad.data_ptr() != view.data_ptr():
             view.copy_(parameter.grad)  # autograd made a tensor of its own (grad was None)
             parameter.grad = view
+        if not flat.finish_gradient(index):
+            self._worker = None  # no bucket carries it; step() raises
+            self.overflow = flat.gradients[self._begins[index]:flat.trained]
+            return
         if not self.buffers_sent:
             for flat_range in flat.ranges:
                 if flat_range.gradients is None:
                     flat_range.to_accord()
             self.buffers_sent = True
-        while self._frontier > 0 and self._final[self._frontier - 1]:
+        while self._frontier > 0 and self.finished[self._frontier - 1]:
             self._frontier -= 1
         begin = self._begins[self._frontier] if self._frontier < len(self._begins) else flat.trained
         if begin < self._reported and (self._reported - begin >= self._bucket or begin == 0):
