@@ -32,6 +32,11 @@ def parse_arguments():
     parser.add_argument("--algo", default="acco", help="accord's algorithm (ddp, acco, ...; accord-train's --algo)")
     parser.add_argument("--max-accumulation", type=int, default=0,
                         help="overlapped algorithms: at most this many micro-batches per stage (0: no cap)")
+    parser.add_argument("--accumulation-mode", choices=("fixed", "growing", "growing-steps"), default="fixed",
+                        help="--loop own: fixed (a step is --accumulation micro-batches, and as many at ACCO's "
+                             "estimate stage); growing-steps: ACCO's stages take at least --accumulation and "
+                             "--estimate-accumulation and grow while a round flies (up to --max-accumulation), the "
+                             "schedule counting steps; growing: the same, the schedule counting examples")
     parser.add_argument("--estimate-accumulation", type=int, default=0,
                         help="ACCO: micro-batches while an estimate round flies (0: as --accumulation)")
     parser.add_argument("--wire-precision", default="auto",
@@ -97,13 +102,17 @@ def own_loop(model, corpus, sent, settings, args):
     """The loop a DDP user writes: micro-batch i of this rank reads its windows from stream
     position (i * workers + rank) * micro_batch (as train_torch.py and a DistributedSampler
     stride), runs forward and backward, and hands the gradient to accord; the job says when its
-    steps are done. Its steps are fixed (the Job's default): --accumulation micro-batches, and for
-    ACCO-style algorithms --accumulation at the real stage plus --estimate-accumulation (default:
-    as many) at the estimate stage, as accord-train's flags count them."""
-    if args.algo.startswith("acco"):  # accord-train's names count per stage; the Job's fixed step holds both
-        estimate = args.estimate_accumulation or args.accumulation
-        settings.update(accumulation=args.accumulation + estimate, estimate_accumulation=estimate)
-    settings["max_accumulation"] = settings["accumulation"]  # a fixed step: no more while a round flies
+    steps are done. Its steps are fixed by default (the Job's): --accumulation micro-batches, and
+    for ACCO-style algorithms --accumulation at the real stage plus --estimate-accumulation
+    (default: as many) at the estimate stage, as accord-train's flags count them. With
+    --accumulation-mode growing(-steps) ACCO's stages take more while a round flies (the loop
+    runs until the job says its steps are done, however many batches that is)."""
+    settings["accumulation_mode"] = args.accumulation_mode
+    if args.accumulation_mode == "fixed":
+        if args.algo.startswith("acco"):  # accord-train's names count per stage; the Job's fixed step holds both
+            estimate = args.estimate_accumulation or args.accumulation
+            settings.update(accumulation=args.accumulation + estimate, estimate_accumulation=estimate)
+        settings["max_accumulation"] = settings["accumulation"]  # a fixed step: no more while a round flies
     job = accord.torch.Job(model, **settings)
     started = None
     for index in itertools.count():
