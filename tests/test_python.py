@@ -457,7 +457,7 @@ def epochs():
                             # Every step() call is in the loop's time breakdown.
                             spent = job.loop_seconds
                             assert spent.pop("micro_batches") == seen, (spent, seen)
-                            assert min(spent.values()) >= 0 and spent["parameters"] > 0, spent
+                            assert min(spent.values()) >= 0 and spent["parameters"] > 0 and spent["end"] > 0, spent
                             return job.finish(), net, final
         except KeyError:
             pass

@@ -127,9 +127,10 @@ def own_loop(model, corpus, sent, settings, args):
     # Where the loop's time went, per micro-batch (the first one's forward and backward excluded).
     spent, loop = job.loop_seconds, time.perf_counter() - started
     count = max(1, spent.pop("micro_batches"))
-    in_step = sum(spent.values())
+    in_step, end = sum(spent.values()), spent.pop("end")
     print(f"rank {job.rank} own loop per micro-batch: forward+backward {1e3 * (loop - in_step) / count:.1f} ms, "
-          + ", ".join(f"{name} {1e3 * seconds / count:.1f} ms" for name, seconds in spent.items()), flush=True)
+          + ", ".join(f"{name} {1e3 * seconds / count:.1f} ms" for name, seconds in spent.items())
+          + f"; the job's end {end:.1f} s", flush=True)
     return result
 
 

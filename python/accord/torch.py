@@ -301,7 +301,7 @@ class Job:
         self.checkpoint_path = self._prepared.config.checkpoint_path
         self._start = self._worker = self._request = self._result = None
         self._replicas = []
-        self._loop_seconds = dict.fromkeys(("gradients", "submit", "parameters"), 0.0)
+        self._loop_seconds = dict.fromkeys(("gradients", "submit", "parameters", "end"), 0.0)
         self._micro_batches = 0
 
     def _begin(self):
@@ -401,7 +401,7 @@ class Job:
         self._request = self._flat.next_request(self._worker)
         spent["gradients"] += collected - started
         spent["submit"] += submitted - collected
-        spent["parameters"] += clock() - submitted
+        spent["parameters" if self._request is not None else "end"] += clock() - submitted
         self._micro_batches += 1
         if self._request is None:
             self.finish()  # the final parameters into the module
@@ -413,8 +413,9 @@ class Job:
         micro-batches (`micro_batches` of them): `gradients`, autograd's gradients copied into
         accord's flat buffer (and checked finite); `submit`, the hand-off to accord and the
         gradients zeroed; `parameters`, the wait for the next micro-batch's parameters (the
-        round, where one was due) and their copy into the module. The rest of the loop is the
-        app's own forward and backward."""
+        round, where one was due) and their copy into the module; `end`, the last step()'s wait
+        for the job's end (its last rounds and deferred evaluations). The rest of the loop is
+        the app's own forward and backward."""
         return dict(self._loop_seconds, micro_batches=self._micro_batches)
 
     def finish(self):
