@@ -1074,7 +1074,7 @@ TEST_CASE("an elastic local-sgd job with fp4 outer rounds whose coordinator is k
   const std::string name = "failover_local_sgd";
   const failover_job failover = run_with_coordinator_loss(
       name,
-      failover_flags + " --algo ddp --topology local-sgd --local-steps 10 --outer-precision fp4 --replica-check-interval 1",
+      failover_flags + " --algo ddp --topology local-sgd --local-steps 10 --outer-precision fp4 --replica-check 1",
       false, true);
   check_failover(failover, name, "coordinator, lost at step");
   INFO(failover.joiner.text);
