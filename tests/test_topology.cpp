@@ -487,7 +487,15 @@ TEST_CASE("local-sgd: a checkpoint at an outer step holds θ_global, the outer m
   CHECK(resumed.parameters == uninterrupted.parameters);
   CHECK(resumed.replicas_identical);
 
-  // Resumed under another topology, the outer state would be lost: refused with one line.
+  // A kept state that does not fit the job, or resumed under another topology (the outer state
+  // would be lost): refused with one line.
+  job.topology_settings.set("outer_momentum", 0.0);
+  CHECK_THROWS_WITH(run_quadratic(job, {}, dim),
+                    "--topology local-sgd: the kept state's outer momentum (--outer-momentum 0 keeps none) holds 64 "
+                    "values, this job's 0 (of 64 parameters)");
+  job.topology_settings.set("outer_momentum", 0.9).set("outer_precision", "fp32");
+  CHECK_THROWS_WITH(run_quadratic(job, {}, dim), doctest::Contains("the kept state's residuals (--outer-precision fp32 "
+                                                                   "keeps none) holds 64 values, this job's 0"));
   job.topology = "ring";
   CHECK_THROWS_WITH(run_quadratic(job, {}, dim),
                     doctest::Contains("holds a topology's own state (local-sgd's), which this job's --topology does not keep"));
