@@ -55,7 +55,10 @@ void keep_step(communicator_setup& s, const std::vector<float>& parameters, std:
   // not a function of the masters, which are kept beside it.
   if (kept.own.feedback.empty()) kept.own.master.clear();
   if (s.replicate && kept.world > 1) kept.copies = replicate_to_buddies(*s.link, kept.own, parameters.size());
-  kept.parameters = parameters;
+  // A topology that keeps its own state (local-sgd) names what every worker restarts from (its
+  // θ_global, the same on every member); this worker's copy may differ from it.
+  kept.parameters = kept.own.topology.present ? std::move(kept.own.topology.parameters) : parameters;
+  kept.own.topology.parameters.clear();
   s.keeper->keep(std::move(kept));
 }
 

@@ -195,7 +195,8 @@ void end_without_step(self_pointer self, std::uint64_t round, const round_progre
 }
 
 // Reassembles the workers' states into one checkpoint: sharded optimizer slots go back to
-// their place in the flat buffer, Distributed Lion momenta are kept one per worker.
+// their place in the flat buffer, Distributed Lion momenta and a topology's own states are kept
+// one per worker.
 void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress& progress) {
   auto& s = self->state;
   const std::size_t n = s.setup.parameter_count;
@@ -207,7 +208,17 @@ void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress
   c.seconds = std::chrono::duration<double>(clock_type::now() - s.setup.started).count();
   c.data_hash = s.setup.data_hash;
   c.parameters = *progress.parameters;
+  const std::vector<float>* restart_from = nullptr;
   for (const rule_state& state : progress.states) {
+    // A topology's own state (local-sgd's), one per worker in rank order; its parameters are
+    // what every worker restarts from (the copies may differ from them, and from each other).
+    if (state.topology.present) {
+      const kept_topology& kept = state.topology;
+      if (kept.parameters.size() != n) throw std::invalid_argument("checkpoint: a worker's topology parameters do not fit");
+      restart_from = &kept.parameters;
+      c.topology_shared = kept.shared;
+      c.topology_workers.push_back({kept.local_step, kept.local_slots, kept.local_values, kept.own});
+    }
     if (state.momentum) {
       c.momenta.push_back(state.values);
       continue;
@@ -236,6 +247,7 @@ void write_job_checkpoint(self_pointer self, std::uint64_t round, round_progress
       std::copy_n(state.values.begin() + static_cast<std::ptrdiff_t>(slot * shard), shard,
                   c.optimizer.begin() + static_cast<std::ptrdiff_t>(slot * n + state.begin));
   }
+  if (restart_from) c.parameters = *restart_from;  // not the masters of an algorithm the topology does not step
   if (!s.setup.checkpoint_path.empty()) {
     write_checkpoint(s.setup.checkpoint_path, c);
     if (s.setup.on_checkpoint_written) s.setup.on_checkpoint_written(s.setup.checkpoint_path, c.steps);

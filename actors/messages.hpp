@@ -33,9 +33,14 @@ typename Inspector::result_type inspect(Inspector& f, transfer_stats& x) {
   return f(caf::meta::type_name("transfer_stats"), x.bytes_sent, x.bytes_received, x.messages_sent);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kept_topology& x) {
+  return f(caf::meta::type_name("kept_topology"), x.present, x.parameters, x.shared, x.own, x.local_step,
+           x.local_slots, x.local_values);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rule_state& x) {
   return f(caf::meta::type_name("rule_state"), x.present, x.momentum, x.optimizer_step, x.slots,
-           x.begin, x.values, x.master, x.feedback, x.residual);
+           x.begin, x.values, x.master, x.feedback, x.residual, x.topology);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, round_observations& x) {

@@ -41,8 +41,10 @@ private:
 class topology_rule final : public update_rule {
 public:
   topology_rule(std::unique_ptr<worker_topology> worker, std::unique_ptr<update_rule> algorithm,
-                const optimizer_config& optimizer, std::shared_ptr<topology_status> status)
-      : worker_(std::move(worker)), algorithm_(std::move(algorithm)), config_(optimizer), status_(std::move(status)) {}
+                const optimizer_config& optimizer, std::shared_ptr<topology_status> status, const kept_topology* resume)
+      : worker_(std::move(worker)), algorithm_(std::move(algorithm)), config_(optimizer), status_(std::move(status)) {
+    if (resume && resume->present) restore(*resume);
+  }
 
   void apply(transport& link, std::span<float> buffer, const round_totals& local, const round_totals& global,
              float learning_rate, std::uint64_t step, bool estimate, std::span<const float> current) override {
@@ -67,9 +69,39 @@ public:
   void finish_buckets() override { algorithm_->finish_buckets(); }
   void settle(transport& link) override { algorithm_->settle(link); }
   std::span<const float> residuals() const override { return algorithm_->residuals(); }
-  rule_state snapshot() const override { return algorithm_->snapshot(); }
+  rule_state snapshot() const override {
+    rule_state state = algorithm_->snapshot();
+    std::optional<topology_state> kept = worker_->kept_state();
+    if (!kept) return state;
+    kept_topology& topology = state.topology;
+    topology.present = true;
+    topology.parameters = std::move(kept->parameters);
+    topology.shared = std::move(kept->shared);
+    topology.own = std::move(kept->own);
+    if (own_) {
+      const optimizer_state& local = own_->state();
+      topology.local_step = local.step;
+      topology.local_slots = static_cast<std::uint32_t>(local.slots);
+      topology.local_values = local.values;
+    }
+    return state;
+  }
 
 private:
+  void restore(const kept_topology& resume) {
+    worker_->restore({resume.parameters, resume.shared, resume.own});
+    if (resume.local_slots == 0) return;  // no local step taken yet, or a joiner: a fresh optimizer
+    own_ = make_optimizer(config_, resume.parameters.size());
+    const std::size_t slots = own_->state().slots;
+    if (resume.local_slots != slots || resume.local_values.size() != slots * resume.parameters.size())
+      throw std::invalid_argument("the kept state of this worker's local optimizer holds " +
+                                  std::to_string(resume.local_slots) + " slots of " +
+                                  std::to_string(resume.local_values.size()) + " values; --optimizer " +
+                                  config_.kind + " needs " + std::to_string(slots) + " of " +
+                                  std::to_string(slots * resume.parameters.size()));
+    own_->restore({resume.local_step, slots, resume.local_values});
+  }
+
   std::unique_ptr<worker_topology> worker_;
   std::unique_ptr<update_rule> algorithm_;
   optimizer_config config_;
@@ -84,8 +116,9 @@ private:
 std::unique_ptr<update_rule> make_topology_rule(std::unique_ptr<worker_topology> worker,
                                                 std::unique_ptr<update_rule> algorithm,
                                                 const optimizer_config& optimizer,
-                                                std::shared_ptr<topology_status> status) {
-  return std::make_unique<topology_rule>(std::move(worker), std::move(algorithm), optimizer, std::move(status));
+                                                std::shared_ptr<topology_status> status,
+                                                const kept_topology* resume) {
+  return std::make_unique<topology_rule>(std::move(worker), std::move(algorithm), optimizer, std::move(status), resume);
 }
 
 }  // namespace accord

@@ -416,7 +416,7 @@ public:
 
   rule_state snapshot() const override {
     if (device_) device_->momentum.copy_to(momentum_);  // the committed momentum lives on the device
-    return {true, true, 0, 1, 0, momentum_, {}, {}, {}};
+    return {true, true, 0, 1, 0, momentum_, {}, {}, {}, {}};
   }
 
 private:

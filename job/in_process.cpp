@@ -250,10 +250,14 @@ job_result run_in_process(const model& prototype, std::shared_ptr<const dataset>
       if (!state || state->steps != change->step)
         throw std::runtime_error("no state was kept at step " + std::to_string(change->step) +
                                  (crash_report.empty() ? "" : " (the epoch failed: " + crash_report + ")"));
-      // The survivors keep their own momenta in their order; joiners start from their mean (elastic_state).
+      // The survivors keep their own momenta and topology shares in their order; joiners start
+      // from the momenta's mean and a fresh topology share (elastic_state).
       const std::vector<int> departing = departing_ranks(*change, workers);
-      for (auto rank = departing.rbegin(); rank != departing.rend(); ++rank)
+      for (auto rank = departing.rbegin(); rank != departing.rend(); ++rank) {
         if (static_cast<std::size_t>(*rank) < state->momenta.size()) state->momenta.erase(state->momenta.begin() + *rank);
+        if (static_cast<std::size_t>(*rank) < state->topology_workers.size())
+          state->topology_workers.erase(state->topology_workers.begin() + *rank);
+      }
       workers = change->workers;
     }
   }

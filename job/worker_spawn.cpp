@@ -98,8 +98,9 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
   compute->parameters = make_tensor(plan.initial, local.meter);
   // A resumed 16-bit job computes with the rounded copy of its masters, as it did before.
   // (With int8, fp8, fp4, sign, sign2 or sign3 the replica itself was resumed: its masters are not a rounding of it.)
+  // (A topology's own state names the parameters to restart from: they are not rounded masters.)
   if (plan.resume && plan.algo->aggregate == aggregation::sharded_optimizer &&
-      !block_quantized(plan.precision.real.parameters))
+      !block_quantized(plan.precision.real.parameters) && plan.resume->topology_workers.empty())
     round_to_wire(plan.precision.real.parameters, *compute->parameters);
   compute->speed_factor = plan.speed_factor(rank);
   compute->app = spec.app;
@@ -123,7 +124,7 @@ worker_handles spawn_worker(caf::actor_system& system, local_actors& local, cons
     communication->rule = std::move(algorithm_rule);  // the ring adds nothing to the algorithm's round
   } else {
     communication->rule = make_topology_rule(plan.topo->make_worker(rank, plan.initial), std::move(algorithm_rule),
-                                             plan.optimizer, status);
+                                             plan.optimizer, status, spec.state ? &spec.state->topology : nullptr);
     communication->topology = std::move(status);
   }
   communication->hash_interval = plan.config.replica_check_interval;

@@ -19,7 +19,7 @@ namespace accord {
 namespace {
 
 constexpr char magic[8] = {'A', 'C', 'C', 'O', 'R', 'D', 'C', 'K'};
-constexpr std::uint32_t version = 3;
+constexpr std::uint32_t version = 4;
 
 // A name of a block code, whose rounds carry error-feedback residuals.
 bool carries_feedback(const std::string& name) {
@@ -190,6 +190,15 @@ void check_values(const reader& r, const checkpoint& c) {
   for (std::size_t m = 0; m < c.momenta.size(); ++m) finite(c.momenta[m], "momentum " + std::to_string(m) + " value");
   finite(c.residuals, "error-feedback residual");
   finite(c.replica, "replica parameter");
+  finite(c.topology_shared, "topology's shared value");
+  for (std::size_t w = 0; w < c.topology_workers.size(); ++w) {
+    const checkpoint_topology_worker& worker = c.topology_workers[w];
+    finite(worker.local_values, "worker " + std::to_string(w) + "'s local optimizer value");
+    finite(worker.own, "worker " + std::to_string(w) + "'s topology value");
+    if (worker.local_step > c.steps)
+      r.fail("worker " + std::to_string(w) + "'s local optimizer step " + std::to_string(worker.local_step) +
+             " is beyond the checkpoint's step count " + std::to_string(c.steps));
+  }
   if (c.slots == 2) {  // AdamW: m, then v, whose entries are squares' averages
     const std::size_t n = c.parameters.size();
     for (std::size_t i = 0; i < n; ++i)
@@ -251,6 +260,20 @@ checkpoint parse(std::istream& in, std::uint64_t size, const std::string& name) 
       c.replica = r.floats(count, "error-feedback replica");
     }
   }
+  if (v >= 4) {
+    const auto workers = r.scalar<std::uint32_t>("topology state");
+    if (workers > max_momenta) r.fail("the topology state claims " + std::to_string(workers) + " workers");
+    if (workers > 0) c.topology_shared = r.floats(r.scalar<std::uint64_t>("topology state"), "topology's shared values");
+    for (std::uint32_t w = 0; w < workers; ++w) {
+      checkpoint_topology_worker worker;
+      worker.local_step = r.scalar<std::uint64_t>("topology state");
+      worker.local_slots = r.scalar<std::uint32_t>("topology state");
+      if (worker.local_slots > max_slots) r.fail("implausible local optimizer slot count " + std::to_string(worker.local_slots));
+      worker.local_values = r.floats(std::uint64_t{worker.local_slots} * count, "local optimizer state");
+      worker.own = r.floats(r.scalar<std::uint64_t>("topology state"), "topology's own values");
+      c.topology_workers.push_back(std::move(worker));
+    }
+  }
   r.expect_end();
   check_values(r, c);
   return c;
@@ -261,6 +284,9 @@ checkpoint parse(std::istream& in, std::uint64_t size, const std::string& name) 
 void write_checkpoint(const std::string& path, const checkpoint& c) {
   if (!c.feedback.empty() && (c.residuals.size() != c.parameters.size() || c.replica.size() != c.parameters.size()))
     throw std::invalid_argument(path + ": error-feedback residuals and replica must hold one value per parameter");
+  for (const checkpoint_topology_worker& worker : c.topology_workers)
+    if (worker.local_values.size() != std::size_t{worker.local_slots} * c.parameters.size())
+      throw std::invalid_argument(path + ": a worker's local optimizer state must hold one value per parameter and slot");
   const std::string temporary = path + ".tmp";
   {
     writer w(temporary);
@@ -285,6 +311,18 @@ void write_checkpoint(const std::string& path, const checkpoint& c) {
       w.scalar<std::uint64_t>(c.residuals.size());
       w.floats(c.residuals);
       w.floats(c.replica);
+    }
+    w.scalar<std::uint32_t>(static_cast<std::uint32_t>(c.topology_workers.size()));
+    if (!c.topology_workers.empty()) {
+      w.scalar<std::uint64_t>(c.topology_shared.size());
+      w.floats(c.topology_shared);
+    }
+    for (const checkpoint_topology_worker& worker : c.topology_workers) {
+      w.scalar<std::uint64_t>(worker.local_step);
+      w.scalar<std::uint32_t>(worker.local_slots);
+      w.floats(worker.local_values);
+      w.scalar<std::uint64_t>(worker.own.size());
+      w.floats(worker.own);
     }
     w.finish();
   }

@@ -1,7 +1,7 @@
 #pragma once
 // Checkpoints: everything a job needs to continue, with any number of workers.
 //
-// File format (little-endian, version 3):
+// File format (little-endian, version 4):
 //   "ACCORDCK"                        8 bytes magic
 //   u32 version, u32 reserved (0)
 //   u64 steps                          optimizer steps completed
@@ -23,8 +23,15 @@
 //                                      compressed gradients still owe (mean-gradient units)
 //     f32 × count                      replica: the parameters the workers compute with (the
 //                                      masters' decoded copy, not a function of them)
+//   u32 topology workers               a topology's own state (local-sgd's outer state; 0: none)
+//   when not 0:                        (parameters above are then what every worker restarts from)
+//     u64 count, f32 × count           what every worker holds the same (local-sgd: outer momentum)
+//     per worker: u64 local step, u32 local slots, f32 × local slots × parameter_count
+//                                      the optimizer of its local steps on its own copy
+//                 u64 count, f32 × count   its own (local-sgd: its outer rounds' residuals)
 //   u32 crc32                          zlib's crc32 of every byte before it
-// Version 2 is version 3 without the error-feedback section (read as none). Version 1 (no
+// Version 3 is version 4 without the topology section, version 2 version 3 without the
+// error-feedback section (read as none). Version 1 (no
 // seconds, data hash or crc) is refused with a message naming it: resume such a run from its
 // start, or with the build that wrote it.
 // A resumed job re-shards the optimizer state for its own worker count; worker r of a resumed
@@ -35,6 +42,14 @@
 #include <vector>
 
 namespace accord {
+
+// One worker's share of a topology's own state (recovery/rule_state.hpp's kept_topology).
+struct checkpoint_topology_worker {
+  std::uint64_t local_step = 0;
+  std::uint32_t local_slots = 0;
+  std::vector<float> local_values;  // local_slots × parameter count
+  std::vector<float> own;
+};
 
 struct checkpoint {
   std::uint64_t steps = 0;
@@ -51,6 +66,9 @@ struct checkpoint {
   std::string feedback;               // error-feedback wire precision ("": none)
   std::vector<float> residuals;       // with feedback: parameters.size() values each
   std::vector<float> replica;
+  // A topology's own state: shared by every worker, and each worker's (empty: the topology keeps none).
+  std::vector<float> topology_shared;
+  std::vector<checkpoint_topology_worker> topology_workers;
   std::uint32_t crc = 0;              // of the file it was read from (set by the readers)
 };
 

@@ -124,7 +124,7 @@ std::size_t state_keeper::bytes() const {
 
 rule_state shard_state(const optimizer& opt, std::size_t begin) {
   const optimizer_state& state = opt.state();
-  return {true, false, state.step, static_cast<std::uint32_t>(state.slots), begin, state.values, {}, {}, {}};
+  return {true, false, state.step, static_cast<std::uint32_t>(state.slots), begin, state.values, {}, {}, {}, {}};
 }
 
 void restore_shard_state(optimizer& opt, const rule_state& resume, std::size_t begin, const std::string& owner) {
@@ -175,6 +175,38 @@ std::vector<rule_state> replicate_to_buddies(transport& link, const rule_state& 
   return copies;
 }
 
+namespace {
+
+// A topology's own state for the new epoch (none where the job's topology keeps none): what every
+// worker restarts from (the parameters just transferred) and what every worker holds the same,
+// which the first holder sends each rank without it (a joiner: it learns first whether there is
+// any, and how much); a holder keeps its own share, a joiner starts its own afresh. Every rank
+// takes part, in one order.
+kept_topology transfer_topology(transport& link, const std::vector<int>& holders, const std::optional<kept_state>& held,
+                                const std::vector<float>& parameters) {
+  const int me = link.rank();
+  const bool holding = std::find(holders.begin(), holders.end(), me) != holders.end();
+  kept_topology out = holding ? held->own.topology : kept_topology{};
+  for (int to = 0; to < link.size(); ++to) {
+    if (std::find(holders.begin(), holders.end(), to) != holders.end()) continue;
+    std::array<std::uint64_t, 2> header{};  // present, shared values
+    if (holders.front() == me) {
+      header = {out.present ? 1u : 0u, out.shared.size()};
+      link.send(to, transfer_tag, std::as_bytes(std::span<const std::uint64_t>(header)));
+      if (header[1] > 0) link.send(to, transfer_tag, bytes_of(out.shared));
+    }
+    if (to != me) continue;
+    link.recv(holders.front(), transfer_tag, std::as_writable_bytes(std::span<std::uint64_t>(header)));
+    out.present = header[0] != 0;
+    out.shared.assign(header[1], 0.f);
+    if (header[1] > 0) link.recv(holders.front(), transfer_tag, bytes_of(out.shared));
+  }
+  if (out.present) out.parameters = parameters;
+  return out;
+}
+
+}  // namespace
+
 restored_state transfer_state(transport& link, const state_source& source, const std::optional<kept_state>& held,
                               std::size_t parameter_count, bool sharded, const std::string& feedback) {
   const int world = link.size(), me = link.rank();
@@ -198,6 +230,7 @@ restored_state transfer_state(transport& link, const state_source& source, const
       if (to == me) link.recv(holders[static_cast<std::size_t>(p)], transfer_tag, std::as_writable_bytes(span));
     }
   }
+  const kept_topology topology = transfer_topology(link, holders, held, out.parameters);
   if (!sharded) {
     if (holding) out.own = held->own;
     // Distributed Lion: a rank without a momentum of its own (a joiner) starts from the mean of
@@ -205,7 +238,7 @@ restored_state transfer_state(transport& link, const state_source& source, const
     // order, as slice_checkpoint does. The cost: every holder's whole momentum to each of them.
     if (source.slots > 0) {
       std::vector<float> theirs(holding ? 0 : n);
-      if (!holding) out.own = {true, true, 0, 1, 0, std::vector<float>(n, 0.f), {}, {}, {}};
+      if (!holding) out.own = {true, true, 0, 1, 0, std::vector<float>(n, 0.f), {}, {}, {}, {}};
       for (int to = 0; to < world; ++to) {
         if (std::find(holders.begin(), holders.end(), to) != holders.end()) continue;
         for (const int from : holders) {
@@ -218,6 +251,7 @@ restored_state transfer_state(transport& link, const state_source& source, const
       if (!holding)
         for (float& v : out.own.values) v /= static_cast<float>(holders.size());
     }
+    out.own.topology = topology;
     return out;
   }
 
@@ -280,20 +314,41 @@ restored_state transfer_state(transport& link, const state_source& source, const
                     array_of(out.own, k, mine.size()) + (begin - mine.begin));
     }
   }
+  out.own.topology = topology;
   return out;
 }
 
-rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank) {
+namespace {
+
+// Rank `rank`'s share of a checkpoint's topology state: the shared values, and the checkpoint's
+// worker `rank`'s own (a rank beyond them starts its own afresh, as a joiner does).
+kept_topology topology_of(const checkpoint& c, int rank) {
+  kept_topology out;
+  if (c.topology_workers.empty()) return out;
+  out.present = true;
+  out.parameters = c.parameters;
+  out.shared = c.topology_shared;
+  if (static_cast<std::size_t>(rank) < c.topology_workers.size()) {
+    const checkpoint_topology_worker& worker = c.topology_workers[static_cast<std::size_t>(rank)];
+    out.own = worker.own;
+    out.local_step = worker.local_step;
+    out.local_slots = worker.local_slots;
+    out.local_values = worker.local_values;
+  }
+  return out;
+}
+
+rule_state algorithm_slice(const checkpoint& c, bool sharded, int world, int rank) {
   if (!sharded) {
     if (c.momenta.empty()) return {};
     if (static_cast<std::size_t>(rank) < c.momenta.size())
-      return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)], {}, {}, {}};
+      return {true, true, 0, 1, 0, c.momenta[static_cast<std::size_t>(rank)], {}, {}, {}, {}};
     // A rank beyond the checkpoint's workers starts from the mean of their momenta (transfer_state).
     std::vector<float> mean(c.momenta.front().size(), 0.f);
     for (const auto& momentum : c.momenta)
       for (std::size_t i = 0; i < mean.size(); ++i) mean[i] += momentum[i];
     for (float& v : mean) v /= static_cast<float>(c.momenta.size());
-    return {true, true, 0, 1, 0, std::move(mean), {}, {}, {}};
+    return {true, true, 0, 1, 0, std::move(mean), {}, {}, {}, {}};
   }
   rule_state state = slice_optimizer_state(c.optimizer, c.slots, c.optimizer_step, c.parameters.size(), world, rank);
   if (!c.feedback.empty()) {
@@ -309,6 +364,15 @@ rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int ra
   return state;
 }
 
+}  // namespace
+
+rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank) {
+  rule_state state = algorithm_slice(c, sharded, world, rank);
+  state.topology = topology_of(c, rank);
+  if (state.topology.present) state.present = true;
+  return state;
+}
+
 void require_feedback_precision(const checkpoint& c, std::string_view wire, const std::string& from) {
   if (c.feedback.empty() || c.feedback == wire) return;
   throw std::invalid_argument(from + ": the checkpoint's error-feedback residuals were written for wire precision " +
@@ -319,7 +383,7 @@ void require_feedback_precision(const checkpoint& c, std::string_view wire, cons
 rule_state slice_optimizer_state(std::span<const float> whole, std::uint32_t slots, std::uint64_t optimizer_step,
                                  std::size_t n, int world, int rank) {
   const shard own = shard_of(n, world, rank);
-  rule_state state{true, false, optimizer_step, slots, own.begin, std::vector<float>(slots * own.size()), {}, {}, {}};
+  rule_state state{true, false, optimizer_step, slots, own.begin, std::vector<float>(slots * own.size()), {}, {}, {}, {}};
   for (std::size_t slot = 0; slot < slots; ++slot)
     std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(slot * n + own.begin), own.size(),
                 state.values.begin() + static_cast<std::ptrdiff_t>(slot * own.size()));

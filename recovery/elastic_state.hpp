@@ -115,14 +115,17 @@ struct restored_state {
 // holds none, e.g. a joiner). Transfers run one at a time in one global order, which cannot
 // deadlock even where a send waits for its receiver.
 // `feedback`: the job's error-feedback wire precision ("" none): the shards' residuals and master
-// weights then travel with their optimizer slots.
+// weights then travel with their optimizer slots. A topology's own state (local-sgd's): a holder
+// keeps its own share; a rank without (a joiner) gets the shared values from the first holder
+// and starts its own share afresh; the parameters are what every worker restarts from.
 restored_state transfer_state(transport& link, const state_source& source, const std::optional<kept_state>& held,
                               std::size_t parameter_count, bool sharded, const std::string& feedback = {});
 
 // Rank `rank` of `world`'s share of a checkpoint's optimizer state: its ZeRO-1 shard of every
 // slot, or its Distributed Lion momentum (the mean of the checkpoint's when it has fewer momenta).
 // With error feedback also the rank's range of the residuals (other ranges start at zero) and of
-// the master weights.
+// the master weights. With a topology's own state, the shared values and worker `rank`'s own
+// share (none for a rank beyond the checkpoint's workers, which starts its own afresh).
 rule_state slice_checkpoint(const checkpoint& c, bool sharded, int world, int rank);
 // Refuses (std::invalid_argument "<from>: ...", one line) a checkpoint whose error-feedback
 // residuals were written for another wire precision than `wire` (the job's real one). A

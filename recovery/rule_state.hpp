@@ -7,6 +7,17 @@
 
 namespace accord {
 
+// A topology's own state (include/accord/topology.hpp's topology_state: local-sgd's θ_global,
+// outer momentum and residuals), and the optimizer that takes this worker's local steps on its
+// own copy, as a checkpoint and a kept step hold them beside the algorithm's.
+struct kept_topology {
+  bool present = false;
+  std::vector<float> parameters, shared, own;  // as topology_state's
+  std::uint64_t local_step = 0;
+  std::uint32_t local_slots = 0;               // 0: no local step taken yet
+  std::vector<float> local_values;             // local_slots × the parameter count, slot after slot
+};
+
 // A worker's share of the optimizer state, as it goes into a checkpoint.
 struct rule_state {
   bool present = false;
@@ -23,6 +34,7 @@ struct rule_state {
   // also when kept for an elastic job (the replica is not a function of the masters then).
   std::string feedback;
   std::vector<float> residual;
+  kept_topology topology;  // beside the algorithm's state, where the job's topology keeps its own
 };
 
 }  // namespace accord

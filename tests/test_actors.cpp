@@ -643,7 +643,7 @@ TEST_CASE("checkpoints round-trip, and malformed ones are refused naming the pro
                             "corrupt or forged checkpoint");
   std::string old_version = whole;
   old_version[8] = 1;
-  refused(old_version, "checkpoint format version 1, this build reads versions 2 to 3 only (start the run afresh, "
+  refused(old_version, "checkpoint format version 1, this build reads versions 2 to 4 only (start the run afresh, "
                        "or resume it with the build that wrote it)");
   try {
     read_checkpoint("no/such/checkpoint.bin");
@@ -685,8 +685,8 @@ TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint, versio
     refused_checkpoint("test_actors_bad_feedback_checkpoint.bin", bytes, expected);
   };
   const std::string whole = file_text(path);
-  // The section: u32 4, "sign", u64 count, 3 residuals, 3 replica values, then the crc.
-  const std::size_t section = whole.size() - 4 - 6 * sizeof(float) - 8 - 4 - 4;
+  // The section: u32 4, "sign", u64 count, 3 residuals, 3 replica values, then no topology state and the crc.
+  const std::size_t section = whole.size() - 4 - 4 - 6 * sizeof(float) - 8 - 4 - 4;
   std::string forged = whole;
   forged[section + 8] = 4;  // 4 residuals claimed for 3 parameters
   refused(with_crc(forged), "the error-feedback residuals (sign) hold 4 values for 3 parameters");
@@ -700,7 +700,7 @@ TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint, versio
   c.replica.clear();
   write_checkpoint(path, c);
   std::string version_2 = file_text(path);
-  version_2.erase(version_2.size() - 8, 4);  // the empty precision's length
+  version_2.erase(version_2.size() - 12, 8);  // the empty precision's length and the topology's worker count
   version_2[8] = 2;
   const std::string old_path = "test_actors_version_2_checkpoint.bin";
   std::ofstream(old_path, std::ios::binary) << with_crc(version_2);
@@ -709,8 +709,47 @@ TEST_CASE("error-feedback residuals round-trip in a version 3 checkpoint, versio
   CHECK(old.parameters == c.parameters);
   CHECK(old.optimizer == c.optimizer);
   std::string future = file_text(path);
-  future[8] = 4;
-  refused(with_crc(future), "checkpoint format version 4, this build reads versions 2 to 3");
+  future[8] = 5;
+  refused(with_crc(future), "checkpoint format version 5, this build reads versions 2 to 4");
+}
+
+TEST_CASE("a topology's own state round-trips in a version 4 checkpoint, version 3 files still load, and a worker's "
+          "local optimizer state that does not fit is refused" *
+          doctest::test_suite("pipeline")) {
+  checkpoint c = small_ddp_checkpoint();
+  c.topology_shared = {0.5f, -0.5f, 0.25f};
+  c.topology_workers = {{4, 2, {1, 2, 3, 4, 5, 6}, {0.125f, 0.f, -0.125f}}, {3, 0, {}, {}}};
+  const std::string path = "test_actors_topology_checkpoint.bin";
+  write_checkpoint(path, c);
+  const checkpoint back = read_checkpoint(path);
+  CHECK(back.topology_shared == c.topology_shared);
+  REQUIRE(back.topology_workers.size() == 2);
+  CHECK(back.topology_workers[0].local_step == 4);
+  CHECK(back.topology_workers[0].local_slots == 2);
+  CHECK(back.topology_workers[0].local_values == c.topology_workers[0].local_values);
+  CHECK(back.topology_workers[0].own == c.topology_workers[0].own);
+  CHECK(back.topology_workers[1].local_values.empty());
+
+  c.topology_workers[0].local_step = 5;  // beyond the checkpoint's 4 steps
+  write_checkpoint(path, c);
+  refused_checkpoint("test_actors_bad_topology_checkpoint.bin", file_text(path),
+                     "worker 0's local optimizer step 5 is beyond the checkpoint's step count 4");
+  c.topology_workers[0].local_values.pop_back();
+  CHECK_THROWS_WITH(write_checkpoint(path, c),
+                    (path + ": a worker's local optimizer state must hold one value per parameter and slot").c_str());
+
+  // Version 3: a file without the section (and version 3 in its header).
+  c.topology_shared.clear();
+  c.topology_workers.clear();
+  write_checkpoint(path, c);
+  std::string version_3 = file_text(path);
+  version_3.erase(version_3.size() - 8, 4);  // the topology's worker count
+  version_3[8] = 3;
+  const std::string old_path = "test_actors_version_3_checkpoint.bin";
+  std::ofstream(old_path, std::ios::binary) << with_crc(version_3);
+  const checkpoint old = read_checkpoint(old_path);
+  CHECK(old.topology_workers.empty());
+  CHECK(old.optimizer == c.optimizer);
 }
 
 TEST_CASE("a damaged, truncated or forged checkpoint is refused before anything big is allocated") {
@@ -741,9 +780,9 @@ TEST_CASE("a damaged, truncated or forged checkpoint is refused before anything 
   CHECK(refusal(with_crc(forged)) ==
         "ck: the parameters claim 536870912 values, more than the file holds (" + std::to_string(whole.size()) + " bytes)");
   // The slot count sits after the parameters and the optimizer step, before the optimizer state,
-  // the momenta count and the (empty) error-feedback precision.
+  // the momenta count, the (empty) error-feedback precision and the (absent) topology state.
   std::string slots = whole;
-  const std::size_t slots_at = whole.size() - 4 - 4 - 4 - 6 * 4 - 4;
+  const std::size_t slots_at = whole.size() - 4 - 4 - 4 - 4 - 6 * 4 - 4;
   const std::uint32_t many = 7;
   std::memcpy(slots.data() + slots_at, &many, sizeof many);
   CHECK(refusal(with_crc(slots)).find("ck: the optimizer state claim 21 values") == 0);

@@ -237,10 +237,46 @@ TEST_CASE("transfer_state brings a joiner the parameters and its shard when worl
   const state_source source = source_of(c, 3, {0, 1, 2}, {0, 1, 2});
   std::vector<transfer_stats> traffic;
   check_resharded(c, transfer(source, held, true, &traffic), source.state_checksum);
-  // The joiner received the parameters and its own shard, nothing more.
+  // The joiner received the parameters, whether the topology keeps state of its own (two u64:
+  // it does not here) and its own shard, nothing more.
   const std::size_t joiner_shard = shard_of(parameter_count, 4, 3).size();
-  CHECK(traffic[3].bytes_received == sizeof(float) * (parameter_count + adamw_slots * joiner_shard));
+  CHECK(traffic[3].bytes_received == sizeof(float) * (parameter_count + adamw_slots * joiner_shard) + 16);
   CHECK(traffic[3].bytes_sent == 0);
+}
+
+TEST_CASE("transfer_state: a topology's own state stays with each holder, and a joiner gets the shared values and "
+          "starts its own share afresh") {
+  const checkpoint c = random_checkpoint(15);
+  std::vector<kept_state> old = replicated_world(c, 3);
+  const std::vector<float> shared{0.5f, -0.25f, 0.125f};
+  for (int rank = 0; rank < 3; ++rank) {
+    kept_topology& topology = old[static_cast<std::size_t>(rank)].own.topology;
+    topology.present = true;
+    topology.shared = shared;
+    topology.own.assign(parameter_count, static_cast<float>(rank + 1));
+    topology.local_step = 7;
+    topology.local_slots = 1;
+    topology.local_values.assign(parameter_count, static_cast<float>(-rank));
+  }
+  // Old rank 0 (the coordinator's process) is gone; old ranks 1 and 2 are new ranks 0 and 1, rank 2 joins.
+  const std::vector<std::optional<kept_state>> held{old[1], old[2], std::nullopt};
+  const state_source source = source_of(c, 3, {0, 0, 1}, {0, 1});
+  const std::vector<restored_state> restored = transfer(source, held, true);
+  for (int rank = 0; rank < 3; ++rank) {
+    CAPTURE(rank);
+    const kept_topology& topology = restored[static_cast<std::size_t>(rank)].own.topology;
+    CHECK(topology.present);
+    CHECK(topology.shared == shared);
+    CHECK(topology.parameters == restored[static_cast<std::size_t>(rank)].parameters);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    CAPTURE(rank);
+    const kept_topology& topology = restored[static_cast<std::size_t>(rank)].own.topology;
+    CHECK(topology.own == old[static_cast<std::size_t>(rank + 1)].own.topology.own);
+    CHECK(topology.local_values == old[static_cast<std::size_t>(rank + 1)].own.topology.local_values);
+  }
+  CHECK(restored[2].own.topology.own.empty());
+  CHECK(restored[2].own.topology.local_slots == 0);
 }
 
 TEST_CASE("error feedback: residuals and masters travel with their shards to the buddy, a smaller world and a joiner") {
@@ -280,7 +316,8 @@ TEST_CASE("error feedback: residuals and masters travel with their shards to the
   std::vector<transfer_stats> traffic;
   check_resharded(c, transfer(larger, held, true, &traffic, "sign"), larger.state_checksum);
   const std::size_t joiner_shard = shard_of(parameter_count, 4, 3).size();
-  CHECK(traffic[3].bytes_received == sizeof(float) * (parameter_count + (adamw_slots + 2) * joiner_shard));
+  // (+ 16: that no topology state follows.)
+  CHECK(traffic[3].bytes_received == sizeof(float) * (parameter_count + (adamw_slots + 2) * joiner_shard) + 16);
 }
 
 TEST_CASE("sign votes: transfer_state stripes the parameters to a joiner, which starts from the mean momentum, holders keep theirs") {
@@ -325,10 +362,12 @@ TEST_CASE("sign votes: transfer_state stripes the parameters to a joiner, which 
     CHECK(own.momentum);
     CHECK(own.values == c.momenta[static_cast<std::size_t>(holder - 1)]);
     // Striped: holder p of the three sent piece p of the parameters, then its whole momentum.
+    // (The first holder also tells the joiner, in two u64, that no topology state follows.)
     CHECK(traffic[static_cast<std::size_t>(holder)].bytes_sent ==
-          sizeof(float) * (shard_of(parameter_count, old_world, holder - 1).size() + parameter_count));
+          sizeof(float) * (shard_of(parameter_count, old_world, holder - 1).size() + parameter_count) +
+              (holder == 1 ? 16 : 0));
   }
-  CHECK(traffic[0].bytes_received == sizeof(float) * (1 + old_world) * parameter_count);
+  CHECK(traffic[0].bytes_received == sizeof(float) * (1 + old_world) * parameter_count + 16);
 }
 
 TEST_CASE("state_keeper keeps the two newest generations and describes them") {

@@ -1069,6 +1069,20 @@ TEST_CASE("an elastic parameter server or gossip job whose coordinator is killed
   }
 }
 
+TEST_CASE("an elastic local-sgd job with fp4 outer rounds whose coordinator is killed goes on from θ_global, which "
+          "every survivor kept, admits a joiner with it, and its copies agree after every outer step") {
+  const std::string name = "failover_local_sgd";
+  const failover_job failover = run_with_coordinator_loss(
+      name,
+      failover_flags + " --algo ddp --topology local-sgd --local-steps 10 --outer-precision fp4 --replica-check 1",
+      false, true);
+  check_failover(failover, name, "coordinator, lost at step");
+  INFO(failover.joiner.text);
+  CHECK(failover.job.text.find("connection closed (killed") != std::string::npos);
+  CHECK(failover.joiner.status == 0);
+  CHECK(failover.job.text.find("3 -> 4 workers") != std::string::npos);
+}
+
 TEST_CASE("an elastic job whose coordinator hangs finds it by its heartbeats and elects a new one") {
   const failover_job failover = run_with_coordinator_loss("failover_hung", failover_flags + " --algo ddp", true, false);
   check_failover(failover, "failover_hung", "coordinator, lost at step");

@@ -306,8 +306,11 @@ TEST_CASE("app_job plans where it starts: what the job's place refuses fails sta
   group.world_size = 4;
   group.elastic = true;
   job.topology = "local-sgd";
+  job.topology_settings.set("inner_group", 2);
   CHECK_THROWS_WITH_AS(app_job::start_process(m, job, group),
-                       "--topology local-sgd: workers coming and going are not supported", std::invalid_argument);
+                       "--topology local-sgd: --inner-group 2 keeps no state yet: checkpoints and workers coming and "
+                       "going need --inner-group 1",
+                       std::invalid_argument);
 }
 
 TEST_CASE("the fingerprint states every declared setting that enters it, a topology's own where its topology reads it") {

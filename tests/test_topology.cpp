@@ -6,6 +6,7 @@
 #include <accord/topology.hpp>
 
 #include "algorithms/collective_channel.hpp"
+#include "recovery/checkpoint.hpp"
 #include "algorithms/transport_peers.hpp"
 #include "topologies/gossip/arithmetic.hpp"
 #include "transport/inproc.hpp"
@@ -18,6 +19,7 @@
 #include <atomic>
 #include <cmath>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -409,12 +411,15 @@ TEST_CASE("local SGD refuses what it cannot run with one line") {
   CHECK(refusal(job).find("not --algo dlion-mavo") != std::string::npos);
   job = sgd_job(2, 2);
   job.topology = "local-sgd";
+  job.topology_settings.set("inner_group", 2);
   job.checkpoint_path = "test_topology_never.ckpt";
-  CHECK(refusal(job).find("checkpoints are not supported") != std::string::npos);
+  CHECK(refusal(job) == "--topology local-sgd: --inner-group 2 keeps no state yet: checkpoints and workers coming and "
+                        "going need --inner-group 1");
   job.checkpoint_path.clear();
   job.membership = {{1, 1, false}};
-  CHECK(refusal(job).find("workers coming and going") != std::string::npos);
+  CHECK(refusal(job).find("--topology local-sgd: --inner-group 2 keeps no state yet") == 0);
   job.membership.clear();
+  job.topology_settings.set("inner_group", 1);
   job.topology_settings.set("outer_momentum", 1.0f);
   CHECK(refusal(job).find("--outer-momentum") != std::string::npos);
   job.topology_settings.set("outer_momentum", 0.9f);
@@ -432,6 +437,109 @@ TEST_CASE("local SGD refuses what it cannot run with one line") {
     CHECK(refused == "--topology local-sgd: --inner-group must be a whole number of workers dividing the 2 workers, "
                      "not " + std::to_string(group));
   }
+}
+
+namespace {
+
+// A local-sgd job of 3 workers and AdamW inner steps (two optimizer slots of each worker's own),
+// H = 4, outer Nesterov momentum, fp4 outer rounds with error feedback, a constant rate (a job
+// cut short keeps the schedule of the whole).
+job_config kept_local_sgd_job(std::uint64_t steps) {
+  job_config job = test_job("ddp", 3, steps).micro_batches_per_round(2).adamw(0.02f).constant_rate().evaluate(0, 3);
+  job.topology = "local-sgd";
+  job.topology_settings.set("local_steps", 4).set("outer_precision", "fp4");
+  job.replica_check_interval = 1;  // every outer step's copies compared
+  return job;
+}
+
+}  // namespace
+
+TEST_CASE("local-sgd: a checkpoint at an outer step holds θ_global, the outer momentum, each worker's fp4 residuals "
+          "and inner optimizer, and resumes bit for bit") {
+  job_config job = kept_local_sgd_job(12);
+  job.checkpoint_interval = 4;  // the run to compare with snapshots at the same steps
+  job.checkpoint_path = "test_topology_local_sgd_all.ckpt";
+  const job_result uninterrupted = run_quadratic(job, {}, dim);
+  CHECK(uninterrupted.replicas_identical);
+
+  const std::string path = "test_topology_local_sgd.ckpt";
+  job.checkpoint_path = path;
+  job.steps = 8;
+  const job_result first = run_quadratic(job, {}, dim);
+  const checkpoint saved = read_checkpoint(path);
+  CHECK(saved.steps == 8);
+  CHECK(saved.parameters == first.parameters);  // an outer step: every copy is θ_global
+  CHECK(saved.topology_shared.size() == dim);    // the outer momentum
+  REQUIRE(saved.topology_workers.size() == 3);
+  for (const checkpoint_topology_worker& worker : saved.topology_workers) {
+    CHECK(worker.local_step == 8);
+    CHECK(worker.local_slots == 2);
+    CHECK(worker.own.size() == dim);  // its residuals
+  }
+  CHECK(saved.topology_workers[0].local_values != saved.topology_workers[1].local_values);
+  CHECK(std::any_of(saved.topology_workers[0].own.begin(), saved.topology_workers[0].own.end(),
+                    [](float r) { return r != 0.f; }));
+
+  job.checkpoint_path.clear();
+  job.resume_path = path;
+  job.steps = 12;
+  const job_result resumed = run_quadratic(job, {}, dim);
+  CHECK(resumed.parameters == uninterrupted.parameters);
+  CHECK(resumed.replicas_identical);
+
+  // A kept state that does not fit the job, or resumed under another topology (the outer state
+  // would be lost): refused with one line.
+  job.topology_settings.set("outer_momentum", 0.0);
+  CHECK_THROWS_WITH(run_quadratic(job, {}, dim),
+                    "--topology local-sgd: the kept state's outer momentum (--outer-momentum 0 keeps none) holds 64 "
+                    "values, this job's 0 (of 64 parameters)");
+  job.topology_settings.set("outer_momentum", 0.9).set("outer_precision", "fp32");
+  CHECK_THROWS_WITH(run_quadratic(job, {}, dim), doctest::Contains("the kept state's residuals (--outer-precision fp32 "
+                                                                   "keeps none) holds 64 values, this job's 0"));
+  job.topology = "ring";
+  CHECK_THROWS_WITH(run_quadratic(job, {}, dim),
+                    doctest::Contains("holds a topology's own state (local-sgd's), which this job's --topology does not keep"));
+}
+
+TEST_CASE("Streaming DiLoCo: a checkpoint between outer steps lands the rounds in flight, and every copy restarts "
+          "from θ_global") {
+  job_config job = kept_local_sgd_job(12);
+  job.topology_settings.set("fragments", 2).set("overlap_steps", 1).set("overlap_mix", 0.5);
+  job.checkpoint_interval = 1;
+  job.checkpoint_path = "test_topology_streaming.ckpt";
+  // Step 6 (0-based 5): fragment 1's outer round issued then is still in flight, and the copies differ.
+  const std::string at_six = "test_topology_streaming_6.ckpt";
+  job.on_checkpoint_written = [&](const std::string& written, std::uint64_t steps) {
+    if (steps == 6) std::filesystem::copy_file(written, at_six, std::filesystem::copy_options::overwrite_existing);
+  };
+  const job_result uninterrupted = run_quadratic(job, {}, dim);
+  const checkpoint saved = read_checkpoint(at_six);
+  REQUIRE(saved.topology_workers.size() == 3);
+
+  job.on_checkpoint_written = nullptr;
+  job.checkpoint_path.clear();
+  job.resume_path = at_six;
+  const job_result resumed = run_quadratic(job, {}, dim);
+  CHECK(resumed.replicas_identical);  // the last step merges every fragment fully
+  // The restart dropped each copy's inner steps since its fragments' outer rounds: not the same
+  // bits, the same training.
+  CHECK(resumed.parameters != uninterrupted.parameters);
+  CHECK(resumed.final_eval_loss == doctest::Approx(uninterrupted.final_eval_loss).epsilon(0.05));
+}
+
+TEST_CASE("an elastic local-sgd job in one process: workers leave, join and crash, every copy equal after each outer "
+          "step, the loss as undisturbed") {
+  job_config job = kept_local_sgd_job(24);
+  const job_result undisturbed = run_quadratic(job, {}, dim);
+  // Rank 0 leaves at an outer step (8), a joiner comes mid-window (10: the copies restart from
+  // θ_global), and a worker crashes during step 18.
+  job.membership = {{8, 2, false, {0}}, {10, 3, false}, {17, 2, true}};
+  const job_result churned = run_quadratic(job, {}, dim);
+  CHECK(churned.replicas_identical);
+  REQUIRE(churned.steps.size() == 24);
+  MESSAGE("final eval loss " << churned.final_eval_loss << " with churn, " << undisturbed.final_eval_loss
+                             << " undisturbed");
+  CHECK(churned.final_eval_loss == doctest::Approx(undisturbed.final_eval_loss).epsilon(0.02));
 }
 
 TEST_CASE("round_peers::among: subgroups name their ranks within them, and bad members are refused with one line") {

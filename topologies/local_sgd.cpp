@@ -45,6 +45,8 @@ namespace {
 
 enum class outer_update { delayed, eager };
 
+[[noreturn]] void refuse(const std::string& why);
+
 // The settings local-sgd declares (local_sgd_settings), read once from the job's.
 struct local_sgd_options {
   std::uint64_t local_steps = 1, fragments = 1, overlap_steps = 0;
@@ -56,8 +58,8 @@ struct local_sgd_options {
 
 // What outlives a worker's rounds besides its own copy and inner optimizer state: θ_global and
 // the outer momentum (every worker's the same bits), and this worker's own error-feedback
-// residuals. local-sgd refuses checkpoints and membership changes so far; this is what they
-// would keep, with the copy and the inner optimizer's state.
+// residuals. Checkpoints and membership changes keep them (kept_state, with the rounds in flight
+// landed), and every worker restarts from θ_global (docs/topologies.md#checkpoints-and-membership-changes).
 struct local_sgd_outer_state {
   std::vector<float> global;    // θ_global after the last outer steps
   std::vector<float> velocity;  // outer momentum (none without it)
@@ -122,12 +124,49 @@ public:
            (step + 1 - overlap) % options_.local_steps == 0;
   }
 
+  // θ_global and the outer momentum as they are once every outer round in flight has landed
+  // (waiting for them; the rounds themselves land later as they would have), and this worker's
+  // residuals. What a restart keeps: every copy restarts from θ_global, dropping the inner steps
+  // since each fragment's last outer round (none at an outer step of plain DiLoCo, where every
+  // copy is θ_global: replicas_agree).
+  std::optional<topology_state> kept_state() const override {
+    for (const outer_round& outer : pending_)
+      if (outer.sums) outer.sums->wait();  // also done writing the residuals
+    local_sgd_outer_state landed = outer_;
+    for (const outer_round& outer : pending_) {
+      if (!outer.sums) continue;
+      const shard range = range_of(outer.fragment);
+      const float inverse = 1.0f / static_cast<float>(outer.replicas);
+      for (std::size_t i = range.begin; i < range.end; ++i) step_global(landed, i, pseudo_gradient_[i] * inverse);
+    }
+    return topology_state{std::move(landed.global), std::move(landed.velocity), std::move(landed.residual)};
+  }
+
+  // Every copy restarts from the kept θ_global; a worker without residuals of its own (a joiner)
+  // owes nothing yet.
+  void restore(const topology_state& kept) override {
+    const std::size_t n = local_.size();
+    const auto fits = [n](const std::vector<float>& values, std::size_t expected, const std::string& what) {
+      if (values.size() != expected)
+        refuse("the kept state's " + what + " holds " + std::to_string(values.size()) + " values, this job's " +
+               std::to_string(expected) + " (of " + std::to_string(n) + " parameters)");
+    };
+    fits(kept.parameters, n, "θ_global");
+    fits(kept.shared, outer_.velocity.size(), "outer momentum (--outer-momentum 0 keeps none)");
+    if (!kept.own.empty()) fits(kept.own, outer_.residual.size(), "residuals (--outer-precision fp32 keeps none)");
+    outer_.global = kept.parameters;
+    local_ = kept.parameters;
+    outer_.velocity = kept.shared;
+    if (!kept.own.empty()) outer_.residual = kept.own;
+  }
+
 private:
   // A fragment's outer round: its all-reduces start in the round that issues it and land
   // (the outer step on θ_global) by the round it merges in.
   struct outer_round {
     std::uint64_t merge_at;  // the step after whose inner step the fragment merges
     std::uint64_t fragment;
+    int replicas;            // whose pseudo-gradients it sums
     std::unique_ptr<collective_in_flight> sums, squares;  // null once landed
   };
 
@@ -191,7 +230,7 @@ private:
         own_pseudo_gradient_[i] = pseudo_gradient_[i];
         local_[i] = proxy_at(i);
       }
-    outer_round outer{merge_at, f, nullptr, nullptr};
+    outer_round outer{merge_at, f, peers.size(), nullptr, nullptr};
     const shard sent = share_of(range, inside);
     outer.sums = compressed() ? peers.start_all_reduce(part(pseudo_gradient_, sent), part(outer_.residual, sent),
                                                        precision_name(options_.outer_precision))
@@ -206,6 +245,14 @@ private:
     if (options_.outer_momentum == 0) return delta;
     velocity = options_.outer_momentum * velocity + delta;
     return delta + options_.outer_momentum * velocity;
+  }
+
+  // Element i of θ_global (and of the momentum) in `outer` takes the outer step on the mean
+  // outer gradient `delta`.
+  void step_global(local_sgd_outer_state& outer, std::size_t i, float delta) const {
+    float no_velocity = 0;
+    float& velocity = outer.velocity.empty() ? no_velocity : outer.velocity[i];
+    outer.global[i] -= options_.outer_learning_rate * outer_direction(delta, velocity);
   }
 
   // Eager: where the proxy puts the copy, θ_global taking the outer step with this worker's own
@@ -229,13 +276,11 @@ private:
     if (inside) gather_shares(range, *inside);
     const float inverse = 1.0f / static_cast<float>(replicas);
     double mean_square = 0;
-    float no_velocity = 0;
     for (std::size_t i = range.begin; i < range.end; ++i) {
       const float delta = pseudo_gradient_[i] * inverse;
       mean_square += static_cast<double>(delta) * delta;
       const float proxy = eager() ? proxy_at(i) : 0.f;
-      float& velocity = outer_.velocity.empty() ? no_velocity : outer_.velocity[i];
-      outer_.global[i] -= options_.outer_learning_rate * outer_direction(delta, velocity);
+      step_global(outer_, i, delta);
       if (eager()) local_[i] += outer_.global[i] - proxy;
     }
     // mean_i ‖Δ_i‖² − ‖Δ̄‖² is the spread of the θ_i around their mean (Δ_i = θ_global − θ_i).
@@ -288,7 +333,7 @@ private:
   std::uint64_t steps_;
 };
 
-void refuse(const std::string& why) { throw std::invalid_argument("--topology local-sgd: " + why); }
+[[noreturn]] void refuse(const std::string& why) { throw std::invalid_argument("--topology local-sgd: " + why); }
 
 // "fp32", "bf16", ...: every wire precision's name, as precision_names lists them.
 std::vector<std::string> every_precision_name() {
@@ -303,11 +348,18 @@ std::vector<std::string> every_precision_name() {
 
 }  // namespace
 
+namespace {
+// Refuses, as topology `name`, an algorithm whose optimizer cannot step a worker's own copy.
+void require_local_steps(const topology_job& job, const std::string& name) {
+  if (!job.synchronous || !job.sharded_optimizer)
+    throw std::invalid_argument("--topology " + name + ": its inner steps use the optimizer of a synchronous, "
+                                "sharded-optimizer algorithm (ddp, lion), not --algo " + job.algorithm);
+}
+}  // namespace
+
 void require_own_copies_fit(const topology_job& job, const std::string& name) {
   const std::string topology = "--topology " + name + ": ";
-  if (!job.synchronous || !job.sharded_optimizer)
-    throw std::invalid_argument(topology + "its inner steps use the optimizer of a synchronous, sharded-optimizer "
-                                "algorithm (ddp, lion), not --algo " + job.algorithm);
+  require_local_steps(job, name);
   if (job.checkpoints)
     throw std::invalid_argument(topology + "checkpoints are not supported (each worker's own copy and optimizer "
                                 "state are not saved)");
@@ -316,7 +368,7 @@ void require_own_copies_fit(const topology_job& job, const std::string& name) {
 
 topology_factory local_sgd_topology() {
   return [](const topology_job& job) -> std::unique_ptr<topology> {
-    require_own_copies_fit(job, "local-sgd");
+    require_local_steps(job, "local-sgd");
     const topology_options& given = job.options;
     const std::int64_t local_steps = given.whole("local_steps"), fragments = given.whole("fragments"),
                        overlap_steps = given.whole("overlap_steps"), inner_group = given.whole("inner_group");
@@ -333,6 +385,11 @@ topology_factory local_sgd_topology() {
     if (inner_group < 1 || job.workers % inner_group != 0)
       refuse("--inner-group must be a whole number of workers dividing the " + std::to_string(job.workers) +
              " workers, not " + std::to_string(inner_group));
+    // A group's members hold shares of the outer rounds' sums until the group gathers them: a
+    // kept state would need that collective in flight.
+    if (inner_group > 1 && (job.checkpoints || job.membership_changes))
+      refuse("--inner-group " + std::to_string(inner_group) + " keeps no state yet: checkpoints and workers coming "
+             "and going need --inner-group 1");
     o.inner_group = static_cast<int>(inner_group);
     o.local_steps = static_cast<std::uint64_t>(local_steps);
     o.fragments = static_cast<std::uint64_t>(fragments);

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,6 +63,16 @@ struct topology_report {
   double consensus_distance = -1;
 };
 
+// What a worker's topology keeps beyond the algorithm's state (local-sgd's outer state), so that a
+// job survives a restart and workers coming and going: taken after the round of a checkpoint or an
+// elastic job's kept step (every worker after the same round), given back before the first round
+// of the job that resumes from it or of the next epoch.
+struct topology_state {
+  std::vector<float> parameters;  // what every worker restarts from: the same bits on each
+  std::vector<float> shared;      // the same bits on every worker
+  std::vector<float> own;         // this worker's alone; empty for a worker that kept none (a joiner)
+};
+
 class worker_topology {
 public:
   virtual ~worker_topology() = default;
@@ -72,6 +84,18 @@ public:
   // Whether every worker holds the same parameters after step `step` (0-based): the replica
   // check compares parameter hashes only then.
   virtual bool replicas_agree(std::uint64_t step) const = 0;
+  // A topology with state of its own returns it after the round just run (it may wait for its
+  // collectives in flight, not start any); the others return nothing, and a checkpoint or kept
+  // step holds the algorithm's state alone. A topology that returns nothing must refuse jobs
+  // with checkpoints or membership changes when its workers' copies differ.
+  virtual std::optional<topology_state> kept_state() const { return std::nullopt; }
+  // Before the first round, in a job that resumes from a kept_state (`kept.own` empty where this
+  // worker kept none). Throws std::invalid_argument naming what does not fit the job; by default,
+  // that this topology keeps no state of its own.
+  virtual void restore(const topology_state&) {
+    throw std::invalid_argument("the state resumed holds a topology's own state (local-sgd's), which this job's "
+                                "--topology does not keep: resume it with the topology that wrote it");
+  }
 };
 
 // A topology for one job: made by its factory, which refuses a job it cannot run.
