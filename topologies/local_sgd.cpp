@@ -414,9 +414,9 @@ std::vector<setting_declaration> local_sgd_settings() {
   return {
       {.name = "local_steps", .flag = "local-steps", .kind = whole, .fallback = std::int64_t{1}, .low = 1,
        .high = most, .unit = "steps", .help = "inner optimizer steps per worker between outer steps (H)"},
-      {.name = "outer_learning_rate", .flag = "outer-lr", .kind = number, .fallback = 0.7, .low = 0, .high = 1e6,
+      {.name = "outer_learning_rate", .flag = "outer-lr", .kind = number, .fallback = 0.5, .low = 0, .high = 1e6,
        .above_low = true, .help = "outer learning rate on the averaged pseudo-gradient"},
-      {.name = "outer_momentum", .flag = "outer-momentum", .kind = number, .fallback = 0.9, .low = 0, .high = 1,
+      {.name = "outer_momentum", .flag = "outer-momentum", .kind = number, .fallback = 0.7, .low = 0, .high = 1,
        .help = "outer Nesterov momentum (0: plain outer SGD)"},
       {.name = "fragments", .flag = "fragments", .kind = whole, .fallback = std::int64_t{1}, .low = 1, .high = most,
        .help = "Streaming DiLoCo's fragments P (fragment f's outer steps come f*H/P steps later; 1: plain DiLoCo)"},
