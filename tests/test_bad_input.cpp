@@ -167,6 +167,7 @@ TEST_CASE("accord-train refuses out-of-range numbers naming the flag") {
       {train, "--outer-lr 0", "--outer-lr"},
       {train, "--outer-lr nan", "--outer-lr"},
       {train, "--outer-momentum 2", "--outer-momentum"},
+      {train, "--overlap-steps soon", "--overlap-steps"},
       {train, "--group-size 0", "--group-size"},
       {train, "--max-staleness -1", "--max-staleness"},
       {train, "--gossip-rate -1", "--gossip-rate"},

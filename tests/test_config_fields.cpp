@@ -127,7 +127,7 @@ TEST_CASE("describe prints every field, one line each, nested structs field by f
   for (const auto& [topology, settings] : declared_topology_settings())
     for (const setting_declaration& s : settings)
       CHECK_MESSAGE(text.find("\ntopology_settings." + s.name + " = ") != std::string::npos, s.name);
-  for (const char* line : {"topology_settings.local_steps = 4", "topology_settings.outer_learning_rate = 0.7",
+  for (const char* line : {"topology_settings.local_steps = 4", "topology_settings.outer_learning_rate = 0.5",
                            "topology_settings.gossip_lockstep = false", "topology_settings.inter_link = \"\"",
                            "speed_factors = [1, 4]", "beta1 = 0.5", "beta2 = unset", "estimate_precision = \"\"",
                            "membership = [{step = 10, workers = 3, crash = false, departing = [0]}, {step = 20, workers = 2, crash = true, "

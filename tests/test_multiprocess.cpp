@@ -202,6 +202,18 @@ TEST_CASE("hierarchical DiLoCo, 2 groups of 2 processes over UCX, gives one proc
   check_launched_equals_one_process("inner_group", 4, flags);
 }
 
+TEST_CASE("Streaming DiLoCo with --overlap-steps auto between 3 processes over UCX: every replica the same bits after "
+          "each merge") {
+  // τ follows the times measured, so the parameters are not one process's; every process must
+  // still merge at the same step: the hashes are compared after each merge (one fragment, α = 0).
+  const run_output launched = run(launch + "-n 3 -- " + train +
+                                  " --algo ddp --topology local-sgd --local-steps 4 --overlap-steps auto --steps 13" +
+                                  train_flags);
+  INFO(launched.text);
+  REQUIRE(launched.status == 0);
+  CHECK(launched.text.find("replicas identical") != std::string::npos);
+}
+
 TEST_CASE("the asynchronous topologies between processes refuse an elastic job they cannot keep, with one line") {
   const run_output elastic = run(launch + "--elastic -n 2 -- " + train +
                                  " --algo ddp --topology parameter-server --max-staleness 0" + train_flags + " --steps 2");

@@ -326,7 +326,7 @@ TEST_CASE("the fingerprint states every declared setting that enters it, a topol
     if (s.declared.flag != "resume")
       CHECK((fingerprint.find("\n--" + s.declared.flag + "=") != std::string::npos) == s.declared.fingerprint);
   }
-  for (const char* row : {"\n--local-steps=4\n", "\n--outer-lr=0.7\n", "\n--gossip-rate=(unused)\n",
+  for (const char* row : {"\n--local-steps=4\n", "\n--outer-lr=0.5\n", "\n--gossip-rate=(unused)\n",
                           "\n--group-size=(unused)\n", "\n--optimizer=(the algorithm's)\n", "\n--resume=none\n"})
     CHECK_MESSAGE(fingerprint.find(row) != std::string::npos, row);
   CHECK(fingerprint.find("--max-staleness=") == std::string::npos);  // declared out of the fingerprint

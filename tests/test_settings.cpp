@@ -223,7 +223,7 @@ TEST_CASE("a job's topology settings read their declared defaults, and an undecl
   topology_names();  // the built-ins have declared theirs
   topology_options options;
   CHECK(options.whole("local_steps") == 1);
-  CHECK(options.number("outer_learning_rate") == 0.7);
+  CHECK(options.number("outer_learning_rate") == 0.5);
   CHECK(options.text("gossip_graph") == "ring");
   CHECK_FALSE(options.boolean("gossip_lockstep"));
   options.set("local_steps", 4).set("outer_learning_rate", 2).set("gossip_graph", "complete");

@@ -175,7 +175,7 @@ TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit
   job.replica_check_interval = 1;
   const job_result plain = run_quadratic(job, {}, dim);
   job.topology_settings.set("fragments", 1);
-  job.topology_settings.set("overlap_steps", 0);
+  job.topology_settings.set("overlap_steps", "0");
   job.topology_settings.set("overlap_mix", 0.0f);
   const job_result streamed = run_quadratic(job, {}, dim);
   CHECK(streamed.parameters == plain.parameters);
@@ -185,7 +185,7 @@ TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit
   // the first's at 4, 8, both at the last; merged one step late, half the worker's own. Their
   // all-reduces land (and the spread is measured) in the round that merges them.
   job.topology_settings.set("fragments", 2);
-  job.topology_settings.set("overlap_steps", 1);
+  job.topology_settings.set("overlap_steps", "1");
   job.topology_settings.set("overlap_mix", 0.5f);
   const job_result fragmented = run_quadratic(job, {}, dim);
   CHECK(fragmented.replicas_identical);  // the last step merges every fragment fully
@@ -199,7 +199,7 @@ TEST_CASE("Streaming DiLoCo: one fragment without overlap is plain local SGD bit
   job.topology_settings.set("fragments", 5);
   CHECK(refusal(job).find("--topology local-sgd: --fragments must be in 1..--local-steps") == 0);
   job.topology_settings.set("fragments", 2);
-  job.topology_settings.set("overlap_steps", 4);
+  job.topology_settings.set("overlap_steps", "4");
   CHECK(refusal(job).find("--overlap-steps must be below --local-steps") != std::string::npos);
 }
 
@@ -274,7 +274,7 @@ local_sgd_run run_local_sgd(const topology& local_sgd, std::uint64_t steps, bool
 
 TEST_CASE("Streaming DiLoCo: outer all-reduces in flight over a slow link give the bits of running them at once") {
   topology_job job = local_sgd_job(3, 23);
-  job.options.set("local_steps", 6).set("fragments", 3).set("overlap_steps", 5).set("overlap_mix", 0.25);
+  job.options.set("local_steps", 6).set("fragments", 3).set("overlap_steps", "5").set("overlap_mix", 0.25);
   for (const std::string update : {"delayed", "eager"}) {
     CAPTURE(update);
     job.options.set("outer_update", update).set("outer_precision", "fp4");
@@ -351,7 +351,7 @@ struct streaming_reference {
 
 TEST_CASE("Streaming DiLoCo, delayed and eager outer updates: the arithmetic of the reference written out by hand") {
   topology_job job = local_sgd_job(3, 15);
-  job.options.set("local_steps", 4).set("fragments", 2).set("overlap_steps", 2).set("overlap_mix", 0.5);
+  job.options.set("local_steps", 4).set("fragments", 2).set("overlap_steps", "2").set("overlap_mix", 0.5);
   job.options.set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
   std::vector<std::vector<float>> last_copies;
   for (const bool eager : {false, true}) {
@@ -375,7 +375,7 @@ TEST_CASE("Streaming DiLoCo: eager and compressed outer rounds leave every repli
   // One fragment, merged wholly τ = 2 steps after its outer round starts (steps 5 and 9; 13 is
   // past the last step, 12, where everything merges).
   topology_job job = local_sgd_job(3, 13);
-  job.options.set("local_steps", 4).set("overlap_steps", 2).set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
+  job.options.set("local_steps", 4).set("overlap_steps", "2").set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
   job.options.set("outer_update", "delayed");
   const local_sgd_run delayed = run_local_sgd(*make_topology("local-sgd", job), job.steps, true, "unlimited");
   for (const std::string precision : {"fp32", "fp4", "bf16"}) {
@@ -624,7 +624,7 @@ TEST_CASE("hierarchical DiLoCo, 2 groups of 2: a group's replicas are the same b
   // One fragment merged wholly τ = 2 steps after its outer round starts (steps 5 and 9; the last
   // step, 12, merges everything). Outer rounds start after steps 3, 7, 11 and 12.
   topology_job job = local_sgd_job(4, 13);
-  job.options.set("local_steps", 4).set("overlap_steps", 2).set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
+  job.options.set("local_steps", 4).set("overlap_steps", "2").set("outer_learning_rate", 0.7).set("outer_momentum", 0.9);
   job.options.set("inner_group", 2);
   for (const auto& [update, precision] : {std::pair{"delayed", "fp32"}, {"eager", "fp32"}, {"eager", "fp4"}}) {
     CAPTURE(update);
@@ -663,7 +663,7 @@ TEST_CASE("hierarchical DiLoCo, 2 groups of 2: a group's replicas are the same b
 
 TEST_CASE("hierarchical DiLoCo: 2 groups of 2 are flat DiLoCo over 2 workers pulled to each group's mean target") {
   topology_job job = local_sgd_job(4, 15);
-  job.options.set("local_steps", 4).set("fragments", 2).set("overlap_steps", 2).set("overlap_mix", 0.5);
+  job.options.set("local_steps", 4).set("fragments", 2).set("overlap_steps", "2").set("overlap_mix", 0.5);
   job.options.set("outer_learning_rate", 0.7).set("outer_momentum", 0.9).set("outer_update", "eager");
   job.options.set("inner_group", 2);
   const local_sgd_run grouped =
@@ -690,7 +690,7 @@ TEST_CASE("hierarchical DiLoCo in a job: --inner-group 1 is today's local SGD bi
   job.topology = "local-sgd";
   job.topology_settings.set("local_steps", 4);
   job.topology_settings.set("fragments", 2);
-  job.topology_settings.set("overlap_steps", 1);
+  job.topology_settings.set("overlap_steps", "1");
   job.topology_settings.set("outer_update", "eager");
   job.topology_settings.set("outer_precision", "fp4");
   job.replica_check_interval = 1;
@@ -717,7 +717,7 @@ TEST_CASE("Streaming DiLoCo with eager fp4 outer rounds: a job's replicas agree 
   job_config job = sgd_job(4, 13);
   job.topology = "local-sgd";
   job.topology_settings.set("local_steps", 4);
-  job.topology_settings.set("overlap_steps", 2);
+  job.topology_settings.set("overlap_steps", "2");
   job.replica_check_interval = 1;  // checked after each merge (steps 6, 10) and the last
   const job_result fp32 = run_quadratic(job, {}, dim * 64);
   job.topology_settings.set("outer_update", "eager");
@@ -1390,4 +1390,49 @@ TEST_CASE("asynchronous gossip keeps going when workers die, leave and join") {
   CHECK(by_worker.size() == 4);  // the joiner's rank counted too
   CHECK(result.steps.back().train_loss < result.steps.front().train_loss);
   CHECK(std::all_of(result.parameters.begin(), result.parameters.end(), [](float p) { return std::isfinite(p); }));
+}
+
+TEST_CASE("Streaming DiLoCo with --overlap-steps auto: every replica merges at the same step, the same bits after "
+          "each merge, over a slow link") {
+  // One fragment merged wholly: the replicas agree after each merge, which comes τ steps after
+  // its outer round starts, τ chosen from the times (1 ms per message against instant inner
+  // steps: near the bound, H − 1 = 5, whatever the machine does meanwhile).
+  topology_job job = local_sgd_job(3, 40);
+  job.options.set("local_steps", 6).set("overlap_steps", "auto").set("outer_learning_rate", 0.7);
+  job.options.set("outer_momentum", 0.9);
+  const local_sgd_run run = run_local_sgd(*make_topology("local-sgd", job), job.steps, true, "1gbit,1ms");
+  int merges = 0;
+  for (std::uint64_t step = 0; step + 1 < job.steps; ++step) {
+    if (!run.agree[step]) continue;
+    CAPTURE(step);
+    ++merges;
+    for (int rank = 1; rank < 3; ++rank) CHECK(run.copies[step][rank] == run.copies[step][0]);
+  }
+  CHECK(merges >= 5);  // outer rounds start at steps 5, 11, ..., 35: each merges before the next starts
+  for (int rank = 1; rank < 3; ++rank) CHECK(run.last(rank) == run.last(0));
+  job.options.set("overlap_steps", "soon");
+  CHECK_THROWS_WITH(make_topology("local-sgd", job), "--overlap-steps: 'soon' is not auto or a whole number of steps");
+}
+
+TEST_CASE("Streaming DiLoCo with --overlap-steps auto in a job: fragments, and 2 groups of 2 over a slow link, "
+          "replicas agree wherever checked") {
+  job_config job = sgd_job(4, 25);
+  job.topology = "local-sgd";
+  job.topology_settings.set("local_steps", 8);
+  job.topology_settings.set("fragments", 2);
+  job.topology_settings.set("overlap_steps", "auto");
+  job.topology_settings.set("overlap_mix", 0.5f);
+  job.replica_check_interval = 1;
+  const job_result flat = run_quadratic(job, {}, dim);
+  CHECK(flat.replicas_identical);
+  for (float p : flat.parameters) CHECK(std::isfinite(p));
+  // Grouped, every column sums the groups' times: the same τ on every member of every group.
+  job.topology_settings.set("fragments", 1);
+  job.topology_settings.set("overlap_mix", 0.0f);
+  job.topology_settings.set("inner_group", 2);
+  job.link = "10gbit,5us";
+  job.topology_settings.set("inter_link", "100mbit,1ms");
+  const job_result grouped = run_quadratic(job, {}, dim);
+  CHECK(grouped.replicas_identical);
+  for (float p : grouped.parameters) CHECK(std::isfinite(p));
 }

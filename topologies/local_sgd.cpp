@@ -11,6 +11,9 @@
 // round that merges it, which waits for it only if it has not arrived; the outer step itself
 // is taken there. The arithmetic is that of running it at once (the fragment's θ_global is read
 // only by its merge and its next outer round), so only when the link is busy changes.
+// τ may be chosen from measured times (--overlap-steps auto, topologies/overlap_schedule.hpp):
+// the workers' round and step times travel with the outer rounds' squared norms, and every
+// worker sets the same τ from their sums where a round lands.
 // Eager outer updates (--outer-update eager; Kale et al., arXiv 2502.12996): when a fragment's
 // outer round starts, the worker's copy of it takes the outer step at once with the worker's own
 // pseudo-gradient as a proxy for the mean; when the mean lands, the copy trades the proxy's step
@@ -28,14 +31,18 @@
 // "column"), then the group gathers its shares over its own links. The slow links between groups
 // carry the outer rounds and nothing else, spread over G columns (docs/topologies.md).
 #include "topologies/builtins.hpp"
+#include "topologies/overlap_schedule.hpp"
 
 #include "transport/shard.hpp"
 #include "transport/wire_precision.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,6 +57,7 @@ enum class outer_update { delayed, eager };
 // The settings local-sgd declares (local_sgd_settings), read once from the job's.
 struct local_sgd_options {
   std::uint64_t local_steps = 1, fragments = 1, overlap_steps = 0;
+  bool automatic_overlap = false;  // --overlap-steps auto: τ chosen from measured times
   int inner_group = 1;  // workers per group whose inner steps are DDP over the group
   float outer_learning_rate = 0, outer_momentum = 0, overlap_mix = 0;
   outer_update update = outer_update::delayed;
@@ -68,6 +76,8 @@ struct local_sgd_outer_state {
 };
 
 class local_sgd_worker final : public worker_topology {
+  using clock = std::chrono::steady_clock;
+
 public:
   local_sgd_worker(const local_sgd_options& options, std::uint64_t steps, std::span<const float> initial)
       : options_(options), steps_(steps),
@@ -75,7 +85,10 @@ public:
                std::vector<float>(options.outer_momentum > 0 ? initial.size() : 0),
                std::vector<float>(compressed() ? initial.size() : 0)},
         local_(initial.begin(), initial.end()), pseudo_gradient_(initial.size()),
-        own_pseudo_gradient_(eager() ? initial.size() : 0), square_sums_(options.fragments) {}
+        own_pseudo_gradient_(eager() ? initial.size() : 0), square_sums_(options.fragments * sent_per_round()),
+        schedule_(options.automatic_overlap
+                      ? overlap_schedule::automatic(overlap_bound(options.local_steps, options.fragments))
+                      : overlap_schedule::fixed(options.overlap_steps)) {}
 
   void round(std::span<float> buffer, const round_view& round, round_peers& peers, algorithm_rules& rules,
              topology_report& report) override {
@@ -86,13 +99,14 @@ public:
       across = peers.among(column_of(peers.rank(), peers.size()));
     }
     round_peers& outer_peers = across ? *across : peers;
+    if (schedule_.is_automatic()) measure_times();
     mean_gradient(buffer, round, inside.get());
     rules.local_step(local_, buffer);
     const bool last = round.step + 1 == steps_;
     double spread_square = 0;
     bool measured = false;
     const auto land = [&](outer_round& outer) {
-      spread_square += outer_step(outer, inside.get(), outer_peers.size());
+      spread_square += outer_step(outer, inside.get(), outer_peers.size(), peers.size());
       measured = true;
     };
     for (std::uint64_t f = 0; f < options_.fragments; ++f) {
@@ -101,28 +115,22 @@ public:
       // its θ_global is the base of this one's pseudo-gradient.
       for (outer_round& earlier : pending_)
         if (earlier.fragment == f && earlier.sums) land(earlier);
-      pending_.push_back(
-          start_outer_round(outer_peers, inside.get(), f, round.step + (last ? 0 : options_.overlap_steps)));
+      pending_.push_back(start_outer_round(outer_peers, inside.get(), f, round.step + (last ? 0 : schedule_.steps())));
     }
     // Outer rounds whose overlap is over (every one at the job's last step) land, waiting for
     // their sums only if they have not arrived, and merge into the copy.
     while (!pending_.empty() && (last || pending_.front().merge_at <= round.step)) {
       if (pending_.front().sums) land(pending_.front());
       merge(range_of(pending_.front().fragment), last);
+      if (options_.fragments == 1 && options_.overlap_mix == 0) merged_whole_at_ = round.step;
       pending_.pop_front();
     }
     if (measured) report.consensus_distance = std::sqrt(spread_square);
     std::copy(local_.begin(), local_.end(), buffer.begin());
   }
 
-  bool replicas_agree(std::uint64_t step) const override {
-    if (step + 1 == steps_) return true;
-    // One fragment taking θ_global wholly: every copy is θ_global after the round that merges
-    // it, τ steps after the one that issued the outer round.
-    const std::uint64_t overlap = options_.overlap_steps;
-    return options_.fragments == 1 && options_.overlap_mix == 0 && step >= overlap &&
-           (step + 1 - overlap) % options_.local_steps == 0;
-  }
+  // One fragment taking θ_global wholly: every copy is θ_global after the round that merges it.
+  bool replicas_agree(std::uint64_t step) const override { return step + 1 == steps_ || merged_whole_at_ == step; }
 
   // θ_global and the outer momentum as they are once every outer round in flight has landed
   // (waiting for them; the rounds themselves land later as they would have), and this worker's
@@ -168,9 +176,25 @@ private:
     std::uint64_t fragment;
     int replicas;            // whose pseudo-gradients it sums
     std::unique_ptr<collective_in_flight> sums, squares;  // null once landed
+    clock::time_point started = {};
+    std::optional<double> took = {};  // seconds from its start to where the worker saw it done
   };
 
   bool eager() const { return options_.update == outer_update::eager; }
+  // What travels with a fragment's squared norm: --overlap-steps auto's round and step times.
+  std::size_t sent_per_round() const { return options_.automatic_overlap ? 3 : 1; }
+
+  // Auto τ: the time since the last round less its waits for outer rounds is an inner step's;
+  // an outer round seen done now took until now (at most a step late: τ's margin covers it).
+  void measure_times() {
+    const clock::time_point now = clock::now();
+    if (last_round_) schedule_.step_took(std::chrono::duration<double>(now - *last_round_).count() - waited_);
+    last_round_ = now;
+    waited_ = 0;
+    for (outer_round& outer : pending_)
+      if (!outer.took && outer.sums && outer.sums->done() && outer.squares->done())
+        outer.took = std::chrono::duration<double>(now - outer.started).count();
+  }
   bool compressed() const { return options_.outer_precision != wire_precision::fp32; }
 
   // The ranks of `rank`'s group, and those at its place in every group.
@@ -187,12 +211,17 @@ private:
 
   // `buffer`, this worker's gradient sum, becomes the mean gradient of its inner step: its own,
   // or (grouped) its group's, the same bits on every member.
-  static void mean_gradient(std::span<float> buffer, const round_view& round, round_peers* inside) {
-    double micro_batches = round.micro_batches;
+  // Grouped with auto τ, the group's times are summed too (group_times_): every member then sends
+  // the same ones, so every column's sums, and τ, are the same.
+  void mean_gradient(std::span<float> buffer, const round_view& round, round_peers* inside) {
+    const overlap_times times = schedule_.to_send();
+    double counts[3] = {round.micro_batches, times.round_seconds, times.step_seconds};
     if (inside) {
       inside->all_reduce(buffer);
-      inside->all_reduce(std::span<double>(&micro_batches, 1));
+      inside->all_reduce(std::span<double>(counts, sent_per_round()));
     }
+    group_times_ = {counts[1], counts[2]};
+    const double micro_batches = counts[0];
     const float scale = micro_batches > 0 ? static_cast<float>(1.0 / micro_batches) : 0.f;
     for (float& g : buffer) g *= scale;
   }
@@ -224,18 +253,24 @@ private:
       pseudo_gradient_[i] = outer_.global[i] - local_[i];
       own_square += static_cast<double>(pseudo_gradient_[i]) * pseudo_gradient_[i];
     }
-    square_sums_[f] = own_square;
+    double* norms = &square_sums_[f * sent_per_round()];
+    norms[0] = own_square;
+    if (schedule_.is_automatic()) {
+      norms[1] = group_times_.round_seconds;
+      norms[2] = group_times_.step_seconds;
+      schedule_.sent();
+    }
     if (eager())
       for (std::size_t i = range.begin; i < range.end; ++i) {
         own_pseudo_gradient_[i] = pseudo_gradient_[i];
         local_[i] = proxy_at(i);
       }
-    outer_round outer{merge_at, f, peers.size(), nullptr, nullptr};
+    outer_round outer{merge_at, f, peers.size(), nullptr, nullptr, clock::now()};
     const shard sent = share_of(range, inside);
     outer.sums = compressed() ? peers.start_all_reduce(part(pseudo_gradient_, sent), part(outer_.residual, sent),
                                                        precision_name(options_.outer_precision))
                               : peers.start_all_reduce(part(pseudo_gradient_, sent));
-    outer.squares = peers.start_all_reduce(std::span<double>(&square_sums_[f], 1));
+    outer.squares = peers.start_all_reduce(std::span<double>(norms, sent_per_round()));
     return outer;
   }
 
@@ -266,12 +301,20 @@ private:
   // Waits for the outer round's sums (grouped: gathers the group's shares of them), then steps
   // the fragment's θ_global with their mean over the `replicas` (eager: the copy trades the
   // proxy's step for it); returns the replicas' spread over the fragment before the merge,
-  // mean_i ‖θ_i − θ̄‖².
-  double outer_step(outer_round& outer, round_peers* inside, int replicas) {
+  // mean_i ‖θ_i − θ̄‖². Auto τ: the round's times, summed over the `workers`, set τ.
+  double outer_step(outer_round& outer, round_peers* inside, int replicas, int workers) {
+    const clock::time_point waiting = clock::now();
     outer.sums->wait();
     outer.squares->wait();
     outer.sums.reset();
     outer.squares.reset();
+    if (schedule_.is_automatic()) {
+      const clock::time_point now = clock::now();
+      waited_ += std::chrono::duration<double>(now - waiting).count();
+      schedule_.round_took(outer.took.value_or(std::chrono::duration<double>(now - outer.started).count()));
+      const double* sums = &square_sums_[outer.fragment * sent_per_round()];
+      schedule_.landed({sums[1], sums[2]}, workers);
+    }
     const shard range = range_of(outer.fragment);
     if (inside) gather_shares(range, *inside);
     const float inverse = 1.0f / static_cast<float>(replicas);
@@ -284,7 +327,7 @@ private:
       if (eager()) local_[i] += outer_.global[i] - proxy;
     }
     // mean_i ‖Δ_i‖² − ‖Δ̄‖² is the spread of the θ_i around their mean (Δ_i = θ_global − θ_i).
-    return std::max(0.0, square_sums_[outer.fragment] / replicas - mean_square);
+    return std::max(0.0, square_sums_[outer.fragment * sent_per_round()] / replicas - mean_square);
   }
 
   // Every member's share of the range's sums to every member of the group, over its own links:
@@ -315,8 +358,15 @@ private:
   // Σ_i (θ_global − θ_i) (a fragment's range is being summed while its outer round is out)
   std::vector<float> pseudo_gradient_;
   std::vector<float> own_pseudo_gradient_;  // eager: this worker's Δ_i, from its round's start to its landing
-  std::vector<double> square_sums_;         // per fragment, Σ_i ‖θ_global − θ_i‖²
-  std::deque<outer_round> pending_;         // outer rounds not merged yet, in order
+  // per fragment, Σ_i ‖θ_global − θ_i‖² (auto τ: then the round's and step's seconds summed)
+  std::vector<double> square_sums_;
+  std::deque<outer_round> pending_;  // outer rounds not merged yet, in order
+  overlap_schedule schedule_;
+  std::uint64_t merged_whole_at_ = ~std::uint64_t{0};  // the last step every copy took θ_global
+  // Auto τ's clock: the last round's start, its waits for outer rounds so far, the group's times
+  std::optional<clock::time_point> last_round_;
+  double waited_ = 0;
+  overlap_times group_times_;
 };
 
 class local_sgd final : public topology {
@@ -334,6 +384,16 @@ private:
 };
 
 [[noreturn]] void refuse(const std::string& why) { throw std::invalid_argument("--topology local-sgd: " + why); }
+
+// --overlap-steps: "auto" or a whole number of steps.
+std::int64_t overlap_steps_of(const std::string& text) {
+  std::int64_t steps = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, steps);
+  if (text.empty() || error != std::errc{} || stop != end || steps < 0)
+    throw std::invalid_argument("--overlap-steps: '" + text + "' is not auto or a whole number of steps");
+  return steps;
+}
 
 // "fp32", "bf16", ...: every wire precision's name, as precision_names lists them.
 std::vector<std::string> every_precision_name() {
@@ -371,8 +431,11 @@ topology_factory local_sgd_topology() {
     require_local_steps(job, "local-sgd");
     const topology_options& given = job.options;
     const std::int64_t local_steps = given.whole("local_steps"), fragments = given.whole("fragments"),
-                       overlap_steps = given.whole("overlap_steps"), inner_group = given.whole("inner_group");
+                       inner_group = given.whole("inner_group");
+    const std::string overlap = given.text("overlap_steps");
     local_sgd_options o;
+    o.automatic_overlap = overlap == "auto";
+    const std::int64_t overlap_steps = o.automatic_overlap ? 0 : overlap_steps_of(overlap);
     o.outer_learning_rate = static_cast<float>(given.number("outer_learning_rate"));
     o.outer_momentum = static_cast<float>(given.number("outer_momentum"));
     o.overlap_mix = static_cast<float>(given.number("overlap_mix"));
@@ -408,14 +471,20 @@ std::vector<setting_declaration> local_sgd_settings() {
   return {
       {.name = "local_steps", .flag = "local-steps", .kind = whole, .fallback = std::int64_t{1}, .low = 1,
        .high = most, .unit = "steps", .help = "inner optimizer steps per worker between outer steps (H)"},
-      {.name = "outer_learning_rate", .flag = "outer-lr", .kind = number, .fallback = 0.7, .low = 0, .high = 1e6,
+      {.name = "outer_learning_rate", .flag = "outer-lr", .kind = number, .fallback = 0.5, .low = 0, .high = 1e6,
        .above_low = true, .help = "outer learning rate on the averaged pseudo-gradient"},
-      {.name = "outer_momentum", .flag = "outer-momentum", .kind = number, .fallback = 0.9, .low = 0, .high = 1,
+      {.name = "outer_momentum", .flag = "outer-momentum", .kind = number, .fallback = 0.7, .low = 0, .high = 1,
        .help = "outer Nesterov momentum (0: plain outer SGD)"},
       {.name = "fragments", .flag = "fragments", .kind = whole, .fallback = std::int64_t{1}, .low = 1, .high = most,
        .help = "Streaming DiLoCo's fragments P (fragment f's outer steps come f*H/P steps later; 1: plain DiLoCo)"},
-      {.name = "overlap_steps", .flag = "overlap-steps", .kind = whole, .fallback = std::int64_t{0}, .low = 0,
-       .high = most, .unit = "steps", .help = "inner steps an outer step's result is merged late (tau; 0: at once)"},
+      {.name = "overlap_steps", .flag = "overlap-steps", .kind = text, .fallback = std::string("0"),
+       .help = "inner steps an outer step's result is merged late (tau; 0: at once; auto: chosen from the measured "
+               "outer round and inner step times, at most H/fragments)",
+       .check =
+           [](const setting_value& value) {
+             if (const std::string& text = std::get<std::string>(value); text != "auto") overlap_steps_of(text);
+           },
+       .accepts = "auto | a whole number of steps"},
       {.name = "overlap_mix", .flag = "overlap-mix", .kind = number, .fallback = 0.0, .low = 0, .high = 1,
        .help = "weight of the worker's own fragment when the late result merges (alpha; 0: the global one)"},
       {.name = "inner_group", .flag = "inner-group", .kind = whole, .fallback = std::int64_t{1}, .low = 1,
