@@ -627,6 +627,9 @@ job_result run_between_processes(const model& prototype, std::shared_ptr<const d
       hello.control = control;
       hello.rejoin = rejoin;
       hello.member = me.id;
+      if (rejoin)  // the newest copy its standby holds: it may be of an epoch the coordination missed
+        self->request(standby, std::chrono::seconds(2), replica_atom::value)
+            .receive([&](coordination_replica& r) { hello.replica = std::move(r); }, [](caf::error&) {});
       me.agent = spawn_member_agent(*system, member_agent_setup{me.change_epoch, me.link, group.leave_requested,
                                                                 me.membership, group.on_event,
                                                                 caf::actor_cast<caf::actor>(standby),

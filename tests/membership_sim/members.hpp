@@ -218,6 +218,7 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
   hello.control = m.control();
   hello.rejoin = rejoin;
   hello.member = m.id;
+  if (rejoin) hello.replica = *m.replica;
   const int generation = m.generation;
   if (w.procs[c].killed)  // its port refuses at once
     return w.local(p, 1ms, [&w, p, generation, c] { hello_failed(w, p, generation, c); });
