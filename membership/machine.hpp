@@ -95,6 +95,12 @@ public:
   // The first actions: the rendezvous (or, taking over, the reconnection wait) and the heartbeat checks.
   membership_machine(membership_rules rules, time_point now);
   membership_actions take_actions() { return std::exchange(out_, {}); }
+  // The same into `into` (cleared), which lends its storage to the next actions: no allocation
+  // per event where the caller keeps the buffer (the simulation).
+  void take_actions(membership_actions& into) {
+    into.clear();
+    std::swap(into, out_);
+  }
 
   // A hello: the member id, or why it is refused. `remote`: from another process.
   std::variant<std::uint64_t, std::string> on_hello(const member_hello& hello, bool remote, time_point now);
