@@ -202,7 +202,7 @@ const std::vector<kept_schedule>& kept_schedules() {
        finding::none},
       // p3, cut off, makes p2 take over from epoch 1 while p1 already did and forms epoch 2 with
       // p2; when p1 is killed, epoch 2's members elect p2, whose standby hands them that epoch-1
-      // coordination: it learns of epoch 2 and stopped the job. Fixed (job/between_processes.cpp,
+      // coordination: it learns of epoch 2 and stopped the job. Fixed (job/coordinator_finding.cpp,
       // elect_coordinator): a process that follows a member elected elsewhere tells its standby,
       // which forgets its verdict on the lost coordinator and does not take over from it too.
       {7, 7206,
@@ -288,7 +288,7 @@ const std::vector<kept_schedule>& kept_schedules() {
       // Epoch 2 forms at p1 counting p3, p4, p5, whose plans and copies a cut holds; they judge
       // p1 lost, and p2's standby, holding epoch 2, refused them as formed without them: they
       // ended, and p1's side lacked a majority. Found by the CI sweep. Fixed (membership/
-      // election.cpp, counted_in; between_processes.cpp, elect_coordinator): a member that a
+      // election.cpp, counted_in; coordinator_finding.cpp, elect_coordinator): a member that a
       // later epoch counted takes that replica and elects from it (and finds p1).
       {7, 7002031,
        {{k::stop, 9669ms, 9974ms, 6, -1, {}, 0ms},
