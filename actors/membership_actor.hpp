@@ -93,7 +93,7 @@ struct epoch_plan : epoch_assignment {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, member_hello& x) {
   return f(caf::meta::type_name("member_hello"), x.rank, x.world, x.fingerprint, x.host, x.job, x.control, x.rejoin,
-           x.member);
+           x.member, x.replica);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, epoch_request& x) {

@@ -83,6 +83,7 @@ std::variant<std::uint64_t, std::string> membership_machine::on_hello(const memb
   if (now_ == membership_phase::finished) return refuse("the job is already over");
   if (!yielded_to_.empty()) return refuse(gave_way_refusal + yielded_to_);
   if (hello.rejoin) {
+    if (adoptable(hello.replica)) adopt(hello.replica, hello.member, now);
     // After a takeover, or (a side waiting for a majority) a lost member that comes back.
     // A member is its id and its process: a coordination that went on apart (stalled, or cut
     // off) may have given the same id to another joiner, whose side gives way here later.
@@ -200,6 +201,7 @@ void membership_machine::on_kept(std::uint64_t epoch, std::uint64_t steps, std::
   kept_positions_[{epoch, steps}] = data_position;
   anything_kept_ = true;
   replicate();
+  if (epoch == epoch_) tell_dropped();
 }
 
 void membership_machine::on_restored(const restored_report& r) {
@@ -293,6 +295,7 @@ void membership_machine::on_timer(membership_timer kind, std::uint64_t epoch, ti
       probe_lost_members();
       return;
     case membership_timer::reconnect:
+      if (--reconnect_timers_ > 0) return;  // an adopted copy restarted the wait
       for (auto& [id, m] : members_)
         if (m.reconnecting) member_lost(m, "did not reconnect to the new coordinator", now);
       return;

@@ -111,16 +111,26 @@ void membership_machine::report_member(member_entry& m, const std::string& what,
 
 // The members lost since the last epoch that did not come back: their losses go to the
 // membership log and the metrics file, and when the job goes on without them each hears why
-// (a hung process that wakes, instead of waiting on peers that went on without it).
+// (a hung process that wakes, instead of waiting on peers that went on without it) once the
+// epoch formed without them kept a step (tell_dropped).
 void membership_machine::settle_losses(bool job_goes_on) {
   for (auto& [id, m] : members_) {
     if (!m.lost_record) continue;
     record(*m.lost_record);
     metrics_events_.push_back(to_json_line(*m.lost_record));
     m.lost_record.reset();
-    if (const auto dropped = dropped_.find(id); job_goes_on && dropped != dropped_.end() && m.has_agent)
-      emit(membership_do::drop{id, dropped->second});
+    if (job_goes_on && dropped_.count(id) && m.has_agent) drops_due_.push_back(id);
   }
+}
+
+// The running epoch kept a step: every one of its members had its plan (and its copy, sent
+// first), so the job surely went on without the members it dropped, and they hear so. Not
+// before: a cut may hold the plans until the coordinator is lost, and then the members it
+// dropped are among the ones whose majority the survivors need, from the epoch before (found
+// by the membership simulation: 4025559).
+void membership_machine::tell_dropped() {
+  for (const std::uint64_t id : std::exchange(drops_due_, {}))
+    if (const auto dropped = dropped_.find(id); dropped != dropped_.end()) emit(membership_do::drop{id, dropped->second});
 }
 
 // A lost member answers again before an epoch formed without it (a stopped process woke, a
@@ -313,46 +323,6 @@ void membership_machine::majority_timer(time_point now) {
   }
   fail_job(no_majority() + "; this side stops so that a majority elsewhere can go on (it waited " +
            seconds_text(now - *waiting_since_) + " for one: --majority-wait)");
-}
-
-// A survivor's process takes over from the lost coordinator: the replicated members are
-// expected to reconnect, the lost coordinator is recorded, and the next epoch forms as after a
-// worker's loss (its shards from their buddies' copies).
-void membership_machine::take_over(time_point now) {
-  const coordination_replica& r = *rules_.takeover;
-  epoch_ = r.epoch;
-  epoch_workers_ = r.epoch_workers;
-  epoch_start_ = r.epoch_start;
-  next_id_ = r.next_id;
-  for (const kept_position& k : r.kept) kept_positions_[{k.epoch, k.steps}] = k.data_position;
-  anything_kept_ = !r.kept.empty();
-  for (const replica_member& rm : r.members) {
-    member_entry& m = members_[rm.id];
-    m.id = rm.id;
-    m.initial_rank = rm.initial_rank;
-    m.host = rm.host;
-    m.control = rm.control;
-    m.last_rank = rm.rank;
-    m.leaving = rm.leaving;
-    m.remote = true;
-    m.reconnecting = rm.id != r.coordinator;
-    m.alive = m.reconnecting;
-    m.held = rules_.replay && rm.initial_rank < 0 && rm.rank < 0;
-  }
-  replayed_coordinator_gone_ = rules_.replay.has_value();
-  member_entry& lost = members_.at(r.coordinator);
-  // Every survivor named it already (its agent saw the loss); here it is recorded, once an
-  // epoch forms without it (this side may give way to it instead).
-  lost.lost_record =
-      member_record("lost", epoch_, r.steps_done, lost.initial_rank, lost.host, "coordinator", rules_.takeover_cause);
-  lost.lost_at = now;
-  now_ = membership_phase::forming;
-  epoch_failure_ = "the coordinator's process was lost: " + rules_.takeover_cause;
-  lost_in_epoch_ = true;
-  lost_since_epoch_ = true;
-  pending_reason_ = "the coordinator, " + lost.name() + ", lost";
-  if (rules_.takeover_cause == closed_in_contact_cause) check_death(lost);
-  emit(membership_do::timer{membership_timer::reconnect, 0, rules_.reconnect_grace});
 }
 
 // While this side waits for a majority, the lost members of the last epoch are asked where the

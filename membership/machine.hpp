@@ -95,6 +95,12 @@ public:
   // The first actions: the rendezvous (or, taking over, the reconnection wait) and the heartbeat checks.
   membership_machine(membership_rules rules, time_point now);
   membership_actions take_actions() { return std::exchange(out_, {}); }
+  // The same into `into` (cleared), which lends its storage to the next actions: no allocation
+  // per event where the caller keeps the buffer (the simulation).
+  void take_actions(membership_actions& into) {
+    into.clear();
+    std::swap(into, out_);
+  }
 
   // A hello: the member id, or why it is refused. `remote`: from another process.
   std::variant<std::uint64_t, std::string> on_hello(const member_hello& hello, bool remote, time_point now);
@@ -163,11 +169,11 @@ private:
   void tell_everyone(const std::string& line, std::uint64_t except);
   void report_member(member_entry& m, const std::string& what, const std::string& cause, time_point now);
   void settle_losses(bool job_goes_on);
+  void tell_dropped();
   void readmit(member_entry& m, time_point now);
   void member_lost(member_entry& m, const std::string& cause, time_point now);
   void check_death(member_entry& m);
   void check_silence(time_point now);
-  void take_over(time_point now);
   void probe_lost_members();
   void heard_from_lost_member(const std::string& control, std::uint64_t epoch, bool coordinates);
   void wait_for_majority(time_point now);
@@ -175,6 +181,10 @@ private:
   bool wait_for_state_holders(const std::string& cannot, time_point now);
   // This side waits for lost members: for a majority, or for the holders of the state.
   bool waiting() const { return waiting_since_ || holders_waited_since_; }
+  // takeover.cpp
+  void take_over(time_point now);
+  bool adoptable(const coordination_replica& r) const;
+  void adopt(const coordination_replica& r, std::uint64_t bringer, time_point now);
   // forming.cpp
   void replicate(bool then_depart = false);
   void announce_change(const std::string& reason);
@@ -207,6 +217,7 @@ private:
   time_point created_;
   int rendezvous_reports_ = 0;  // lines naming the missing starting ranks, one per 10 s
   std::map<std::uint64_t, std::string> dropped_;  // member → why the job went on without it
+  std::vector<std::uint64_t> drops_due_;  // dropped members told so once the epoch keeps a step
   std::optional<heartbeat_detector> detector_;
   bool lost_since_epoch_ = false;          // a member was lost since the running epoch formed
   std::vector<std::string> metrics_events_;  // for the next epoch's metrics file
@@ -226,6 +237,7 @@ private:
   std::optional<time_point> last_heartbeats_;  // when this process last sent the members heartbeats
   // Since this process's last stall: members count for forming once they echo a heartbeat sent since.
   std::optional<time_point> fresh_after_;
+  int reconnect_timers_ = 0;  // set after a takeover (or an adopted copy): the last one ends the wait
 };
 
 }  // namespace accord

@@ -1,6 +1,7 @@
 #pragma once
 // What worker processes ask the membership state machine, and what it answers them (without the
 // epoch's coordinator handle, which the CAF wiring adds: actors/membership_actor.hpp). No CAF.
+#include "membership/replica.hpp"
 #include "recovery/elastic_state.hpp"
 
 #include <cstdint>
@@ -19,6 +20,10 @@ struct member_hello {
   std::string control;  // HOST:PORT of its standby (elastic jobs)
   bool rejoin = false;  // a member reconnecting to a new coordinator, as `member`
   std::uint64_t member = 0;
+  // Rejoining: the newest copy its standby holds (epoch 0: none). A later epoch than the
+  // coordination's, one that counted it, may have formed while a cut held its copies from the
+  // others (membership_machine::adopt).
+  coordination_replica replica;
 };
 
 struct epoch_request {

@@ -210,7 +210,8 @@ inline void perform(world& w, int c, membership_action& action) {
 }
 
 inline void perform(world& w, int c) {
-  membership_actions actions = w.procs[c].machine->take_actions();
+  membership_actions actions = w.spare_actions();
+  w.procs[c].machine->take_actions(actions);
   std::vector<int> released;  // leavers answered before their epoch's spawn
   for (membership_action& a : actions) {
     process& host = w.procs[c];
@@ -227,6 +228,7 @@ inline void perform(world& w, int c) {
     perform(w, c, a);
     if (std::holds_alternative<membership_do::spawn_coordinator>(a)) w.formed.back().released = std::move(released);
   }
+  w.return_actions(std::move(actions));
 }
 
 // Process c starts a coordination: the job's first (from_replica empty) or a takeover.

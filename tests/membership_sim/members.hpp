@@ -181,7 +181,7 @@ inline void epoch_request_failed(world& w, int p, int generation, const std::str
 
 // After a coordinator's loss the agent is replaced: the old coordinator sees the old one go.
 // Following a member elected elsewhere, the standby forgets its verdict on the lost coordinator:
-// it must not take over from it too for a later asker (job/between_processes.cpp, elect_coordinator).
+// it must not take over from it too for a later asker (job/coordinator_finding.cpp, elect_coordinator).
 inline void follow(world& w, int p, int c) {
   process& m = w.procs[p];
   if (c != p) m.saw_lost.reset();
@@ -218,6 +218,7 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
   hello.control = m.control();
   hello.rejoin = rejoin;
   hello.member = m.id;
+  if (rejoin) hello.replica = *m.replica;
   const int generation = m.generation;
   if (w.procs[c].killed)  // its port refuses at once
     return w.local(p, 1ms, [&w, p, generation, c] { hello_failed(w, p, generation, c); });
@@ -297,7 +298,7 @@ inline void elect(world& w, int p, std::size_t next, std::function<void(election
     process& m = w.procs[p];
     if (!m.ended.empty()) return;
     // A later epoch that counted this member (a cut held its plan and copies): it takes that
-    // replica and elects from it (between_processes.cpp, elect_coordinator; election.hpp, counted_in).
+    // replica and elects from it (coordinator_finding.cpp, elect_coordinator; election.hpp, counted_in).
     if (a.left_behind && newer(*a.later, *m.replica) && counted_in(*a.later, m.id)) {
       m.replica = a.later;
       for (auto k = m.replica->kept.rbegin(); k != m.replica->kept.rend(); ++k) m.known_kept.add(k->epoch, k->steps);

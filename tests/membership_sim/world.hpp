@@ -92,15 +92,16 @@ struct process {
   int machine_generation = 0;
   std::shared_ptr<std::atomic<std::uint64_t>> steps = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::map<std::uint64_t, std::pair<int, int>> member_process;  // member id → (process, agent generation)
-  // Kept steps (layout, steps) it knows completed, sorted: they come nearly in order, so a sorted
-  // vector takes each in about constant time where a set allocated a node per replica and step.
+  // Kept steps (layout, steps) it knows completed, sorted: they come nearly in order (a replica's
+  // are the newest few), so a sorted vector searched from its end takes each in about constant
+  // time where a set allocated a node per replica and step.
   struct kept_steps {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> sorted;
     void add(std::uint64_t layout, std::uint64_t steps) {
       const std::pair k{layout, steps};
-      if (sorted.empty() || sorted.back() < k) return sorted.push_back(k);
-      const auto at = std::lower_bound(sorted.begin(), sorted.end(), k);
-      if (*at != k) sorted.insert(at, k);
+      auto at = sorted.end();
+      while (at != sorted.begin() && k < *(at - 1)) --at;
+      if (at == sorted.begin() || *(at - 1) != k) sorted.insert(at, k);
     }
     bool has(std::uint64_t layout, std::uint64_t steps) const {
       return std::binary_search(sorted.begin(), sorted.end(), std::pair{layout, steps});
@@ -178,6 +179,17 @@ public:
   std::mt19937_64 rng;
   int initial;  // the starting ranks
   sim_options options;
+  // Buffers for the machines' actions, reused (perform may feed a machine again before it is done).
+  membership_actions spare_actions() {
+    if (spare_actions_.empty()) return {};
+    membership_actions spare = std::move(spare_actions_.back());
+    spare_actions_.pop_back();
+    return spare;
+  }
+  void return_actions(membership_actions&& used) {
+    used.clear();
+    spare_actions_.push_back(std::move(used));
+  }
   // A process for a joiner (fails past the joiners the world was made for).
   process& add_process();
   // copies_kept_by(rank, world_size), from copy_holders once per world size: copies_kept_by asks
@@ -217,6 +229,7 @@ private:
   std::vector<task> tasks_;   // the events' work, by slot; freed slots are reused
   std::vector<std::uint32_t> free_slots_;
   std::vector<std::vector<std::vector<int>>> copies_;  // by world size, by rank
+  std::vector<membership_actions> spare_actions_;
   time_point origin_ = time_point(std::chrono::hours(1));  // heartbeat time 0 means "none"
   time_point now_ = origin_;
   std::uint64_t seq_ = 0;
