@@ -256,7 +256,7 @@ inline void say_hello(world& w, int p, int c, bool rejoin) {
 struct election_result {
   int elected = -1;
   bool still_heard = false, left_behind = false;
-  std::shared_ptr<const coordination_replica> later;  // left_behind: the refusing standby's replica
+  std::shared_ptr<const coordination_replica> later = nullptr;  // left_behind: the refusing standby's replica
 };
 
 inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<void(election_result)> reply) {
@@ -272,7 +272,7 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
     return elected;
   };
   switch (answer_election({*s.replica, s.hosts(), s.saw_lost}, epoch)) {
-    case election_answer::coordinates: return reply({q});
+    case election_answer::coordinates: return reply({.elected = q});
     case election_answer::no_copy_yet: return reply({});
     case election_answer::take_over: return reply(take_over_once());
     case election_answer::formed_without_asker: return reply({-1, true, true, s.replica});
@@ -283,7 +283,7 @@ inline void standby_elect(world& w, int q, std::uint64_t epoch, std::function<vo
     if (!std::exchange(*answered, true)) reply(take_over_once());
   });
   w.local(q, confirm_wait, [reply, answered] {
-    if (!std::exchange(*answered, true)) reply({-1, true, false});
+    if (!std::exchange(*answered, true)) reply({.elected = -1, .still_heard = true});
   });
 }
 

@@ -113,7 +113,10 @@ struct process {
   std::vector<int> ranks;  // processes by rank
   bool epoch_active = false;
 
-  std::string control() const { return "p" + std::to_string(index); }
+  std::string control() const {
+    std::string name = "p";  // appended, not "p" + ...: GCC 12 warns falsely (-Wrestrict) on that inlined
+    return name += std::to_string(index);
+  }
 
 private:
   std::shared_ptr<const coordination_replica> order_of_;
