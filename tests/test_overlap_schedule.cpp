@@ -24,7 +24,7 @@ TEST_CASE("overlap for measured times: the round's steps with a margin, rounded 
   CHECK(overlap_for({0.020, 0.005}, 0) == 0);
 }
 
-TEST_CASE("overlap schedule: fixed τ never moves; automatic starts at the bound and follows the landed means") {
+TEST_CASE("overlap schedule: fixed τ never moves, automatic starts at the bound and follows the landed means") {
   overlap_schedule fixed = overlap_schedule::fixed(5);
   CHECK_FALSE(fixed.is_automatic());
   fixed.landed({0.04, 0.02}, 2);
