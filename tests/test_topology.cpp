@@ -504,7 +504,7 @@ TEST_CASE("local-sgd: a checkpoint at an outer step holds θ_global, the outer m
 TEST_CASE("Streaming DiLoCo: a checkpoint between outer steps lands the rounds in flight, and every copy restarts "
           "from θ_global") {
   job_config job = kept_local_sgd_job(12);
-  job.topology_settings.set("fragments", 2).set("overlap_steps", 1).set("overlap_mix", 0.5);
+  job.topology_settings.set("fragments", 2).set("overlap_steps", "1").set("overlap_mix", 0.5);
   job.checkpoint_interval = 1;
   job.checkpoint_path = "test_topology_streaming.ckpt";
   // Step 6 (0-based 5): fragment 1's outer round issued then is still in flight, and the copies differ.
