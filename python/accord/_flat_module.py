@@ -118,16 +118,12 @@ class FlatModule:
         # Gradients that went through a narrower dtype (or a scale) may have overflowed.
         self._checks_finite = loss_scale != 1 or any(r.dtype != torch.float32 for r in self.ranges)
         self._version = None
-        # DDP's overlap of its rounds with backward, where gradients are final in place.
+        # DDP's overlap of its rounds with backward, where the flat buffers are on the host.
         self.progress = GradientProgress(self) if GradientProgress.eligible(self) else None
 
     def trained_offsets(self):
         """(parameter, its first position in `parameters`) for the trained ones, in order."""
-        offsets, offset = [], 0
-        for p, _ in self._views:
-            offsets.append((p, offset))
-            offset += p.numel()
-        return offsets
+        return [(p, begin) for (p, _), (_, begin) in zip(self._views, self._slots)]
 
     def next_request(self, worker):
         """worker.next() into `parameters` (copied when they changed), and into the module's

@@ -18,10 +18,7 @@ step()) is an error, as in torch DDP: its first gradient was already sent."""
 class GradientProgress:
     def __init__(self, flat):
         self._flat = flat
-        self._begins, offset = [], 0
-        for p, _ in flat._views:
-            self._begins.append(offset)
-            offset += p.numel()
+        self._begins = [begin for _, begin in flat._slots]  # each trained parameter's first flat position
         # Held: autograd keeps a leaf's accumulator (and its hooks) only while someone does.
         self._accumulators = []
         for index, (p, _) in enumerate(flat._views):
