@@ -106,7 +106,7 @@ public:
     double spread_square = 0;
     bool measured = false;
     const auto land = [&](outer_round& outer) {
-      spread_square += outer_step(outer, inside.get(), outer_peers.size(), peers.size());
+      spread_square += outer_step(outer, inside.get(), peers.size());
       measured = true;
     };
     for (std::uint64_t f = 0; f < options_.fragments; ++f) {
@@ -299,10 +299,10 @@ private:
   }
 
   // Waits for the outer round's sums (grouped: gathers the group's shares of them), then steps
-  // the fragment's θ_global with their mean over the `replicas` (eager: the copy trades the
+  // the fragment's θ_global with their mean over the round's replicas (eager: the copy trades the
   // proxy's step for it); returns the replicas' spread over the fragment before the merge,
   // mean_i ‖θ_i − θ̄‖². Auto τ: the round's times, summed over the `workers`, set τ.
-  double outer_step(outer_round& outer, round_peers* inside, int replicas, int workers) {
+  double outer_step(outer_round& outer, round_peers* inside, int workers) {
     const clock::time_point waiting = clock::now();
     outer.sums->wait();
     outer.squares->wait();
@@ -317,7 +317,7 @@ private:
     }
     const shard range = range_of(outer.fragment);
     if (inside) gather_shares(range, *inside);
-    const float inverse = 1.0f / static_cast<float>(replicas);
+    const float inverse = 1.0f / static_cast<float>(outer.replicas);
     double mean_square = 0;
     for (std::size_t i = range.begin; i < range.end; ++i) {
       const float delta = pseudo_gradient_[i] * inverse;
@@ -327,7 +327,7 @@ private:
       if (eager()) local_[i] += outer_.global[i] - proxy;
     }
     // mean_i ‖Δ_i‖² − ‖Δ̄‖² is the spread of the θ_i around their mean (Δ_i = θ_global − θ_i).
-    return std::max(0.0, square_sums_[outer.fragment * sent_per_round()] / replicas - mean_square);
+    return std::max(0.0, square_sums_[outer.fragment * sent_per_round()] / outer.replicas - mean_square);
   }
 
   // Every member's share of the range's sums to every member of the group, over its own links:
